@@ -1,0 +1,1 @@
+"""Span pipeline, OTLP receiver and engine metrics scraping."""

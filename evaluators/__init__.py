@@ -1,0 +1,1 @@
+"""Quality evaluators that score both cohorts of a rollout."""

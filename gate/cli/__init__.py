@@ -1,0 +1,30 @@
+"""The `specgate` command line."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from gate.cli import db, pending, status
+from gate.errors import GateError
+
+app = typer.Typer(
+    name="specgate",
+    help="Rollout gate and observability for LLM speculative decoding.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(db.app, name="db")
+app.command("status")(status.status)
+pending.register(app)
+
+
+def main() -> None:
+    """Run the CLI; user-facing errors become one line on stderr and exit code 1."""
+    try:
+        app()
+    except GateError as exc:
+        print(f"specgate: error: {exc.message}", file=sys.stderr)
+        sys.exit(1)

@@ -1,0 +1,41 @@
+"""`specgate status`: what the store holds."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gate.cli.common import DatabaseOption, settings_with
+from gate.db import migrate
+from gate.db.engine import make_engine, session_factory
+from gate.errors import ConfigError
+from gate.health import redis_health
+from gate.status import store_status
+
+
+def status(database_url: DatabaseOption = None) -> None:
+    """Show the schema revision, rollouts by state and row counts of the store."""
+    settings = settings_with(database_url)
+    url = settings.resolved_database_url()
+    revision = migrate.current_revision(url)
+    if revision is None:
+        raise ConfigError(
+            f"database {migrate.describe(url)} has no schema yet; run `specgate db upgrade`"
+        )
+    engine = make_engine(url)
+    with session_factory(engine)() as session:
+        summary = store_status(session)
+    engine.dispose()
+    console = Console()
+    console.print(f"store  {migrate.describe(url)}  (schema {revision})")
+    broker = redis_health(settings.redis_url)
+    console.print(f"redis  {broker.detail}" + ("" if broker.ok else "  [red]DOWN[/red]"))
+    table = Table("table", "rows")
+    for name, count in summary.counts.items():
+        table.add_row(name, str(count))
+    console.print(table)
+    states = ", ".join(f"{state}: {n}" for state, n in sorted(summary.rollouts_by_state.items()))
+    console.print(f"rollouts by state: {states or 'none yet'}")
+    if summary.empty:
+        typer.echo("The store is empty: register routes and a rollout to start collecting.")

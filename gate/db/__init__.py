@@ -1,0 +1,1 @@
+"""Storage: engine and session factories, typed models."""

@@ -1,0 +1,24 @@
+"""Typed models for every table; importing this module registers them all on `Base`."""
+
+from gate.db.base import Base
+from gate.db.models.control import ApiKey, AuditEvent, IdempotencyKey, Rollout, Route
+from gate.db.models.quality import Evaluation, Feedback, Report, Verdict
+from gate.db.models.telemetry import EngineSample, Generation, Pair, RequestRecord, SpanRecord
+
+__all__ = [
+    "ApiKey",
+    "AuditEvent",
+    "Base",
+    "EngineSample",
+    "Evaluation",
+    "Feedback",
+    "Generation",
+    "IdempotencyKey",
+    "Pair",
+    "Report",
+    "RequestRecord",
+    "Rollout",
+    "Route",
+    "SpanRecord",
+    "Verdict",
+]

@@ -1,0 +1,91 @@
+"""Quality and decision tables: evaluations, verdicts, feedback, reports."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    Uuid,
+)
+from sqlalchemy.orm import Mapped, mapped_column
+
+from gate.db.base import Base, BigIntPK, JSONType, UTCDateTime, utcnow
+from gate.db.enums import Decision
+from gate.db.models.control import str_enum
+
+
+class Evaluation(Base):
+    """One evaluator's score of one generation; unique so retried tasks are idempotent."""
+
+    __tablename__ = "evaluations"
+    __table_args__ = (UniqueConstraint("generation_id", "evaluator", "version"),)
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True)
+    generation_id: Mapped[int] = mapped_column(ForeignKey("generations.id", ondelete="CASCADE"))
+    evaluator: Mapped[str] = mapped_column(String(64))
+    version: Mapped[str] = mapped_column(String(32))
+    score: Mapped[float | None] = mapped_column(Float)
+    passed: Mapped[bool] = mapped_column(Boolean)
+    details: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Verdict(Base):
+    """One run of the gate over a rollout stage."""
+
+    __tablename__ = "verdicts"
+    __table_args__ = (Index(None, "rollout_id", "created_at"),)
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True)
+    rollout_id: Mapped[int] = mapped_column(ForeignKey("rollouts.id", ondelete="CASCADE"))
+    stage: Mapped[int] = mapped_column(Integer, default=0)
+    decision: Mapped[Decision] = mapped_column(str_enum(Decision, "decision"))
+    reason_codes: Mapped[list[str]] = mapped_column(JSONType, default=list)
+    summary: Mapped[str] = mapped_column(Text, default="")
+    # Per metric x segment: estimate, interval, counts.
+    estimates: Mapped[list[dict[str, Any]]] = mapped_column(JSONType, default=list)
+    n_pairs: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Feedback(Base):
+    """A user's thumbs, score or escalation, joined to the generation it rates."""
+
+    __tablename__ = "feedback"
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True)
+    generation_id: Mapped[int | None] = mapped_column(
+        ForeignKey("generations.id", ondelete="CASCADE"), index=True
+    )
+    pair_id: Mapped[uuid.UUID | None] = mapped_column(Uuid, index=True)
+    response_id: Mapped[str | None] = mapped_column(String(128))
+    thumbs: Mapped[int | None] = mapped_column(Integer)
+    score: Mapped[float | None] = mapped_column(Float)
+    escalated: Mapped[bool] = mapped_column(Boolean, default=False)
+    comment: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Report(Base):
+    """A generated regression report (weekly), with where its files were written."""
+
+    __tablename__ = "reports"
+    __table_args__ = (UniqueConstraint("kind", "period"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16), default="weekly")
+    period: Mapped[str] = mapped_column(String(16))
+    markdown: Mapped[str] = mapped_column(Text, default="")
+    location: Mapped[str | None] = mapped_column(String(1024))
+    summary: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

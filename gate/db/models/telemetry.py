@@ -1,0 +1,152 @@
+"""Telemetry tables: raw spans, requests, pairs, generations, scraped engine samples."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    Uuid,
+)
+from sqlalchemy.orm import Mapped, mapped_column
+
+from gate.db.base import Base, BigIntPK, JSONType, UTCDateTime, utcnow
+from gate.db.enums import Cohort, GenerationStatus, PairState
+from gate.db.models.control import str_enum
+
+
+class SpanRecord(Base):
+    """A raw OpenTelemetry span, idempotent on (trace id, span id)."""
+
+    __tablename__ = "spans"
+
+    trace_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    span_id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    parent_span_id: Mapped[str | None] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(256))
+    kind: Mapped[int] = mapped_column(Integer, default=0)
+    service: Mapped[str | None] = mapped_column(String(128))
+    start_time: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    end_time: Mapped[datetime] = mapped_column(UTCDateTime)
+    status_code: Mapped[int] = mapped_column(Integer, default=0)
+    status_message: Mapped[str | None] = mapped_column(Text)
+    attributes: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    resource: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    received_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class RequestRecord(Base):
+    """A sampled client request: bounded body and the evaluator inputs it declared."""
+
+    __tablename__ = "requests"
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    rollout_id: Mapped[int | None] = mapped_column(ForeignKey("rollouts.id", ondelete="CASCADE"))
+    endpoint: Mapped[str] = mapped_column(String(32), default="chat")
+    body: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    # Declared evaluator inputs: context, references, tests, tenant, schema.
+    inputs: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    segment: Mapped[str] = mapped_column(String(64), default="chat")
+    tenant: Mapped[str | None] = mapped_column(String(128))
+    inflight_baseline: Mapped[int] = mapped_column(Integer, default=0)
+    inflight_candidate: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
+
+
+class Pair(Base):
+    """One sampled request answered by two routes (or two baseline calls for control)."""
+
+    __tablename__ = "pairs"
+    __table_args__ = (
+        Index(None, "rollout_id", "stage", "created_at"),
+        Index(None, "state", "deadline"),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    rollout_id: Mapped[int] = mapped_column(ForeignKey("rollouts.id", ondelete="CASCADE"))
+    request_id: Mapped[uuid.UUID | None] = mapped_column(
+        ForeignKey("requests.id", ondelete="SET NULL"), unique=True
+    )
+    stage: Mapped[int] = mapped_column(Integer, default=0)
+    state: Mapped[PairState] = mapped_column(
+        str_enum(PairState, "pair_state"), default=PairState.OPEN
+    )
+    is_control: Mapped[bool] = mapped_column(Boolean, default=False)
+    segment: Mapped[str] = mapped_column(String(64), default="chat")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    deadline: Mapped[datetime] = mapped_column(UTCDateTime)
+    completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class Generation(Base):
+    """One route call, normalised from spans: what the gate and evaluators read."""
+
+    __tablename__ = "generations"
+    __table_args__ = (
+        UniqueConstraint("trace_id", "span_id"),
+        Index(None, "rollout_id", "cohort", "started_at"),
+        Index(None, "rollout_id", "segment", "started_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True)
+    rollout_id: Mapped[int | None] = mapped_column(ForeignKey("rollouts.id", ondelete="CASCADE"))
+    pair_id: Mapped[uuid.UUID | None] = mapped_column(
+        ForeignKey("pairs.id", ondelete="CASCADE"), index=True
+    )
+    request_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
+    cohort: Mapped[Cohort] = mapped_column(str_enum(Cohort, "cohort"))
+    route_id: Mapped[int | None] = mapped_column(ForeignKey("routes.id", ondelete="SET NULL"))
+    route_fingerprint: Mapped[str | None] = mapped_column(String(64))
+    segment: Mapped[str] = mapped_column(String(64), default="chat")
+    model: Mapped[str | None] = mapped_column(String(256))
+    temperature: Mapped[float | None] = mapped_column(Float)
+    top_p: Mapped[float | None] = mapped_column(Float)
+    max_tokens: Mapped[int | None] = mapped_column(Integer)
+    seed: Mapped[int | None] = mapped_column(Integer)
+    stream: Mapped[bool] = mapped_column(Boolean, default=False)
+    ttft_s: Mapped[float | None] = mapped_column(Float)
+    tpot_s: Mapped[float | None] = mapped_column(Float)
+    e2e_s: Mapped[float | None] = mapped_column(Float)
+    queue_s: Mapped[float | None] = mapped_column(Float)
+    input_tokens: Mapped[int | None] = mapped_column(Integer)
+    output_tokens: Mapped[int | None] = mapped_column(Integer)
+    finish_reason: Mapped[str | None] = mapped_column(String(32))
+    status: Mapped[GenerationStatus] = mapped_column(
+        str_enum(GenerationStatus, "generation_status")
+    )
+    error: Mapped[str | None] = mapped_column(Text)
+    spec_drafts: Mapped[int | None] = mapped_column(Integer)
+    spec_draft_tokens: Mapped[int | None] = mapped_column(Integer)
+    spec_accepted_tokens: Mapped[int | None] = mapped_column(Integer)
+    prompt: Mapped[str | None] = mapped_column(Text)
+    output: Mapped[str | None] = mapped_column(Text)
+    # Tool calls and other structured output, for the schema evaluator.
+    output_extra: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    trace_id: Mapped[str | None] = mapped_column(String(32))
+    span_id: Mapped[str | None] = mapped_column(String(16))
+    response_id: Mapped[str | None] = mapped_column(String(128), index=True)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    content_purged_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class EngineSample(Base):
+    """A scraped counter or gauge value of one route's engine at one time."""
+
+    __tablename__ = "engine_samples"
+    __table_args__ = (Index(None, "route_id", "metric", "scraped_at"),)
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True)
+    route_id: Mapped[int] = mapped_column(ForeignKey("routes.id", ondelete="CASCADE"))
+    metric: Mapped[str] = mapped_column(String(128))
+    labels: Mapped[dict[str, str]] = mapped_column(JSONType, default=dict)
+    value: Mapped[float] = mapped_column(Float)
+    scraped_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

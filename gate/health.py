@@ -1,0 +1,41 @@
+"""Reachability checks of the database and Redis, for readiness and `specgate status`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis
+from sqlalchemy import Engine
+
+from gate.db.engine import check_connection, mask_url
+from gate.errors import DatabaseUnavailable
+
+
+@dataclass(frozen=True)
+class ComponentHealth:
+    name: str
+    ok: bool
+    detail: str
+
+
+def database_health(engine: Engine) -> ComponentHealth:
+    """Check that the database answers a query."""
+    try:
+        check_connection(engine)
+    except DatabaseUnavailable as exc:
+        return ComponentHealth("database", False, exc.message)
+    return ComponentHealth("database", True, engine.url.render_as_string(hide_password=True))
+
+
+def redis_health(url: str | None, *, timeout_s: float = 1.0) -> ComponentHealth:
+    """Check that Redis answers PING; no URL means the embedded in-process mode."""
+    if not url:
+        return ComponentHealth("redis", True, "not configured (in-process mode)")
+    client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        return ComponentHealth("redis", False, f"cannot reach redis {mask_url(url)}: {exc}")
+    finally:
+        client.close()
+    return ComponentHealth("redis", True, mask_url(url))

@@ -1,0 +1,69 @@
+"""Process settings: one `Settings` per process, built by factories, never at import."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_HOME = Path(".specgate")
+
+
+class Settings(BaseSettings):
+    """Everything a specgate process is configured with (`SPECGATE_*` variables)."""
+
+    model_config = SettingsConfigDict(env_prefix="SPECGATE_", env_file=None, extra="ignore")
+
+    home: Path = Field(DEFAULT_HOME, description="Folder for the embedded store, spool, reports.")
+    database_url: str = Field(
+        "", description="SQLAlchemy URL; empty means a SQLite file under `home`."
+    )
+    redis_url: str | None = Field(
+        None, description="Redis URL; absent means in-process workers and no pub/sub."
+    )
+    otlp_endpoint: str | None = Field(
+        None, description="OTLP/HTTP traces endpoint; absent means the embedded in-process sink."
+    )
+    secret_key: SecretStr = Field(
+        SecretStr("specgate-dev-secret"), description="Server secret for API key HMACs."
+    )
+    log_level: str = "INFO"
+
+    # Content capture: prompts and outputs are kept only for sampled pairs and bounded.
+    capture_content: bool = True
+    capture_max_chars: int = Field(8192, ge=0)
+    request_body_max_bytes: int = Field(1_048_576, gt=0)
+
+    # Gateway limits.
+    gateway_workers: int = Field(1, ge=1)
+    upstream_timeout_s: float = Field(120.0, gt=0)
+    upstream_connect_timeout_s: float = Field(5.0, gt=0)
+    mirror_max_concurrency: int = Field(64, ge=1)
+    mirror_max_queue: int = Field(256, ge=0)
+    mirror_deadline_s: float = Field(120.0, gt=0)
+    control_rate: float = Field(0.05, ge=0.0, le=1.0)
+    state_poll_interval_s: float = Field(2.0, gt=0)
+    state_stale_after_s: float = Field(30.0, gt=0)
+    pair_deadline_s: float = Field(300.0, gt=0)
+
+    @field_validator("database_url")
+    @classmethod
+    def _strip(cls, value: str) -> str:
+        return value.strip()
+
+    def resolved_database_url(self) -> str:
+        """Return the database URL, defaulting to the embedded SQLite file."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.home / 'specgate.db').as_posix()}"
+
+    @property
+    def embedded(self) -> bool:
+        """Whether this process runs the embedded default (SQLite, in-process workers)."""
+        return self.resolved_database_url().startswith("sqlite")
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Build settings from the environment, with explicit overrides on top."""
+    return Settings(**overrides)  # type: ignore[arg-type]

@@ -1,0 +1,1 @@
+"""Alembic environment and hand-reviewed versions (Postgres and SQLite)."""
