@@ -1,0 +1,1 @@
+"""Telemetry the gateway emits: span names and attributes (the collectors' input contract)."""

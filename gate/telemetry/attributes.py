@@ -1,0 +1,82 @@
+"""Span names and attribute keys shared by the gateway (writer) and collectors (reader).
+
+Two kinds of span leave the gateway:
+
+* one ``specgate.pair`` span (kind INTERNAL) per sampled request: the pair and request
+  facts (ids, rollout, stage, segment, control flag, in-flight counts, deadline, the
+  bounded request body and declared evaluator inputs as JSON strings);
+* one span per route call (kind CLIENT) named ``"{operation} {model}"``, with the OTel
+  GenAI attributes and the ``specgate.*`` attributes below. Unsampled traffic gets route
+  spans without a pair id.
+
+Durations are seconds (floats). JSON-valued attributes are JSON strings, because OTel
+attribute values are scalars or homogeneous arrays.
+"""
+
+from __future__ import annotations
+
+PAIR_SPAN_NAME = "specgate.pair"
+
+# --- OpenTelemetry GenAI semantic conventions (current names) -------------------------
+GEN_AI_OPERATION_NAME = "gen_ai.operation.name"  # "chat" | "text_completion"
+GEN_AI_PROVIDER_NAME = "gen_ai.provider.name"
+GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
+GEN_AI_REQUEST_TEMPERATURE = "gen_ai.request.temperature"
+GEN_AI_REQUEST_TOP_P = "gen_ai.request.top_p"
+GEN_AI_REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
+GEN_AI_REQUEST_SEED = "gen_ai.request.seed"
+GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
+GEN_AI_RESPONSE_ID = "gen_ai.response.id"
+GEN_AI_RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"  # string array
+GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+
+# --- vLLM's own llm_request span (old GenAI names, as vLLM emits them) ------------------
+VLLM_SPAN_NAME = "llm_request"
+VLLM_TTFT = "gen_ai.latency.time_to_first_token"
+VLLM_E2E = "gen_ai.latency.e2e"
+VLLM_QUEUE = "gen_ai.latency.time_in_queue"
+VLLM_PREFILL = "gen_ai.latency.time_in_model_prefill"
+VLLM_DECODE = "gen_ai.latency.time_in_model_decode"
+VLLM_PROMPT_TOKENS = "gen_ai.usage.prompt_tokens"
+VLLM_COMPLETION_TOKENS = "gen_ai.usage.completion_tokens"
+VLLM_REQUEST_ID = "gen_ai.request.id"
+
+# --- specgate attributes on both span kinds -------------------------------------------
+ROLLOUT_ID = "specgate.rollout.id"  # int
+ROLLOUT_STAGE = "specgate.rollout.stage"  # int
+MODE = "specgate.mode"  # "shadow" | "canary" | "none"
+PAIR_ID = "specgate.pair.id"  # UUID string
+REQUEST_ID = "specgate.request.id"  # UUID string
+SEGMENT = "specgate.segment"
+TENANT = "specgate.tenant"
+
+# --- pair span only --------------------------------------------------------------------
+PAIR_IS_CONTROL = "specgate.pair.is_control"  # bool
+PAIR_DEADLINE_S = "specgate.pair.deadline_s"  # seconds after the pair span's start
+INFLIGHT_BASELINE = "specgate.inflight.baseline"  # int, at the pair's start
+INFLIGHT_CANDIDATE = "specgate.inflight.candidate"  # int
+REQUEST_ENDPOINT = "specgate.request.endpoint"  # "chat" | "completions"
+REQUEST_BODY = "specgate.request.body"  # JSON string, bounded, absent if not captured
+REQUEST_INPUTS = "specgate.request.inputs"  # JSON string: context, reference, tests, schema
+
+# --- route-call spans only -------------------------------------------------------------
+COHORT = "specgate.cohort"  # "baseline" | "candidate" | "control"
+ROUTE_ID = "specgate.route.id"  # int
+ROUTE_NAME = "specgate.route.name"
+ROUTE_FINGERPRINT = "specgate.route.fingerprint"  # hash of model + speculative config
+STATUS = "specgate.status"  # ok | error | timeout | fallback | dropped
+ERROR = "specgate.error"  # short error text
+STREAM = "specgate.stream"  # bool
+TTFT_S = "specgate.ttft_s"
+TPOT_S = "specgate.tpot_s"
+E2E_S = "specgate.e2e_s"
+QUEUE_S = "specgate.queue_s"  # from the engine's per-request metrics, when given
+ITL_MAX_S = "specgate.itl_max_s"  # largest gap between content chunks
+SPEC_DRAFTS = "specgate.spec.drafts"  # int: speculative steps
+SPEC_DRAFT_TOKENS = "specgate.spec.draft_tokens"  # int
+SPEC_ACCEPTED_TOKENS = "specgate.spec.accepted_tokens"  # int
+FALLBACK = "specgate.fallback"  # bool: canary call that fell back to the baseline
+PROMPT = "specgate.prompt"  # captured prompt text (sampled pairs only, bounded)
+OUTPUT = "specgate.output"  # captured output text (sampled pairs only, bounded)
+OUTPUT_EXTRA = "specgate.output.extra"  # JSON string: tool calls and other structure
