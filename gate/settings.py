@@ -46,6 +46,7 @@ class Settings(BaseSettings):
     state_poll_interval_s: float = Field(2.0, gt=0)
     state_stale_after_s: float = Field(30.0, gt=0)
     pair_deadline_s: float = Field(300.0, gt=0)
+    canary_first_byte_timeout_s: float = Field(10.0, gt=0)
 
     @field_validator("database_url")
     @classmethod

@@ -1,0 +1,227 @@
+"""The synthetic engine (`--model sim`): configurable latency, acceptance and failures.
+
+For load tests, benchmarks and fault tests only; it generates no language. Its output is
+a deterministic function of the request, so two calls with one body answer alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+Failure = Literal["none", "status500", "hang", "garbage", "broken_stream"]
+
+
+@dataclass
+class SimProfile:
+    """How the synthetic engine behaves."""
+
+    model: str = "sim"
+    ttft_s: float = 0.02
+    tokens: int = 32
+    token_interval_s: float = 0.0
+    # Speculative profile: k draft tokens per step, each accepted with this probability.
+    spec_tokens: int = 0
+    acceptance: float = 0.0
+    failure: Failure = "none"
+
+
+@dataclass
+class SimLog:
+    """What the engine saw, for tests: request bodies and abandoned streams."""
+
+    bodies: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
+    cancelled: int = 0
+
+
+def create_sim_app(profile: SimProfile, log: SimLog | None = None) -> Starlette:
+    """Build the synthetic engine's ASGI app."""
+    seen = log if log is not None else SimLog()
+
+    async def completion(request: Request) -> Response:
+        chat = request.url.path.endswith("/chat/completions")
+        try:
+            body = orjson.loads(await request.body())
+        except orjson.JSONDecodeError:
+            return _error(400, "invalid JSON")
+        if not isinstance(body, dict) or (chat and not body.get("messages")):
+            return _error(400, "'messages' is required")
+        seen.bodies.append(body)
+        seen.headers.append(dict(request.headers))
+        return await _answer(profile, seen, body, chat=chat)
+
+    async def models(_request: Request) -> Response:
+        data = [{"id": profile.model, "object": "model", "created": 0, "owned_by": "sim"}]
+        return Response(
+            orjson.dumps({"object": "list", "data": data}), media_type="application/json"
+        )
+
+    return Starlette(
+        routes=[
+            Route("/v1/chat/completions", completion, methods=["POST"]),
+            Route("/v1/completions", completion, methods=["POST"]),
+            Route("/v1/models", models),
+        ]
+    )
+
+
+async def _answer(
+    profile: SimProfile, log: SimLog, body: dict[str, Any], *, chat: bool
+) -> Response:
+    if profile.failure == "status500":
+        return _error(500, "simulated engine failure")
+    if profile.failure == "hang":
+        await asyncio.sleep(3600)
+    if profile.failure == "garbage":
+        return Response(b"<html>502 bad gateway</html>", media_type="application/json")
+    words = _words(body, _max_tokens(body, profile.tokens))
+    prompt = orjson.dumps([body.get("messages"), body.get("prompt"), body.get("seed")])
+    ident = "sim-" + hashlib.sha256(prompt).hexdigest()[:24]
+    if body.get("stream"):
+        return StreamingResponse(
+            _stream(profile, log, body, words, ident, chat=chat), media_type="text/event-stream"
+        )
+    await asyncio.sleep(profile.ttft_s + profile.token_interval_s * max(0, len(words) - 1))
+    return Response(
+        orjson.dumps(_whole(profile, body, words, ident, chat=chat)), media_type="application/json"
+    )
+
+
+def _words(body: dict[str, Any], count: int) -> list[str]:
+    source = orjson.dumps(body.get("messages") or body.get("prompt") or "")
+    seed = hashlib.sha256(source).digest()
+    vocabulary = ("alpha", "beta", "gamma", "delta", "tokens", "draft", "verify", "accept")
+    return [vocabulary[seed[i % len(seed)] % len(vocabulary)] + " " for i in range(count)]
+
+
+def _max_tokens(body: dict[str, Any], default: int) -> int:
+    limit = body.get("max_tokens") or body.get("max_completion_tokens")
+    return min(default, int(limit)) if isinstance(limit, int) and limit > 0 else default
+
+
+def _spec(profile: SimProfile, tokens: int) -> dict[str, Any] | None:
+    """vLLM's per-request speculative metrics shape, from the expected acceptance."""
+    if profile.spec_tokens <= 0:
+        return None
+    k, p = profile.spec_tokens, profile.acceptance
+    per_step = 1 + (p * (1 - p**k) / (1 - p) if p < 1 else k)
+    steps = max(1, math.ceil(tokens / per_step))
+    accepted = max(0, tokens - steps)
+    return {
+        "num_spec_steps": steps,
+        "num_draft_tokens": steps * k,
+        "num_accepted_draft_tokens": accepted,
+        "draft_acceptance_rate": accepted / (steps * k),
+        "mean_acceptance_length": 1 + accepted / steps,
+    }
+
+
+def _usage(body: dict[str, Any], words: list[str]) -> dict[str, int]:
+    prompt = len(orjson.dumps(body.get("messages") or body.get("prompt") or "")) // 4
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": len(words),
+        "total_tokens": prompt + len(words),
+    }
+
+
+def _whole(
+    profile: SimProfile, body: dict[str, Any], words: list[str], ident: str, *, chat: bool
+) -> dict[str, Any]:
+    text = "".join(words)
+    choice: dict[str, Any] = {"index": 0, "finish_reason": "length" if words else "stop"}
+    if chat:
+        choice["message"] = {"role": "assistant", "content": text}
+    else:
+        choice["text"] = text
+    answer: dict[str, Any] = {
+        "id": ident,
+        "object": "chat.completion" if chat else "text_completion",
+        "created": int(time.time()),
+        "model": profile.model,
+        "choices": [choice],
+        "usage": _usage(body, words),
+    }
+    spec = _spec(profile, len(words))
+    if spec:
+        answer["metrics"] = {"speculative_decoding": spec}
+    return answer
+
+
+async def _stream(
+    profile: SimProfile,
+    log: SimLog,
+    body: dict[str, Any],
+    words: list[str],
+    ident: str,
+    *,
+    chat: bool,
+) -> AsyncIterator[bytes]:
+    created = int(time.time())
+    kind = "chat.completion.chunk" if chat else "text_completion"
+    try:
+        await asyncio.sleep(profile.ttft_s)
+        for i, word in enumerate(words):
+            if i and profile.token_interval_s:
+                await asyncio.sleep(profile.token_interval_s)
+            if profile.failure == "broken_stream" and i == len(words) // 2:
+                yield b"data: {not json\n\n"
+                return
+            delta: dict[str, Any] = {
+                "index": 0,
+                "finish_reason": "length" if i == len(words) - 1 else None,
+            }
+            if chat:
+                delta["delta"] = {"content": word} if i else {"role": "assistant", "content": word}
+            else:
+                delta["text"] = word
+            chunk = {
+                "id": ident,
+                "object": kind,
+                "created": created,
+                "model": profile.model,
+                "choices": [delta],
+            }
+            yield b"data: " + orjson.dumps(chunk) + b"\n\n"
+        options = body.get("stream_options")
+        if isinstance(options, dict) and options.get("include_usage"):
+            final: dict[str, Any] = {
+                "id": ident,
+                "object": kind,
+                "created": created,
+                "model": profile.model,
+                "choices": [],
+                "usage": _usage(body, words),
+            }
+            spec = _spec(profile, len(words))
+            if spec:
+                final["metrics"] = {"speculative_decoding": spec}
+            yield b"data: " + orjson.dumps(final) + b"\n\n"
+        yield b"data: [DONE]\n\n"
+    except (asyncio.CancelledError, GeneratorExit):
+        log.cancelled += 1
+        raise
+
+
+def _error(status: int, message: str) -> Response:
+    body = {
+        "error": {
+            "message": message,
+            "type": "invalid_request_error" if status < 500 else "internal_error",
+            "param": None,
+            "code": None,
+        }
+    }
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")

@@ -1,0 +1,1 @@
+"""The OpenAI-compatible gateway: proxy, shadow mirror, canary with fallback, telemetry."""

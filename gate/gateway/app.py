@@ -1,0 +1,106 @@
+"""The gateway's FastAPI app: proxy endpoints, /v1/models, /metrics, /healthz."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
+from fastapi import FastAPI
+from opentelemetry.sdk.trace import TracerProvider
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from gate.errors import GateError
+from gate.gateway.errors import from_gate_error
+from gate.gateway.metrics import GatewayMetrics, exposition
+from gate.gateway.mirror import MirrorPool
+from gate.gateway.proxy import Gateway, handle
+from gate.gateway.spans import Redactor, SpanEmitter
+from gate.routing.sync import RoutingState
+from gate.settings import Settings
+
+
+def create_gateway_app(
+    settings: Settings,
+    *,
+    routing: RoutingState,
+    tracer_provider: TracerProvider,
+    metrics: GatewayMetrics | None = None,
+    redact: Redactor | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+    own_tracer_provider: bool = False,
+) -> FastAPI:
+    """Build the gateway app; its lifespan owns the HTTP client and the routing sync."""
+    gateway_metrics = metrics or GatewayMetrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        timeout = httpx.Timeout(
+            settings.upstream_timeout_s,
+            connect=settings.upstream_connect_timeout_s,
+            pool=settings.upstream_connect_timeout_s,
+        )
+        limits = httpx.Limits(max_connections=2048, max_keepalive_connections=512)
+        client = httpx.AsyncClient(timeout=timeout, limits=limits, transport=transport)
+        app.state.gateway = Gateway(
+            settings=settings,
+            routing=routing,
+            client=client,
+            mirror=MirrorPool(
+                max_concurrency=settings.mirror_max_concurrency,
+                max_queue=settings.mirror_max_queue,
+                deadline_s=settings.mirror_deadline_s,
+            ),
+            spans=SpanEmitter(
+                tracer_provider.get_tracer("specgate.gateway"),
+                max_chars=settings.capture_max_chars,
+                redact=redact,
+            ),
+            metrics=gateway_metrics,
+            inflight={},
+        )
+        await routing.start()
+        try:
+            yield
+        finally:
+            await app.state.gateway.mirror.close()
+            await routing.stop()
+            await client.aclose()
+            if own_tracer_provider:
+                tracer_provider.shutdown()
+
+    app = FastAPI(title="specgate gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
+
+    @app.exception_handler(GateError)
+    async def gate_error(_request: Request, exc: GateError) -> Response:
+        return from_gate_error(exc)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await handle(request.app.state.gateway, request, "chat")
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        return await handle(request.app.state.gateway, request, "completions")
+
+    @app.get("/v1/models")
+    async def models() -> JSONResponse:
+        aliases = sorted(routing.snapshot.by_alias)
+        data = [{"id": a, "object": "model", "created": 0, "owned_by": "specgate"} for a in aliases]
+        return JSONResponse({"object": "list", "data": data})
+
+    @app.get("/metrics")
+    async def metrics_endpoint() -> Response:
+        gateway_metrics.stale.set(1 if routing.is_stale() else 0)
+        for alias, rollout in routing.snapshot.by_alias.items():
+            killed = 1 if rollout.state.value == "killed" else 0
+            gateway_metrics.killed.labels(str(rollout.rollout_id), alias).set(killed)
+        body, content_type = exposition(gateway_metrics)
+        return Response(body, media_type=content_type)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, object]:
+        return {"status": "ok", "routing_stale": routing.is_stale()}
+
+    return app

@@ -1,0 +1,91 @@
+"""Prometheus metrics of the gateway (multiprocess-safe when PROMETHEUS_MULTIPROC_DIR is set)."""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+from gate.gateway.observe import CallResult
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48)
+TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.5)
+
+
+class GatewayMetrics:
+    """The gateway's metric families, registered on one registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "specgate_gateway_route_calls",
+            "Route calls by route, cohort and status.",
+            ["route", "cohort", "status"],
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "specgate_gateway_ttft_seconds",
+            "Time to first content chunk per route call.",
+            ["route", "cohort"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.tpot = Histogram(
+            "specgate_gateway_tpot_seconds",
+            "Time per output token after the first.",
+            ["route", "cohort"],
+            buckets=TPOT_BUCKETS,
+            registry=r,
+        )
+        self.mirror_inflight = Gauge(
+            "specgate_gateway_mirror_inflight",
+            "Mirror and control calls queued or running.",
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.mirror_dropped = Counter(
+            "specgate_gateway_mirror_dropped",
+            "Mirror calls dropped because the pool was full.",
+            ["rollout"],
+            registry=r,
+        )
+        self.killed = Gauge(
+            "specgate_gateway_rollout_killed",
+            "1 when a rollout is killed (baseline only).",
+            ["rollout", "alias"],
+            registry=r,
+            multiprocess_mode="max",
+        )
+        self.stale = Gauge(
+            "specgate_gateway_routing_stale",
+            "1 when routing state is stale (baseline only).",
+            registry=r,
+            multiprocess_mode="max",
+        )
+
+    def observe(self, route: str, cohort: str, result: CallResult, *, status: str) -> None:
+        """Count one finished route call."""
+        self.requests.labels(route, cohort, status).inc()
+        if result.ttft_s is not None:
+            self.ttft.labels(route, cohort).observe(result.ttft_s)
+        tpot = result.tpot_s
+        if tpot is not None:
+            self.tpot.labels(route, cohort).observe(tpot)
+
+
+def exposition(metrics: GatewayMetrics) -> tuple[bytes, str]:
+    """Render metrics; in multiprocess mode, aggregate every worker's files."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+    return generate_latest(metrics.registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,63 @@
+"""A bounded pool for mirror and control calls: they can never slow the primary."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+log = logging.getLogger(__name__)
+
+
+class MirrorPool:
+    """Runs background calls with bounded concurrency, a bounded queue and a deadline."""
+
+    def __init__(self, *, max_concurrency: int, max_queue: int, deadline_s: float) -> None:
+        self._semaphore = asyncio.Semaphore(max_concurrency)
+        self._capacity = max_concurrency + max_queue
+        self._deadline_s = deadline_s
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def pending(self) -> int:
+        """Calls queued or running."""
+        return len(self._tasks)
+
+    def submit(
+        self, call: Callable[[], Awaitable[None]], on_queue_timeout: Callable[[], None]
+    ) -> bool:
+        """Start `call` in the background; return False (and do nothing) when saturated."""
+        if len(self._tasks) >= self._capacity:
+            return False
+        task = asyncio.get_running_loop().create_task(self._run(call, on_queue_timeout))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return True
+
+    async def _run(
+        self, call: Callable[[], Awaitable[None]], on_queue_timeout: Callable[[], None]
+    ) -> None:
+        # A call past its deadline is cancelled and records its own timeout; one that
+        # never left the queue is reported through `on_queue_timeout`.
+        started = False
+
+        async def guarded() -> None:
+            nonlocal started
+            async with self._semaphore:
+                started = True
+                await call()
+
+        try:
+            async with asyncio.timeout(self._deadline_s):
+                await guarded()
+        except TimeoutError:
+            if not started:
+                on_queue_timeout()
+        except Exception:  # a mirror bug must never surface anywhere
+            log.exception("mirror_call_failed")
+
+    async def close(self) -> None:
+        """Cancel what is still running (shutdown)."""
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)

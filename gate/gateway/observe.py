@@ -1,0 +1,148 @@
+"""Timing and content of one route call, observed from its JSON response or SSE chunks."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from gate.db.enums import GenerationStatus
+
+
+@dataclass
+class CallResult:
+    """What one route call did: status, timings, usage, speculative counts, output."""
+
+    started_ns: int = field(default_factory=time.time_ns)
+    started: float = field(default_factory=time.perf_counter)
+    status: GenerationStatus = GenerationStatus.OK
+    http_status: int | None = None
+    error: str | None = None
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+    itl_max_s: float | None = None
+    queue_s: float | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    content_chunks: int = 0
+    finish_reason: str | None = None
+    response_id: str | None = None
+    response_model: str | None = None
+    drafts: int | None = None
+    draft_tokens: int | None = None
+    accepted_tokens: int | None = None
+    text: list[str] = field(default_factory=list)
+    tool_calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    _last_content: float | None = None
+
+    def fail(self, status: GenerationStatus, error: str) -> CallResult:
+        """Mark the call failed and stop its clock."""
+        self.status = status
+        self.error = error[:500]
+        self.finish()
+        return self
+
+    def finish(self) -> None:
+        """Stop the clock."""
+        if self.e2e_s is None:
+            self.e2e_s = time.perf_counter() - self.started
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Time per output token after the first: (e2e - TTFT) / (output tokens - 1)."""
+        tokens = self.output_tokens or self.content_chunks
+        if self.ttft_s is None or self.e2e_s is None or tokens < 2:
+            return None
+        return max(0.0, self.e2e_s - self.ttft_s) / (tokens - 1)
+
+    @property
+    def output_text(self) -> str:
+        """Return the captured text of the first choice."""
+        return "".join(self.text)
+
+    def on_chunk(self, chunk: dict[str, Any], *, capture: bool) -> None:
+        """Account for one streamed chunk."""
+        now = time.perf_counter()
+        for choice in chunk.get("choices") or ():
+            if _observe_choice(self, choice, capture=capture):
+                self._content_at(now)
+        self._common(chunk)
+
+    def on_response(self, response: dict[str, Any], *, capture: bool) -> None:
+        """Account for a whole (non-streamed) response."""
+        for choice in response.get("choices") or ():
+            message = choice.get("message") or {}
+            if choice.get("index", 0) == 0 and capture:
+                content = message.get("content") if message else choice.get("text")
+                if content:
+                    self.text.append(str(content))
+                for i, call in enumerate(message.get("tool_calls") or ()):
+                    self.tool_calls[i] = call
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+        self._common(response)
+
+    def _content_at(self, now: float) -> None:
+        self.content_chunks += 1
+        if self.ttft_s is None:
+            self.ttft_s = now - self.started
+        elif self._last_content is not None:
+            gap = now - self._last_content
+            self.itl_max_s = gap if self.itl_max_s is None else max(self.itl_max_s, gap)
+        self._last_content = now
+
+    def _common(self, body: dict[str, Any]) -> None:
+        self.response_id = self.response_id or body.get("id")
+        self.response_model = self.response_model or body.get("model")
+        usage = body.get("usage")
+        if isinstance(usage, dict):
+            self.input_tokens = usage.get("prompt_tokens", self.input_tokens)
+            self.output_tokens = usage.get("completion_tokens", self.output_tokens)
+        _engine_metrics(self, body)
+
+
+def _observe_choice(result: CallResult, choice: dict[str, Any], *, capture: bool) -> bool:
+    """Record one choice delta; return whether it carried content."""
+    if choice.get("finish_reason"):
+        result.finish_reason = choice["finish_reason"]
+    delta = choice.get("delta")
+    content = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+    calls = delta.get("tool_calls") if isinstance(delta, dict) else None
+    first_choice = choice.get("index", 0) == 0
+    if capture and first_choice:
+        if content:
+            result.text.append(str(content))
+        for call in calls or ():
+            _merge_tool_call(result.tool_calls, call)
+    return bool(content or calls)
+
+
+def _merge_tool_call(calls: dict[int, dict[str, Any]], delta: dict[str, Any]) -> None:
+    index = int(delta.get("index", 0))
+    call = calls.setdefault(index, {"id": None, "type": "function", "function": {}})
+    call["id"] = call["id"] or delta.get("id")
+    function = delta.get("function") or {}
+    if function.get("name"):
+        call["function"]["name"] = function["name"]
+    if function.get("arguments"):
+        call["function"]["arguments"] = (
+            call["function"].get("arguments", "") + function["arguments"]
+        )
+
+
+def _engine_metrics(result: CallResult, body: dict[str, Any]) -> None:
+    """Read per-request stats: vLLM `metrics` (per-request spec decode and timing metrics)
+    and llama.cpp `timings` (draft_n, draft_n_accepted)."""
+    metrics = body.get("metrics")
+    if isinstance(metrics, dict):
+        spec = metrics.get("speculative_decoding")
+        if isinstance(spec, dict):
+            result.drafts = spec.get("num_spec_steps", result.drafts)
+            result.draft_tokens = spec.get("num_draft_tokens", result.draft_tokens)
+            result.accepted_tokens = spec.get("num_accepted_draft_tokens", result.accepted_tokens)
+        if isinstance(metrics.get("queue_time_ms"), int | float):
+            result.queue_s = metrics["queue_time_ms"] / 1000.0
+    timings = body.get("timings")
+    if isinstance(timings, dict) and "draft_n" in timings:
+        result.draft_tokens = timings.get("draft_n")
+        result.accepted_tokens = timings.get("draft_n_accepted")

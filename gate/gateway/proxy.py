@@ -1,0 +1,375 @@
+"""The proxy hot path: route a request, mirror a sample, stream the answer, emit spans.
+
+Nothing here touches the database or blocks; mirror and control calls run in a bounded
+background pool and never delay or fail the primary response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+from opentelemetry.context import Context
+from opentelemetry.propagate import extract
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from gate.db.enums import Cohort, GenerationStatus
+from gate.errors import BadRequest, GateError, NotFound
+from gate.gateway import segments
+from gate.gateway.inputs import split_inputs
+from gate.gateway.metrics import GatewayMetrics
+from gate.gateway.mirror import MirrorPool
+from gate.gateway.observe import CallResult
+from gate.gateway.sampling import Assignment, assign, sticky_key
+from gate.gateway.spans import CallContext, SpanEmitter
+from gate.gateway.upstream import JsonReply, Stream, call_json, drain_call, encode, open_stream
+from gate.rollouts.states import Primary, RoutingPlan
+from gate.routing.snapshot import RolloutRouting, RouteTarget
+from gate.routing.sync import RoutingState
+from gate.settings import Settings
+
+
+class ClientGone(Exception):
+    """The client disconnected before its answer was ready."""
+
+
+@dataclass
+class Gateway:
+    """The gateway's long-lived parts, built once in the app's lifespan."""
+
+    settings: Settings
+    routing: RoutingState
+    client: httpx.AsyncClient
+    mirror: MirrorPool
+    spans: SpanEmitter
+    metrics: GatewayMetrics
+    inflight: dict[int, int]
+
+
+@dataclass
+class Call:
+    """One request on its way through the gateway."""
+
+    request: Request
+    endpoint: str
+    routing: RolloutRouting
+    plan: RoutingPlan
+    body: dict[str, Any]
+    payload: bytes
+    stream: bool
+    strip_usage: bool
+    ctx: CallContext
+    parent: Context | None
+    prompt: str | None
+
+
+async def handle(gw: Gateway, request: Request, endpoint: str) -> Response:
+    """Serve one proxied request."""
+    call, assignment, inputs = await _prepare(gw, request, endpoint)
+    if assignment.sampled:
+        inflight = (
+            gw.inflight.get(call.routing.baseline.id, 0),
+            gw.inflight.get(call.routing.candidate.id, 0),
+        )
+        call.parent = gw.spans.pair_span(
+            call.ctx,
+            body=call.body,
+            inputs=inputs,
+            is_control=assignment.control,
+            inflight=inflight,
+            deadline_s=gw.settings.pair_deadline_s,
+            parent=call.parent,
+        )
+        _schedule_mirrors(gw, call, assignment)
+    route, cohort = _primary(call, assignment)
+    canary = cohort is Cohort.CANDIDATE and call.plan.primary is Primary.SPLIT
+    if call.stream:
+        return await _serve_stream(gw, call, route, cohort, canary=canary)
+    return await _serve_json(gw, call, route, cohort, canary=canary)
+
+
+async def _prepare(
+    gw: Gateway, request: Request, endpoint: str
+) -> tuple[Call, Assignment, dict[str, Any]]:
+    raw = await _read_body(request, gw.settings.request_body_max_bytes)
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise BadRequest("request body must be a JSON object")
+    declared = split_inputs(body, request.headers)
+    upstream = declared.upstream_body
+    model = upstream.get("model")
+    if not isinstance(model, str) or not model:
+        raise BadRequest("'model' is required")
+    routing = gw.routing.lookup(model)
+    if routing is None:
+        raise NotFound(f"the model '{model}' does not exist on this gateway")
+    plan = gw.routing.plan(routing)
+    segment = _segment(request, upstream, declared.inputs)
+    assignment = assign(
+        rollout_id=routing.rollout_id,
+        plan=plan,
+        fraction=routing.fraction,
+        key=sticky_key(raw, upstream, request.headers),
+        control_rate=gw.settings.control_rate,
+    )
+    stream = bool(upstream.get("stream"))
+    options = upstream.get("stream_options")
+    wants_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+    if stream and not wants_usage:
+        upstream = {**upstream, "stream_options": {**(options or {}), "include_usage": True}}
+    capture = assignment.sampled and gw.settings.capture_content
+    ctx = CallContext(
+        routing=routing,
+        endpoint=endpoint,
+        segment=segment,
+        pair_id=str(uuid.uuid4()) if assignment.sampled else None,
+        request_id=str(uuid.uuid4()),
+        mode=routing.mode.value,
+        capture=capture,
+        tenant=_tenant(declared.inputs),
+    )
+    call = Call(
+        request=request,
+        endpoint=endpoint,
+        routing=routing,
+        plan=plan,
+        body=upstream,
+        payload=encode(upstream),
+        stream=stream,
+        strip_usage=stream and not wants_usage,
+        ctx=ctx,
+        parent=extract(request.headers),
+        prompt=segments.prompt_text(upstream) if capture else None,
+    )
+    return call, assignment, declared.inputs
+
+
+def _primary(call: Call, assignment: Assignment) -> tuple[RouteTarget, Cohort]:
+    if call.plan.primary is Primary.CANDIDATE or assignment.canary:
+        return call.routing.candidate, Cohort.CANDIDATE
+    return call.routing.baseline, Cohort.BASELINE
+
+
+def _schedule_mirrors(gw: Gateway, call: Call, assignment: Assignment) -> None:
+    if assignment.control:
+        _mirror(gw, call, call.routing.baseline, Cohort.CONTROL)
+    elif call.plan.mirror:
+        _mirror(gw, call, call.routing.candidate, Cohort.CANDIDATE)
+
+
+def _mirror(gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort) -> None:
+    async def run() -> None:
+        span, headers = gw.spans.start_call(call.ctx, route, cohort, call.body, parent=call.parent)
+        result = CallResult()
+        gw.inflight[route.id] = gw.inflight.get(route.id, 0) + 1
+        try:
+            result = await drain_call(
+                gw.client,
+                route,
+                call.endpoint,
+                call.payload,
+                _headers(headers),
+                stream=call.stream,
+                capture=call.prompt is not None,
+            )
+        except asyncio.CancelledError:
+            result.fail(GenerationStatus.TIMEOUT, "mirror deadline passed")
+            raise
+        finally:
+            gw.inflight[route.id] -= 1
+            gw.metrics.mirror_inflight.dec()
+            gw.spans.end_call(span, result, prompt=call.prompt)
+            gw.metrics.observe(route.name, cohort.value, result, status=result.status.value)
+
+    def dropped(reason: str) -> None:
+        gw.spans.dropped(call.ctx, route, cohort, call.body, parent=call.parent, reason=reason)
+        gw.metrics.mirror_dropped.labels(str(call.routing.rollout_id)).inc()
+
+    def queue_timeout() -> None:
+        gw.metrics.mirror_inflight.dec()
+        dropped("mirror waited past its deadline in the queue")
+
+    if gw.mirror.submit(run, queue_timeout):
+        gw.metrics.mirror_inflight.inc()
+    else:
+        dropped("mirror pool saturated")
+
+
+async def _serve_json(
+    gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort, *, canary: bool
+) -> Response:
+    span, headers = gw.spans.start_call(call.ctx, route, cohort, call.body, parent=call.parent)
+    gw.inflight[route.id] = gw.inflight.get(route.id, 0) + 1
+    result = CallResult()
+    try:
+        reply, result = await _unless_disconnected(
+            call.request,
+            call_json(
+                gw.client,
+                route,
+                call.endpoint,
+                call.payload,
+                _headers(headers),
+                capture=call.prompt is not None,
+            ),
+        )
+    except ClientGone:
+        result.fail(GenerationStatus.ERROR, "client disconnected")
+        reply = None
+    finally:
+        gw.inflight[route.id] -= 1
+    fallback = canary and _failed_before_answer(reply, result)
+    _finish(gw, span, route, cohort, result, call.prompt, fallback=fallback)
+    if fallback:
+        return await _serve_json(gw, call, call.routing.baseline, Cohort.BASELINE, canary=False)
+    return _reply_or_error(reply, result)
+
+
+async def _serve_stream(
+    gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort, *, canary: bool
+) -> Response:
+    span, headers = gw.spans.start_call(call.ctx, route, cohort, call.body, parent=call.parent)
+    gw.inflight[route.id] = gw.inflight.get(route.id, 0) + 1
+    opened, result = await open_stream(
+        gw.client,
+        route,
+        call.endpoint,
+        call.payload,
+        _headers(headers),
+        capture=call.prompt is not None,
+    )
+    events: AsyncIterator[bytes] | None = None
+    first: list[bytes] = []
+    if isinstance(opened, Stream):
+        events = opened.events(strip_usage=call.strip_usage)
+        if canary:
+            first = await _first_event(gw, events, result)
+    failed = not isinstance(opened, Stream) or (canary and not first)
+    if failed:
+        gw.inflight[route.id] -= 1
+        # A candidate 4xx is the client's own error: pass it through like the baseline's.
+        client_error = isinstance(opened, JsonReply) and opened.status_code < 500
+        fallback = canary and not client_error
+        _finish(gw, span, route, cohort, result, call.prompt, fallback=fallback)
+        if fallback:
+            return await _serve_stream(
+                gw, call, call.routing.baseline, Cohort.BASELINE, canary=False
+            )
+        return _reply_or_error(opened if isinstance(opened, JsonReply) else None, result)
+    assert events is not None
+
+    async def forward() -> AsyncIterator[bytes]:
+        try:
+            for event in first:
+                yield event
+            async for event in events:
+                yield event
+        except BaseException:
+            result.fail(GenerationStatus.ERROR, "client disconnected")
+            raise
+        finally:
+            gw.inflight[route.id] -= 1
+            _finish(gw, span, route, cohort, result, call.prompt, fallback=False)
+
+    return StreamingResponse(forward(), media_type="text/event-stream")
+
+
+async def _first_event(
+    gw: Gateway, events: AsyncIterator[bytes], result: CallResult
+) -> list[bytes]:
+    """Wait for the candidate's first event within the canary's first-byte timeout."""
+    try:
+        async with asyncio.timeout(gw.settings.canary_first_byte_timeout_s):
+            return [await anext(events)]
+    except (TimeoutError, StopAsyncIteration):
+        await events.aclose()  # type: ignore[attr-defined]
+        result.fail(GenerationStatus.TIMEOUT, "no first byte within the canary timeout")
+        return []
+
+
+def _failed_before_answer(reply: JsonReply | None, result: CallResult) -> bool:
+    if reply is None:
+        return True
+    return reply.status_code >= 500 or (
+        reply.status_code == 200 and result.status is not GenerationStatus.OK
+    )
+
+
+def _finish(
+    gw: Gateway,
+    span: Any,
+    route: RouteTarget,
+    cohort: Cohort,
+    result: CallResult,
+    prompt: str | None,
+    *,
+    fallback: bool,
+) -> None:
+    gw.spans.end_call(span, result, prompt=prompt, fallback=fallback)
+    status = GenerationStatus.FALLBACK if fallback else result.status
+    gw.metrics.observe(route.name, cohort.value, result, status=status.value)
+
+
+def _reply_or_error(reply: JsonReply | None, result: CallResult) -> Response:
+    if reply is not None:
+        return Response(reply.content, status_code=reply.status_code, media_type=reply.content_type)
+    if result.status is GenerationStatus.TIMEOUT:
+        raise GateError(f"the upstream route timed out: {result.error}", status_code=504)
+    raise GateError(f"the upstream route is unreachable: {result.error}", status_code=502)
+
+
+async def _unless_disconnected(request: Request, work: Any) -> Any:
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(_disconnected(request))
+    done, _ = await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    if task in done:
+        watch.cancel()
+        return task.result()
+    task.cancel()
+    raise ClientGone
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise GateError(f"request body exceeds {limit} bytes", status_code=413)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise GateError(f"request body exceeds {limit} bytes", status_code=413)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _segment(request: Request, body: dict[str, Any], inputs: dict[str, Any]) -> str:
+    override = request.headers.get(segments.SEGMENT_HEADER) or inputs.get("segment")
+    if override:
+        if not isinstance(override, str) or not segments.valid_override(override):
+            raise BadRequest("segment must match [a-z0-9_.:-]{1,64}")
+        return override
+    return segments.classify(body, inputs)
+
+
+def _tenant(inputs: dict[str, Any]) -> str | None:
+    tenant = inputs.get("tenant")
+    return str(tenant)[:128] if tenant else None
+
+
+def _headers(trace_headers: dict[str, str]) -> dict[str, str]:
+    return {"content-type": "application/json", **trace_headers}

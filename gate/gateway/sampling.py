@@ -1,0 +1,59 @@
+"""Deterministic, sticky assignment of requests to pairs, control slice and canary cohort."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gate.rollouts.states import Primary, RoutingPlan
+
+STICKY_HEADER = "x-specgate-sticky-key"
+_SCALE = float(2**64)
+
+
+def unit_hash(rollout_id: int, key: bytes, salt: bytes = b"") -> float:
+    """Map (rollout, key) to [0, 1) reproducibly across processes and restarts."""
+    digest = hashlib.blake2b(key, digest_size=8, key=f"{rollout_id}".encode() + salt).digest()
+    return int.from_bytes(digest, "big") / _SCALE
+
+
+def sticky_key(raw_body: bytes, body: Mapping[str, Any], headers: Mapping[str, str]) -> bytes:
+    """Return what identifies 'the same request': a sticky header, the `user` field, or the body."""
+    header = headers.get(STICKY_HEADER)
+    if header:
+        return header.encode()
+    user = body.get("user")
+    if isinstance(user, str) and user:
+        return user.encode()
+    return raw_body
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """What one request gets: a pair (sampled), a control pair, or the canary route."""
+
+    sampled: bool = False
+    control: bool = False
+    canary: bool = False
+
+
+NOT_SAMPLED = Assignment()
+
+
+def assign(
+    *, rollout_id: int, plan: RoutingPlan, fraction: float, key: bytes, control_rate: float
+) -> Assignment:
+    """Assign a request. In canary mode, [0, f) is served by the candidate and [f, 2f)
+    is the baseline comparison cohort of the same size; in shadow mode, [0, f) is mirrored.
+    """
+    if not plan.candidate_traffic or fraction <= 0.0:
+        return NOT_SAMPLED
+    u = unit_hash(rollout_id, key)
+    split = plan.primary is Primary.SPLIT
+    window = min(1.0, 2 * fraction) if split else fraction
+    if u >= window:
+        return NOT_SAMPLED
+    control = plan.control_slice and unit_hash(rollout_id, key, b"control") < control_rate
+    return Assignment(sampled=True, control=control, canary=split and u < fraction)

@@ -1,0 +1,184 @@
+"""One OTel span per route call (GenAI conventions + specgate.*), and one per pair."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.propagate import inject
+from opentelemetry.trace import Span, SpanKind, Tracer
+
+from gate.db.enums import Cohort, GenerationStatus
+from gate.gateway.observe import CallResult
+from gate.routing.snapshot import RolloutRouting, RouteTarget
+from gate.telemetry import attributes as A
+
+Redactor = Callable[[str], str]
+OPERATIONS = {"chat": "chat", "completions": "text_completion"}
+_REQUEST_ATTRIBUTES = (
+    ("temperature", A.GEN_AI_REQUEST_TEMPERATURE, float),
+    ("top_p", A.GEN_AI_REQUEST_TOP_P, float),
+    ("max_tokens", A.GEN_AI_REQUEST_MAX_TOKENS, int),
+    ("seed", A.GEN_AI_REQUEST_SEED, int),
+)
+
+
+@dataclass(frozen=True)
+class CallContext:
+    """Who a route call belongs to: rollout, pair, cohort and segment."""
+
+    routing: RolloutRouting | None
+    endpoint: str
+    segment: str
+    pair_id: str | None
+    request_id: str
+    mode: str
+    capture: bool
+    tenant: str | None = None
+
+
+class SpanEmitter:
+    """Build and end the gateway's spans."""
+
+    def __init__(self, tracer: Tracer, *, max_chars: int, redact: Redactor | None) -> None:
+        self._tracer = tracer
+        self._max_chars = max_chars
+        self._redact = redact or (lambda text: text)
+
+    def pair_span(
+        self,
+        ctx: CallContext,
+        *,
+        body: Mapping[str, Any],
+        inputs: Mapping[str, Any],
+        is_control: bool,
+        inflight: tuple[int, int],
+        deadline_s: float,
+        parent: Context | None,
+    ) -> Context:
+        """Emit the pair's facts and return the context its route calls are children of."""
+        routing = ctx.routing
+        assert routing is not None and ctx.pair_id is not None
+        attributes: dict[str, Any] = {
+            **_ids(ctx),
+            A.PAIR_IS_CONTROL: is_control,
+            A.PAIR_DEADLINE_S: deadline_s,
+            A.INFLIGHT_BASELINE: inflight[0],
+            A.INFLIGHT_CANDIDATE: inflight[1],
+            A.REQUEST_ENDPOINT: ctx.endpoint,
+            A.REQUEST_INPUTS: orjson.dumps(inputs).decode(),
+        }
+        if ctx.capture:
+            attributes[A.REQUEST_BODY] = self._bounded(orjson.dumps(body).decode())
+        span = self._tracer.start_span(A.PAIR_SPAN_NAME, context=parent, attributes=attributes)
+        span.end()
+        return trace.set_span_in_context(span, parent)
+
+    def start_call(
+        self,
+        ctx: CallContext,
+        route: RouteTarget,
+        cohort: Cohort,
+        body: Mapping[str, Any],
+        *,
+        parent: Context | None,
+    ) -> tuple[Span, dict[str, str]]:
+        """Start a route-call span; return it and the trace headers for the upstream."""
+        operation = OPERATIONS[ctx.endpoint]
+        attributes: dict[str, Any] = {
+            A.GEN_AI_OPERATION_NAME: operation,
+            A.GEN_AI_PROVIDER_NAME: route.provider,
+            A.GEN_AI_REQUEST_MODEL: route.model,
+            A.COHORT: cohort.value,
+            A.ROUTE_ID: route.id,
+            A.ROUTE_NAME: route.name,
+            A.ROUTE_FINGERPRINT: route.fingerprint,
+            A.STREAM: bool(body.get("stream")),
+            **_ids(ctx),
+        }
+        for field_name, key, kind in _REQUEST_ATTRIBUTES:
+            value = body.get(field_name)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                attributes[key] = kind(value)
+        span = self._tracer.start_span(
+            f"{operation} {route.model}",
+            kind=SpanKind.CLIENT,
+            context=parent,
+            attributes=attributes,
+        )
+        headers: dict[str, str] = {}
+        inject(headers, context=trace.set_span_in_context(span))
+        return span, headers
+
+    def end_call(
+        self, span: Span, result: CallResult, *, prompt: str | None, fallback: bool = False
+    ) -> None:
+        """Record a finished call's outcome on its span and end it."""
+        span.set_attributes(_outcome(result, fallback=fallback))
+        if prompt is not None:
+            span.set_attribute(A.PROMPT, self._bounded(prompt))
+            span.set_attribute(A.OUTPUT, self._bounded(result.output_text))
+            if result.tool_calls:
+                calls = [result.tool_calls[i] for i in sorted(result.tool_calls)]
+                span.set_attribute(A.OUTPUT_EXTRA, orjson.dumps({"tool_calls": calls}).decode())
+        if result.status is not GenerationStatus.OK:
+            span.set_status(trace.Status(trace.StatusCode.ERROR, result.error or result.status))
+        span.end()
+
+    def dropped(
+        self,
+        ctx: CallContext,
+        route: RouteTarget,
+        cohort: Cohort,
+        body: Mapping[str, Any],
+        *,
+        parent: Context | None,
+        reason: str,
+    ) -> None:
+        """Record a mirror call that was never made (saturated), so the gate sees it."""
+        span, _ = self.start_call(ctx, route, cohort, body, parent=parent)
+        result = CallResult().fail(GenerationStatus.DROPPED, reason)
+        self.end_call(span, result, prompt=None)
+
+    def _bounded(self, text: str) -> str:
+        return self._redact(text)[: self._max_chars]
+
+
+def _ids(ctx: CallContext) -> dict[str, Any]:
+    ids: dict[str, Any] = {A.REQUEST_ID: ctx.request_id, A.SEGMENT: ctx.segment, A.MODE: ctx.mode}
+    if ctx.routing is not None:
+        ids[A.ROLLOUT_ID] = ctx.routing.rollout_id
+        ids[A.ROLLOUT_STAGE] = ctx.routing.stage
+    if ctx.pair_id is not None:
+        ids[A.PAIR_ID] = ctx.pair_id
+    if ctx.tenant:
+        ids[A.TENANT] = ctx.tenant
+    return ids
+
+
+def _outcome(result: CallResult, *, fallback: bool) -> dict[str, Any]:
+    status = GenerationStatus.FALLBACK if fallback else result.status
+    values: dict[str, Any] = {A.STATUS: status.value, A.FALLBACK: fallback}
+    optional = {
+        A.TTFT_S: result.ttft_s,
+        A.TPOT_S: result.tpot_s,
+        A.E2E_S: result.e2e_s,
+        A.QUEUE_S: result.queue_s,
+        A.ITL_MAX_S: result.itl_max_s,
+        A.GEN_AI_USAGE_INPUT_TOKENS: result.input_tokens,
+        A.GEN_AI_USAGE_OUTPUT_TOKENS: result.output_tokens,
+        A.GEN_AI_RESPONSE_ID: result.response_id,
+        A.GEN_AI_RESPONSE_MODEL: result.response_model,
+        A.SPEC_DRAFTS: result.drafts,
+        A.SPEC_DRAFT_TOKENS: result.draft_tokens,
+        A.SPEC_ACCEPTED_TOKENS: result.accepted_tokens,
+        A.ERROR: result.error,
+    }
+    values.update({key: value for key, value in optional.items() if value is not None})
+    if result.finish_reason:
+        values[A.GEN_AI_RESPONSE_FINISH_REASONS] = [result.finish_reason]
+    return values

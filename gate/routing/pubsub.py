@@ -1,0 +1,108 @@
+"""Change notifications for routing state: Redis pub/sub, or in-process for the embedded mode."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass
+from typing import Protocol
+
+import redis
+import redis.asyncio as aioredis
+
+CHANNEL = "specgate:routing"
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RoutingChange:
+    """A rollout moved to `state` at `version`; rollout_id None means reload everything."""
+
+    rollout_id: int | None
+    state: str | None = None
+    version: int = 0
+
+    def encode(self) -> str:
+        """Return the wire form."""
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def decode(cls, raw: str | bytes) -> RoutingChange:
+        """Parse the wire form; unknown or bad payloads mean 'reload everything'."""
+        try:
+            data = json.loads(raw)
+            return cls(data.get("rollout_id"), data.get("state"), int(data.get("version", 0)))
+        except (ValueError, TypeError, AttributeError):
+            return cls(None)
+
+
+class Publisher(Protocol):
+    def publish(self, change: RoutingChange) -> None: ...
+
+
+class Subscriber(Protocol):
+    def changes(self) -> AsyncIterator[RoutingChange]: ...
+
+
+class RedisPublisher:
+    """Publish changes on Redis; a Redis outage is logged, never raised (gateways poll)."""
+
+    def __init__(self, url: str) -> None:
+        self._client = redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
+
+    def publish(self, change: RoutingChange) -> None:
+        """Send one change to every subscribed gateway."""
+        try:
+            self._client.publish(CHANNEL, change.encode())
+        except redis.RedisError as exc:
+            log.warning("routing_publish_failed error=%s", exc)
+
+
+class RedisSubscriber:
+    """Yield changes from Redis, reconnecting after outages."""
+
+    def __init__(self, url: str, *, retry_s: float = 1.0) -> None:
+        self._url = url
+        self._retry_s = retry_s
+
+    async def changes(self) -> AsyncIterator[RoutingChange]:
+        """Yield changes forever; after a reconnect yield a full reload first."""
+        while True:
+            client = aioredis.Redis.from_url(self._url, socket_connect_timeout=1)
+            try:
+                async with client.pubsub() as pubsub:
+                    await pubsub.subscribe(CHANNEL)
+                    yield RoutingChange(None)
+                    async for message in pubsub.listen():
+                        if message.get("type") == "message":
+                            yield RoutingChange.decode(message["data"])
+            except (redis.RedisError, OSError) as exc:
+                log.warning("routing_subscribe_failed error=%s", exc)
+            finally:
+                await client.aclose()
+            await asyncio.sleep(self._retry_s)
+
+
+class LocalBus:
+    """In-process publisher and subscriber, for the embedded default and tests."""
+
+    def __init__(self) -> None:
+        self._queues: list[tuple[asyncio.AbstractEventLoop, asyncio.Queue[RoutingChange]]] = []
+
+    def publish(self, change: RoutingChange) -> None:
+        """Deliver a change to every subscriber, from any thread."""
+        for loop, queue in list(self._queues):
+            loop.call_soon_threadsafe(queue.put_nowait, change)
+
+    async def changes(self) -> AsyncIterator[RoutingChange]:
+        """Yield changes published after subscribing."""
+        queue: asyncio.Queue[RoutingChange] = asyncio.Queue()
+        entry = (asyncio.get_running_loop(), queue)
+        self._queues.append(entry)
+        try:
+            while True:
+                yield await queue.get()
+        finally:
+            self._queues.remove(entry)

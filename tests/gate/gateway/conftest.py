@@ -1,0 +1,141 @@
+"""A gateway wired to real routes (synthetic engines on 127.0.0.1) and a migrated store."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import openai
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from sqlalchemy.orm import sessionmaker
+
+from gate.db.engine import make_engine
+from gate.db.enums import RolloutMode, RouteRole
+from gate.engines.sim import SimLog, SimProfile, create_sim_app
+from gate.gateway.app import create_gateway_app
+from gate.rollouts import service
+from gate.rollouts.schemas import RolloutIn, RouteIn
+from gate.rollouts.states import Action
+from gate.routing.pubsub import LocalBus
+from gate.routing.sync import RoutingState, db_loader
+from gate.settings import Settings
+from gate.telemetry import attributes as A
+from tests.servers import closed_port, serving
+
+ALIAS = "smol"
+
+
+@dataclass
+class Stack:
+    url: str
+    baseline_url: str
+    baseline_log: SimLog
+    candidate_log: SimLog
+    exporter: InMemorySpanExporter
+    factory: sessionmaker
+    bus: LocalBus
+    routing: RoutingState
+    rollout_id: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def client(self, **kw) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.url + "/v1", api_key="unused", max_retries=0, **kw)
+
+    def direct(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.baseline_url + "/v1", api_key="unused", max_retries=0)
+
+    def spans(self, cohort: str | None = None) -> list:
+        found = [s for s in self.exporter.get_finished_spans() if A.COHORT in (s.attributes or {})]
+        return [s for s in found if cohort is None or s.attributes[A.COHORT] == cohort]
+
+    def pair_spans(self) -> list:
+        return [s for s in self.exporter.get_finished_spans() if s.name == A.PAIR_SPAN_NAME]
+
+
+@contextmanager
+def gateway_stack(
+    tmp_path,
+    *,
+    baseline: SimProfile | None = None,
+    candidate: SimProfile | None = None,
+    candidate_down: bool = False,
+    mode: RolloutMode = RolloutMode.SHADOW,
+    sample_rate: float = 1.0,
+    start: bool = True,
+    **settings_overrides: Any,
+) -> Iterator[Stack]:
+    defaults: dict[str, Any] = {
+        "control_rate": 0.0,
+        "state_poll_interval_s": 0.2,
+        "mirror_deadline_s": 2.0,
+        "upstream_timeout_s": 10.0,
+    }
+    settings = Settings(
+        home=tmp_path,
+        database_url=f"sqlite:///{tmp_path}/gw.db",
+        **{**defaults, **settings_overrides},
+    )
+    from gate.db import migrate
+
+    migrate.upgrade(settings.resolved_database_url())
+    engine = make_engine(settings.resolved_database_url())
+    factory = sessionmaker(engine, expire_on_commit=False)
+    base_log, cand_log = SimLog(), SimLog()
+    with ExitStack() as stack:
+        base_url = stack.enter_context(serving(create_sim_app(baseline or SimProfile(), base_log)))
+        if candidate_down:
+            cand_url = f"http://127.0.0.1:{closed_port()}"
+        else:
+            profile = candidate or SimProfile(spec_tokens=4, acceptance=0.7)
+            cand_url = stack.enter_context(serving(create_sim_app(profile, cand_log)))
+        with factory() as session, session.begin():
+            for name, url, role in (
+                ("base", base_url, RouteRole.BASELINE),
+                ("spec", cand_url, RouteRole.CANDIDATE),
+            ):
+                service.create_route(
+                    session,
+                    spec=RouteIn(name=name, base_url=url + "/v1", model="sim", role=role),
+                    actor="test",
+                )
+            rollout = service.create_rollout(
+                session,
+                spec=RolloutIn(
+                    name="r1",
+                    alias=ALIAS,
+                    baseline_route="base",
+                    candidate_route="spec",
+                    mode=mode,
+                    sample_rate=sample_rate,
+                ),
+                actor="test",
+            )
+            if start:
+                service.transition(
+                    session, rollout_id=rollout.id, action=Action.START, actor="test", reason="test"
+                )
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        bus = LocalBus()
+        routing = RoutingState(
+            db_loader(factory),
+            poll_interval_s=settings.state_poll_interval_s,
+            stale_after_s=settings.state_stale_after_s,
+            subscriber=bus,
+        )
+        app = create_gateway_app(settings, routing=routing, tracer_provider=provider)
+        url = stack.enter_context(serving(app))
+        yield Stack(url, base_url, base_log, cand_log, exporter, factory, bus, routing, rollout.id)
+    engine.dispose()
+
+
+@pytest.fixture
+def stack(tmp_path) -> Iterator[Stack]:
+    with gateway_stack(tmp_path) as running:
+        yield running

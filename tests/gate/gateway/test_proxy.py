@@ -1,0 +1,259 @@
+"""The gateway over real HTTP on 127.0.0.1, called with the openai client."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import pytest
+
+from gate.db.enums import RolloutMode
+from gate.engines.sim import SimProfile
+from gate.rollouts.states import Action
+from gate.routing import service as routing_service
+from gate.telemetry import attributes as A
+from tests.gate.gateway.conftest import ALIAS, gateway_stack
+
+MESSAGES = [{"role": "user", "content": "Proofread: the cat sat on teh mat."}]
+
+
+def wait_until(predicate, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+def strip_volatile(completion) -> dict:
+    data = completion.model_dump()
+    data.pop("created", None)
+    return data
+
+
+def test_non_streaming_answer_equals_the_route_called_directly(stack):
+    through = stack.client().chat.completions.create(model=ALIAS, messages=MESSAGES, seed=7)
+    direct = stack.direct().chat.completions.create(model=ALIAS, messages=MESSAGES, seed=7)
+    assert strip_volatile(through) == strip_volatile(direct)
+    assert through.choices[0].message.content
+
+
+def test_streaming_answer_equals_the_route_called_directly(stack):
+    def collect(client):
+        chunks = list(client.chat.completions.create(model=ALIAS, messages=MESSAGES, stream=True))
+        return [strip_volatile(c) for c in chunks]
+
+    through, direct = collect(stack.client()), collect(stack.direct())
+    assert through == direct and len(through) == 32
+    assert all(chunk["choices"] for chunk in through), (
+        "usage chunk leaked to a client that did not ask"
+    )
+
+
+def test_client_that_asks_for_usage_gets_it(stack):
+    chunks = list(
+        stack.client().chat.completions.create(
+            model=ALIAS, messages=MESSAGES, stream=True, stream_options={"include_usage": True}
+        )
+    )
+    assert chunks[-1].usage.completion_tokens == 32 and chunks[-1].choices == []
+
+
+def test_shadow_mirrors_the_identical_body_and_records_a_pair(stack):
+    stack.client().chat.completions.create(
+        model=ALIAS,
+        messages=MESSAGES,
+        temperature=0,
+        max_tokens=16,
+        extra_body={"specgate": {"reference": "The cat sat on the mat.", "tenant": "acme"}},
+    )
+    assert wait_until(lambda: len(stack.spans("candidate")) == 1)
+    assert stack.baseline_log.bodies == stack.candidate_log.bodies
+    assert "specgate" not in stack.baseline_log.bodies[0]
+    (pair,) = stack.pair_spans()
+    (base,), (cand,) = stack.spans("baseline"), stack.spans("candidate")
+    pair_id = pair.attributes[A.PAIR_ID]
+    assert base.attributes[A.PAIR_ID] == cand.attributes[A.PAIR_ID] == pair_id
+    assert json.loads(pair.attributes[A.REQUEST_INPUTS])["reference"] == "The cat sat on the mat."
+    assert cand.attributes[A.SPEC_ACCEPTED_TOKENS] > 0 and cand.attributes[A.SPEC_DRAFT_TOKENS] > 0
+    assert base.attributes[A.GEN_AI_USAGE_OUTPUT_TOKENS] == 16
+    assert base.name == "chat sim" and base.attributes[A.GEN_AI_OPERATION_NAME] == "chat"
+    assert base.attributes[A.TENANT] == "acme"
+    assert (
+        base.attributes[A.OUTPUT]
+        == stack.client()
+        .chat.completions.create(model=ALIAS, messages=MESSAGES, temperature=0, max_tokens=16)
+        .choices[0]
+        .message.content
+    )
+    # The route call's trace context went upstream, so vLLM's own span joins this trace.
+    traceparent = stack.baseline_log.headers[0]["traceparent"]
+    assert traceparent.split("-")[1] == format(base.context.trace_id, "032x")
+
+
+def test_streaming_timings_are_recorded(tmp_path):
+    profile = SimProfile(ttft_s=0.05, tokens=10, token_interval_s=0.01)
+    with gateway_stack(tmp_path, candidate=profile) as stack:
+        list(stack.client().chat.completions.create(model=ALIAS, messages=MESSAGES, stream=True))
+        assert wait_until(lambda: len(stack.spans("candidate")) == 1)
+        (cand,) = stack.spans("candidate")
+        assert cand.attributes[A.TTFT_S] >= 0.05
+        assert cand.attributes[A.TPOT_S] == pytest.approx(0.01, abs=0.008)
+        assert cand.attributes[A.E2E_S] >= 0.05 + 9 * 0.01
+
+
+@pytest.mark.parametrize(
+    ("failure", "status"),
+    [
+        ("down", "error"),
+        ("status500", "error"),
+        ("hang", "timeout"),
+        ("garbage", "error"),
+        ("broken_stream", "error"),
+    ],
+)
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_a_failing_candidate_never_touches_the_primary(tmp_path, failure, status, stream):
+    profile = None if failure == "down" else SimProfile(failure=failure)
+    with gateway_stack(
+        tmp_path, candidate=profile, candidate_down=failure == "down", mirror_deadline_s=0.5
+    ) as stack:
+        started = time.monotonic()
+        for _ in range(3):
+            answer = stack.client().chat.completions.create(
+                model=ALIAS, messages=MESSAGES, stream=stream
+            )
+            if stream:
+                assert len(list(answer)) == 32
+            else:
+                assert answer.choices[0].message.content
+        assert time.monotonic() - started < 2.0, "the primary waited for the mirror"
+        assert wait_until(lambda: len(stack.spans("candidate")) == 3)
+        # A non-streamed answer has no stream to break.
+        expected = "ok" if failure == "broken_stream" and not stream else status
+        assert {s.attributes[A.STATUS] for s in stack.spans("candidate")} == {expected}
+        assert {s.attributes[A.STATUS] for s in stack.spans("baseline")} == {"ok"}
+
+
+def test_canary_serves_the_candidate(tmp_path):
+    with gateway_stack(tmp_path, mode=RolloutMode.CANARY) as stack:
+        answer = stack.client().chat.completions.create(model=ALIAS, messages=MESSAGES)
+        assert answer.choices[0].message.content
+        assert len(stack.candidate_log.bodies) == 1 and stack.baseline_log.bodies == []
+        (cand,) = stack.spans("candidate")
+        assert cand.attributes[A.MODE] == "canary" and cand.attributes[A.STATUS] == "ok"
+
+
+@pytest.mark.parametrize("failure", ["down", "status500", "hang"])
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_canary_falls_back_to_the_baseline_transparently(tmp_path, failure, stream):
+    profile = None if failure == "down" else SimProfile(failure=failure)
+    with gateway_stack(
+        tmp_path,
+        mode=RolloutMode.CANARY,
+        candidate=profile,
+        candidate_down=failure == "down",
+        canary_first_byte_timeout_s=0.5,
+        upstream_timeout_s=1.0,
+    ) as stack:
+        answer = stack.client().chat.completions.create(
+            model=ALIAS, messages=MESSAGES, stream=stream
+        )
+        chunks = list(answer) if stream else [answer]
+        assert chunks and len(stack.baseline_log.bodies) == 1
+        (cand,) = stack.spans("candidate")
+        assert cand.attributes[A.STATUS] == "fallback" and cand.attributes[A.FALLBACK] is True
+        (base,) = stack.spans("baseline")
+        assert base.attributes[A.STATUS] == "ok"
+
+
+def test_kill_stops_mirroring_within_one_second(stack):
+    client = stack.client()
+    client.chat.completions.create(model=ALIAS, messages=MESSAGES)
+    assert wait_until(lambda: len(stack.candidate_log.bodies) == 1)
+    with stack.factory() as session, session.begin():
+        routing_service.change_state(
+            session,
+            rollout_id=stack.rollout_id,
+            action=Action.KILL,
+            actor="key:oncall",
+            reason="test",
+            publisher=stack.bus,
+        )
+    killed_at = time.monotonic()
+    assert wait_until(lambda: stack.routing.lookup(ALIAS).state.value == "killed", timeout=1.0)
+    assert time.monotonic() - killed_at < 1.0
+    for _ in range(5):
+        client.chat.completions.create(model=ALIAS, messages=MESSAGES)
+    time.sleep(0.2)
+    assert len(stack.candidate_log.bodies) == 1 and len(stack.baseline_log.bodies) == 6
+
+
+def test_stale_routing_state_serves_baseline_only(tmp_path):
+    with gateway_stack(tmp_path, state_stale_after_s=0.3) as stack:
+        stack.routing._load = lambda: (_ for _ in ()).throw(RuntimeError("db down"))
+        time.sleep(0.6)
+        assert stack.routing.is_stale()
+        stack.client().chat.completions.create(model=ALIAS, messages=MESSAGES)
+        time.sleep(0.2)
+        assert stack.candidate_log.bodies == [] and len(stack.baseline_log.bodies) == 1
+
+
+def test_bad_requests_get_clear_openai_errors(stack):
+    url = stack.url + "/v1/chat/completions"
+    cases = [
+        (b"{not json", 400, "not valid JSON"),
+        (b"[1, 2]", 400, "JSON object"),
+        (json.dumps({"messages": MESSAGES}).encode(), 400, "'model' is required"),
+        (
+            json.dumps({"model": "nope", "messages": MESSAGES}).encode(),
+            404,
+            "'nope' does not exist",
+        ),
+        (
+            json.dumps({"model": ALIAS, "messages": MESSAGES, "specgate": 3}).encode(),
+            400,
+            "must be an object",
+        ),
+        (
+            json.dumps({"model": ALIAS, "messages": MESSAGES, "specgate": {"x": 1}}).encode(),
+            400,
+            "unknown 'specgate' fields",
+        ),
+        (json.dumps({"model": ALIAS}).encode(), 400, "'messages' is required"),  # upstream 4xx
+        (b"{" + b" " * 2_000_000 + b"}", 413, "exceeds"),
+    ]
+    for body, status, message in cases:
+        response = httpx.post(url, content=body, headers={"content-type": "application/json"})
+        assert response.status_code == status, (body[:40], response.text)
+        assert message in response.json()["error"]["message"]
+
+
+def test_models_and_metrics(stack):
+    assert [m.id for m in stack.client().models.list()] == [ALIAS]
+    stack.client().chat.completions.create(model=ALIAS, messages=MESSAGES)
+    assert wait_until(lambda: len(stack.spans("candidate")) == 1)
+    text = httpx.get(stack.url + "/metrics").text
+    assert (
+        'specgate_gateway_route_calls_total{cohort="baseline",route="base",status="ok"} 1.0' in text
+    )
+    assert 'specgate_gateway_rollout_killed{alias="smol",rollout="1"} 0.0' in text
+
+
+def test_client_disconnect_cancels_the_primary_upstream_call(tmp_path):
+    slow = SimProfile(tokens=200, token_interval_s=0.01)
+    with gateway_stack(tmp_path, baseline=slow, sample_rate=0.0) as stack:
+        with httpx.stream(
+            "POST",
+            stack.url + "/v1/chat/completions",
+            json={"model": ALIAS, "messages": MESSAGES, "stream": True, "user": "u1"},
+        ) as response:
+            for _ in response.iter_raw():
+                break
+        assert wait_until(lambda: len(stack.spans("baseline")) == 1)
+        (base,) = stack.spans("baseline")
+        assert base.attributes[A.STATUS] == "error"
+        assert "disconnected" in base.attributes[A.ERROR]
+        assert wait_until(lambda: stack.baseline_log.cancelled == 1), "upstream call not cancelled"
