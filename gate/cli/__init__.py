@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from gate.cli import db, pending, status
+from gate.cli import db, engine, pending, serve, status
 from gate.errors import GateError
 
 app = typer.Typer(
@@ -18,6 +18,8 @@ app = typer.Typer(
 )
 app.add_typer(db.app, name="db")
 app.command("status")(status.status)
+app.command("serve")(serve.serve)
+app.command("engine")(engine.engine)
 pending.register(app)
 
 

@@ -10,10 +10,8 @@ import typer
 # command -> (what it will do, the capability it arrives with)
 NOT_BUILT: dict[str, tuple[str, str]] = {
     "demo": ("Run the whole loop on local engines and print a verdict.", "local engines and demo"),
-    "serve": ("Run the OpenAI-compatible gateway.", "gateway"),
     "collect": ("Run the OTLP/HTTP span receiver and writer.", "collectors"),
     "worker": ("Run Celery evaluator workers and beat.", "evaluators"),
-    "engine": ("Serve a local model with speculative decoding.", "local engines"),
     "rollout": ("Create, list, show, kill, resume and promote rollouts.", "control plane"),
     "keys": ("Create and revoke scoped API keys.", "control plane"),
     "gate": ("Check, replay and simulate the statistical gate.", "statistical gate"),

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import httpx
+import aiohttp
 from fastapi import FastAPI
 from opentelemetry.sdk.trace import TracerProvider
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.types import Receive, Scope, Send
 
 from gate.errors import GateError
 from gate.gateway.errors import from_gate_error
@@ -28,21 +29,24 @@ def create_gateway_app(
     tracer_provider: TracerProvider,
     metrics: GatewayMetrics | None = None,
     redact: Redactor | None = None,
-    transport: httpx.AsyncBaseTransport | None = None,
     own_tracer_provider: bool = False,
-) -> FastAPI:
+) -> ProxyDispatch:
     """Build the gateway app; its lifespan owns the HTTP client and the routing sync."""
     gateway_metrics = metrics or GatewayMetrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        timeout = httpx.Timeout(
-            settings.upstream_timeout_s,
-            connect=settings.upstream_connect_timeout_s,
-            pool=settings.upstream_connect_timeout_s,
+        # sock_read bounds the wait for each chunk, so long generations are not cut.
+        timeout = aiohttp.ClientTimeout(
+            total=None,
+            sock_connect=settings.upstream_connect_timeout_s,
+            sock_read=settings.upstream_timeout_s,
         )
-        limits = httpx.Limits(max_connections=2048, max_keepalive_connections=512)
-        client = httpx.AsyncClient(timeout=timeout, limits=limits, transport=transport)
+        client = aiohttp.ClientSession(
+            timeout=timeout,
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60),
+            skip_auto_headers=("User-Agent",),
+        )
         app.state.gateway = Gateway(
             settings=settings,
             routing=routing,
@@ -66,7 +70,7 @@ def create_gateway_app(
         finally:
             await app.state.gateway.mirror.close()
             await routing.stop()
-            await client.aclose()
+            await client.close()
             if own_tracer_provider:
                 tracer_provider.shutdown()
 
@@ -75,14 +79,6 @@ def create_gateway_app(
     @app.exception_handler(GateError)
     async def gate_error(_request: Request, exc: GateError) -> Response:
         return from_gate_error(exc)
-
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Response:
-        return await handle(request.app.state.gateway, request, "chat")
-
-    @app.post("/v1/completions")
-    async def completions(request: Request) -> Response:
-        return await handle(request.app.state.gateway, request, "completions")
 
     @app.get("/v1/models")
     async def models() -> JSONResponse:
@@ -103,4 +99,26 @@ def create_gateway_app(
     async def healthz() -> dict[str, object]:
         return {"status": "ok", "routing_stale": routing.is_stale()}
 
-    return app
+    return ProxyDispatch(app)
+
+
+PROXY_PATHS = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
+
+
+class ProxyDispatch:
+    """Serve the proxy endpoints straight from ASGI, ahead of FastAPI's middleware stack
+    (it costs more than the proxying itself); everything else goes to the FastAPI app."""
+
+    def __init__(self, api: FastAPI) -> None:
+        self.api = api
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        endpoint = PROXY_PATHS.get(scope.get("path", "")) if scope["type"] == "http" else None
+        if endpoint is None or scope["method"] != "POST":
+            await self.api(scope, receive, send)
+            return
+        try:
+            response = await handle(self.api.state.gateway, Request(scope, receive), endpoint)
+        except GateError as exc:
+            response = from_gate_error(exc)
+        await response(scope, receive, send)

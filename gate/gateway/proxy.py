@@ -12,12 +12,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import aiohttp
 import orjson
 from opentelemetry.context import Context
 from opentelemetry.propagate import extract
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from gate.db.enums import Cohort, GenerationStatus
 from gate.errors import BadRequest, GateError, NotFound
@@ -26,6 +26,7 @@ from gate.gateway.inputs import split_inputs
 from gate.gateway.metrics import GatewayMetrics
 from gate.gateway.mirror import MirrorPool
 from gate.gateway.observe import CallResult
+from gate.gateway.responses import EventStreamResponse
 from gate.gateway.sampling import Assignment, assign, sticky_key
 from gate.gateway.spans import CallContext, SpanEmitter
 from gate.gateway.upstream import JsonReply, Stream, call_json, drain_call, encode, open_stream
@@ -45,7 +46,7 @@ class Gateway:
 
     settings: Settings
     routing: RoutingState
-    client: httpx.AsyncClient
+    client: aiohttp.ClientSession
     mirror: MirrorPool
     spans: SpanEmitter
     metrics: GatewayMetrics
@@ -69,7 +70,7 @@ class Call:
     prompt: str | None
 
 
-async def handle(gw: Gateway, request: Request, endpoint: str) -> Response:
+async def handle(gw: Gateway, request: Request, endpoint: str) -> Response | EventStreamResponse:
     """Serve one proxied request."""
     call, assignment, inputs = await _prepare(gw, request, endpoint)
     if assignment.sampled:
@@ -236,7 +237,7 @@ async def _serve_json(
 
 async def _serve_stream(
     gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort, *, canary: bool
-) -> Response:
+) -> Response | EventStreamResponse:
     span, headers = gw.spans.start_call(call.ctx, route, cohort, call.body, parent=call.parent)
     gw.inflight[route.id] = gw.inflight.get(route.id, 0) + 1
     opened, result = await open_stream(
@@ -280,7 +281,7 @@ async def _serve_stream(
             gw.inflight[route.id] -= 1
             _finish(gw, span, route, cohort, result, call.prompt, fallback=False)
 
-    return StreamingResponse(forward(), media_type="text/event-stream")
+    return EventStreamResponse(forward())
 
 
 async def _first_event(

@@ -1,13 +1,16 @@
-"""Calls to routes: JSON or SSE, timed, with failures turned into statuses, never raised."""
+"""Calls to routes: JSON or SSE, timed, with failures turned into statuses, never raised.
+
+aiohttp is the client: its connection pool stays cheap with thousands of keep-alive
+connections, where httpx probes every idle socket on each request.
+"""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import aiohttp
 import orjson
 
 from gate.db.enums import GenerationStatus
@@ -15,7 +18,6 @@ from gate.gateway.observe import CallResult
 from gate.routing.snapshot import RouteTarget
 
 PATHS = {"chat": "/chat/completions", "completions": "/completions"}
-_SEPARATORS = (b"\r\n\r\n", b"\n\n")
 
 
 def upstream_url(route: RouteTarget, endpoint: str) -> str:
@@ -33,7 +35,7 @@ class JsonReply:
 
 
 async def call_json(
-    client: httpx.AsyncClient,
+    client: aiohttp.ClientSession,
     route: RouteTarget,
     endpoint: str,
     body: bytes,
@@ -44,19 +46,22 @@ async def call_json(
     """Make a non-streaming call; a transport failure returns (None, failed result)."""
     result = CallResult()
     try:
-        response = await client.post(upstream_url(route, endpoint), content=body, headers=headers)
-    except httpx.TimeoutException as exc:
+        async with client.post(
+            upstream_url(route, endpoint), data=body, headers=headers
+        ) as response:
+            content = await response.read()
+            reply = JsonReply(response.status, content, _content_type(response))
+    except TimeoutError as exc:
         return None, result.fail(GenerationStatus.TIMEOUT, f"timeout: {type(exc).__name__}")
-    except httpx.HTTPError as exc:
+    except aiohttp.ClientError as exc:
         return None, result.fail(GenerationStatus.ERROR, f"{type(exc).__name__}: {exc}")
     result.finish()
-    result.http_status = response.status_code
-    reply = JsonReply(response.status_code, response.content, _content_type(response))
-    if response.status_code != 200:
-        result.fail(GenerationStatus.ERROR, f"upstream status {response.status_code}")
+    result.http_status = reply.status_code
+    if reply.status_code != 200:
+        result.fail(GenerationStatus.ERROR, f"upstream status {reply.status_code}")
         return reply, result
     try:
-        parsed = orjson.loads(response.content)
+        parsed = orjson.loads(reply.content)
     except orjson.JSONDecodeError:
         result.fail(GenerationStatus.ERROR, "upstream returned invalid JSON")
         return reply, result
@@ -70,33 +75,43 @@ async def call_json(
 class Stream:
     """An open streaming call. Iterate `events()` to forward SSE events as they arrive."""
 
-    def __init__(self, response: httpx.Response, result: CallResult, *, capture: bool) -> None:
+    def __init__(
+        self, response: aiohttp.ClientResponse, result: CallResult, *, capture: bool
+    ) -> None:
         self.response = response
         self.result = result
         self.capture = capture
         self.done = False
 
     async def events(self, *, strip_usage: bool) -> AsyncIterator[bytes]:
-        """Yield complete SSE events; observe each; drop usage-only chunks if asked."""
+        """Yield, for each upstream read, the complete SSE events it finished (observed;
+        usage-only chunks dropped if asked). Nothing complete is ever held back."""
         buffer = b""
+        finished = False
         try:
-            async for raw in self.response.aiter_raw():
+            async for raw in self.response.content.iter_any():
                 buffer += raw
-                while True:
-                    event, buffer = _split_event(buffer)
-                    if event is None:
-                        break
-                    if self._observe(event) or not strip_usage:
-                        yield event
+                if b"\r" in buffer:
+                    buffer = buffer.replace(b"\r\n", b"\n")
+                *complete, buffer = buffer.split(b"\n\n")
+                ready = [e + b"\n\n" for e in complete if self._observe(e) or not strip_usage]
+                if ready:
+                    yield b"".join(ready)
             if buffer.strip() and (self._observe(buffer) or not strip_usage):
                 yield buffer
-        except httpx.TimeoutException:
+            finished = True
+        except TimeoutError:
             self.result.fail(GenerationStatus.TIMEOUT, "timeout while streaming")
-        except httpx.HTTPError as exc:
+        except aiohttp.ClientError as exc:
             self.result.fail(GenerationStatus.ERROR, f"stream broke: {type(exc).__name__}")
         finally:
             self.result.finish()
-            await self.response.aclose()
+            # Read to the end: keep the connection; abandoned: close it, which cancels
+            # the generation upstream.
+            if finished:
+                self.response.release()
+            else:
+                self.response.close()
 
     def _observe(self, event: bytes) -> bool:
         """Account for one event; return False for a usage-only chunk (choices empty)."""
@@ -124,7 +139,7 @@ class Stream:
 
 
 async def open_stream(
-    client: httpx.AsyncClient,
+    client: aiohttp.ClientSession,
     route: RouteTarget,
     endpoint: str,
     body: bytes,
@@ -135,30 +150,27 @@ async def open_stream(
     """Start a streaming call. Returns the open Stream on HTTP 200, the error reply
     otherwise, or None when the route could not be reached."""
     result = CallResult()
-    request = client.build_request(
-        "POST", upstream_url(route, endpoint), content=body, headers=headers
-    )
     try:
-        response = await client.send(request, stream=True)
-    except httpx.TimeoutException as exc:
+        response = await client.post(upstream_url(route, endpoint), data=body, headers=headers)
+    except TimeoutError as exc:
         return None, result.fail(GenerationStatus.TIMEOUT, f"timeout: {type(exc).__name__}")
-    except httpx.HTTPError as exc:
+    except aiohttp.ClientError as exc:
         return None, result.fail(GenerationStatus.ERROR, f"{type(exc).__name__}: {exc}")
-    result.http_status = response.status_code
-    if response.status_code == 200:
+    result.http_status = response.status
+    if response.status == 200:
         return Stream(response, result, capture=capture), result
     try:
-        content = await response.aread()
-    except httpx.HTTPError:
+        content = await response.read()
+    except (aiohttp.ClientError, TimeoutError):
         content = b""
     finally:
-        await response.aclose()
-    result.fail(GenerationStatus.ERROR, f"upstream status {response.status_code}")
-    return JsonReply(response.status_code, content, _content_type(response)), result
+        response.release()
+    result.fail(GenerationStatus.ERROR, f"upstream status {response.status}")
+    return JsonReply(response.status, content, _content_type(response)), result
 
 
 async def drain_call(
-    client: httpx.AsyncClient,
+    client: aiohttp.ClientSession,
     route: RouteTarget,
     endpoint: str,
     body: bytes,
@@ -183,40 +195,15 @@ def _require_done(stream: Stream) -> None:
         stream.result.error = "stream ended without [DONE]"
 
 
-def _split_event(buffer: bytes) -> tuple[bytes | None, bytes]:
-    positions = [(buffer.find(sep), sep) for sep in _SEPARATORS]
-    found = [(pos, sep) for pos, sep in positions if pos >= 0]
-    if not found:
-        return None, buffer
-    pos, sep = min(found)
-    end = pos + len(sep)
-    return buffer[:end], buffer[end:]
-
-
 def _data(event: bytes) -> bytes | None:
     lines = [line[5:].strip() for line in event.splitlines() if line.startswith(b"data:")]
     return b"\n".join(lines) if lines else None
 
 
-def _content_type(response: httpx.Response) -> str:
+def _content_type(response: aiohttp.ClientResponse) -> str:
     return str(response.headers.get("content-type", "application/json"))
-
-
-def upstream_headers(traceparent: dict[str, str]) -> dict[str, str]:
-    """Return the headers of an upstream call: JSON, plus trace context."""
-    return {"content-type": "application/json", "accept": "application/json", **traceparent}
 
 
 def encode(body: dict[str, Any]) -> bytes:
     """Serialise a request body for upstream."""
     return orjson.dumps(body)
-
-
-@contextlib.asynccontextmanager
-async def counted(inflight: dict[int, int], route_id: int) -> AsyncIterator[None]:
-    """Count a call in flight on a route for as long as the block runs."""
-    inflight[route_id] = inflight.get(route_id, 0) + 1
-    try:
-        yield
-    finally:
-        inflight[route_id] -= 1

@@ -1,0 +1,283 @@
+"""Gateway overhead benchmark: TTFT and e2e direct vs through specgate vs through LiteLLM.
+
+Topology (2 cores): the proxy under test is pinned to core 0; the upstream, the OTLP sink
+and this load generator to core 1. Every repeat runs each target once, interleaved, at
+each concurrency, so drifts of the shared machine hit all targets alike.
+
+    python bench/gateway.py --streams 1,16,64,256 --repeats 3 \
+        --litellm /tmp/litellm/venv/bin/litellm --out bench/results/gateway.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from loadgen import build_request, run  # noqa: E402
+
+from gate.db import migrate  # noqa: E402
+from gate.db.engine import make_engine, session_factory  # noqa: E402
+from gate.db.enums import RouteRole  # noqa: E402
+from gate.rollouts import service  # noqa: E402
+from gate.rollouts.schemas import RolloutIn, RouteIn  # noqa: E402
+from gate.rollouts.states import Action  # noqa: E402
+
+BODY = json.dumps(
+    {
+        "model": "{model}",
+        "stream": True,
+        "messages": [{"role": "user", "content": "Proofread: teh cat sat."}],
+    }
+)
+PROXY_CORE, LOAD_CORE = "0", "1"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start(cmd: list[str], core: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        ["taskset", "-c", core, *cmd],
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+def wait_ready(url: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1).status_code < 500:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    raise RuntimeError(f"{url} did not come up")
+
+
+def engine(port: int, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "gate",
+        "engine",
+        "--port",
+        str(port),
+        "--ttft-ms",
+        "20",
+        "--tokens",
+        "32",
+        *extra,
+    ]
+
+
+def seed_store(url: str, upstream: int, candidate: int, hanging: int) -> None:
+    """Three aliases: pure proxy (no sample), shadow at 10 %, shadow to a hanging route."""
+    migrate.upgrade(url)
+    factory = session_factory(make_engine(url))
+    with factory() as session, session.begin():
+        for name, port, role in (
+            ("base", upstream, RouteRole.BASELINE),
+            ("spec", candidate, RouteRole.CANDIDATE),
+            ("hang", hanging, RouteRole.CANDIDATE),
+        ):
+            service.create_route(
+                session,
+                spec=RouteIn(
+                    name=name, base_url=f"http://127.0.0.1:{port}/v1", model="sim", role=role
+                ),
+                actor="bench",
+            )
+        for alias, cand, rate in (
+            ("plain", "spec", 0.0),
+            ("shadow", "spec", 0.1),
+            ("hanging", "hang", 0.1),
+        ):
+            rollout = service.create_rollout(
+                session,
+                spec=RolloutIn(
+                    name=alias,
+                    alias=alias,
+                    baseline_route="base",
+                    candidate_route=cand,
+                    sample_rate=rate,
+                ),
+                actor="bench",
+            )
+            service.transition(
+                session, rollout_id=rollout.id, action=Action.START, actor="bench", reason="bench"
+            )
+
+
+def litellm_config(path: Path, upstream: int) -> None:
+    path.write_text(
+        "model_list:\n  - model_name: plain\n    litellm_params:\n"
+        f"      model: openai/sim\n      api_base: http://127.0.0.1:{upstream}/v1\n"
+        "      api_key: unused\n"
+        "litellm_settings:\n  drop_params: true\n  telemetry: false\n"
+    )
+
+
+def summarise(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+
+    def q(p: float) -> float:
+        return ordered[min(len(ordered) - 1, int(p * len(ordered)))] * 1000
+
+    return {"p50_ms": q(0.50), "p99_ms": q(0.99), "n": len(ordered)}
+
+
+async def measure(port: int, model: str, streams: int, per_stream: int) -> dict[str, object]:
+    body = BODY.replace("{model}", model).encode()
+    request = build_request("127.0.0.1", port, "/v1/chat/completions", body, {})
+    result = await run("127.0.0.1", port, request, streams=streams, per_stream=per_stream)
+    ok = result.ok
+    return {
+        "ttft": summarise([s.ttft_s for s in ok]),
+        "e2e": summarise([s.e2e_s for s in ok]),
+        "errors": len(result.samples) - len(ok),
+        "rps": len(ok) / result.wall_s,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--streams", default="1,16,64,256")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--requests", type=int, default=512, help="requests per run (at least 1 per stream)"
+    )
+    parser.add_argument(
+        "--litellm", default=None, help="path to a litellm executable (separate venv)"
+    )
+    parser.add_argument("--litellm-requests", type=int, default=128)
+    parser.add_argument("--out", default="bench/results/gateway.json")
+    args = parser.parse_args()
+    os.sched_setaffinity(0, {int(LOAD_CORE)})
+    work = Path(tempfile.mkdtemp(prefix="specgate-bench-"))
+    ports = {name: free_port() for name in ("up", "cand", "hang", "sink", "gw", "litellm")}
+    procs = [
+        start(engine(ports["up"]), LOAD_CORE),
+        start(engine(ports["cand"]), LOAD_CORE),
+        start(engine(ports["hang"], "--failure", "hang"), LOAD_CORE),
+        start(
+            [sys.executable, str(Path(__file__).with_name("otlp_sink.py")), str(ports["sink"])],
+            LOAD_CORE,
+        ),
+    ]
+    try:
+        for name in ("up", "cand", "hang"):
+            wait_ready(f"http://127.0.0.1:{ports[name]}/v1/models")
+        db = f"sqlite:///{work}/gw.db"
+        seed_store(db, ports["up"], ports["cand"], ports["hang"])
+        procs.append(
+            start(
+                [
+                    sys.executable,
+                    "-m",
+                    "gate",
+                    "serve",
+                    "--port",
+                    str(ports["gw"]),
+                    "--otlp-endpoint",
+                    f"http://127.0.0.1:{ports['sink']}",
+                    "--database-url",
+                    db,
+                ],
+                PROXY_CORE,
+                {"SPECGATE_HOME": str(work), "SPECGATE_CONTROL_RATE": "0"},
+            )
+        )
+        wait_ready(f"http://127.0.0.1:{ports['gw']}/healthz")
+        targets = {
+            "direct": (ports["up"], "sim"),
+            "specgate": (ports["gw"], "plain"),
+            "specgate_shadow10": (ports["gw"], "shadow"),
+            "specgate_hanging_candidate": (ports["gw"], "hanging"),
+        }
+        if args.litellm:
+            cfg = work / "litellm.yaml"
+            litellm_config(cfg, ports["up"])
+            procs.append(
+                start(
+                    [
+                        args.litellm,
+                        "--config",
+                        str(cfg),
+                        "--port",
+                        str(ports["litellm"]),
+                        "--num_workers",
+                        "1",
+                    ],
+                    PROXY_CORE,
+                    {"LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+                )
+            )
+            wait_ready(f"http://127.0.0.1:{ports['litellm']}/health/liveliness", timeout=300)
+            targets["litellm"] = (ports["litellm"], "plain")
+        results: list[dict[str, object]] = []
+        for repeat in range(args.repeats):
+            for streams in [int(s) for s in args.streams.split(",")]:
+                for name, (port, model) in targets.items():
+                    total = args.litellm_requests if name == "litellm" else args.requests
+                    per_stream = max(1, total // streams)
+                    row = asyncio.run(measure(port, model, streams, per_stream))
+                    row.update(target=name, streams=streams, repeat=repeat)
+                    results.append(row)
+                    print(json.dumps(row), flush=True)
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(results, indent=1))
+        print(report(results))
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=10)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def report(results: list[dict[str, object]]) -> str:
+    """Median over repeats; added latency is per repeat against that repeat's direct run."""
+    lines = [
+        "| streams | target | TTFT p50 ms | TTFT p99 ms | e2e p50 ms | e2e p99 ms | added TTFT p50 ms | added TTFT p99 ms | req/s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    by_key: dict[tuple[int, str], list[dict[str, object]]] = {}
+    for row in results:
+        by_key.setdefault((int(row["streams"]), str(row["target"])), []).append(row)  # type: ignore[call-overload]
+    for (streams, target), rows in sorted(by_key.items()):
+        direct = {int(r["repeat"]): r for r in by_key[(streams, "direct")]}  # type: ignore[call-overload]
+
+        def med(key: str, field: str, rows: list[dict[str, object]] = rows) -> float:
+            return statistics.median(r[key][field] for r in rows)  # type: ignore[index]
+
+        def added(field: str) -> str:
+            deltas = [r["ttft"][field] - direct[int(r["repeat"])]["ttft"][field] for r in rows]  # type: ignore[index, call-overload]
+            return f"{statistics.median(deltas):.2f} ({min(deltas):.2f}..{max(deltas):.2f})"
+
+        lines.append(
+            f"| {streams} | {target} | {med('ttft', 'p50_ms'):.2f} | {med('ttft', 'p99_ms'):.2f} | "
+            f"{med('e2e', 'p50_ms'):.2f} | {med('e2e', 'p99_ms'):.2f} | {added('p50_ms')} | "
+            f"{added('p99_ms')} | {statistics.median(float(r['rps']) for r in rows):.0f} |"
+        )  # type: ignore[arg-type]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

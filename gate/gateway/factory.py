@@ -1,0 +1,57 @@
+"""Build the gateway from settings: DB-backed routing, Redis subscriber, span export."""
+
+from __future__ import annotations
+
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+
+from gate.db.engine import engine_from_settings, session_factory
+from gate.errors import ConfigError
+from gate.gateway.app import ProxyDispatch, create_gateway_app
+from gate.routing.pubsub import RedisSubscriber
+from gate.routing.sync import RoutingState, db_loader
+from gate.settings import Settings, load_settings
+
+
+def tracer_provider(settings: Settings, exporter: SpanExporter | None = None) -> TracerProvider:
+    """Return a provider exporting in batches, over OTLP/HTTP unless an exporter is given."""
+    if exporter is None:
+        if not settings.otlp_endpoint:
+            raise ConfigError(
+                "the gateway needs SPECGATE_OTLP_ENDPOINT (e.g. the URL of `specgate collect`)"
+            )
+        exporter = OTLPSpanExporter(endpoint=traces_url(settings.otlp_endpoint))
+    provider = TracerProvider(resource=Resource.create({"service.name": "specgate-gateway"}))
+    provider.add_span_processor(
+        BatchSpanProcessor(exporter, max_queue_size=65536, max_export_batch_size=2048)
+    )
+    return provider
+
+
+def traces_url(endpoint: str) -> str:
+    """Accept a collector base URL or its full /v1/traces URL."""
+    endpoint = endpoint.rstrip("/")
+    return endpoint if endpoint.endswith("/v1/traces") else endpoint + "/v1/traces"
+
+
+def build_gateway_app(
+    settings: Settings | None = None, *, exporter: SpanExporter | None = None
+) -> ProxyDispatch:
+    """Build a gateway app from settings (the `specgate serve` entry point)."""
+    settings = settings or load_settings()
+    factory = session_factory(engine_from_settings(settings))
+    subscriber = RedisSubscriber(settings.redis_url) if settings.redis_url else None
+    routing = RoutingState(
+        db_loader(factory),
+        poll_interval_s=settings.state_poll_interval_s,
+        stale_after_s=settings.state_stale_after_s,
+        subscriber=subscriber,
+    )
+    return create_gateway_app(
+        settings,
+        routing=routing,
+        tracer_provider=tracer_provider(settings, exporter),
+        own_tracer_provider=True,
+    )
