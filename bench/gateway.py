@@ -22,18 +22,19 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from loadgen import build_request, run  # noqa: E402
+from loadgen import build_request, run
 
-from gate.db import migrate  # noqa: E402
-from gate.db.engine import make_engine, session_factory  # noqa: E402
-from gate.db.enums import RouteRole  # noqa: E402
-from gate.rollouts import service  # noqa: E402
-from gate.rollouts.schemas import RolloutIn, RouteIn  # noqa: E402
-from gate.rollouts.states import Action  # noqa: E402
+from gate.db import migrate
+from gate.db.engine import make_engine, session_factory
+from gate.db.enums import RouteRole
+from gate.rollouts import service
+from gate.rollouts.schemas import RolloutIn, RouteIn
+from gate.rollouts.states import Action
 
 BODY = json.dumps(
     {
@@ -143,7 +144,7 @@ def summarise(values: list[float]) -> dict[str, float]:
     return {"p50_ms": q(0.50), "p99_ms": q(0.99), "n": len(ordered)}
 
 
-async def measure(port: int, model: str, streams: int, per_stream: int) -> dict[str, object]:
+async def measure(port: int, model: str, streams: int, per_stream: int) -> dict[str, Any]:
     body = BODY.replace("{model}", model).encode()
     request = build_request("127.0.0.1", port, "/v1/chat/completions", body, {})
     result = await run("127.0.0.1", port, request, streams=streams, per_stream=per_stream)
@@ -231,7 +232,7 @@ def main() -> None:
             )
             wait_ready(f"http://127.0.0.1:{ports['litellm']}/health/liveliness", timeout=300)
             targets["litellm"] = (ports["litellm"], "plain")
-        results: list[dict[str, object]] = []
+        results: list[dict[str, Any]] = []
         for repeat in range(args.repeats):
             for streams in [int(s) for s in args.streams.split(",")]:
                 for name, (port, model) in targets.items():
@@ -252,30 +253,37 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def report(results: list[dict[str, object]]) -> str:
+HEADER = (
+    "| streams | target | TTFT p50 ms | TTFT p99 ms | e2e p50 ms | e2e p99 ms "
+    "| added TTFT p50 ms | added TTFT p99 ms | req/s |\n" + "|---" * 9 + "|"
+)
+
+
+def added(rows: list[dict[str, Any]], direct: dict[int, dict[str, Any]], field: str) -> str:
+    """Median (min..max) over repeats of TTFT minus the same repeat's direct TTFT."""
+    deltas = [r["ttft"][field] - direct[r["repeat"]]["ttft"][field] for r in rows]
+    return f"{statistics.median(deltas):.2f} ({min(deltas):.2f}..{max(deltas):.2f})"
+
+
+def report(results: list[dict[str, Any]]) -> str:
     """Median over repeats; added latency is per repeat against that repeat's direct run."""
-    lines = [
-        "| streams | target | TTFT p50 ms | TTFT p99 ms | e2e p50 ms | e2e p99 ms | added TTFT p50 ms | added TTFT p99 ms | req/s |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    by_key: dict[tuple[int, str], list[dict[str, object]]] = {}
+    groups: dict[tuple[int, str], list[dict[str, Any]]] = {}
     for row in results:
-        by_key.setdefault((int(row["streams"]), str(row["target"])), []).append(row)  # type: ignore[call-overload]
-    for (streams, target), rows in sorted(by_key.items()):
-        direct = {int(r["repeat"]): r for r in by_key[(streams, "direct")]}  # type: ignore[call-overload]
-
-        def med(key: str, field: str, rows: list[dict[str, object]] = rows) -> float:
-            return statistics.median(r[key][field] for r in rows)  # type: ignore[index]
-
-        def added(field: str) -> str:
-            deltas = [r["ttft"][field] - direct[int(r["repeat"])]["ttft"][field] for r in rows]  # type: ignore[index, call-overload]
-            return f"{statistics.median(deltas):.2f} ({min(deltas):.2f}..{max(deltas):.2f})"
-
+        groups.setdefault((row["streams"], row["target"]), []).append(row)
+    lines = [HEADER]
+    for (streams, target), rows in sorted(groups.items()):
+        direct = {r["repeat"]: r for r in groups[(streams, "direct")]}
+        med = {
+            f"{k}_{f}": statistics.median(r[k][f] for r in rows)
+            for k in ("ttft", "e2e")
+            for f in ("p50_ms", "p99_ms")
+        }
+        rps = statistics.median(r["rps"] for r in rows)
         lines.append(
-            f"| {streams} | {target} | {med('ttft', 'p50_ms'):.2f} | {med('ttft', 'p99_ms'):.2f} | "
-            f"{med('e2e', 'p50_ms'):.2f} | {med('e2e', 'p99_ms'):.2f} | {added('p50_ms')} | "
-            f"{added('p99_ms')} | {statistics.median(float(r['rps']) for r in rows):.0f} |"
-        )  # type: ignore[arg-type]
+            f"| {streams} | {target} | {med['ttft_p50_ms']:.2f} | {med['ttft_p99_ms']:.2f} "
+            f"| {med['e2e_p50_ms']:.2f} | {med['e2e_p99_ms']:.2f} "
+            f"| {added(rows, direct, 'p50_ms')} | {added(rows, direct, 'p99_ms')} | {rps:.0f} |"
+        )
     return "\n".join(lines)
 
 
