@@ -6,10 +6,10 @@ after that commit, so no gateway ever acts on a state the database does not hold
 
 from __future__ import annotations
 
-from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from gate.db.enums import RolloutState
+from gate.db.hooks import after_commit
 from gate.db.models import Rollout
 from gate.rollouts import repository, service
 from gate.rollouts.states import Action
@@ -64,10 +64,5 @@ def publish_after_commit(
     session: Session, publisher: Publisher | None, change: RoutingChange
 ) -> None:
     """Publish `change` when the session's transaction commits (never on rollback)."""
-    if publisher is None:
-        return
-
-    def _publish(_session: Session) -> None:
-        publisher.publish(change)
-
-    event.listen(session, "after_commit", _publish, once=True)
+    if publisher is not None:
+        after_commit(session, lambda: publisher.publish(change))

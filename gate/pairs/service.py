@@ -1,0 +1,82 @@
+"""Complete pairs whose sides have landed, drop those past their deadline, enqueue evaluation.
+
+A shadow pair needs its baseline and candidate calls, a control pair its two baseline
+calls; a canary pair is one request served by one route, so one call completes it.
+A pair still missing a side at its deadline is `dropped`: the gate counts those and holds
+when too many are missing, rather than comparing survivors.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from gate.db.base import utcnow
+from gate.db.enums import Cohort, PairState, RolloutMode
+from gate.db.hooks import after_commit
+from gate.db.models import Generation, Pair, Rollout
+
+Enqueue = Callable[[Sequence[uuid.UUID]], None]
+
+
+def expected_cohorts(*, is_control: bool, mode: RolloutMode) -> frozenset[Cohort] | None:
+    """Return the cohorts a pair needs, or None when any one landed call completes it."""
+    if is_control:
+        return frozenset({Cohort.BASELINE, Cohort.CONTROL})
+    if mode is RolloutMode.CANARY:
+        return None
+    return frozenset({Cohort.BASELINE, Cohort.CANDIDATE})
+
+
+def complete_ready(
+    session: Session, *, pair_ids: Sequence[uuid.UUID], enqueue: Enqueue | None
+) -> list[uuid.UUID]:
+    """Mark the open pairs among `pair_ids` complete when their sides are all in."""
+    if not pair_ids:
+        return []
+    rows = session.execute(
+        select(Pair.id, Pair.is_control, Rollout.mode, Generation.cohort)
+        .join(Rollout, Rollout.id == Pair.rollout_id)
+        .join(Generation, Generation.pair_id == Pair.id)
+        .where(Pair.id.in_(pair_ids), Pair.state == PairState.OPEN)
+    ).all()
+    landed: dict[uuid.UUID, set[Cohort]] = {}
+    needs: dict[uuid.UUID, frozenset[Cohort] | None] = {}
+    for pair_id, is_control, mode, cohort in rows:
+        landed.setdefault(pair_id, set()).add(cohort)
+        needs[pair_id] = expected_cohorts(is_control=is_control, mode=mode)
+    ready = [p for p, cohorts in landed.items() if _complete(needs[p], cohorts)]
+    _set_state(session, ready, PairState.COMPLETE)
+    if enqueue is not None and ready:
+        after_commit(session, lambda: enqueue(ready))
+    return ready
+
+
+def _complete(needed: frozenset[Cohort] | None, landed: set[Cohort]) -> bool:
+    return bool(landed) if needed is None else needed <= landed
+
+
+def sweep_deadlines(session: Session, *, now: datetime | None = None, limit: int = 1000) -> int:
+    """Drop open pairs whose deadline has passed; return how many."""
+    expired = list(
+        session.scalars(
+            select(Pair.id)
+            .where(Pair.state == PairState.OPEN, Pair.deadline < (now or utcnow()))
+            .limit(limit)
+        )
+    )
+    _set_state(session, expired, PairState.DROPPED)
+    return len(expired)
+
+
+def _set_state(session: Session, pair_ids: Sequence[uuid.UUID], state: PairState) -> None:
+    if pair_ids:
+        session.execute(
+            update(Pair)
+            .where(Pair.id.in_(pair_ids), Pair.state == PairState.OPEN)
+            .values(state=state, completed_at=utcnow())
+        )

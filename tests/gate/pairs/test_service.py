@@ -1,0 +1,72 @@
+"""Pairs complete when their sides land, drop at their deadline, and enqueue after commit."""
+
+from __future__ import annotations
+
+import pytest
+
+from gate.db.enums import Cohort, PairState, RolloutMode
+from gate.pairs.service import complete_ready, sweep_deadlines
+from tests import factories
+
+pytestmark = pytest.mark.postgres
+
+
+def test_a_shadow_pair_completes_only_with_both_sides(pg_session):
+    rollout = factories.rollout(pg_session)
+    pair = factories.pair(pg_session, rollout.id)
+    factories.generation(pg_session, pair, Cohort.BASELINE)
+    assert complete_ready(pg_session, pair_ids=[pair.id], enqueue=None) == []
+    factories.generation(pg_session, pair, Cohort.CANDIDATE)
+    assert complete_ready(pg_session, pair_ids=[pair.id], enqueue=None) == [pair.id]
+    pg_session.refresh(pair)
+    assert pair.state is PairState.COMPLETE and pair.completed_at is not None
+    assert complete_ready(pg_session, pair_ids=[pair.id], enqueue=None) == []
+
+
+def test_a_control_pair_needs_the_second_baseline_call(pg_session):
+    rollout = factories.rollout(pg_session)
+    pair = factories.pair(pg_session, rollout.id, is_control=True)
+    factories.generation(pg_session, pair, Cohort.BASELINE)
+    factories.generation(pg_session, pair, Cohort.CANDIDATE)  # not what a control pair needs
+    assert complete_ready(pg_session, pair_ids=[pair.id], enqueue=None) == []
+    factories.generation(pg_session, pair, Cohort.CONTROL)
+    assert complete_ready(pg_session, pair_ids=[pair.id], enqueue=None) == [pair.id]
+
+
+def test_a_canary_pair_completes_with_its_one_call(pg_session):
+    rollout = factories.rollout(pg_session, mode=RolloutMode.CANARY)
+    pair = factories.pair(pg_session, rollout.id)
+    factories.generation(pg_session, pair, Cohort.CANDIDATE)
+    assert complete_ready(pg_session, pair_ids=[pair.id], enqueue=None) == [pair.id]
+
+
+def test_pairs_past_their_deadline_are_dropped(pg_session):
+    rollout = factories.rollout(pg_session)
+    late = factories.pair(pg_session, rollout.id, deadline_in_s=-1)
+    on_time = factories.pair(pg_session, rollout.id)
+    factories.generation(pg_session, late, Cohort.BASELINE)
+    assert sweep_deadlines(pg_session) == 1
+    pg_session.refresh(late)
+    pg_session.refresh(on_time)
+    assert (late.state, on_time.state) == (PairState.DROPPED, PairState.OPEN)
+
+
+def test_evaluation_is_enqueued_only_after_commit(pg_committing):
+    enqueued: list = []
+    with pg_committing() as session:
+        with session.begin():
+            rollout = factories.rollout(session)
+            pair = factories.pair(session, rollout.id)
+            factories.generation(session, pair, Cohort.BASELINE)
+            factories.generation(session, pair, Cohort.CANDIDATE)
+            other = factories.pair(session, rollout.id)
+            factories.generation(session, other, Cohort.BASELINE)
+            factories.generation(session, other, Cohort.CANDIDATE)
+        with session.begin():
+            complete_ready(session, pair_ids=[pair.id], enqueue=enqueued.extend)
+            assert enqueued == []
+        assert enqueued == [pair.id]
+        session.begin()
+        assert complete_ready(session, pair_ids=[other.id], enqueue=enqueued.extend) == [other.id]
+        session.rollback()
+        assert enqueued == [pair.id]
