@@ -1,0 +1,128 @@
+"""Routing state reaches every gateway: Redis pub/sub within 1 s, polling when Redis is down."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from contextlib import contextmanager
+
+import pytest
+from sqlalchemy.orm import sessionmaker
+
+from gate.db.engine import make_engine
+from gate.db.enums import RolloutState
+from gate.rollouts import service
+from gate.rollouts.states import Action
+from gate.routing import service as routing_service
+from gate.routing.pubsub import RedisPublisher, RedisSubscriber, RoutingChange
+from gate.routing.sync import RoutingState, db_loader
+from tests import factories
+from tests.servers import closed_port
+
+
+@contextmanager
+def gateway_state(factory, *, redis_url, poll_interval_s=30.0):
+    """A RoutingState running in its own thread and event loop, like a gateway process."""
+    state = RoutingState(
+        db_loader(factory),
+        poll_interval_s=poll_interval_s,
+        stale_after_s=120,
+        subscriber=RedisSubscriber(redis_url, retry_s=0.2),
+    )
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    asyncio.run_coroutine_threadsafe(state.start(), loop).result(10)
+    try:
+        yield state
+    finally:
+        asyncio.run_coroutine_threadsafe(state.stop(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+def wait_for_state(states, alias, wanted, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(s.lookup(alias) and s.lookup(alias).state is wanted for s in states):
+            return time.monotonic()
+        time.sleep(0.01)
+    raise AssertionError(f"not all gateways saw {wanted} within {timeout}s")
+
+
+@pytest.fixture
+def running_rollout(tmp_path):
+    engine = make_engine(f"sqlite:///{tmp_path}/r.db")
+    from gate.db import migrate
+
+    migrate.upgrade(f"sqlite:///{tmp_path}/r.db")
+    factory = sessionmaker(engine, expire_on_commit=False)
+    with factory() as session, session.begin():
+        rollout = factories.rollout(session)
+        service.transition(
+            session, rollout_id=rollout.id, action=Action.START, actor="t", reason="t"
+        )
+    yield factory, rollout.id
+    engine.dispose()
+
+
+@pytest.mark.redis
+def test_a_kill_reaches_two_gateways_within_one_second_over_redis(running_rollout, redis_url):
+    factory, rollout_id = running_rollout
+    with (
+        gateway_state(factory, redis_url=redis_url) as a,
+        gateway_state(factory, redis_url=redis_url) as b,
+    ):
+        wait_for_state([a, b], "r1", RolloutState.RUNNING, 5)
+        time.sleep(0.3)  # let both subscriptions settle
+        with factory() as session, session.begin():
+            routing_service.change_state(
+                session,
+                rollout_id=rollout_id,
+                action=Action.KILL,
+                actor="key:oncall",
+                reason="bad acceptance",
+                publisher=RedisPublisher(redis_url),
+            )
+        killed = time.monotonic()
+        seen = wait_for_state([a, b], "r1", RolloutState.KILLED, 1.0)
+        assert seen - killed < 1.0
+
+
+def test_with_redis_down_the_kill_arrives_by_polling(running_rollout):
+    factory, rollout_id = running_rollout
+    down = f"redis://127.0.0.1:{closed_port()}/0"
+    with (
+        gateway_state(factory, redis_url=down, poll_interval_s=0.3) as a,
+        gateway_state(factory, redis_url=down, poll_interval_s=0.3) as b,
+    ):
+        wait_for_state([a, b], "r1", RolloutState.RUNNING, 5)
+        with factory() as session, session.begin():
+            routing_service.change_state(
+                session,
+                rollout_id=rollout_id,
+                action=Action.KILL,
+                actor="key:oncall",
+                reason="redis is down",
+                publisher=RedisPublisher(down),
+            )
+        killed = time.monotonic()
+        seen = wait_for_state([a, b], "r1", RolloutState.KILLED, 2.0)
+        assert seen - killed < 0.3 + 0.5  # one poll interval plus the read
+
+
+def test_a_stale_message_never_undoes_a_newer_state(running_rollout):
+    factory, rollout_id = running_rollout
+    state = RoutingState(db_loader(factory), poll_interval_s=30, stale_after_s=120)
+    asyncio.run(state.refresh())
+    version = state.lookup("r1").version
+    state.apply(RoutingChange(rollout_id, "killed", version + 1))
+    state.apply(RoutingChange(rollout_id, "running", version))  # older, arrives late
+    assert state.lookup("r1").state is RolloutState.KILLED
+    assert state.plan(state.lookup("r1")).mirror is False
+
+
+def test_a_garbled_message_means_reload():
+    assert RoutingChange.decode(b"\xff not json") == RoutingChange(None)
