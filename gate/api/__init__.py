@@ -1,0 +1,1 @@
+"""The control API: rollouts, kill switch, keys, audit, verdicts, browsing, feedback."""

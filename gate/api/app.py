@@ -1,0 +1,24 @@
+"""Assemble the control API, standalone or inside the gateway app."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from gate.api import problems
+from gate.api.deps import Services
+from gate.api.routers import browse, misc, rollouts
+
+
+def install_control_api(app: FastAPI, services: Services) -> None:
+    """Add the control endpoints, their error rendering and their services to `app`."""
+    app.state.services = services
+    problems.install(app)
+    for module in (rollouts, browse, misc):
+        app.include_router(module.router)
+
+
+def create_api_app(services: Services) -> FastAPI:
+    """Build a standalone control API app (OpenAPI at /docs)."""
+    app = FastAPI(title="specgate control API", version="1")
+    install_control_api(app, services)
+    return app

@@ -1,0 +1,64 @@
+"""Request dependencies: the session (which owns commit/rollback) and scoped auth."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy.orm import Session, sessionmaker
+
+from gate.errors import Forbidden, Unauthorized
+from gate.keys.service import Principal, Scope, authenticate
+from gate.routing.pubsub import Publisher
+from gate.settings import Settings
+
+
+@dataclass(frozen=True)
+class Services:
+    """What control endpoints need, built once per process."""
+
+    settings: Settings
+    sessions: sessionmaker[Session]
+    publisher: Publisher | None
+
+
+def services(request: Request) -> Services:
+    """Return the process's services."""
+    found: Services = request.app.state.services
+    return found
+
+
+def session(request: Request) -> Iterator[Session]:
+    """Open a session; commit when the endpoint succeeds, roll back when it raises."""
+    with services(request).sessions() as db, db.begin():
+        yield db
+
+
+SessionDep = Annotated[Session, Depends(session)]
+ServicesDep = Annotated[Services, Depends(services)]
+
+
+def require(scope: Scope) -> Callable[[Request, Session], Principal]:
+    """Return a dependency that admits keys holding `scope` (or a higher one)."""
+
+    def check(request: Request, db: SessionDep) -> Principal:
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Unauthorized("send an API key as 'Authorization: Bearer <key>'")
+        secret = services(request).settings.secret_key.get_secret_value()
+        principal = authenticate(db, token=token.strip(), secret_key=secret)
+        if principal is None:
+            raise Unauthorized("the API key is unknown, malformed or revoked")
+        if not principal.allows(scope):
+            raise Forbidden(f"this key lacks the '{scope.value}' scope")
+        return principal
+
+    return check
+
+
+Reader = Annotated[Principal, Depends(require(Scope.READ))]
+Operator = Annotated[Principal, Depends(require(Scope.OPERATE))]
+Admin = Annotated[Principal, Depends(require(Scope.ADMIN))]

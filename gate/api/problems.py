@@ -1,0 +1,37 @@
+"""Problem JSON (RFC 9457) for every control API error."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse
+
+from gate.errors import GateError
+
+MEDIA_TYPE = "application/problem+json"
+
+
+def problem(status: int, title: str, detail: str, code: str) -> JSONResponse:
+    """Render one problem document."""
+    body = {"type": "about:blank", "title": title, "status": status, "detail": detail, "code": code}
+    return JSONResponse(body, status_code=status, media_type=MEDIA_TYPE)
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers that turn errors into problem JSON."""
+
+    @app.exception_handler(GateError)
+    async def gate_error(_request: Request, exc: GateError) -> JSONResponse:
+        return problem(exc.status_code, exc.code.replace("_", " "), exc.message, exc.code)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        where = ".".join(str(part) for part in first.get("loc", ()))
+        detail = f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
+        return problem(422, "invalid request", detail, "invalid_request")
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_request: Request, exc: HTTPException) -> JSONResponse:
+        return problem(exc.status_code, "error", str(exc.detail), "http_error")

@@ -1,0 +1,206 @@
+"""Routes, rollouts, their state changes (kill switch included), verdicts and audit."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Request
+from sqlalchemy import select
+
+from gate.api.deps import Admin, Operator, Reader, ServicesDep, SessionDep
+from gate.api.idempotency import HEADER, run_once
+from gate.api.schemas import (
+    AuditOut,
+    KillAll,
+    Reason,
+    RolloutOut,
+    RolloutPatch,
+    RouteOut,
+    VerdictOut,
+)
+from gate.db.models import AuditEvent, Route, Verdict
+from gate.keys.service import Principal
+from gate.rollouts import repository, service
+from gate.rollouts.schemas import RolloutIn, RouteIn
+from gate.rollouts.states import Action
+from gate.routing import service as routing
+
+router = APIRouter(prefix="/v1", tags=["rollouts"])
+IdempotencyKey = Annotated[str | None, Header(alias=HEADER, description="Retry-safe key.")]
+
+
+@router.get("/routes", response_model=list[RouteOut])
+def list_routes(db: SessionDep, _: Reader) -> list[Route]:
+    """List routes."""
+    return list(db.scalars(select(Route).order_by(Route.id)))
+
+
+@router.post("/routes", response_model=RouteOut, status_code=201)
+def create_route(spec: RouteIn, db: SessionDep, who: Admin) -> Route:
+    """Register a route."""
+    return service.create_route(db, spec=spec, actor=who.actor)
+
+
+@router.get("/rollouts", response_model=list[RolloutOut])
+def list_rollouts(db: SessionDep, _: Reader) -> list[RolloutOut]:
+    """List rollouts, newest first."""
+    return [RolloutOut.model_validate(r) for r in repository.list_rollouts(db)]
+
+
+@router.post("/rollouts", response_model=RolloutOut, status_code=201)
+def create_rollout(spec: RolloutIn, db: SessionDep, who: Admin) -> RolloutOut:
+    """Create a pending rollout."""
+    return RolloutOut.model_validate(service.create_rollout(db, spec=spec, actor=who.actor))
+
+
+@router.get("/rollouts/{rollout_id}", response_model=RolloutOut)
+def get_rollout(rollout_id: int, db: SessionDep, _: Reader) -> RolloutOut:
+    """Show one rollout."""
+    return RolloutOut.model_validate(service.get_rollout(db, rollout_id=rollout_id))
+
+
+@router.patch("/rollouts/{rollout_id}", response_model=RolloutOut)
+def update_rollout(rollout_id: int, patch: RolloutPatch, db: SessionDep, who: Admin) -> RolloutOut:
+    """Change sample rate, mode or policy; a stale `version` gets 409."""
+    changes = patch.model_dump(exclude_unset=True, exclude={"version"}, exclude_none=True)
+    rollout = service.update_rollout(
+        db, rollout_id=rollout_id, expected_version=patch.version, actor=who.actor, **changes
+    )
+    return RolloutOut.model_validate(rollout)
+
+
+def _act(
+    request: Request,
+    action: Action,
+    rollout_id: int,
+    body: Reason,
+    who: Principal,
+    db: SessionDep,
+    svc: ServicesDep,
+    key: str | None,
+) -> RolloutOut:
+    def work() -> dict[str, object]:
+        rollout = routing.change_state(
+            db,
+            rollout_id=rollout_id,
+            action=action,
+            actor=who.actor,
+            reason=body.reason,
+            publisher=svc.publisher,
+            expected_version=body.version,
+        )
+        return RolloutOut.model_validate(rollout).model_dump(mode="json")
+
+    raw = body.model_dump_json().encode()
+    answer = run_once(
+        db, key=key, actor=who.actor, method="POST", path=request.url.path, body=raw, work=work
+    )
+    return RolloutOut.model_validate(answer)
+
+
+@router.post("/rollouts/{rollout_id}/start", response_model=RolloutOut)
+def start(
+    request: Request,
+    rollout_id: int,
+    body: Reason,
+    db: SessionDep,
+    svc: ServicesDep,
+    who: Admin,
+    key: IdempotencyKey = None,
+) -> RolloutOut:
+    """Start a pending rollout: mirroring or canary traffic begins."""
+    return _act(request, Action.START, rollout_id, body, who, db, svc, key)
+
+
+@router.post("/rollouts/{rollout_id}/kill", response_model=RolloutOut)
+def kill(
+    request: Request,
+    rollout_id: int,
+    body: Reason,
+    db: SessionDep,
+    svc: ServicesDep,
+    who: Operator,
+    key: IdempotencyKey = None,
+) -> RolloutOut:
+    """Kill a rollout: every gateway serves the baseline only, within a second."""
+    return _act(request, Action.KILL, rollout_id, body, who, db, svc, key)
+
+
+@router.post("/rollouts/{rollout_id}/hold", response_model=RolloutOut)
+def hold(
+    request: Request,
+    rollout_id: int,
+    body: Reason,
+    db: SessionDep,
+    svc: ServicesDep,
+    who: Operator,
+    key: IdempotencyKey = None,
+) -> RolloutOut:
+    """Hold a running rollout: baseline only, data kept, gate paused."""
+    return _act(request, Action.HOLD, rollout_id, body, who, db, svc, key)
+
+
+@router.post("/rollouts/{rollout_id}/resume", response_model=RolloutOut)
+def resume(
+    request: Request,
+    rollout_id: int,
+    body: Reason,
+    db: SessionDep,
+    svc: ServicesDep,
+    who: Operator,
+    key: IdempotencyKey = None,
+) -> RolloutOut:
+    """Resume a held or killed rollout."""
+    return _act(request, Action.RESUME, rollout_id, body, who, db, svc, key)
+
+
+@router.post("/rollouts/{rollout_id}/promote", response_model=RolloutOut)
+def promote(
+    request: Request,
+    rollout_id: int,
+    body: Reason,
+    db: SessionDep,
+    svc: ServicesDep,
+    who: Admin,
+    key: IdempotencyKey = None,
+) -> RolloutOut:
+    """Advance to the next stage, or promote on the last one."""
+    return _act(request, Action.PROMOTE, rollout_id, body, who, db, svc, key)
+
+
+@router.post("/kill", response_model=list[RolloutOut])
+def kill_everything(
+    body: KillAll, db: SessionDep, svc: ServicesDep, who: Operator
+) -> list[RolloutOut]:
+    """Global kill: every rollout to its baseline at once."""
+    killed = routing.kill_all(db, actor=who.actor, reason=body.reason, publisher=svc.publisher)
+    return [RolloutOut.model_validate(r) for r in killed]
+
+
+@router.get("/rollouts/{rollout_id}/verdicts", response_model=list[VerdictOut])
+def verdicts(
+    rollout_id: int, db: SessionDep, _: Reader, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+) -> list[Verdict]:
+    """Verdict history, newest first."""
+    service.get_rollout(db, rollout_id=rollout_id)
+    statement = (
+        select(Verdict)
+        .where(Verdict.rollout_id == rollout_id)
+        .order_by(Verdict.id.desc())
+        .limit(limit)
+    )
+    return list(db.scalars(statement))
+
+
+@router.get("/audit", response_model=list[AuditOut])
+def audit_trail(
+    db: SessionDep,
+    _: Reader,
+    rollout_id: int | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> list[AuditEvent]:
+    """Audit events (who, what, why, when), newest first."""
+    statement = select(AuditEvent).order_by(AuditEvent.id.desc()).limit(limit)
+    if rollout_id is not None:
+        statement = statement.where(AuditEvent.rollout_id == rollout_id)
+    return list(db.scalars(statement))

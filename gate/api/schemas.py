@@ -1,0 +1,151 @@
+"""Response and request bodies of the control API."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gate.db.enums import Cohort, Decision, GenerationStatus, PairState, RolloutMode, RolloutState
+
+T = TypeVar("T")
+
+
+class Out(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+
+class RouteOut(Out):
+    id: int
+    name: str
+    base_url: str
+    model: str
+    role: str
+    metrics_url: str | None
+    spec_method: str | None
+    spec_tokens: int | None
+    draft_model: str | None
+
+
+class RolloutOut(Out):
+    id: int
+    name: str
+    alias: str
+    baseline_route_id: int
+    candidate_route_id: int
+    mode: RolloutMode
+    sample_rate: float
+    stage: int
+    state: RolloutState
+    policy: dict[str, Any]
+    version: int
+    created_at: datetime
+    started_at: datetime | None
+    ended_at: datetime | None
+
+
+class AuditOut(Out):
+    id: int
+    rollout_id: int | None
+    actor: str
+    action: str
+    reason: str
+    from_state: str | None
+    to_state: str | None
+    details: dict[str, Any]
+    created_at: datetime
+
+
+class VerdictOut(Out):
+    id: int
+    rollout_id: int
+    stage: int
+    decision: Decision
+    reason_codes: list[str]
+    summary: str
+    estimates: list[dict[str, Any]]
+    n_pairs: int
+    created_at: datetime
+
+
+class PairOut(Out):
+    id: uuid.UUID
+    rollout_id: int
+    stage: int
+    state: PairState
+    is_control: bool
+    segment: str
+    created_at: datetime
+    deadline: datetime
+
+
+class GenerationOut(Out):
+    id: int
+    rollout_id: int | None
+    pair_id: uuid.UUID | None
+    cohort: Cohort
+    route_id: int | None
+    segment: str
+    status: GenerationStatus
+    ttft_s: float | None
+    tpot_s: float | None
+    e2e_s: float | None
+    input_tokens: int | None
+    output_tokens: int | None
+    finish_reason: str | None
+    spec_draft_tokens: int | None
+    spec_accepted_tokens: int | None
+    response_id: str | None
+    started_at: datetime
+
+
+class Page(BaseModel, Generic[T]):
+    items: list[T]
+    next_cursor: str | None = Field(None, description="Pass as `cursor` for the next page.")
+
+
+class Reason(BaseModel):
+    reason: str = Field(min_length=1, max_length=2000, description="Why; kept in the audit trail.")
+    version: int | None = Field(None, description="Expected rollout version (409 if stale).")
+
+
+class RolloutPatch(BaseModel):
+    version: int = Field(description="The version you read; a stale one gets 409.")
+    sample_rate: float | None = Field(None, ge=0.0, le=1.0)
+    mode: RolloutMode | None = None
+    policy: dict[str, Any] | None = None
+
+
+class KillAll(BaseModel):
+    reason: str = Field(min_length=1, max_length=2000)
+
+
+class FeedbackIn(BaseModel):
+    response_id: str | None = Field(None, min_length=1, max_length=128)
+    pair_id: uuid.UUID | None = None
+    thumbs: int | None = Field(None, description="+1 or -1.")
+    score: float | None = Field(None, ge=0.0, le=1.0)
+    escalated: bool = False
+    comment: str | None = Field(None, max_length=4000)
+
+    @model_validator(mode="after")
+    def _target_and_rating(self) -> FeedbackIn:
+        if (self.response_id is None) == (self.pair_id is None):
+            raise ValueError("give exactly one of response_id or pair_id")
+        if self.thumbs not in (None, 1, -1):
+            raise ValueError("thumbs must be 1 or -1")
+        if self.thumbs is None and self.score is None and not self.escalated:
+            raise ValueError("give thumbs, a score or escalated=true")
+        return self
+
+
+class FeedbackOut(Out):
+    id: int
+    generation_id: int | None
+    pair_id: uuid.UUID | None
+    thumbs: int | None
+    score: float | None
+    escalated: bool
+    created_at: datetime

@@ -1,0 +1,1 @@
+"""User feedback joined to the generation it rates."""

@@ -1,0 +1,1 @@
+"""Scoped API keys: shown once, stored as an HMAC, compared in constant time, revocable."""
