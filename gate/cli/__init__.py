@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from gate.cli import db, engine, pending, serve, status
+from gate.cli import db, engine, keys, pending, rollout, serve, status
 from gate.errors import GateError
 
 app = typer.Typer(
@@ -17,6 +17,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(db.app, name="db")
+app.add_typer(keys.app, name="keys")
+app.add_typer(rollout.app, name="rollout")
+app.add_typer(rollout.routes_app, name="routes")
 app.command("status")(status.status)
 app.command("serve")(serve.serve)
 app.command("engine")(engine.engine)

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import getpass
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated
 
 import typer
+from sqlalchemy.orm import Session
 
+from gate.db.engine import engine_from_settings, session_factory
+from gate.routing.pubsub import Publisher, RedisPublisher
 from gate.settings import Settings, load_settings
 
 DatabaseOption = Annotated[
@@ -23,3 +29,24 @@ def settings_with(database_url: str | None) -> Settings:
     if database_url:
         return load_settings(database_url=database_url)
     return load_settings()
+
+
+def cli_actor() -> str:
+    """Return the audit actor for an operator at this terminal."""
+    return f"cli:{getpass.getuser()}"
+
+
+def publisher(settings: Settings) -> Publisher | None:
+    """Publish routing changes on Redis when configured (gateways also poll the DB)."""
+    return RedisPublisher(settings.redis_url) if settings.redis_url else None
+
+
+@contextmanager
+def transaction(settings: Settings) -> Iterator[Session]:
+    """One committed transaction against the configured database."""
+    engine = engine_from_settings(settings)
+    try:
+        with session_factory(engine)() as session, session.begin():
+            yield session
+    finally:
+        engine.dispose()

@@ -12,12 +12,9 @@ NOT_BUILT: dict[str, tuple[str, str]] = {
     "demo": ("Run the whole loop on local engines and print a verdict.", "local engines and demo"),
     "collect": ("Run the OTLP/HTTP span receiver and writer.", "collectors"),
     "worker": ("Run Celery evaluator workers and beat.", "evaluators"),
-    "rollout": ("Create, list, show, kill, resume and promote rollouts.", "control plane"),
-    "keys": ("Create and revoke scoped API keys.", "control plane"),
     "gate": ("Check, replay and simulate the statistical gate.", "statistical gate"),
     "pairs": ("Export recorded pairs as JSONL.", "statistical gate"),
     "report": ("Write the weekly regression report.", "dashboards and report"),
-    "routes": ("Launch vLLM routes from a route file.", "deploy"),
 }
 
 

@@ -12,6 +12,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
+from gate.api.app import install_control_api
+from gate.api.deps import Services
 from gate.errors import GateError
 from gate.gateway.errors import from_gate_error
 from gate.gateway.metrics import GatewayMetrics, exposition
@@ -30,6 +32,7 @@ def create_gateway_app(
     metrics: GatewayMetrics | None = None,
     redact: Redactor | None = None,
     own_tracer_provider: bool = False,
+    control: Services | None = None,
 ) -> ProxyDispatch:
     """Build the gateway app; its lifespan owns the HTTP client and the routing sync."""
     gateway_metrics = metrics or GatewayMetrics()
@@ -74,7 +77,7 @@ def create_gateway_app(
             if own_tracer_provider:
                 tracer_provider.shutdown()
 
-    app = FastAPI(title="specgate gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app = FastAPI(title="specgate", lifespan=lifespan)
 
     @app.exception_handler(GateError)
     async def gate_error(_request: Request, exc: GateError) -> Response:
@@ -95,9 +98,13 @@ def create_gateway_app(
         body, content_type = exposition(gateway_metrics)
         return Response(body, media_type=content_type)
 
-    @app.get("/healthz")
-    async def healthz() -> dict[str, object]:
-        return {"status": "ok", "routing_stale": routing.is_stale()}
+    if control is not None:
+        install_control_api(app, control)
+    else:
+
+        @app.get("/healthz")
+        async def healthz() -> dict[str, object]:
+            return {"status": "ok", "routing_stale": routing.is_stale()}
 
     return ProxyDispatch(app)
 

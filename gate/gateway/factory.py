@@ -7,10 +7,11 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
+from gate.api.deps import Services
 from gate.db.engine import engine_from_settings, session_factory
 from gate.errors import ConfigError
 from gate.gateway.app import ProxyDispatch, create_gateway_app
-from gate.routing.pubsub import RedisSubscriber
+from gate.routing.pubsub import LocalBus, Publisher, RedisPublisher, RedisSubscriber, Subscriber
 from gate.routing.sync import RoutingState, db_loader
 from gate.settings import Settings, load_settings
 
@@ -42,7 +43,11 @@ def build_gateway_app(
     """Build a gateway app from settings (the `specgate serve` entry point)."""
     settings = settings or load_settings()
     factory = session_factory(engine_from_settings(settings))
-    subscriber = RedisSubscriber(settings.redis_url) if settings.redis_url else None
+    # With Redis, changes reach every gateway process; without it, this process's own
+    # control API still reaches its gateway at once, and other processes poll.
+    bus = LocalBus()
+    publisher: Publisher = RedisPublisher(settings.redis_url) if settings.redis_url else bus
+    subscriber: Subscriber = RedisSubscriber(settings.redis_url) if settings.redis_url else bus
     routing = RoutingState(
         db_loader(factory),
         poll_interval_s=settings.state_poll_interval_s,
@@ -54,4 +59,5 @@ def build_gateway_app(
         routing=routing,
         tracer_provider=tracer_provider(settings, exporter),
         own_tracer_provider=True,
+        control=Services(settings=settings, sessions=factory, publisher=publisher),
     )

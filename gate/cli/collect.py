@@ -1,0 +1,33 @@
+"""`specgate collect`: the OTLP/HTTP span receiver and writer, under uvicorn."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+import uvicorn
+
+from collectors.app import create_app
+from collectors.settings import load_collector_settings
+from gate.cli.common import DatabaseOption, settings_with
+
+
+def collect(
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port (4318 is OTLP/HTTP's).")] = 4318,
+    database_url: DatabaseOption = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="SPECGATE_COLLECTOR_TOKEN",
+            help="Bearer token senders must present (default: none required).",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Receive OTLP/HTTP spans on POST /v1/traces and write them to the database."""
+    settings = settings_with(database_url)
+    overrides: dict[str, object] = {"collector_token": token} if token else {}
+    app = create_app(settings, load_collector_settings(**overrides))
+    typer.echo(f"specgate collect: listening on http://{host}:{port}/v1/traces")
+    uvicorn.run(app, host=host, port=port, log_level=settings.log_level.lower())

@@ -1,0 +1,157 @@
+"""`specgate rollout` and `specgate routes`: what operators do, without the API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from gate.cli.common import DatabaseOption, cli_actor, publisher, settings_with, transaction
+from gate.db.enums import RolloutMode, RouteRole
+from gate.db.models import Rollout
+from gate.errors import BadRequest
+from gate.rollouts import repository, service
+from gate.rollouts.schemas import RolloutIn, RouteIn
+from gate.rollouts.states import Action
+from gate.routing import service as routing
+
+app = typer.Typer(help="Create, inspect and steer rollouts.", no_args_is_help=True)
+routes_app = typer.Typer(help="Register and list routes.", no_args_is_help=True)
+Reason = Annotated[str, typer.Option("--reason", "-r", help="Why; kept in the audit trail.")]
+
+
+@routes_app.command("add")
+def add_route(
+    name: Annotated[str, typer.Option()],
+    base_url: Annotated[str, typer.Option(help="e.g. http://127.0.0.1:8000/v1")],
+    model: Annotated[str, typer.Option(help="The model name the route serves.")],
+    role: Annotated[RouteRole, typer.Option()],
+    metrics_url: Annotated[str | None, typer.Option(help="Prometheus /metrics URL.")] = None,
+    spec_method: Annotated[str | None, typer.Option(help="ngram, eagle3, draft_model...")] = None,
+    spec_tokens: Annotated[int | None, typer.Option(help="num_speculative_tokens.")] = None,
+    database_url: DatabaseOption = None,
+) -> None:
+    """Register a route."""
+    spec = RouteIn(
+        name=name,
+        base_url=base_url,
+        model=model,
+        role=role,
+        metrics_url=metrics_url,
+        spec_method=spec_method,
+        spec_tokens=spec_tokens,
+    )
+    with transaction(settings_with(database_url)) as db:
+        route = service.create_route(db, spec=spec, actor=cli_actor())
+        typer.echo(f"route {route.id} {route.name} ({route.role.value}) -> {route.base_url}")
+
+
+@app.command()
+def create(
+    name: Annotated[str, typer.Option()],
+    alias: Annotated[str, typer.Option(help="The model name clients ask for.")],
+    baseline: Annotated[str, typer.Option(help="Baseline route name.")],
+    candidate: Annotated[str, typer.Option(help="Candidate route name.")],
+    mode: Annotated[RolloutMode, typer.Option()] = RolloutMode.SHADOW,
+    sample_rate: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.1,
+    policy: Annotated[Path | None, typer.Option(help="Policy YAML file.", exists=True)] = None,
+    database_url: DatabaseOption = None,
+) -> None:
+    """Create a pending rollout."""
+    loaded = yaml.safe_load(policy.read_text()) if policy else {}
+    if not isinstance(loaded, dict):
+        raise BadRequest(f"policy file {policy} must hold a mapping")
+    spec = RolloutIn(
+        name=name,
+        alias=alias,
+        baseline_route=baseline,
+        candidate_route=candidate,
+        mode=mode,
+        sample_rate=sample_rate,
+        policy=loaded,
+    )
+    with transaction(settings_with(database_url)) as db:
+        rollout = service.create_rollout(db, spec=spec, actor=cli_actor())
+        typer.echo(f"rollout {rollout.id} {rollout.name} created (pending)")
+
+
+@app.command("list")
+def list_rollouts(database_url: DatabaseOption = None) -> None:
+    """List rollouts, newest first."""
+    table = Table("id", "name", "alias", "mode", "state", "stage", "sample", "version")
+    with transaction(settings_with(database_url)) as db:
+        for r in repository.list_rollouts(db):
+            table.add_row(
+                str(r.id),
+                r.name,
+                r.alias,
+                r.mode.value,
+                r.state.value,
+                str(r.stage),
+                f"{r.sample_rate:g}",
+                str(r.version),
+            )
+    Console().print(table)
+
+
+@app.command()
+def show(rollout_id: int, database_url: DatabaseOption = None) -> None:
+    """Show one rollout."""
+    with transaction(settings_with(database_url)) as db:
+        typer.echo(_describe(service.get_rollout(db, rollout_id=rollout_id)))
+
+
+def _describe(r: Rollout) -> str:
+    return (
+        f"rollout {r.id} {r.name}: alias={r.alias} mode={r.mode.value} state={r.state.value} "
+        f"stage={r.stage} sample_rate={r.sample_rate:g} version={r.version}"
+    )
+
+
+def _act(action: Action, rollout_id: int, reason: str, database_url: str | None) -> None:
+    settings = settings_with(database_url)
+    with transaction(settings) as db:
+        rollout = routing.change_state(
+            db,
+            rollout_id=rollout_id,
+            action=action,
+            actor=cli_actor(),
+            reason=reason,
+            publisher=publisher(settings),
+        )
+        line = _describe(rollout)
+    typer.echo(line)
+
+
+@app.command()
+def start(rollout_id: int, reason: Reason = "started", database_url: DatabaseOption = None) -> None:
+    """Start a pending rollout."""
+    _act(Action.START, rollout_id, reason, database_url)
+
+
+@app.command()
+def kill(rollout_id: int, reason: Reason, database_url: DatabaseOption = None) -> None:
+    """Kill a rollout: baseline only on every gateway."""
+    _act(Action.KILL, rollout_id, reason, database_url)
+
+
+@app.command()
+def hold(rollout_id: int, reason: Reason, database_url: DatabaseOption = None) -> None:
+    """Hold a rollout: baseline only, data kept."""
+    _act(Action.HOLD, rollout_id, reason, database_url)
+
+
+@app.command()
+def resume(rollout_id: int, reason: Reason, database_url: DatabaseOption = None) -> None:
+    """Resume a held or killed rollout."""
+    _act(Action.RESUME, rollout_id, reason, database_url)
+
+
+@app.command()
+def promote(rollout_id: int, reason: Reason, database_url: DatabaseOption = None) -> None:
+    """Advance a stage, or promote on the last one."""
+    _act(Action.PROMOTE, rollout_id, reason, database_url)

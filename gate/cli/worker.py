@@ -1,0 +1,59 @@
+"""`specgate worker`: run Celery evaluator workers against the Redis broker."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from gate.cli.common import DatabaseOption, settings_with
+from gate.errors import ConfigError, GateError
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+@app.callback(invoke_without_command=True)
+def worker(
+    concurrency: Annotated[int, typer.Option(help="Worker processes.")] = 2,
+    loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "INFO",
+    visibility_timeout: Annotated[
+        float,
+        typer.Option(help="Seconds before a message whose worker died is delivered again."),
+    ] = 3600.0,
+    hostname: Annotated[str | None, typer.Option(help="Worker node name.")] = None,
+    database_url: DatabaseOption = None,
+) -> None:
+    """Run Celery evaluator workers (needs SPECGATE_REDIS_URL)."""
+    # Imported here: Celery is only loaded by the command that needs it.
+    from evaluators.celery_app import QUEUE, make_celery
+
+    settings = settings_with(database_url)
+    if not settings.redis_url:
+        raise ConfigError(
+            "specgate worker needs SPECGATE_REDIS_URL; without Redis, evaluations run in-process"
+        )
+    celery = make_celery(settings, visibility_timeout_s=visibility_timeout)
+    argv = [
+        "worker",
+        f"--concurrency={concurrency}",
+        f"--loglevel={loglevel}",
+        f"--queues={QUEUE}",
+        "--pool=prefork",
+        "--without-gossip",
+        "--without-mingle",
+    ]
+    celery.worker_main([*argv, f"--hostname={hostname}"] if hostname else argv)
+
+
+def main() -> None:
+    """Run the worker command; user-facing errors become one line and exit code 1."""
+    try:
+        app()
+    except GateError as exc:
+        print(f"specgate worker: error: {exc.message}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""Operators' commands against a real store, and `specgate serve` as a process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from tests.servers import closed_port
+
+
+def run(*args, cwd, check=True):
+    result = subprocess.run(
+        [sys.executable, "-m", "gate", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"},
+    )
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    for name in ("SPECGATE_DATABASE_URL", "SPECGATE_HOME", "SPECGATE_REDIS_URL"):
+        monkeypatch.delenv(name, raising=False)
+    run("db", "upgrade", cwd=tmp_path)
+    return tmp_path
+
+
+def test_keys_routes_and_a_rollout_life_cycle(store):
+    token = run("keys", "create", "--name", "oncall", "--scopes", "operate", cwd=store).stdout
+    assert "shown once" in token and token.strip().splitlines()[-1].startswith("sg_")
+    assert "oncall" in run("keys", "list", cwd=store).stdout
+    for name, role in (("base", "baseline"), ("spec", "candidate")):
+        run(
+            "routes",
+            "add",
+            "--name",
+            name,
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--model",
+            "m",
+            "--role",
+            role,
+            cwd=store,
+        )
+    run(
+        "rollout",
+        "create",
+        "--name",
+        "r1",
+        "--alias",
+        "smol",
+        "--baseline",
+        "base",
+        "--candidate",
+        "spec",
+        cwd=store,
+    )
+    assert "state=running" in run("rollout", "start", "1", cwd=store).stdout
+    assert (
+        "state=killed" in run("rollout", "kill", "1", "-r", "acceptance collapse", cwd=store).stdout
+    )
+    refused = run("rollout", "promote", "1", "-r", "ship", cwd=store, check=False)
+    assert refused.returncode == 1 and "cannot promote a rollout that is killed" in refused.stderr
+    assert "killed" in run("rollout", "list", cwd=store).stdout
+    assert "revoked" in run("keys", "revoke", "oncall", cwd=store).stdout
+
+
+def test_serve_runs_the_gateway_and_the_control_api(store):
+    port = closed_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gate",
+            "serve",
+            "--port",
+            str(port),
+            "--otlp-endpoint",
+            f"http://127.0.0.1:{closed_port()}",
+        ],
+        cwd=store,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        base = f"http://127.0.0.1:{port}"
+        assert httpx.get(base + "/readyz").json()["ready"] is True
+        assert httpx.get(base + "/v1/models").json() == {"object": "list", "data": []}
+        assert httpx.get(base + "/v1/rollouts").status_code == 401
+        assert "/v1/rollouts/{rollout_id}/kill" in httpx.get(base + "/openapi.json").json()["paths"]
+        unknown = httpx.post(base + "/v1/chat/completions", json={"model": "x", "messages": []})
+        assert unknown.status_code == 404 and "error" in unknown.json()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_serve_refuses_an_unmigrated_store(tmp_path):
+    result = run(
+        "serve", "--database-url", f"sqlite:///{tmp_path}/empty.db", cwd=tmp_path, check=False
+    )
+    assert result.returncode == 1 and "run `specgate db upgrade`" in result.stderr
