@@ -15,14 +15,19 @@ from gate.rollouts.schemas import RolloutIn, RouteIn
 
 
 def rollout(
-    session: Session, *, name: str = "r1", mode: RolloutMode = RolloutMode.SHADOW
+    session: Session,
+    *,
+    name: str = "r1",
+    mode: RolloutMode = RolloutMode.SHADOW,
+    base_url: str = "http://127.0.0.1:9/v1",
+    candidate_url: str = "http://127.0.0.1:9/v1",
+    sample_rate: float = 0.1,
 ) -> Rollout:
+    urls = {"base": base_url, "spec": candidate_url}
     for suffix, role in (("base", RouteRole.BASELINE), ("spec", RouteRole.CANDIDATE)):
         service.create_route(
             session,
-            spec=RouteIn(
-                name=f"{name}-{suffix}", base_url="http://127.0.0.1:9/v1", model="m", role=role
-            ),
+            spec=RouteIn(name=f"{name}-{suffix}", base_url=urls[suffix], model="m", role=role),
             actor="test",
         )
     spec = RolloutIn(
@@ -31,6 +36,7 @@ def rollout(
         baseline_route=f"{name}-base",
         candidate_route=f"{name}-spec",
         mode=mode,
+        sample_rate=sample_rate,
     )
     return service.create_rollout(session, spec=spec, actor="test")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from sqlalchemy.exc import DataError, IntegrityError, StatementError
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 
@@ -31,6 +32,23 @@ def install(app: FastAPI) -> None:
         where = ".".join(str(part) for part in first.get("loc", ()))
         detail = f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
         return problem(422, "invalid request", detail, "invalid_request")
+
+    # Input the database itself refuses (a unique key taken by a concurrent request, NUL
+    # bytes in text, out-of-range numbers) is the caller's problem, never a 500.
+    @app.exception_handler(IntegrityError)
+    async def conflict(_request: Request, exc: IntegrityError) -> JSONResponse:
+        return problem(409, "conflict", "the change conflicts with existing data", "conflict")
+
+    @app.exception_handler(StatementError)
+    async def refused(request: Request, exc: StatementError) -> JSONResponse:
+        if isinstance(exc, DataError) or isinstance(exc.orig, ValueError):
+            return problem(
+                400,
+                "invalid request",
+                "a value was refused by the database (NUL bytes or out-of-range numbers)",
+                "invalid_request",
+            )
+        raise exc
 
     @app.exception_handler(HTTPException)
     async def http_error(_request: Request, exc: HTTPException) -> JSONResponse:

@@ -36,7 +36,10 @@ def create_route(session: Session, *, spec: RouteIn, actor: str) -> Route:
         spec_config=spec.spec_config,
     )
     session.add(route)
-    session.flush()
+    try:
+        session.flush()
+    except IntegrityError:
+        raise Conflict(f"route {spec.name!r} already exists") from None
     audit.record(session, actor=actor, action="route.create", details={"route": spec.name})
     return route
 

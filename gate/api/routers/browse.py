@@ -19,6 +19,7 @@ from gate.errors import BadRequest
 
 router = APIRouter(prefix="/v1", tags=["browse"])
 Limit = Annotated[int, Query(ge=1, le=500)]
+OptionalId = Annotated[int | None, Query(ge=1, le=2**31 - 1)]
 
 
 def _encode(value: str) -> str:
@@ -36,7 +37,7 @@ def _decode(cursor: str) -> str:
 def generations(
     db: SessionDep,
     _: Reader,
-    rollout_id: int | None = None,
+    rollout_id: OptionalId = None,
     cohort: Cohort | None = None,
     status: GenerationStatus | None = None,
     segment: str | None = None,
@@ -75,7 +76,7 @@ def generations(
 def pairs(
     db: SessionDep,
     _: Reader,
-    rollout_id: int | None = None,
+    rollout_id: OptionalId = None,
     state: PairState | None = None,
     segment: str | None = None,
     is_control: bool | None = None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Request
+from fastapi import APIRouter, Header, Path, Query, Request
 from sqlalchemy import select
 
 from gate.api.deps import Admin, Operator, Reader, ServicesDep, SessionDep
@@ -27,6 +27,9 @@ from gate.routing import service as routing
 
 router = APIRouter(prefix="/v1", tags=["rollouts"])
 IdempotencyKey = Annotated[str | None, Header(alias=HEADER, description="Retry-safe key.")]
+# Ids are 32-bit columns: larger values are a 422, not a driver overflow.
+RolloutId = Annotated[int, Path(ge=1, le=2**31 - 1)]
+OptionalId = Annotated[int | None, Query(ge=1, le=2**31 - 1)]
 
 
 @router.get("/routes", response_model=list[RouteOut])
@@ -54,13 +57,15 @@ def create_rollout(spec: RolloutIn, db: SessionDep, who: Admin) -> RolloutOut:
 
 
 @router.get("/rollouts/{rollout_id}", response_model=RolloutOut)
-def get_rollout(rollout_id: int, db: SessionDep, _: Reader) -> RolloutOut:
+def get_rollout(rollout_id: RolloutId, db: SessionDep, _: Reader) -> RolloutOut:
     """Show one rollout."""
     return RolloutOut.model_validate(service.get_rollout(db, rollout_id=rollout_id))
 
 
 @router.patch("/rollouts/{rollout_id}", response_model=RolloutOut)
-def update_rollout(rollout_id: int, patch: RolloutPatch, db: SessionDep, who: Admin) -> RolloutOut:
+def update_rollout(
+    rollout_id: RolloutId, patch: RolloutPatch, db: SessionDep, who: Admin
+) -> RolloutOut:
     """Change sample rate, mode or policy; a stale `version` gets 409."""
     changes = patch.model_dump(exclude_unset=True, exclude={"version"}, exclude_none=True)
     rollout = service.update_rollout(
@@ -72,7 +77,7 @@ def update_rollout(rollout_id: int, patch: RolloutPatch, db: SessionDep, who: Ad
 def _act(
     request: Request,
     action: Action,
-    rollout_id: int,
+    rollout_id: RolloutId,
     body: Reason,
     who: Principal,
     db: SessionDep,
@@ -101,7 +106,7 @@ def _act(
 @router.post("/rollouts/{rollout_id}/start", response_model=RolloutOut)
 def start(
     request: Request,
-    rollout_id: int,
+    rollout_id: RolloutId,
     body: Reason,
     db: SessionDep,
     svc: ServicesDep,
@@ -115,7 +120,7 @@ def start(
 @router.post("/rollouts/{rollout_id}/kill", response_model=RolloutOut)
 def kill(
     request: Request,
-    rollout_id: int,
+    rollout_id: RolloutId,
     body: Reason,
     db: SessionDep,
     svc: ServicesDep,
@@ -129,7 +134,7 @@ def kill(
 @router.post("/rollouts/{rollout_id}/hold", response_model=RolloutOut)
 def hold(
     request: Request,
-    rollout_id: int,
+    rollout_id: RolloutId,
     body: Reason,
     db: SessionDep,
     svc: ServicesDep,
@@ -143,7 +148,7 @@ def hold(
 @router.post("/rollouts/{rollout_id}/resume", response_model=RolloutOut)
 def resume(
     request: Request,
-    rollout_id: int,
+    rollout_id: RolloutId,
     body: Reason,
     db: SessionDep,
     svc: ServicesDep,
@@ -157,7 +162,7 @@ def resume(
 @router.post("/rollouts/{rollout_id}/promote", response_model=RolloutOut)
 def promote(
     request: Request,
-    rollout_id: int,
+    rollout_id: RolloutId,
     body: Reason,
     db: SessionDep,
     svc: ServicesDep,
@@ -179,7 +184,10 @@ def kill_everything(
 
 @router.get("/rollouts/{rollout_id}/verdicts", response_model=list[VerdictOut])
 def verdicts(
-    rollout_id: int, db: SessionDep, _: Reader, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+    rollout_id: RolloutId,
+    db: SessionDep,
+    _: Reader,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[Verdict]:
     """Verdict history, newest first."""
     service.get_rollout(db, rollout_id=rollout_id)
@@ -196,7 +204,7 @@ def verdicts(
 def audit_trail(
     db: SessionDep,
     _: Reader,
-    rollout_id: int | None = None,
+    rollout_id: OptionalId = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[AuditEvent]:
     """Audit events (who, what, why, when), newest first."""

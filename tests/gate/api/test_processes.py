@@ -1,0 +1,189 @@
+"""The control API and gateways as separate processes: fuzzing, and the kill switch."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gate.db import migrate
+from gate.db.engine import make_engine, session_factory
+from gate.engines.sim import SimLog, SimProfile, create_sim_app
+from gate.keys.service import create_key
+from gate.rollouts import service
+from gate.rollouts.states import Action
+from tests import factories
+from tests.collectors.net import TcpProxy
+from tests.servers import closed_port, serving
+
+SECRET = "process-secret"
+
+
+@contextmanager
+def specgate_serve(database_url: str, **env: str):
+    port = closed_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gate",
+            "serve",
+            "--port",
+            str(port),
+            "--database-url",
+            database_url,
+            "--otlp-endpoint",
+            f"http://127.0.0.1:{closed_port()}",
+        ],
+        env={**os.environ, "SPECGATE_SECRET_KEY": SECRET, **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(base + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        else:
+            raise RuntimeError(proc.stderr.read().decode() if proc.stderr else "no start")
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def admin_token(url: str) -> str:
+    factory = session_factory(make_engine(url))
+    with factory() as db, db.begin():
+        return create_key(
+            db, name=f"k{time.monotonic_ns()}", scopes=["admin"], secret_key=SECRET, actor="test"
+        )[1]
+
+
+@pytest.mark.postgres
+def test_schemathesis_finds_no_server_error(pg_url, pg_committing, tmp_path):
+    """The README's fuzz command, against the running app on Postgres."""
+    token = admin_token(pg_url)
+    with pg_committing() as db, db.begin():
+        factories.rollout(db, name="fuzzed")
+    schemathesis = shutil.which("schemathesis", path=str(Path(sys.executable).parent))
+    assert schemathesis, "install '.[dev]' (schemathesis)"
+    with specgate_serve(pg_url) as base:
+        result = subprocess.run(
+            [
+                schemathesis,
+                "run",
+                f"{base}/openapi.json",
+                "--checks",
+                "not_a_server_error",
+                "-H",
+                f"Authorization: Bearer {token}",
+                "-n",
+                "25",
+                "--seed",
+                "1",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+            env={**os.environ, "NO_COLOR": "1"},
+        )
+    assert result.returncode == 0, result.stdout[-4000:]
+
+
+def killed_gauge(base: str) -> str | None:
+    for line in httpx.get(base + "/metrics", timeout=2).text.splitlines():
+        if line.startswith("specgate_gateway_rollout_killed{"):
+            return line.rsplit(" ", 1)[1]
+    return None
+
+
+def wait_killed(bases: list[str], value: str, timeout: float) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if all(killed_gauge(b) == value for b in bases):
+            return time.monotonic() - started
+        time.sleep(0.02)
+    raise AssertionError(f"gateways did not reach killed={value} within {timeout}s")
+
+
+@pytest.mark.redis
+def test_a_kill_through_the_api_stops_mirroring_in_two_gateways(tmp_path, redis_url):
+    url = f"sqlite:///{tmp_path}/store.db"
+    migrate.upgrade(url)
+    candidate = SimLog()
+    proxy = TcpProxy("127.0.0.1", 6379)
+    proxied_redis = f"redis://127.0.0.1:{proxy.port}/{redis_url.rsplit('/', 1)[1]}"
+    with ExitStack() as stack:
+        base_url = stack.enter_context(serving(create_sim_app(SimProfile())))
+        cand_url = stack.enter_context(serving(create_sim_app(SimProfile(), candidate)))
+        factory = session_factory(make_engine(url))
+        with factory() as db, db.begin():
+            rollout = factories.rollout(
+                db,
+                name="smol",
+                base_url=base_url + "/v1",
+                candidate_url=cand_url + "/v1",
+                sample_rate=1.0,
+            )
+            service.transition(
+                db, rollout_id=rollout.id, action=Action.START, actor="t", reason="t"
+            )
+        token = admin_token(url)
+        env = {
+            "SPECGATE_REDIS_URL": proxied_redis,
+            "SPECGATE_STATE_POLL_INTERVAL_S": "1.0",
+            "SPECGATE_CONTROL_RATE": "0",
+        }
+        gateways = [stack.enter_context(specgate_serve(url, **env)) for _ in range(2)]
+        auth = {"Authorization": f"Bearer {token}"}
+        body = {"model": "smol", "messages": [{"role": "user", "content": "hi"}]}
+
+        def traffic() -> int:
+            before = len(candidate.bodies)
+            for gateway in gateways:
+                for _ in range(3):
+                    assert (
+                        httpx.post(gateway + "/v1/chat/completions", json=body).status_code == 200
+                    )
+            time.sleep(0.3)
+            return len(candidate.bodies) - before
+
+        wait_killed(gateways, "0.0", 10)
+        time.sleep(0.5)  # both subscriptions settled
+        assert traffic() == 6, "both gateways mirror while running"
+        kill = httpx.post(
+            f"{gateways[0]}/v1/rollouts/{rollout.id}/kill",
+            json={"reason": "acceptance collapse"},
+            headers=auth,
+        )
+        assert kill.status_code == 200
+        assert wait_killed(gateways, "1.0", 1.0) < 1.0
+        assert traffic() == 0, "a killed rollout must not mirror"
+
+        resumed = httpx.post(
+            f"{gateways[0]}/v1/rollouts/{rollout.id}/resume", json={"reason": "retry"}, headers=auth
+        )
+        assert resumed.status_code == 200
+        wait_killed(gateways, "0.0", 3.0)
+        proxy.cut()  # Redis unreachable: gateways must fall back to polling
+        httpx.post(
+            f"{gateways[0]}/v1/rollouts/{rollout.id}/kill",
+            json={"reason": "redis down"},
+            headers=auth,
+        )
+        assert wait_killed(gateways, "1.0", 3.0) < 1.0 + 1.0  # one poll interval + slack
+        assert traffic() == 0
+    proxy.close()
