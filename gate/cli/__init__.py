@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from gate.cli import db, engine, keys, pending, rollout, serve, status
+from gate.cli import db, engine, keys, pending, rollout, serve, status, worker
 from gate.errors import GateError
 
 app = typer.Typer(
@@ -20,6 +20,9 @@ app.add_typer(db.app, name="db")
 app.add_typer(keys.app, name="keys")
 app.add_typer(rollout.app, name="rollout")
 app.add_typer(rollout.routes_app, name="routes")
+app.add_typer(
+    worker.app, name="worker", help="Run Celery evaluator workers (needs SPECGATE_REDIS_URL)."
+)
 app.command("status")(status.status)
 app.command("serve")(serve.serve)
 app.command("engine")(engine.engine)

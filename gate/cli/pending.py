@@ -11,7 +11,6 @@ import typer
 NOT_BUILT: dict[str, tuple[str, str]] = {
     "demo": ("Run the whole loop on local engines and print a verdict.", "local engines and demo"),
     "collect": ("Run the OTLP/HTTP span receiver and writer.", "collectors"),
-    "worker": ("Run Celery evaluator workers and beat.", "evaluators"),
     "gate": ("Check, replay and simulate the statistical gate.", "statistical gate"),
     "pairs": ("Export recorded pairs as JSONL.", "statistical gate"),
     "report": ("Write the weekly regression report.", "dashboards and report"),

@@ -1,0 +1,171 @@
+"""The evaluator interface: frozen views of DB rows in, a typed `EvalResult` out.
+
+Evaluators never see ORM objects. The service builds a `GenerationView` per side and one
+`RequestView` per pair from the rows, so evaluators stay pure functions of their inputs
+and can run in any process (Celery worker, benchmark, test).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+# A side in one of these states produced no usable answer: it fails every evaluator, so
+# quality is never compared on the survivors only.
+FAILED_STATUSES = frozenset({"error", "timeout", "dropped"})
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """One evaluator's verdict on one generation (or on a pair, for pair evaluators)."""
+
+    score: float | None
+    passed: bool
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A tool call the model made: the tool's name and its raw arguments."""
+
+    name: str
+    arguments: Any
+
+
+@dataclass(frozen=True)
+class GenerationView:
+    """What evaluators may read of one route call."""
+
+    cohort: str
+    status: str = "ok"
+    output: str = ""
+    output_extra: Mapping[str, Any] = field(default_factory=dict)
+    finish_reason: str | None = None
+    temperature: float | None = None
+    output_tokens: int | None = None
+    error: str | None = None
+    generation_id: int | None = None
+
+    @property
+    def failed(self) -> bool:
+        """Return whether this side produced no usable answer."""
+        return self.status in FAILED_STATUSES
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        """Return the tool calls in `output_extra`, in OpenAI or flat shape."""
+        raw = self.output_extra.get("tool_calls") or []
+        calls = []
+        for item in raw if isinstance(raw, list) else []:
+            if not isinstance(item, Mapping):
+                continue
+            function = item.get("function", item)
+            if isinstance(function, Mapping):
+                calls.append(ToolCall(str(function.get("name", "")), function.get("arguments")))
+        return calls
+
+
+@dataclass(frozen=True)
+class RequestView:
+    """What evaluators may read of the request both sides answered."""
+
+    body: Mapping[str, Any] = field(default_factory=dict)
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def messages(self) -> list[Mapping[str, Any]]:
+        """Return the chat messages of the request (empty for text completions)."""
+        raw = self.body.get("messages") or []
+        return [m for m in raw if isinstance(m, Mapping)] if isinstance(raw, list) else []
+
+    @property
+    def temperature(self) -> float | None:
+        """Return the sampling temperature the client asked for, if it said."""
+        value = self.body.get("temperature")
+        return float(value) if isinstance(value, int | float) else None
+
+
+def message_text(message: Mapping[str, Any]) -> str:
+    """Return the text of a chat message whose content is a string or a list of parts."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p.get("text", "") for p in content if isinstance(p, Mapping)]
+        return "\n".join(p for p in parts if isinstance(p, str))
+    if content is None:
+        return ""
+    return json.dumps(content, sort_keys=True)
+
+
+class Evaluator(Protocol):
+    """Scores one generation against the request it answered.
+
+    `applies` looks at the request only, so both sides of a pair get the same set of
+    evaluators whatever they answered.
+    """
+
+    name: str
+    version: str
+
+    def applies(self, request: RequestView) -> bool:
+        """Return whether the request declared what this evaluator needs."""
+        ...
+
+    def evaluate(self, generation: GenerationView, request: RequestView) -> EvalResult:
+        """Return the score of a generation whose status is usable.
+
+        Args:
+            generation: the side to score; the caller has checked it did not fail.
+            request: the request both sides answered.
+
+        Returns:
+            The score in [0, 1] (or None), whether it passed, and explanatory details.
+        """
+        ...
+
+
+class PairEvaluator(Protocol):
+    """Compares the two sides of a pair; the result is stored on the non-baseline side."""
+
+    name: str
+    version: str
+
+    def applies(self, request: RequestView, sides: Sequence[GenerationView]) -> bool:
+        """Return whether this pair is one the check is defined for."""
+        ...
+
+    def compare(self, baseline: GenerationView, other: GenerationView) -> EvalResult:
+        """Return how far `other` departs from `baseline`; both sides are usable."""
+        ...
+
+
+def failed_side(generation: GenerationView) -> EvalResult:
+    """Return the failing result every evaluator gives a side that produced no answer."""
+    return EvalResult(
+        score=0.0,
+        passed=False,
+        details={"reason": f"generation_{generation.status}", "error": generation.error},
+    )
+
+
+def run_evaluator(
+    evaluator: Evaluator, generation: GenerationView, request: RequestView
+) -> EvalResult:
+    """Run one evaluator on one side, failing it outright when the side failed."""
+    if generation.failed:
+        return failed_side(generation)
+    return evaluator.evaluate(generation, request)
+
+
+def run_pair_evaluator(
+    evaluator: PairEvaluator, baseline: GenerationView, other: GenerationView
+) -> EvalResult:
+    """Run one pair evaluator, failing it outright when either side failed."""
+    for side in (other, baseline):
+        if side.failed:
+            result = failed_side(side)
+            return EvalResult(0.0, False, {**result.details, "failed_cohort": side.cohort})
+    return evaluator.compare(baseline, other)

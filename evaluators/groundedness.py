@@ -1,0 +1,175 @@
+"""Groundedness: is each claim of the answer supported by the request's context?
+
+Deterministic signals per claim (sentence): content-token coverage and bigram coverage
+against the context, and hard checks that numbers, quoted spans and capitalised named
+entities appear in it. A claim with a missing number, quote or entity is unsupported
+however fluent the rest of it is. The optional embedding and LLM-judge signals live in
+`evaluators.grounding_extras` and are off unless the policy names them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from evaluators.base import EvalResult, GenerationView, RequestView, message_text
+from evaluators.claims import (
+    Claim,
+    ClaimSupport,
+    ContextIndex,
+    answer_prose,
+    extract_claims,
+    index_context,
+)
+from evaluators.grounding_extras import ClaimSignal, build_signals
+
+# Bigram pairs of two function words say nothing about the context ("of the").
+_STOP_PAIR_TOKENS = frozenset({"the", "a", "an", "of", "in", "on", "to", "and", "is", "was"})
+
+
+def context_sources(
+    request: RequestView, *, include_system: bool = True, include_user: bool = False
+) -> tuple[str, ...]:
+    """Return the texts an answer may draw on: declared context, tool results, system."""
+    roles = {"tool", "function"}
+    roles |= {"system", "developer"} if include_system else set()
+    roles |= {"user"} if include_user else set()
+    sources = [_document_text(doc) for doc in _declared_documents(request.inputs)]
+    sources += [message_text(m) for m in request.messages if m.get("role") in roles]
+    return tuple(s for s in sources if s.strip())
+
+
+def has_context(request: RequestView) -> bool:
+    """Return whether the request carries retrieval documents or tool results."""
+    if _declared_documents(request.inputs):
+        return True
+    return any(m.get("role") in {"tool", "function"} for m in request.messages)
+
+
+def _declared_documents(inputs: Mapping[str, Any]) -> list[Any]:
+    declared = inputs.get("context")
+    if declared is None:
+        return []
+    return list(declared) if isinstance(declared, list) else [declared]
+
+
+def _document_text(document: Any) -> str:
+    if isinstance(document, Mapping):
+        for key in ("text", "content", "page_content"):
+            if isinstance(document.get(key), str):
+                return str(document[key])
+        return ""
+    return document if isinstance(document, str) else str(document)
+
+
+@dataclass(frozen=True)
+class GroundednessOptions:
+    """Thresholds and weights (defaults checked on HaluEval QA: bench/RESULTS-evaluators.md)."""
+
+    threshold: float = 0.7
+    claim_threshold: float = 0.6
+    max_unsupported_claims: int = 0
+    token_weight: float = 0.7
+    hard_penalty: float = 0.5
+    include_system: bool = True
+    include_user: bool = False
+
+
+class GroundednessEvaluator:
+    """Scores how much of the answer the context supports, claim by claim."""
+
+    name = "groundedness"
+    version = "1"
+
+    def __init__(
+        self,
+        options: GroundednessOptions | None = None,
+        signals: Sequence[ClaimSignal] = (),
+    ) -> None:
+        self.options = options or GroundednessOptions()
+        self.signals = list(signals)
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> GroundednessEvaluator:
+        """Build from policy options; `embedding` and `judge` switch on the extras."""
+        extras = {k: options[k] for k in ("embedding", "judge") if options.get(k)}
+        plain = {k: v for k, v in options.items() if k not in ("embedding", "judge")}
+        return cls(GroundednessOptions(**plain), build_signals(extras))
+
+    def applies(self, request: RequestView) -> bool:
+        """Apply only where the request gave the model something to be grounded in."""
+        return has_context(request)
+
+    def evaluate(self, generation: GenerationView, request: RequestView) -> EvalResult:
+        """Score the answer's claims against the context."""
+        opts = self.options
+        sources = context_sources(
+            request, include_system=opts.include_system, include_user=opts.include_user
+        )
+        context = index_context(sources)
+        claims = extract_claims(answer_prose(generation.output))
+        supports = [self.support(claim, context) for claim in claims]
+        for signal in self.signals:
+            supports = signal.adjust(supports, sources)
+        return self._result(supports)
+
+    def support(self, claim: Claim, context: ContextIndex) -> ClaimSupport:
+        """Return the deterministic support of one claim."""
+        opts = self.options
+        missing = [t for t in claim.content if t not in context.vocabulary]
+        token_cov = 1.0 - len(missing) / len(claim.content)
+        ngram_cov = _bigram_coverage(claim.tokens, context, default=token_cov)
+        soft = opts.token_weight * token_cov + (1.0 - opts.token_weight) * ngram_cov
+        numbers = sorted({n for n in claim.numbers if n not in context.numbers})
+        entities = [text for text, e in claim.entities if not _entity_found(e, context)]
+        quotes = [text for text, q in claim.quotes if not context.contains_phrase(q)]
+        hard = len(numbers) + len(entities) + len(quotes)
+        return ClaimSupport(
+            text=claim.text,
+            score=soft * opts.hard_penalty**hard,
+            supported=hard == 0 and soft >= opts.claim_threshold,
+            token_coverage=token_cov,
+            ngram_coverage=ngram_cov,
+            missing_tokens=sorted(set(missing)),
+            missing_numbers=numbers,
+            missing_entities=entities,
+            missing_quotes=quotes,
+        )
+
+    def _result(self, supports: list[ClaimSupport]) -> EvalResult:
+        unsupported = [s for s in supports if not s.supported]
+        weights = [max(1, len(s.text.split())) for s in supports]
+        score = (
+            sum(w * s.score for w, s in zip(weights, supports, strict=True)) / sum(weights)
+            if supports
+            else 1.0
+        )
+        passed = (
+            score >= self.options.threshold
+            and len(unsupported) <= self.options.max_unsupported_claims
+        )
+        details = {
+            "claims": len(supports),
+            "unsupported": [s.text for s in unsupported],
+            "per_claim": [asdict(s) for s in supports],
+        }
+        return EvalResult(score=round(score, 6), passed=passed, details=details)
+
+
+def _bigram_coverage(tokens: tuple[str, ...], context: ContextIndex, *, default: float) -> float:
+    pairs = [
+        p
+        for p in itertools.pairwise(tokens)
+        if not (p[0] in _STOP_PAIR_TOKENS and p[1] in _STOP_PAIR_TOKENS)
+    ]
+    if not pairs:
+        return default
+    return sum(p in context.bigrams for p in pairs) / len(pairs)
+
+
+def _entity_found(entity: tuple[str, ...], context: ContextIndex) -> bool:
+    # A name must occur as written: "Amy Johnson" is not "Amy Jo Johnson", and "Brooks
+    # Garth" is not "Garth Brooks". Middle initials are the one slack allowed.
+    return context.contains_phrase(entity) or context.contains_phrase(entity, loose=True)

@@ -1,0 +1,136 @@
+"""Evaluate a complete pair: score every side, compare the pair, store idempotently.
+
+No commit here: the caller (the Celery task, a test, a replay) owns the transaction.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from evaluators.base import (
+    EvalResult,
+    GenerationView,
+    RequestView,
+    run_evaluator,
+    run_pair_evaluator,
+)
+from evaluators.registry import EvaluatorSet, build_evaluators
+from gate.db.enums import Cohort, PairState
+from gate.db.models import Evaluation, Generation, Pair, RequestRecord, Rollout
+from gate.errors import Conflict, NotFound
+
+
+class PairNotComplete(Conflict):
+    """The pair is still open: its sides may not all have landed."""
+
+    code = "pair_not_complete"
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One evaluator's result for one generation, and whether this call stored it."""
+
+    generation_id: int | None
+    cohort: str
+    evaluator: str
+    version: str
+    result: EvalResult
+    inserted: bool = False
+
+
+def generation_view(row: Generation) -> GenerationView:
+    """Return the evaluator's view of a generation row."""
+    return GenerationView(
+        cohort=str(row.cohort.value),
+        status=str(row.status.value),
+        output=row.output or "",
+        output_extra=row.output_extra or {},
+        finish_reason=row.finish_reason,
+        temperature=row.temperature,
+        output_tokens=row.output_tokens,
+        error=row.error,
+        generation_id=row.id,
+    )
+
+
+def request_view(row: RequestRecord | None) -> RequestView:
+    """Return the evaluator's view of a request row (empty when it was not captured)."""
+    if row is None:
+        return RequestView()
+    return RequestView(body=row.body or {}, inputs=row.inputs or {})
+
+
+def score_pair(
+    evaluators: EvaluatorSet, request: RequestView, sides: Sequence[GenerationView]
+) -> list[Scored]:
+    """Run side evaluators on every side and pair evaluators on baseline vs the others."""
+    scored = []
+    for evaluator in evaluators.side:
+        if not evaluator.applies(request):
+            continue
+        for side in sides:
+            result = run_evaluator(evaluator, side, request)
+            scored.append(_scored(side, evaluator.name, evaluator.version, result))
+    baseline = next((s for s in sides if s.cohort == Cohort.BASELINE), None)
+    others = [s for s in sides if s.cohort != Cohort.BASELINE]
+    if baseline is None:
+        return scored
+    for pair_evaluator in evaluators.pair:
+        for other in others:
+            if pair_evaluator.applies(request, [baseline, other]):
+                result = run_pair_evaluator(pair_evaluator, baseline, other)
+                scored.append(_scored(other, pair_evaluator.name, pair_evaluator.version, result))
+    return scored
+
+
+def _scored(side: GenerationView, name: str, version: str, result: EvalResult) -> Scored:
+    return Scored(side.generation_id, side.cohort, name, version, result)
+
+
+def evaluate_pair(
+    session: Session, *, pair_id: uuid.UUID, evaluators: EvaluatorSet | None = None
+) -> list[Scored]:
+    """Score a closed pair and insert its evaluations; rows already there are kept."""
+    pair = session.get(Pair, pair_id)
+    if pair is None:
+        raise NotFound(f"pair {pair_id} not found")
+    if pair.state == PairState.OPEN:
+        raise PairNotComplete(f"pair {pair_id} is still open")
+    if evaluators is None:
+        rollout = session.get(Rollout, pair.rollout_id)
+        evaluators = build_evaluators(rollout.policy if rollout else None)
+    request = session.get(RequestRecord, pair.request_id) if pair.request_id else None
+    rows = session.scalars(
+        select(Generation).where(Generation.pair_id == pair_id).order_by(Generation.id)
+    ).all()
+    scored = score_pair(evaluators, request_view(request), [generation_view(r) for r in rows])
+    return [_store(session, item) for item in scored]
+
+
+def _store(session: Session, item: Scored) -> Scored:
+    values: dict[str, Any] = {
+        "generation_id": item.generation_id,
+        "evaluator": item.evaluator,
+        "version": item.version,
+        "score": item.result.score,
+        "passed": item.result.passed,
+        "details": item.result.details,
+    }
+    dialect = session.get_bind().dialect.name
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    statement = (
+        insert(Evaluation)
+        .values(**values)
+        .on_conflict_do_nothing(index_elements=["generation_id", "evaluator", "version"])
+        .returning(Evaluation.id)
+    )
+    # A row comes back only when this call inserted it (rowcount is -1 on the ORM path).
+    inserted = session.execute(statement).first() is not None
+    return replace(item, inserted=inserted)

@@ -1,0 +1,119 @@
+"""Task completion: the request's declared reference checks and code tests.
+
+`inputs.tests` runs the code in the answer against Python tests in the sandbox. It is a
+string (one test), a list of strings or `{"name", "code"}` mappings, or a mapping with
+`cases` and optional `language`, `timeout_s`, `memory_mb`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, replace
+from typing import Any
+
+from evaluators.base import EvalResult, GenerationView, RequestView
+from evaluators.checks import declared_checks, run_check
+from evaluators.sandbox import CodeTest, Limits, run_python
+
+_CODE_BLOCK = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)```", re.DOTALL)
+_PYTHON_TAGS = frozenset({"", "python", "python3", "py"})
+
+
+def extract_code(answer: str) -> str:
+    """Return the answer's Python: its code blocks that compile, else the whole answer."""
+    blocks = [body for tag, body in _CODE_BLOCK.findall(answer) if tag.lower() in _PYTHON_TAGS]
+    # Models add blocks of example output or doctest sessions: keep only real code.
+    usable = [block for block in blocks if _compiles(block)]
+    if usable:
+        return "\n\n".join(usable)
+    return answer if not blocks and _compiles(answer) else ""
+
+
+def _compiles(code: str) -> bool:
+    try:
+        compile(code, "answer", "exec")
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def declared_tests(inputs: Mapping[str, Any]) -> tuple[list[CodeTest], Mapping[str, Any]]:
+    """Return the request's code tests and their settings (language and limits)."""
+    raw = inputs.get("tests")
+    settings: Mapping[str, Any] = {}
+    if isinstance(raw, Mapping):
+        settings, raw = raw, raw.get("cases")
+    if isinstance(raw, str):
+        raw = [raw]
+    cases = []
+    for index, item in enumerate(raw if isinstance(raw, list) else []):
+        if isinstance(item, str):
+            cases.append(CodeTest(f"test_{index}", item))
+        elif isinstance(item, Mapping) and isinstance(item.get("code"), str):
+            cases.append(CodeTest(str(item.get("name", f"test_{index}")), item["code"]))
+    return cases, settings
+
+
+class TaskEvaluator:
+    """Scores the share of declared checks and tests the answer passes."""
+
+    name = "task"
+    version = "1"
+
+    def __init__(self, limits: Limits | None = None, *, run_code: bool = True) -> None:
+        self.limits = limits or Limits()
+        self.run_code = run_code
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> TaskEvaluator:
+        """Build from policy options: `run_code` and the sandbox `Limits` fields."""
+        limits = {k: v for k, v in options.items() if k != "run_code"}
+        return cls(Limits(**limits), run_code=bool(options.get("run_code", True)))
+
+    def applies(self, request: RequestView) -> bool:
+        """Apply when the request declared a reference, checks or tests."""
+        inputs = request.inputs
+        return bool(declared_checks(inputs)) or (self.run_code and bool(inputs.get("tests")))
+
+    def evaluate(self, generation: GenerationView, request: RequestView) -> EvalResult:
+        """Run the checks on the answer text and the tests on its code."""
+        checks = declared_checks(request.inputs)
+        outcomes = [asdict(run_check(generation.output, check)) for check in checks]
+        details: dict[str, Any] = {"checks": outcomes}
+        total, passed = len(outcomes), sum(o["passed"] for o in outcomes)
+        cases, settings = declared_tests(request.inputs)
+        if self.run_code and request.inputs.get("tests"):
+            execution = self._execute(generation.output, cases, settings)
+            details["execution"] = execution
+            total += max(len(cases), 1)
+            passed += execution["passed_tests"]
+        score = passed / total if total else None
+        return EvalResult(score=score, passed=bool(total) and passed == total, details=details)
+
+    def _execute(
+        self, answer: str, cases: list[CodeTest], settings: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        language = str(settings.get("language", "python")).lower()
+        if language not in {"python", "python3", "py"}:
+            return {"status": "unsupported_language", "language": language, "passed_tests": 0}
+        if not cases:
+            return {"status": "no_tests", "passed_tests": 0}
+        code = extract_code(answer)
+        if not code:
+            return {"status": "no_code", "passed_tests": 0}
+        limits = replace(
+            self.limits,
+            timeout_s=min(float(settings.get("timeout_s", self.limits.timeout_s)), 60.0),
+            memory_mb=min(int(settings.get("memory_mb", self.limits.memory_mb)), 4096),
+        )
+        result = run_python(code, cases, limits)
+        return {
+            "status": result.status,
+            "passed_tests": result.passed_count,
+            "tests": result.tests,
+            "solution_error": result.solution_error,
+            "stderr_tail": result.stderr_tail[-500:],
+            "duration_s": result.duration_s,
+            "isolation": list(result.isolation),
+        }

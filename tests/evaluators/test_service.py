@@ -1,0 +1,117 @@
+"""The service on Postgres and SQLite: both cohorts scored, parity on the pair, idempotent."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from sqlalchemy import select
+
+from evaluators.service import PairNotComplete, evaluate_pair
+from gate.db.enums import Cohort, GenerationStatus, PairState
+from gate.db.models import Evaluation, Generation
+from gate.errors import NotFound
+from tests.evaluators.factories import RIGHT, make_pair, make_rollout
+
+
+@pytest.fixture(params=[pytest.param("pg_session", marks=pytest.mark.postgres), "sqlite_session"])
+def session(request):
+    return request.getfixturevalue(request.param)
+
+
+def stored(session, pair):
+    rows = session.execute(
+        select(Generation.cohort, Evaluation.evaluator, Evaluation.passed, Evaluation.details)
+        .join(Evaluation, Evaluation.generation_id == Generation.id)
+        .where(Generation.pair_id == pair.id)
+        .order_by(Generation.cohort, Evaluation.evaluator)
+    )
+    return [(c.value, e, p, d) for c, e, p, d in rows]
+
+
+OK = GenerationStatus.OK
+
+
+def test_a_pair_becomes_evaluations_for_both_cohorts_and_parity(session):
+    rollout = make_rollout(session)
+    wrong = "The Halden line opened in 1897."
+    pair = make_pair(
+        session, rollout, [(Cohort.BASELINE, RIGHT, OK), (Cohort.CANDIDATE, wrong, OK)]
+    )
+    results = evaluate_pair(session, pair_id=pair.id)
+    assert [r.inserted for r in results] == [True] * 5
+    verdicts = [(c, e, p) for c, e, p, _ in stored(session, pair)]
+    assert verdicts == [
+        ("baseline", "groundedness", True),
+        ("baseline", "task", True),
+        ("candidate", "greedy_parity", False),
+        ("candidate", "groundedness", False),
+        ("candidate", "task", False),
+    ]
+
+
+def test_running_twice_stores_each_evaluation_once(session):
+    rollout = make_rollout(session)
+    pair = make_pair(
+        session, rollout, [(Cohort.BASELINE, RIGHT, OK), (Cohort.CANDIDATE, RIGHT, OK)]
+    )
+    first = evaluate_pair(session, pair_id=pair.id)
+    again = evaluate_pair(session, pair_id=pair.id)
+    assert len(first) == len(again) == 5
+    assert [r.inserted for r in again] == [False] * 5
+    assert len(stored(session, pair)) == 5
+
+
+def test_a_side_that_timed_out_fails_every_evaluator(session):
+    rollout = make_rollout(session)
+    pair = make_pair(
+        session,
+        rollout,
+        [(Cohort.BASELINE, RIGHT, OK), (Cohort.CANDIDATE, None, GenerationStatus.TIMEOUT)],
+    )
+    evaluate_pair(session, pair_id=pair.id)
+    candidate = [(e, p, d["reason"]) for c, e, p, d in stored(session, pair) if c == "candidate"]
+    assert candidate == [
+        ("greedy_parity", False, "generation_timeout"),
+        ("groundedness", False, "generation_timeout"),
+        ("task", False, "generation_timeout"),
+    ]
+
+
+def test_the_control_slice_gets_parity_against_its_baseline(session):
+    rollout = make_rollout(session)
+    pair = make_pair(session, rollout, [(Cohort.BASELINE, RIGHT, OK), (Cohort.CONTROL, RIGHT, OK)])
+    evaluate_pair(session, pair_id=pair.id)
+    parity = [(c, p) for c, e, p, _ in stored(session, pair) if e == "greedy_parity"]
+    assert parity == [("control", True)]
+
+
+def test_the_rollout_policy_chooses_the_evaluators(session):
+    rollout = make_rollout(session, policy={"evaluators": ["groundedness"]})
+    pair = make_pair(
+        session, rollout, [(Cohort.BASELINE, RIGHT, OK), (Cohort.CANDIDATE, RIGHT, OK)]
+    )
+    evaluate_pair(session, pair_id=pair.id)
+    assert {e for _, e, _, _ in stored(session, pair)} == {"groundedness"}
+
+
+def test_evaluators_that_do_not_apply_store_nothing(session):
+    rollout = make_rollout(session)
+    body = {"temperature": 0.8, "messages": [{"role": "user", "content": "Write a haiku."}]}
+    pair = make_pair(
+        session,
+        rollout,
+        [(Cohort.BASELINE, "Snow on pines", OK), (Cohort.CANDIDATE, "Rain on roofs", OK)],
+        body=body,
+        inputs={},
+    )
+    assert evaluate_pair(session, pair_id=pair.id) == []
+
+
+def test_open_and_unknown_pairs_are_refused(session):
+    rollout = make_rollout(session)
+    pair = make_pair(session, rollout, [(Cohort.BASELINE, RIGHT, OK)], state=PairState.OPEN)
+    with pytest.raises(PairNotComplete):
+        evaluate_pair(session, pair_id=pair.id)
+    with pytest.raises(NotFound):
+        evaluate_pair(session, pair_id=uuid.uuid4())
