@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 
 import aiohttp
@@ -33,6 +33,7 @@ def create_gateway_app(
     redact: Redactor | None = None,
     own_tracer_provider: bool = False,
     control: Services | None = None,
+    on_shutdown: Sequence[Callable[[], None]] = (),
 ) -> ProxyDispatch:
     """Build the gateway app; its lifespan owns the HTTP client and the routing sync."""
     gateway_metrics = metrics or GatewayMetrics()
@@ -76,6 +77,8 @@ def create_gateway_app(
             await client.close()
             if own_tracer_provider:
                 tracer_provider.shutdown()
+            for close in on_shutdown:
+                close()
 
     app = FastAPI(title="specgate", lifespan=lifespan)
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from prometheus_client import CollectorRegistry
+from sqlalchemy.orm import Session, sessionmaker
 
 from gate.api.deps import Services
 from gate.db.engine import engine_from_settings, session_factory
@@ -20,15 +24,37 @@ def tracer_provider(settings: Settings, exporter: SpanExporter | None = None) ->
     """Return a provider exporting in batches, over OTLP/HTTP unless an exporter is given."""
     if exporter is None:
         if not settings.otlp_endpoint:
-            raise ConfigError(
-                "the gateway needs SPECGATE_OTLP_ENDPOINT (e.g. the URL of `specgate collect`)"
-            )
+            raise ConfigError("no span exporter: set SPECGATE_OTLP_ENDPOINT")
         exporter = OTLPSpanExporter(endpoint=traces_url(settings.otlp_endpoint))
     provider = TracerProvider(resource=Resource.create({"service.name": "specgate-gateway"}))
     provider.add_span_processor(
         BatchSpanProcessor(exporter, max_queue_size=65536, max_export_batch_size=2048)
     )
     return provider
+
+
+def embedded_export(
+    settings: Settings, sessions: sessionmaker[Session]
+) -> tuple[SpanExporter, list[Callable[[], None]]]:
+    """The embedded default: spans go straight to an in-process writer into the store,
+    whose landed generations complete pairs and queue their evaluations."""
+    from collectors.pipeline import open_pipeline
+    from collectors.settings import load_collector_settings
+    from gate.pairs.runner import InProcessEvaluations, PairLifecycle, evaluation_queue
+
+    enqueue = evaluation_queue(settings, sessions)
+    pairs = PairLifecycle(sessions, enqueue)
+    pipeline = open_pipeline(
+        settings,
+        load_collector_settings(),
+        registry=CollectorRegistry(),
+        on_landed=pairs.on_landed,
+    )
+    pairs.start()
+    closers: list[Callable[[], None]] = [pipeline.close, pairs.stop]
+    if isinstance(enqueue, InProcessEvaluations):
+        closers.append(enqueue.drain)
+    return pipeline.exporter(), closers
 
 
 def traces_url(endpoint: str) -> str:
@@ -54,10 +80,14 @@ def build_gateway_app(
         stale_after_s=settings.state_stale_after_s,
         subscriber=subscriber,
     )
+    closers: list[Callable[[], None]] = []
+    if exporter is None and not settings.otlp_endpoint:
+        exporter, closers = embedded_export(settings, factory)
     return create_gateway_app(
         settings,
         routing=routing,
         tracer_provider=tracer_provider(settings, exporter),
         own_tracer_provider=True,
         control=Services(settings=settings, sessions=factory, publisher=publisher),
+        on_shutdown=closers,
     )

@@ -27,7 +27,8 @@ SECRET = "process-secret"
 
 
 @contextmanager
-def specgate_serve(database_url: str, **env: str):
+def specgate_serve(database_url: str, *, embedded: bool = False, **env: str):
+    """Run `specgate serve`; spans go to a closed OTLP port unless `embedded`."""
     port = closed_port()
     proc = subprocess.Popen(
         [
@@ -39,8 +40,7 @@ def specgate_serve(database_url: str, **env: str):
             str(port),
             "--database-url",
             database_url,
-            "--otlp-endpoint",
-            f"http://127.0.0.1:{closed_port()}",
+            *([] if embedded else ["--otlp-endpoint", f"http://127.0.0.1:{closed_port()}"]),
         ],
         env={**os.environ, "SPECGATE_SECRET_KEY": SECRET, **env},
         stdout=subprocess.DEVNULL,

@@ -1,0 +1,106 @@
+"""Drive the pair life cycle in a running process: landed spans in, evaluations out.
+
+The collectors call `on_landed` after each committed batch. Completed pairs are handed to
+Celery over Redis when configured; in the embedded default they are evaluated by one
+background thread of this process, so the span writer never waits on an evaluator.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from gate.db.engine import transaction
+from gate.pairs.service import Enqueue, complete_ready, sweep_deadlines
+from gate.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class InProcessEvaluations:
+    """Evaluate pairs on a background thread (the embedded default's worker)."""
+
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self._sessions = sessions
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specgate-eval")
+
+    def __call__(self, pair_ids: Sequence[uuid.UUID]) -> None:
+        """Queue evaluations; returns at once."""
+        for pair_id in pair_ids:
+            self._pool.submit(self._evaluate, pair_id)
+
+    def _evaluate(self, pair_id: uuid.UUID) -> None:
+        from evaluators import service  # the evaluators load only where they run
+
+        try:
+            with transaction(self._sessions) as session:
+                service.evaluate_pair(session, pair_id=pair_id)
+        except Exception:  # one bad pair must not stop the others
+            log.exception("evaluation_failed pair_id=%s", pair_id)
+
+    def drain(self) -> None:
+        """Wait for queued evaluations to finish (shutdown, tests, the demo)."""
+        self._pool.shutdown(wait=True)
+
+
+def evaluation_queue(settings: Settings, sessions: sessionmaker[Session]) -> Enqueue:
+    """Return where completed pairs go: Celery with Redis, else this process."""
+    if settings.redis_url:
+        from evaluators.celery_app import make_celery, pair_enqueuer
+
+        return pair_enqueuer(make_celery(settings))
+    return InProcessEvaluations(sessions)
+
+
+class PairLifecycle:
+    """Complete pairs as their generations land; drop those past their deadline."""
+
+    def __init__(
+        self, sessions: sessionmaker[Session], enqueue: Enqueue, *, sweep_every_s: float = 5.0
+    ) -> None:
+        self._sessions = sessions
+        self._enqueue = enqueue
+        self._sweep_every_s = sweep_every_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def on_landed(self, generation_ids: list[int], pair_ids: list[uuid.UUID]) -> None:
+        """The collectors' callback: complete what is ready, then enqueue after commit."""
+        if not pair_ids:
+            return
+        try:
+            with transaction(self._sessions) as session:
+                complete_ready(session, pair_ids=pair_ids, enqueue=self._enqueue)
+        except Exception:  # the writer's batch is already stored; the sweep catches up
+            log.exception("pair_completion_failed pairs=%d", len(pair_ids))
+
+    def sweep(self) -> int:
+        """Drop pairs past their deadline; return how many."""
+        with transaction(self._sessions) as session:
+            return sweep_deadlines(session)
+
+    def start(self) -> None:
+        """Sweep deadlines periodically in a background thread."""
+        self._thread = threading.Thread(target=self._loop, name="specgate-pairs", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the sweeper."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._sweep_every_s):
+            try:
+                dropped = self.sweep()
+            except Exception:
+                log.exception("pair_sweep_failed")
+                continue
+            if dropped:
+                log.info("pairs_dropped_at_deadline count=%d", dropped)
