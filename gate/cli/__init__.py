@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from gate.cli import db, engine, keys, pending, rollout, serve, status, worker
+from gate.cli import collect, db, engine, keys, pending, rollout, serve, status, worker
 from gate.errors import GateError
 
 app = typer.Typer(
@@ -26,6 +26,7 @@ app.add_typer(
 app.command("status")(status.status)
 app.command("serve")(serve.serve)
 app.command("engine")(engine.engine)
+app.command("collect")(collect.collect)
 pending.register(app)
 
 

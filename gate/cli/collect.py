@@ -10,6 +10,8 @@ import uvicorn
 from collectors.app import create_app
 from collectors.settings import load_collector_settings
 from gate.cli.common import DatabaseOption, settings_with
+from gate.db.engine import engine_from_settings, session_factory
+from gate.pairs.runner import PairLifecycle, evaluation_queue
 
 
 def collect(
@@ -28,6 +30,17 @@ def collect(
     """Receive OTLP/HTTP spans on POST /v1/traces and write them to the database."""
     settings = settings_with(database_url)
     overrides: dict[str, object] = {"collector_token": token} if token else {}
-    app = create_app(settings, load_collector_settings(**overrides))
+    # Landed generations complete their pairs here; evaluations go to Celery with Redis,
+    # else run in this process.
+    sessions = session_factory(engine_from_settings(settings))
+    pairs = PairLifecycle(sessions, evaluation_queue(settings, sessions))
+    app = create_app(settings, load_collector_settings(**overrides), on_landed=pairs.on_landed)
     typer.echo(f"specgate collect: listening on http://{host}:{port}/v1/traces")
-    uvicorn.run(app, host=host, port=port, log_level=settings.log_level.lower())
+    pairs.start()
+    try:
+        # No access log: OTLP senders post every few seconds and would drown the events.
+        uvicorn.run(
+            app, host=host, port=port, log_level=settings.log_level.lower(), access_log=False
+        )
+    finally:
+        pairs.stop()

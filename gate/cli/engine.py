@@ -2,44 +2,110 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import os
+from typing import Annotated, cast
 
 import typer
 import uvicorn
 
-from gate.engines.sim import SimProfile, create_sim_app
+from gate.engines.local import BACKENDS, build_backend
+from gate.engines.model import SERVED_NAME
+from gate.engines.server import create_engine_app
+from gate.engines.sim import Failure, SimProfile, create_sim_app
+from gate.engines.spec import NgramConfig
 from gate.errors import ConfigError
 
 FAILURES = ("none", "status500", "hang", "garbage", "broken_stream")
+MODELS = ("smollm2", "sim")
 
 
 def engine(
-    model: Annotated[str, typer.Option(help="'sim' for the synthetic engine.")] = "sim",
+    model: Annotated[
+        str, typer.Option(help="'smollm2' (SmolLM2-135M-Instruct) or 'sim' (synthetic).")
+    ] = "smollm2",
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to bind.")] = 8001,
+    backend: Annotated[
+        str, typer.Option(help=f"smollm2: one of {', '.join(BACKENDS)}.")
+    ] = "llamacpp",
+    speculative: Annotated[
+        str, typer.Option(help="smollm2: 'none' or 'ngram' (prompt lookup).")
+    ] = "none",
+    num_speculative_tokens: Annotated[
+        int, typer.Option(help="Draft tokens per step (smollm2 with ngram: default 10).")
+    ] = 0,
+    prompt_lookup_min: Annotated[int, typer.Option(help="smollm2 ngram: smallest n.")] = 3,
+    prompt_lookup_max: Annotated[int, typer.Option(help="smollm2 ngram: largest n.")] = 3,
+    threads: Annotated[int, typer.Option(help="smollm2: CPU threads.")] = 1,
+    cpus: Annotated[
+        str, typer.Option(help="Pin the process to these CPUs, e.g. '0' or '0,1'.")
+    ] = "",
+    ctx_size: Annotated[int, typer.Option(help="smollm2 llamacpp: context length.")] = 4096,
+    served_model_name: Annotated[str, typer.Option(help="Model name in responses.")] = "",
     ttft_ms: Annotated[float, typer.Option(help="sim: time to first token.")] = 20.0,
     tokens: Annotated[int, typer.Option(help="sim: output tokens (chunks) per answer.")] = 32,
     token_interval_ms: Annotated[float, typer.Option(help="sim: gap between tokens.")] = 0.0,
-    num_speculative_tokens: Annotated[int, typer.Option(help="sim: draft tokens per step.")] = 0,
     acceptance: Annotated[float, typer.Option(help="sim: per-token acceptance rate.")] = 0.0,
     failure: Annotated[str, typer.Option(help=f"sim: one of {', '.join(FAILURES)}.")] = "none",
 ) -> None:
-    """Serve a local engine. Only the synthetic engine (`--model sim`) is built so far."""
-    if model != "sim":
-        raise ConfigError(
-            f"model {model!r}: only the synthetic engine (--model sim) is built yet; "
-            "the SmolLM2 llama.cpp and transformers backends arrive with the local-engines work"
+    """Serve SmolLM2 on llama.cpp or transformers (plain or n-gram speculative), or `sim`."""
+    if model not in MODELS:
+        raise ConfigError(f"--model must be one of {', '.join(MODELS)}")
+    if cpus:
+        _pin(cpus)
+    if model == "sim":
+        if speculative != "none":
+            raise ConfigError("sim: set --num-speculative-tokens and --acceptance instead")
+        _serve_sim(
+            host,
+            port,
+            SimProfile(
+                model=served_model_name or "sim",
+                ttft_s=ttft_ms / 1000,
+                tokens=tokens,
+                token_interval_s=token_interval_ms / 1000,
+                spec_tokens=num_speculative_tokens,
+                acceptance=acceptance,
+                failure=_failure(failure),
+            ),
         )
-    if failure not in FAILURES:
+        return
+    spec = _spec(speculative, num_speculative_tokens, prompt_lookup_min, prompt_lookup_max)
+    if threads < 1:
+        raise ConfigError("--threads must be at least 1")
+    loaded = build_backend(backend, spec=spec, threads=threads, ctx_size=ctx_size)
+    name = served_model_name or SERVED_NAME
+    mode = f"ngram k={spec.num_speculative_tokens}" if spec else "plain"
+    typer.echo(f"specgate engine ({name}, {backend}, {mode}) on http://{host}:{port}/v1")
+    app = create_engine_app(lambda: loaded, model=name)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+
+
+def _spec(kind: str, k: int, n_min: int, n_max: int) -> NgramConfig | None:
+    if kind == "none":
+        return None
+    if kind != "ngram":
+        raise ConfigError("--speculative must be 'none' or 'ngram'")
+    try:
+        return NgramConfig(k or 10, n_min, n_max)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _failure(name: str) -> Failure:
+    if name not in FAILURES:
         raise ConfigError(f"--failure must be one of {', '.join(FAILURES)}")
-    profile = SimProfile(
-        ttft_s=ttft_ms / 1000,
-        tokens=tokens,
-        token_interval_s=token_interval_ms / 1000,
-        spec_tokens=num_speculative_tokens,
-        acceptance=acceptance,
-        failure=failure,  # type: ignore[arg-type]
-    )
+    return cast(Failure, name)
+
+
+def _pin(cpus: str) -> None:
+    try:
+        os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
+    except (ValueError, OSError) as exc:
+        raise ConfigError(f"--cpus {cpus!r}: {exc}") from None
+
+
+def _serve_sim(host: str, port: int, profile: SimProfile) -> None:
     typer.echo(f"specgate engine (sim) on http://{host}:{port}/v1")
     uvicorn.run(
         create_sim_app(profile), host=host, port=port, log_level="warning", access_log=False

@@ -50,10 +50,12 @@ def complete_ready(
         landed.setdefault(pair_id, set()).add(cohort)
         needs[pair_id] = expected_cohorts(is_control=is_control, mode=mode)
     ready = [p for p, cohorts in landed.items() if _complete(needs[p], cohorts)]
-    _set_state(session, ready, PairState.COMPLETE)
-    if enqueue is not None and ready:
-        after_commit(session, lambda: enqueue(ready))
-    return ready
+    # Only the pairs this UPDATE moved: a concurrent caller completing the same pair
+    # must not enqueue it twice.
+    moved = _set_state(session, ready, PairState.COMPLETE)
+    if enqueue is not None and moved:
+        after_commit(session, lambda: enqueue(moved))
+    return moved
 
 
 def _complete(needed: frozenset[Cohort] | None, landed: set[Cohort]) -> bool:
@@ -69,14 +71,18 @@ def sweep_deadlines(session: Session, *, now: datetime | None = None, limit: int
             .limit(limit)
         )
     )
-    _set_state(session, expired, PairState.DROPPED)
-    return len(expired)
+    return len(_set_state(session, expired, PairState.DROPPED))
 
 
-def _set_state(session: Session, pair_ids: Sequence[uuid.UUID], state: PairState) -> None:
-    if pair_ids:
-        session.execute(
-            update(Pair)
-            .where(Pair.id.in_(pair_ids), Pair.state == PairState.OPEN)
-            .values(state=state, completed_at=utcnow())
-        )
+def _set_state(
+    session: Session, pair_ids: Sequence[uuid.UUID], state: PairState
+) -> list[uuid.UUID]:
+    if not pair_ids:
+        return []
+    moved = session.scalars(
+        update(Pair)
+        .where(Pair.id.in_(pair_ids), Pair.state == PairState.OPEN)
+        .values(state=state, completed_at=utcnow())
+        .returning(Pair.id)
+    )
+    return list(moved)

@@ -1,0 +1,423 @@
+"""End-to-end span ingestion: OTLP/HTTP protobuf in -> rows in Postgres, vs row-by-row ORM.
+
+    .venv/bin/python bench/ingest.py --duration 60 --row-by-row-duration 20
+
+Creates a throwaway database (built by the migrations) on the server named by
+`--admin-url`, starts `collectors.app` under uvicorn in a subprocess, and sends
+gateway-shaped spans (a `specgate.pair` span and two route calls per sampled request,
+~25 attributes, ~1.5 KB encoded) in 512-span exports from client threads, re-sending
+5% of the exports unchanged as duplicates. The clock stops when every span sent has
+been written (or recognised as a duplicate) and committed. Then the same spans go in
+row by row through the ORM, one commit per span, for comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import KeyValue
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import create_engine, func, select, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from collectors.normalise import generation_row, pair_rows
+from collectors.otlp import decode_protobuf
+from collectors.spans import SpanRow
+from gate.db import migrate
+from gate.db.enums import RolloutMode, RouteRole
+from gate.db.models import Generation, Pair, RequestRecord, Rollout, Route, SpanRecord
+from gate.telemetry import attributes as a
+
+GROUPS_PER_EXPORT = 170  # 510 spans: the SDK's BatchSpanProcessor sends up to 512
+DUPLICATE_EVERY = 20  # every 20th export is re-sent unchanged (5% duplicates)
+QUEUE_HIGH_WATER = 40_000  # pause senders while the collector's queue is this deep
+Offsets = list[tuple[int, int, int]]  # (offset, length, slot) of the ids to refresh
+
+
+KINDS = {bool: "bool_value", int: "int_value", float: "double_value", str: "string_value"}
+
+
+def add_span(scope: object, trace_id: bytes, parent: bytes, name: str, kind: int,
+             attributes: dict[str, object], start: int) -> bytes:  # fmt: skip
+    span = scope.spans.add()  # type: ignore[attr-defined]
+    span.trace_id, span.span_id, span.parent_span_id = trace_id, os.urandom(8), parent
+    span.name, span.kind = name, kind
+    span.start_time_unix_nano, span.end_time_unix_nano = start, start + 1_200_000_000
+    for key, item in attributes.items():
+        pair = KeyValue(key=key)
+        if isinstance(item, list):
+            pair.value.array_value.values.add(string_value=str(item[0]))
+        else:
+            setattr(pair.value, KINDS[type(item)], item)
+        span.attributes.append(pair)
+    return bytes(span.span_id)
+
+
+def route_attributes(
+    ids: dict[str, int], cohort: str, pair: str, request: str
+) -> dict[str, object]:
+    candidate = cohort == "candidate"
+    return {
+        a.GEN_AI_OPERATION_NAME: "chat", a.GEN_AI_PROVIDER_NAME: "vllm",
+        a.GEN_AI_REQUEST_MODEL: "llama-3.1-8b-instruct",
+        a.GEN_AI_RESPONSE_MODEL: "llama-3.1-8b-instruct", a.GEN_AI_REQUEST_TEMPERATURE: 0.7,
+        a.GEN_AI_REQUEST_TOP_P: 0.95, a.GEN_AI_REQUEST_MAX_TOKENS: 512,
+        a.GEN_AI_RESPONSE_ID: "chatcmpl-" + uuid.uuid4().hex,
+        a.GEN_AI_RESPONSE_FINISH_REASONS: ["stop"], a.GEN_AI_USAGE_INPUT_TOKENS: 812,
+        a.GEN_AI_USAGE_OUTPUT_TOKENS: 214, a.ROLLOUT_ID: ids["rollout"], a.ROLLOUT_STAGE: 0,
+        a.MODE: "shadow", a.PAIR_ID: pair, a.REQUEST_ID: request, a.SEGMENT: "code",
+        a.COHORT: cohort, a.ROUTE_ID: ids[cohort], a.ROUTE_NAME: f"llama-{cohort}",
+        a.ROUTE_FINGERPRINT: uuid.uuid4().hex, a.STATUS: "ok", a.STREAM: True,
+        a.TTFT_S: random.uniform(0.05, 0.3), a.TPOT_S: random.uniform(0.01, 0.03),
+        a.E2E_S: random.uniform(1, 6), a.ITL_MAX_S: 0.08,
+        a.SPEC_DRAFTS: 60 if candidate else 0, a.SPEC_DRAFT_TOKENS: 300 if candidate else 0,
+        a.SPEC_ACCEPTED_TOKENS: 150 if candidate else 0,
+        a.PROMPT: "Refactor this function to avoid the quadratic loop. " * 6,
+        a.OUTPUT: "Here is the refactored function using a dictionary lookup. " * 6,
+    }  # fmt: skip
+
+
+def template(ids: dict[str, int], raw: bool) -> tuple[bytes, Offsets]:
+    """Return one export body and where its per-request ids sit; `raw`: nothing to normalise."""
+    request = ExportTraceServiceRequest()
+    resource_spans = request.resource_spans.add()
+    resource_spans.resource.attributes.add(key="service.name").value.string_value = "gateway"
+    scope = resource_spans.scope_spans.add()
+    scope.scope.name = "specgate.gateway"
+    secrets: list[bytes] = []
+    start = time.time_ns()
+    for _ in range(GROUPS_PER_EXPORT):
+        trace_id, pair, req = os.urandom(16), str(uuid.uuid4()), str(uuid.uuid4())
+        body = json.dumps({"messages": [{"role": "user", "content": "Refactor this. " * 40}]})
+        pair_attributes = {
+            a.PAIR_ID: pair, a.REQUEST_ID: req, a.ROLLOUT_ID: ids["rollout"],
+            a.ROLLOUT_STAGE: 0, a.MODE: "shadow", a.SEGMENT: "code", a.TENANT: "acme",
+            a.PAIR_IS_CONTROL: False, a.PAIR_DEADLINE_S: 300.0, a.INFLIGHT_BASELINE: 12,
+            a.INFLIGHT_CANDIDATE: 9, a.REQUEST_ENDPOINT: "chat", a.REQUEST_BODY: body,
+        }  # fmt: skip
+        name = "app.request" if raw else a.PAIR_SPAN_NAME
+        root = add_span(scope, trace_id, b"", name, 1, rename(pair_attributes, raw), start)
+        for cohort in ("baseline", "candidate"):
+            attributes = rename(route_attributes(ids, cohort, pair, req), raw)
+            add_span(scope, trace_id, root, "chat llama", 3, attributes, start)
+        # Span ids need only be unique within a trace: a new trace id, pair id and request
+        # id per sampled request make every span and row new.
+        secrets += [trace_id, pair.encode(), req.encode()]
+    data = request.SerializeToString()
+    offsets = []
+    for slot, secret in enumerate(secrets):
+        at = data.find(secret)
+        while at != -1:
+            offsets.append((at, len(secret), slot))
+            at = data.find(secret, at + 1)
+    return data, offsets
+
+
+def rename(attributes: dict[str, object], raw: bool) -> dict[str, object]:
+    # Raw mode: the same sizes, but no specgate keys, so only `spans` rows are written.
+    return {f"app.{key}" if raw else key: item for key, item in attributes.items()}
+
+
+def fresh(data: bytes, offsets: Offsets) -> bytes:
+    """Return a copy of `data` with new trace ids and new (valid) pair and request UUIDs."""
+    out = bytearray(data)
+    slots = GROUPS_PER_EXPORT * 3
+    raw = os.urandom(16 * slots)
+    values = []
+    for slot in range(slots):
+        chunk = raw[16 * slot : 16 * slot + 16]
+        values.append(chunk if slot % 3 == 0 else str(uuid.UUID(bytes=chunk, version=4)).encode())
+    for at, length, slot in offsets:
+        out[at : at + length] = values[slot]
+    return bytes(out)
+
+
+class Sender:
+    """Client threads posting exports; every `DUPLICATE_EVERY`th one repeats an earlier one."""
+
+    def __init__(self, url: str, body: bytes, offsets: Offsets) -> None:
+        self.url, self.body, self.offsets = url, body, offsets
+        self.spans_per_export = GROUPS_PER_EXPORT * 3
+        self.lock = threading.Lock()
+        self.unique = self.duplicates = self.exports = 0
+        self.sent: list[bytes] = []
+        self.stop = threading.Event()
+        self.paused = threading.Event()
+
+    def run(self) -> None:
+        # http.client rather than httpx: the sender shares the machine with the collector.
+        target = urlsplit(self.url)
+        connection = http.client.HTTPConnection(target.hostname, target.port, timeout=60)
+        headers = {"Content-Type": "application/x-protobuf"}
+        while not self.stop.is_set():
+            if self.paused.is_set():
+                time.sleep(0.01)
+                continue
+            with self.lock:
+                self.exports += 1
+                duplicate = self.exports % DUPLICATE_EVERY == 0 and bool(self.sent)
+                body = random.choice(self.sent) if duplicate else None
+            body = body or fresh(self.body, self.offsets)
+            connection.request("POST", target.path, body=body, headers=headers)
+            response = connection.getresponse()
+            response.read()
+            if response.status != 200:
+                raise RuntimeError(f"collector answered {response.status}")
+            with self.lock:
+                if duplicate:
+                    self.duplicates += self.spans_per_export
+                else:
+                    self.unique += self.spans_per_export
+                    self.sent = [*self.sent, body][-50:]
+        connection.close()
+
+
+def cpu_seconds() -> dict[str, float]:
+    """Return CPU seconds used so far by this client, the collector and all Postgres processes."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    used = {"client": 0.0, "collector": 0.0, "postgres": 0.0}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        seconds = (int(fields[11]) + int(fields[12])) / ticks
+        name = stat.split("(", 1)[1].rsplit(")", 1)[0]
+        if name == "postgres":
+            used["postgres"] += seconds
+        elif int(entry.name) == os.getpid():
+            used["client"] += seconds
+        elif b"--serve" in command and b"ingest.py" in command:
+            used["collector"] += seconds
+    return used
+
+
+def collector_counts(base: str) -> dict[str, float]:
+    """Return the collector's counters and queue depth from its /metrics."""
+    target = urlsplit(base)
+    connection = http.client.HTTPConnection(target.hostname, target.port, timeout=30)
+    connection.request("GET", "/metrics")
+    exposition = connection.getresponse().read().decode()
+    connection.close()
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(exposition):
+        for sample in family.samples:
+            if not sample.name.endswith(("_created", "_bucket")):
+                values[sample.name.removeprefix("specgate_collector_")] = sample.value
+    return values
+
+
+def measure_pipeline(
+    base: str, body: bytes, offsets: Offsets, args: argparse.Namespace
+) -> dict[str, float]:
+    """Send for `args.duration` seconds; return counts and end-to-end rates."""
+    sender = Sender(f"{base}/v1/traces", body, offsets)
+    threads = [threading.Thread(target=sender.run, daemon=True) for _ in range(args.clients)]
+    started, cpu_before = time.perf_counter(), cpu_seconds()
+    for thread in threads:
+        thread.start()
+    deepest = 0.0
+    while time.perf_counter() - started < args.duration:
+        depth = collector_counts(base).get("queue_depth", 0.0)
+        deepest = max(deepest, depth)
+        (sender.paused.set if depth > QUEUE_HIGH_WATER else sender.paused.clear)()
+        time.sleep(0.1)
+    sender.stop.set()
+    for thread in threads:
+        thread.join()
+    total = sender.unique + sender.duplicates
+    while True:  # the clock stops once every span sent is committed (or known duplicate)
+        counts = collector_counts(base)
+        if counts.get("spans_written_total", 0) + counts.get("spans_duplicate_total", 0) >= total:
+            break
+        time.sleep(0.02)
+    elapsed = time.perf_counter() - started
+    cpu = {k: v - cpu_before[k] for k, v in cpu_seconds().items()}
+    return {
+        **{f"cpu_us_per_span_{k}": 1e6 * v / total for k, v in cpu.items()},
+        "elapsed_s": elapsed, "spans": total, "unique": sender.unique,
+        "duplicates": sender.duplicates, "spans_per_s": total / elapsed,
+        "rows_per_s": sender.unique / elapsed, "deepest_queue": deepest, **counts,
+    }  # fmt: skip
+
+
+def row_by_row(url: str, body: bytes, offsets: Offsets, seconds: float) -> dict[str, float]:
+    """Insert the same spans through the ORM, one commit per span, 5% of them duplicates."""
+    engine = create_engine(url)
+    handled = duplicates = 0
+    started = time.perf_counter()
+    with Session(engine) as session:
+        while time.perf_counter() - started < seconds:
+            rows = decode_protobuf(fresh(body, offsets)).rows
+            for index, row in enumerate(rows):
+                if time.perf_counter() - started >= seconds:
+                    break
+                again = [rows[index - 10]] if index % DUPLICATE_EVERY == 10 else []
+                for one in [row, *again]:  # every 20th span, an earlier one comes again
+                    handled += 1
+                    duplicates += not insert_one(session, one)
+    elapsed = time.perf_counter() - started
+    engine.dispose()
+    return {"elapsed_s": elapsed, "spans": handled, "duplicates": duplicates,
+            "spans_per_s": handled / elapsed}  # fmt: skip
+
+
+SPAN_FIELDS = ("trace_id", "span_id", "parent_span_id", "name", "kind", "service", "start_time",
+               "end_time", "status_code", "status_message", "attributes", "resource")  # fmt: skip
+
+
+def insert_one(session: Session, row: SpanRow) -> bool:
+    """Store one span and its rows in its own transaction; False if it was a duplicate."""
+    try:
+        session.add(SpanRecord(**{name: getattr(row, name) for name in SPAN_FIELDS}))
+        if row.name == a.PAIR_SPAN_NAME:
+            request, pair = pair_rows(row, 300.0)
+            session.add(RequestRecord(**(request or {})))
+            session.flush()
+            session.add(Pair(**pair))
+        elif a.COHORT in row.attributes:
+            session.add(Generation(**generation_row(row)))
+        session.commit()
+        return True
+    except IntegrityError:
+        session.rollback()
+        return False
+
+
+def database(admin_url: str, name: str, *, create: bool) -> str:
+    """(Re)create or drop the throwaway database `name`; return its URL."""
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        if create:
+            connection.execute(text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    url = make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    if create:
+        migrate.upgrade(url)
+    return url
+
+
+def seed(url: str) -> dict[str, int]:
+    """Create the two routes and the rollout the spans refer to."""
+    engine = create_engine(url)
+    with Session(engine) as session, session.begin():
+        routes = {
+            role.value: Route(name=f"llama-{role.value}", base_url="http://x", model="m", role=role)
+            for role in RouteRole
+        }
+        rollout = Rollout(
+            name="bench",
+            alias="llama",
+            mode=RolloutMode.SHADOW,
+            baseline_route=routes["baseline"],
+            candidate_route=routes["candidate"],
+        )
+        session.add(rollout)
+        session.flush()
+        ids = {"rollout": rollout.id, **{cohort: route.id for cohort, route in routes.items()}}
+    engine.dispose()
+    return ids
+
+
+def table_counts(url: str) -> dict[str, int]:
+    engine = create_engine(url)
+    with engine.connect() as connection:
+        count = lambda model: connection.execute(select(func.count()).select_from(model)).scalar()  # noqa: E731
+        counts = {m.__tablename__: count(m) for m in (SpanRecord, Generation, Pair, RequestRecord)}
+    engine.dispose()
+    return counts
+
+
+def serve(url: str, port: int, home: str) -> None:
+    import uvicorn
+
+    from collectors.app import create_app
+    from collectors.settings import load_collector_settings
+    from gate.settings import load_settings
+
+    app = create_app(load_settings(database_url=url, home=home), load_collector_settings())
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--duration", type=float, default=60.0, help="seconds of sending")
+    parser.add_argument("--row-by-row-duration", type=float, default=20.0)
+    parser.add_argument("--clients", type=int, default=2, help="sender threads")
+    parser.add_argument("--raw", action="store_true", help="spans with nothing to normalise")
+    parser.add_argument("--decode-only", action="store_true", help="parse+convert rate only")
+    parser.add_argument("--admin-url", default="postgresql+psycopg://postgres@127.0.0.1/postgres")
+    parser.add_argument("--port", type=int, default=14318)
+    parser.add_argument("--serve", metavar="DATABASE_URL", help=argparse.SUPPRESS)
+    parser.add_argument("--home", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve(args.serve, args.port, args.home)
+        return
+    if args.decode_only:
+        body, offsets = template({"rollout": 1, "baseline": 1, "candidate": 2}, args.raw)
+        bodies = [fresh(body, offsets) for _ in range(200)]
+        started = time.process_time()
+        spans = sum(len(decode_protobuf(item).rows) for item in bodies)
+        print(f"parse+convert: {spans / (time.process_time() - started):,.0f} spans/s per core")
+        return
+    name = f"specgate_bench_{os.getpid()}"
+    url = database(args.admin_url, name, create=True)
+    ids = seed(url)
+    body, offsets = template(ids, args.raw)
+    home = tempfile.mkdtemp(prefix="specgate-bench-")
+    server = subprocess.Popen(
+        [sys.executable, __file__, "--serve", url, "--port", str(args.port), "--home", home]
+    )
+    base = f"http://127.0.0.1:{args.port}"
+    try:
+        for _ in range(200):
+            try:
+                httpx.get(f"{base}/healthz").raise_for_status()
+                break
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        ours = measure_pipeline(base, body, offsets, args)
+    finally:
+        server.terminate()
+        server.wait(60)
+        shutil.rmtree(home, ignore_errors=True)
+    stored = table_counts(url)
+    slow = row_by_row(url, body, offsets, args.row_by_row_duration)
+    database(args.admin_url, name, create=False)
+    report = {
+        "mode": "raw spans" if args.raw else "gateway spans, normalised",
+        "span_bytes": len(body) / (GROUPS_PER_EXPORT * 3), "pipeline": ours,
+        "stored": stored, "row_by_row": slow, "speedup": ours["spans_per_s"] / slow["spans_per_s"],
+        "cpus": os.cpu_count(), "load_average_1m": os.getloadavg()[0],
+    }  # fmt: skip
+    print(json.dumps(report, indent=2, default=str))
+    ok = stored["spans"] == ours["unique"] and ours.get("spans_spooled_total", 0) == 0
+    print(f"check: every unique span stored once = {stored['spans'] == ours['unique']}")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""The standalone collector app: OTLP receiver, writer in the lifespan, metrics and health."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from collectors.pipeline import Pipeline, open_pipeline
+from collectors.receiver import create_router
+from collectors.settings import CollectorSettings, load_collector_settings
+from collectors.spans import SpanRow
+from collectors.writer import LandedCallback
+from gate.settings import Settings
+
+
+def create_app(
+    settings: Settings,
+    collector: CollectorSettings | None = None,
+    *,
+    on_landed: LandedCallback | None = None,
+    registry: CollectorRegistry | None = None,
+) -> FastAPI:
+    """Return the collector app; the span writer starts and stops with its lifespan."""
+    collector = collector or load_collector_settings()
+    registry = registry or CollectorRegistry()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        pipeline = open_pipeline(settings, collector, registry=registry, on_landed=on_landed)
+        app.state.pipeline = pipeline
+        try:
+            yield
+        finally:
+            pipeline.close()
+
+    app = FastAPI(title="specgate collector", lifespan=lifespan, docs_url=None, redoc_url=None)
+
+    def enqueue(rows: Sequence[SpanRow]) -> int:
+        pipeline: Pipeline = app.state.pipeline
+        return pipeline.writer.enqueue(rows)
+
+    def rejected(count: int) -> None:
+        pipeline: Pipeline = app.state.pipeline
+        pipeline.metrics.rejected.inc(count)
+
+    token = collector.collector_token.get_secret_value() if collector.collector_token else None
+    app.include_router(
+        create_router(
+            enqueue=enqueue,
+            max_body_bytes=collector.collector_max_body_bytes,
+            token=token,
+            on_rejected=rejected,
+        )
+    )
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/healthz")
+    def healthz(request: Request) -> dict[str, object]:
+        writer = request.app.state.pipeline.writer
+        return {
+            "status": "ok" if writer.database_up else "spooling",
+            "database_up": writer.database_up,
+            "queue_depth": len(writer.queue),
+            "spool_segments": writer.spool.segments,
+            "spool_bytes": writer.spool.bytes,
+        }
+
+    return app

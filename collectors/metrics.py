@@ -1,0 +1,47 @@
+"""Prometheus metrics of the span pipeline, registered on a registry the caller owns."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_BATCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class CollectorMetrics:
+    """Counters, gauges and the batch-latency histogram of one writer."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.received = self._counter("spans_received", "Spans handed to the writer.")
+        self.written = self._counter("spans_written", "Spans newly stored.")
+        self.duplicate = self._counter("spans_duplicate", "Spans already stored (ignored).")
+        self.failed = self._counter("spans_failed", "Spans refused by the database, alone.")
+        self.spooled = self._counter("spans_spooled", "Spans written to the on-disk spool.")
+        self.replayed = self._counter("spans_replayed", "Spooled spans committed on replay.")
+        self.dropped = self._counter("spans_dropped", "Spans lost: queue and spool both full.")
+        self.rejected = self._counter("spans_rejected", "Spans refused by the receiver.")
+        self.normalise_failed = self._counter(
+            "normalise_failed", "Spans stored raw because their rows could not be written."
+        )
+        self.generations = self._counter("generations_landed", "New generation rows.")
+        self.batches = self._counter("batches", "Batches committed.")
+        self.queue_depth = Gauge(
+            "specgate_collector_queue_depth", "Spans waiting in the queue.", registry=registry
+        )
+        self.spool_bytes = Gauge(
+            "specgate_collector_spool_bytes", "Bytes held by the spool.", registry=registry
+        )
+        self.database_up = Gauge(
+            "specgate_collector_database_up",
+            "1 while the database takes writes.",
+            registry=registry,
+        )
+        self.batch_seconds = Histogram(
+            "specgate_collector_batch_seconds",
+            "Time to write one batch (one transaction).",
+            buckets=_BATCH_BUCKETS,
+            registry=registry,
+        )
+
+    def _counter(self, name: str, documentation: str) -> Counter:
+        return Counter(f"specgate_collector_{name}_total", documentation, registry=self.registry)

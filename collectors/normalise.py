@@ -1,0 +1,298 @@
+"""Turn spans into `requests`, `pairs` and `generations` rows, per `gate.telemetry.attributes`."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from collectors.spans import STATUS_ERROR, SpanRow
+from gate.db.enums import Cohort, GenerationStatus, PairState
+from gate.telemetry import attributes as a
+
+log = logging.getLogger(__name__)
+
+_COHORTS = frozenset(member.value for member in Cohort)
+_STATUSES = frozenset(member.value for member in GenerationStatus)
+_OK, _ERROR, _OPEN = GenerationStatus.OK.value, GenerationStatus.ERROR.value, PairState.OPEN.value
+_CONTROL = Cohort.CONTROL.value
+
+# Column order of a generation row (also the COPY column order on Postgres).
+GENERATION_COLUMNS = (
+    "rollout_id", "pair_id", "request_id", "cohort", "route_id", "route_fingerprint",
+    "segment", "model", "temperature", "top_p", "max_tokens", "seed", "stream", "ttft_s",
+    "tpot_s", "e2e_s", "queue_s", "input_tokens", "output_tokens", "finish_reason", "status",
+    "error", "spec_drafts", "spec_draft_tokens", "spec_accepted_tokens", "prompt", "output",
+    "output_extra", "trace_id", "span_id", "response_id", "started_at",
+)  # fmt: skip
+
+
+# Facts the pair span owns; a stub written from a route span gets them when it lands.
+PAIR_SPAN_FIELDS = ("request_id", "is_control", "deadline", "created_at", "stage", "segment")
+# (id, pair id, trace id, span id) of a generation a batch inserted.
+NewGeneration = tuple[int, uuid.UUID | None, str, str]
+# Generation fields vLLM's span can fill when the gateway's span did not carry them.
+ENGINE_FIELDS = ("queue_s", "input_tokens", "output_tokens")
+
+
+class NormaliseError(ValueError):
+    """A span that should become a row carries a value the contract does not allow."""
+
+
+@dataclass(slots=True)
+class Normalised:
+    """The rows one batch of spans becomes."""
+
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    # From pair spans: they own the pair's facts and overwrite a stub.
+    pairs: list[dict[str, Any]] = field(default_factory=list)
+    # From route spans whose pair span has not landed yet: inserted only if absent.
+    pair_stubs: list[dict[str, Any]] = field(default_factory=list)
+    generations: list[dict[str, Any]] = field(default_factory=list)
+    # From vLLM `llm_request` spans: engine-side facts for the generation that is their parent.
+    engine_facts: list[dict[str, Any]] = field(default_factory=list)
+    skipped: int = 0
+
+
+def normalise(rows: list[SpanRow], *, pair_deadline_s: float) -> Normalised:
+    """Return the rows for the pair, route-call and vLLM spans among `rows`; skip the rest."""
+    out = Normalised()
+    for row in rows:
+        try:
+            _normalise_one(out, row, pair_deadline_s)
+        except NormaliseError as exc:
+            out.skipped += 1
+            log.warning(
+                "collector.normalise_skipped trace_id=%s span_id=%s reason=%r",
+                row.trace_id, row.span_id, str(exc),
+            )  # fmt: skip
+    # One row per key: an upsert cannot touch the same row twice in one statement.
+    out.pairs = _unique(out.pairs, "id")
+    out.requests = _unique(out.requests, "id")
+    full = {row["id"] for row in out.pairs}
+    out.pair_stubs = _merge_stubs([stub for stub in out.pair_stubs if stub["id"] not in full])
+    merge_engine_facts(out.generations, out.engine_facts)
+    return out
+
+
+def merge_engine_facts(generations: list[dict[str, Any]], facts: list[dict[str, Any]]) -> None:
+    """Fill generations' missing engine-side fields from the facts of their vLLM spans."""
+    by_parent = {(fact["trace_id"], fact["parent_span_id"]): fact for fact in facts}
+    if not by_parent:
+        return
+    for generation in generations:
+        fact = by_parent.get((generation["trace_id"], generation["span_id"]))
+        if fact is not None:
+            for name in ENGINE_FIELDS:
+                if generation[name] is None:
+                    generation[name] = fact[name]
+
+
+def _normalise_one(out: Normalised, row: SpanRow, pair_deadline_s: float) -> None:
+    attrs = row.attributes
+    if row.name == a.PAIR_SPAN_NAME:
+        request, pair = pair_rows(row, pair_deadline_s)
+        if request is not None:
+            out.requests.append(request)
+        out.pairs.append(pair)
+    elif a.COHORT in attrs:
+        generation = generation_row(row)
+        out.generations.append(generation)
+        stub = pair_stub(row, generation, pair_deadline_s)
+        if stub is not None:
+            out.pair_stubs.append(stub)
+    elif row.name == a.VLLM_SPAN_NAME and row.parent_span_id is not None:
+        out.engine_facts.append(engine_facts(row.trace_id, row.parent_span_id, attrs))
+
+
+def pair_rows(row: SpanRow, deadline_s: float) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """Return the `requests` row (if the span names a request) and the `pairs` row."""
+    attrs = row.attributes
+    pair_id = _uuid(attrs.get(a.PAIR_ID), required=a.PAIR_ID)
+    rollout_id = _int(attrs.get(a.ROLLOUT_ID), required=a.ROLLOUT_ID)
+    request_id = _uuid(attrs.get(a.REQUEST_ID))
+    segment = _str(attrs.get(a.SEGMENT), 64) or "chat"
+    request = None
+    if request_id is not None:
+        request = {
+            "id": request_id,
+            "rollout_id": rollout_id,
+            "endpoint": _str(attrs.get(a.REQUEST_ENDPOINT), 32) or "chat",
+            "body": _json(attrs.get(a.REQUEST_BODY)),
+            "inputs": _json(attrs.get(a.REQUEST_INPUTS)) or {},
+            "segment": segment,
+            "tenant": _str(attrs.get(a.TENANT), 128),
+            "inflight_baseline": _int(attrs.get(a.INFLIGHT_BASELINE)) or 0,
+            "inflight_candidate": _int(attrs.get(a.INFLIGHT_CANDIDATE)) or 0,
+            "created_at": row.start_time,
+        }
+    deadline = _float(attrs.get(a.PAIR_DEADLINE_S))
+    pair = {
+        "id": pair_id,
+        "rollout_id": rollout_id,
+        "request_id": request_id,
+        "stage": _int(attrs.get(a.ROLLOUT_STAGE)) or 0,
+        "state": _OPEN,
+        "is_control": bool(attrs.get(a.PAIR_IS_CONTROL, False)),
+        "segment": segment,
+        "created_at": row.start_time,
+        "deadline": _after(row.start_time, deadline if deadline is not None else deadline_s),
+    }
+    return request, pair
+
+
+def pair_stub(row: SpanRow, generation: dict[str, Any], deadline_s: float) -> dict[str, Any] | None:
+    """Return a placeholder `pairs` row so a generation can land before its pair span."""
+    if generation["pair_id"] is None or generation["rollout_id"] is None:
+        return None
+    return {
+        "id": generation["pair_id"],
+        "rollout_id": generation["rollout_id"],
+        "request_id": None,
+        "stage": _int(row.attributes.get(a.ROLLOUT_STAGE)) or 0,
+        "state": _OPEN,
+        "is_control": generation["cohort"] == _CONTROL,
+        "segment": generation["segment"],
+        "created_at": row.start_time,
+        "deadline": _after(row.start_time, deadline_s),
+    }
+
+
+def generation_row(row: SpanRow) -> dict[str, Any]:
+    """Return the `generations` row of one route-call span."""
+    attrs = row.attributes
+    get = attrs.get
+    cohort = get(a.COHORT)
+    if cohort not in _COHORTS:
+        raise NormaliseError(f"unknown cohort {cohort!r}")
+    failed = row.status_code == STATUS_ERROR
+    status = get(a.STATUS) or (_ERROR if failed else _OK)
+    if status not in _STATUSES:
+        raise NormaliseError(f"unknown status {status!r}")
+    e2e = _float(get(a.E2E_S))
+    finish = get(a.GEN_AI_RESPONSE_FINISH_REASONS)
+    return {
+        "rollout_id": _int(get(a.ROLLOUT_ID)),
+        "pair_id": _uuid(get(a.PAIR_ID)),
+        "request_id": _uuid(get(a.REQUEST_ID)),
+        "cohort": cohort,
+        "route_id": _int(get(a.ROUTE_ID)),
+        "route_fingerprint": _str(get(a.ROUTE_FINGERPRINT), 64),
+        "segment": _str(get(a.SEGMENT), 64) or "chat",
+        "model": _str(get(a.GEN_AI_RESPONSE_MODEL) or get(a.GEN_AI_REQUEST_MODEL), 256),
+        "temperature": _float(get(a.GEN_AI_REQUEST_TEMPERATURE)),
+        "top_p": _float(get(a.GEN_AI_REQUEST_TOP_P)),
+        "max_tokens": _int(get(a.GEN_AI_REQUEST_MAX_TOKENS)),
+        "seed": _int(get(a.GEN_AI_REQUEST_SEED)),
+        "stream": bool(get(a.STREAM, False)),
+        "ttft_s": _float(get(a.TTFT_S)),
+        "tpot_s": _float(get(a.TPOT_S)),
+        "e2e_s": e2e if e2e is not None else (row.end_time - row.start_time).total_seconds(),
+        "queue_s": _float(get(a.QUEUE_S)),
+        "input_tokens": _int(get(a.GEN_AI_USAGE_INPUT_TOKENS)),
+        "output_tokens": _int(get(a.GEN_AI_USAGE_OUTPUT_TOKENS)),
+        "finish_reason": _str(finish[0] if isinstance(finish, list) and finish else finish, 32),
+        "status": status,
+        "error": _str(get(a.ERROR), 4096) or (row.status_message if failed else None),
+        "spec_drafts": _int(get(a.SPEC_DRAFTS)),
+        "spec_draft_tokens": _int(get(a.SPEC_DRAFT_TOKENS)),
+        "spec_accepted_tokens": _int(get(a.SPEC_ACCEPTED_TOKENS)),
+        "prompt": _str(get(a.PROMPT), None),
+        "output": _str(get(a.OUTPUT), None),
+        "output_extra": _json(get(a.OUTPUT_EXTRA)),
+        "trace_id": row.trace_id,
+        "span_id": row.span_id,
+        "response_id": _str(get(a.GEN_AI_RESPONSE_ID), 128),
+        "started_at": row.start_time,
+    }
+
+
+def engine_facts(trace_id: str, parent_span_id: str, attrs: dict[str, Any]) -> dict[str, Any]:
+    """Return the engine-side facts of a vLLM `llm_request` span, keyed by its parent."""
+    return {
+        "trace_id": trace_id,
+        "parent_span_id": parent_span_id,
+        "queue_s": _float(attrs.get(a.VLLM_QUEUE)),
+        "input_tokens": _int(attrs.get(a.VLLM_PROMPT_TOKENS)),
+        "output_tokens": _int(attrs.get(a.VLLM_COMPLETION_TOKENS)),
+    }
+
+
+def _merge_stubs(stubs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    merged: dict[uuid.UUID, dict[str, Any]] = {}
+    for stub in stubs:
+        first = merged.setdefault(stub["id"], stub)
+        # Only the second call of a control pair says "control": any of them decides.
+        first["is_control"] = first["is_control"] or stub["is_control"]
+    return list(merged.values())
+
+
+def _unique(rows: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+    return list({row[key]: row for row in reversed(rows)}.values())
+
+
+def _after(start: datetime, seconds: float) -> datetime:
+    return start + timedelta(seconds=seconds)
+
+
+def _uuid(value: Any, *, required: str | None = None) -> uuid.UUID | None:
+    if value is None or value == "":
+        if required:
+            raise NormaliseError(f"missing {required}")
+        return None
+    try:
+        return _parse_uuid(str(value))
+    except ValueError:
+        raise NormaliseError(f"{value!r} is not a UUID") from None
+
+
+@functools.lru_cache(maxsize=8192)
+def _parse_uuid(text: str) -> uuid.UUID:
+    # A pair id comes on three spans (pair span, two route calls), usually in one batch.
+    return uuid.UUID(text)
+
+
+def _int(value: Any, *, required: str | None = None) -> int | None:
+    if value is None or isinstance(value, bool):
+        if required:
+            raise NormaliseError(f"missing {required}")
+        return None
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise NormaliseError(f"{value!r} is not an integer") from None
+    if not -(2**31) <= number < 2**31:
+        raise NormaliseError(f"{number} does not fit an integer column")
+    return number
+
+
+def _float(value: Any) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise NormaliseError(f"{value!r} is not a number") from None
+
+
+def _str(value: Any, limit: int | None) -> str | None:
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else str(value)
+    return text[:limit] if limit is not None else text
+
+
+def _json(value: Any) -> Any:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        # Keep what the gateway sent rather than losing the row over a cut-off JSON string.
+        return {"unparsed": value}

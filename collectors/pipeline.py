@@ -1,0 +1,67 @@
+"""Assemble the span pipeline (engine, store, spool, writer) for a collector or the gateway."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry
+from sqlalchemy import Engine
+
+from collectors.exporter import SinkSpanExporter
+from collectors.metrics import CollectorMetrics
+from collectors.settings import CollectorSettings
+from collectors.spool import Spool
+from collectors.store import SpanStore
+from collectors.writer import BatchWriter, LandedCallback, WriterLimits
+from gate.db.engine import engine_from_settings
+from gate.settings import Settings
+
+
+@dataclass
+class Pipeline:
+    """A running writer and what it owns; `close` flushes or spools, then disposes the engine."""
+
+    engine: Engine
+    writer: BatchWriter
+    metrics: CollectorMetrics
+    shutdown_timeout_s: float
+
+    def exporter(self) -> SinkSpanExporter:
+        """Return an SDK exporter feeding this pipeline (the embedded default's span path)."""
+        return SinkSpanExporter(self.writer.enqueue, flush=self.writer.flush)
+
+    def close(self) -> None:
+        """Stop the writer (queued spans are written or spooled) and release the engine."""
+        self.writer.stop(self.shutdown_timeout_s)
+        self.engine.dispose()
+
+
+def open_pipeline(
+    settings: Settings,
+    collector: CollectorSettings,
+    *,
+    registry: CollectorRegistry,
+    on_landed: LandedCallback | None = None,
+    engine: Engine | None = None,
+) -> Pipeline:
+    """Build and start a writer on the settings' database, spooling under `home`."""
+    engine = engine if engine is not None else engine_from_settings(settings)
+    metrics = CollectorMetrics(registry)
+    limits = WriterLimits(
+        queue_max_spans=collector.collector_queue_max_spans,
+        batch_max_spans=collector.collector_batch_max_spans,
+        flush_interval_s=collector.collector_flush_interval_s,
+        retry_initial_s=collector.collector_retry_initial_s,
+        retry_max_s=collector.collector_retry_max_s,
+        # SQLite takes one writer at a time: a second thread would only wait on its lock.
+        threads=1 if engine.dialect.name == "sqlite" else collector.collector_writer_threads,
+    )
+    writer = BatchWriter(
+        SpanStore(engine, pair_deadline_s=settings.pair_deadline_s),
+        Spool(collector.spool_dir(settings.home), max_bytes=collector.collector_spool_max_bytes),
+        metrics,
+        limits=limits,
+        on_landed=on_landed,
+    )
+    writer.start()
+    return Pipeline(engine, writer, metrics, collector.collector_shutdown_timeout_s)

@@ -1,0 +1,167 @@
+"""OTLP/HTTP trace receiver: it only decodes requests and hands the spans to `enqueue`."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import zlib
+from collections.abc import Callable, Sequence
+
+from fastapi import APIRouter, Request, Response
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceResponse,
+)
+
+from collectors.otlp import Decoded, MalformedPayload, decode_json, decode_protobuf
+from collectors.spans import SpanRow
+
+log = logging.getLogger(__name__)
+
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+_PROTOBUF_TYPES = frozenset({PROTOBUF, "application/protobuf"})
+
+Enqueue = Callable[[Sequence[SpanRow]], int]
+
+
+class Refused(Exception):
+    """A request refused as a whole, with its HTTP status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def create_router(
+    *,
+    enqueue: Enqueue,
+    max_body_bytes: int,
+    token: str | None = None,
+    on_rejected: Callable[[int], None] | None = None,
+) -> APIRouter:
+    """Return a router with `POST /v1/traces`; `enqueue` returns how many spans it dropped."""
+    router = APIRouter(tags=["otlp"])
+
+    @router.post("/v1/traces", include_in_schema=False)
+    async def export_traces(request: Request) -> Response:
+        media = _media_type(request)
+        try:
+            _authorise(request, token)
+            decoded = _decode(media, await _read_body(request, max_body_bytes))
+        except Refused as refusal:
+            log.warning(
+                "collector.request_refused status=%d reason=%r", refusal.status, refusal.message
+            )
+            return _status_response(media, refusal.status, refusal.message, refusal.status == 401)
+        dropped = enqueue(decoded.rows) if decoded.rows else 0
+        if dropped:
+            decoded.rejected += dropped
+            decoded.error = decoded.error or "collector overloaded: queue and spool are full"
+        if decoded.rejected and on_rejected is not None:
+            on_rejected(decoded.rejected)
+        return _success_response(media, decoded)
+
+    return router
+
+
+def _authorise(request: Request, token: str | None) -> None:
+    if token is None:
+        return
+    given = request.headers.get("authorization", "")
+    if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+        raise Refused(401, "missing or wrong bearer token")
+
+
+def _media_type(request: Request) -> str:
+    media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    return PROTOBUF if media in _PROTOBUF_TYPES else media
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise Refused(413, f"body of {declared} bytes exceeds the limit of {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise Refused(413, f"body exceeds the limit of {limit} bytes")
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding == "gzip":
+        return _gunzip(body, limit)
+    if encoding not in ("identity", ""):
+        raise Refused(415, f"unsupported Content-Encoding {encoding!r}; use gzip or none")
+    return body
+
+
+def _gunzip(body: bytes, limit: int) -> bytes:
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        data = inflater.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise Refused(400, f"body is not valid gzip: {exc}") from None
+    if len(data) > limit or inflater.unconsumed_tail:
+        raise Refused(413, f"decompressed body exceeds the limit of {limit} bytes")
+    if not inflater.eof:
+        raise Refused(400, "gzip body is truncated")
+    return data
+
+
+def _decode(media: str, body: bytes) -> Decoded:
+    try:
+        if media == PROTOBUF:
+            return decode_protobuf(body)
+        if media == JSON:
+            return decode_json(body)
+    except MalformedPayload as exc:
+        raise Refused(400, str(exc)) from None
+    raise Refused(415, f"unsupported Content-Type {media!r}; use {PROTOBUF} or {JSON}")
+
+
+def _success_response(media: str, decoded: Decoded) -> Response:
+    reply = ExportTraceServiceResponse()
+    if decoded.rejected:
+        reply.partial_success.rejected_spans = decoded.rejected
+        reply.partial_success.error_message = decoded.error or "some spans were rejected"
+    if media == JSON:
+        # OTLP/JSON: lowerCamelCase, int64 as a string, an empty object for full success.
+        partial = (
+            {
+                "rejectedSpans": str(decoded.rejected),
+                "errorMessage": reply.partial_success.error_message,
+            }
+            if decoded.rejected
+            else None
+        )
+        body = json.dumps({"partialSuccess": partial} if partial else {})
+        return Response(body, media_type=JSON)
+    return Response(reply.SerializeToString(), media_type=PROTOBUF)
+
+
+def _status_response(media: str, status: int, message: str, challenge: bool) -> Response:
+    headers = {"WWW-Authenticate": "Bearer"} if challenge else None
+    if media == JSON:
+        body = json.dumps({"code": status, "message": message})
+        return Response(body, status_code=status, media_type=JSON, headers=headers)
+    return Response(
+        _status_proto(message), status_code=status, media_type=PROTOBUF, headers=headers
+    )
+
+
+def _status_proto(message: str) -> bytes:
+    """Encode a `google.rpc.Status` with only its `message` (field 2), as OTLP asks for errors."""
+    data = message.encode()
+    length = len(data)
+    varint = bytearray()
+    while True:
+        byte = length & 0x7F
+        length >>= 7
+        varint.append(byte | (0x80 if length else 0))
+        if not length:
+            break
+    return b"\x12" + bytes(varint) + data

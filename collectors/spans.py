@@ -1,0 +1,92 @@
+"""The flat span row every input (OTLP, the SDK exporter, the spool) is converted to."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+# Span kinds and status codes use the OTLP wire numbering (the SDK's SpanKind is off by one).
+KIND_UNSPECIFIED, KIND_INTERNAL, KIND_SERVER, KIND_CLIENT = 0, 1, 2, 3
+STATUS_UNSET, STATUS_OK, STATUS_ERROR = 0, 1, 2
+
+# Column limits of the `spans` table; longer values are cut rather than failing the batch.
+MAX_NAME = 256
+MAX_SERVICE = 128
+
+
+@dataclass(slots=True)
+class SpanRow:
+    """One span as the `spans` table stores it: hex ids, UTC times, plain-dict attributes."""
+
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None
+    name: str
+    kind: int
+    start_time: datetime
+    end_time: datetime
+    status_code: int
+    status_message: str | None
+    attributes: dict[str, Any]
+    resource: dict[str, Any]
+    service: str | None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """Return the idempotency key (trace id, span id)."""
+        return (self.trace_id, self.span_id)
+
+
+def from_unix_nano(nanos: int) -> datetime:
+    """Convert OTLP nanoseconds since the epoch to a UTC datetime (microsecond precision)."""
+    return EPOCH + timedelta(microseconds=nanos // 1000)
+
+
+def to_unix_nano(moment: datetime) -> int:
+    """Convert a UTC datetime back to nanoseconds since the epoch."""
+    delta = moment - EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
+
+
+def service_of(resource: dict[str, Any]) -> str | None:
+    """Return the resource's `service.name`, cut to the column size."""
+    service = resource.get("service.name")
+    return str(service)[:MAX_SERVICE] if service is not None else None
+
+
+def valid_ids(trace_id: str, span_id: str) -> bool:
+    """Whether the hex ids have OTLP's lengths and are not all zero (invalid per the spec)."""
+    return (
+        len(trace_id) == 32 and len(span_id) == 16 and trace_id != "0" * 32 and span_id != "0" * 16
+    )
+
+
+def scrub(row: SpanRow) -> SpanRow:
+    """Return a copy without NUL characters, which Postgres text and JSONB refuse."""
+    return SpanRow(
+        trace_id=row.trace_id,
+        span_id=row.span_id,
+        parent_span_id=row.parent_span_id,
+        name=row.name.replace("\x00", ""),
+        kind=row.kind,
+        start_time=row.start_time,
+        end_time=row.end_time,
+        status_code=row.status_code,
+        status_message=_scrub(row.status_message),
+        attributes=_scrub(row.attributes),
+        resource=_scrub(row.resource),
+        service=_scrub(row.service),
+    )
+
+
+def _scrub(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("\x00", "")
+    if isinstance(value, dict):
+        return {_scrub(key): _scrub(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_scrub(item) for item in value]
+    return value

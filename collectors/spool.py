@@ -1,0 +1,155 @@
+"""On-disk spool for batches the database could not take: bounded, fsynced, ordered segments."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from collectors.spans import SpanRow, from_unix_nano, to_unix_nano
+
+log = logging.getLogger(__name__)
+
+_SUFFIX = ".spool"
+_FORMAT = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One spooled batch, named by its sequence number so replay keeps the spooling order."""
+
+    path: Path
+    size: int
+
+
+class Spool:
+    """Segment files `<seq>.spool` in one folder, at most `max_bytes` in all."""
+
+    def __init__(self, folder: Path, *, max_bytes: int) -> None:
+        self.folder = folder
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        folder.mkdir(parents=True, exist_ok=True)
+        for leftover in folder.glob("*.tmp"):
+            leftover.unlink()  # a crash between write and rename; the batch was not acknowledged
+        self._segments = sorted(
+            (Segment(path, path.stat().st_size) for path in folder.glob(f"*{_SUFFIX}")),
+            key=lambda segment: segment.path.name,
+        )
+        self._bytes = sum(segment.size for segment in self._segments)
+        self._next = int(self._segments[-1].path.stem) + 1 if self._segments else 0
+
+    @property
+    def bytes(self) -> int:
+        """Return the bytes held."""
+        return self._bytes
+
+    @property
+    def segments(self) -> int:
+        """Return the number of segments held."""
+        return len(self._segments)
+
+    def append(self, rows: Sequence[SpanRow]) -> bool:
+        """Write `rows` as the newest segment, durably; return False if it would not fit."""
+        if not rows:
+            return True
+        data = encode(rows)
+        with self._lock:
+            if self._bytes + len(data) > self.max_bytes:
+                return False
+            path = self.folder / f"{self._next:016d}{_SUFFIX}"
+            self._next += 1
+            _write_durably(path, data)
+            self._segments.append(Segment(path, len(data)))
+            self._bytes += len(data)
+        return True
+
+    def oldest(self) -> Segment | None:
+        """Return the oldest segment, if any."""
+        with self._lock:
+            return self._segments[0] if self._segments else None
+
+    def remove(self, segment: Segment) -> None:
+        """Delete a segment once its spans are committed."""
+        with self._lock:
+            if segment in self._segments:
+                self._segments.remove(segment)
+                self._bytes -= segment.size
+            segment.path.unlink(missing_ok=True)
+
+    def quarantine(self, segment: Segment) -> None:
+        """Move an unreadable segment aside (`.bad`) so it stops blocking the replay."""
+        with self._lock:
+            if segment in self._segments:
+                self._segments.remove(segment)
+                self._bytes -= segment.size
+            segment.path.rename(segment.path.with_suffix(".bad"))
+
+
+def read(segment: Segment) -> list[SpanRow]:
+    """Read the spans of a segment; raise `ValueError` if it is corrupt."""
+    try:
+        document = json.loads(segment.path.read_bytes())
+        if document.get("format") != _FORMAT:
+            raise ValueError(f"unknown spool format {document.get('format')!r}")
+        return [_row(item) for item in document["rows"]]
+    except (KeyError, TypeError, IndexError, json.JSONDecodeError) as exc:
+        raise ValueError(f"corrupt spool segment {segment.path.name}: {exc}") from None
+
+
+def encode(rows: Sequence[SpanRow]) -> bytes:
+    """Encode spans as one JSON document (times as integer nanoseconds)."""
+    items = [
+        [
+            row.trace_id,
+            row.span_id,
+            row.parent_span_id,
+            row.name,
+            row.kind,
+            to_unix_nano(row.start_time),
+            to_unix_nano(row.end_time),
+            row.status_code,
+            row.status_message,
+            row.attributes,
+            row.resource,
+            row.service,
+        ]
+        for row in rows
+    ]
+    return json.dumps({"format": _FORMAT, "rows": items}, separators=(",", ":")).encode()
+
+
+def _row(item: list[Any]) -> SpanRow:
+    return SpanRow(
+        trace_id=item[0],
+        span_id=item[1],
+        parent_span_id=item[2],
+        name=item[3],
+        kind=item[4],
+        start_time=from_unix_nano(item[5]),
+        end_time=from_unix_nano(item[6]),
+        status_code=item[7],
+        status_message=item[8],
+        attributes=item[9],
+        resource=item[10],
+        service=item[11],
+    )
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    temporary = path.with_suffix(".tmp")
+    with open(temporary, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)  # the rename itself must survive a crash
+    finally:
+        os.close(directory)

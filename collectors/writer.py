@@ -1,0 +1,278 @@
+"""The batch writer: threads drain the queue, one transaction per batch, spooling on outage."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from collectors import spool as spool_io
+from collectors.metrics import CollectorMetrics
+from collectors.span_queue import SpanQueue
+from collectors.spans import SpanRow, scrub
+from collectors.spool import Spool
+from collectors.store import Landed, SpanStore, is_conflict, is_transient
+
+log = logging.getLogger(__name__)
+
+LandedCallback = Callable[[list[int], list[uuid.UUID]], None]
+
+# How many spooled segments one loop turn replays before serving the queue again.
+_REPLAY_PER_TURN = 4
+_CONFLICT_RETRIES = 3
+
+
+@dataclass(frozen=True, slots=True)
+class WriterLimits:
+    """Bounds and timings of a writer."""
+
+    queue_max_spans: int = 100_000
+    batch_max_spans: int = 5_000
+    flush_interval_s: float = 0.2
+    retry_initial_s: float = 0.5
+    retry_max_s: float = 10.0
+    # Two threads overlap one batch's Python work with the other's database round trips.
+    threads: int = 2
+
+
+class BatchWriter:
+    """Owns the span queue and the threads that write it to the store, or else to the spool."""
+
+    def __init__(
+        self,
+        store: SpanStore,
+        spool: Spool,
+        metrics: CollectorMetrics,
+        *,
+        limits: WriterLimits | None = None,
+        on_landed: LandedCallback | None = None,
+    ) -> None:
+        self.store = store
+        self.spool = spool
+        self.metrics = metrics
+        self.limits = limits or WriterLimits()
+        self.on_landed = on_landed
+        self.queue = SpanQueue(self.limits.queue_max_spans, batch_size=self.limits.batch_max_spans)
+        self.database_up = True
+        self._retry_at = 0.0
+        self._backoff = self.limits.retry_initial_s
+        self._stopping = threading.Event()
+        self._stop_deadline = 0.0
+        self._threads: list[threading.Thread] = []
+        # Spans accepted by `enqueue` and spans fully handled, for `flush`.
+        self._progress = threading.Condition()
+        self._accepted = 0
+        self._handled = 0
+        metrics.queue_depth.set_function(lambda: len(self.queue))
+        metrics.spool_bytes.set_function(lambda: self.spool.bytes)
+        metrics.database_up.set_function(lambda: 1 if self.database_up else 0)
+
+    def start(self) -> None:
+        """Start the writer threads."""
+        for index in range(self.limits.threads):
+            thread = threading.Thread(
+                target=self._run, args=(index == 0,), name=f"specgate-span-writer-{index}"
+            )
+            thread.daemon = True
+            thread.start()
+            self._threads.append(thread)
+        log.info(
+            "collector.writer_started threads=%d spool=%s", self.limits.threads, self.spool.folder
+        )
+
+    def enqueue(self, rows: Sequence[SpanRow]) -> int:
+        """Queue spans for writing (spooling what does not fit); return how many were dropped."""
+        if not rows:
+            return 0
+        self.metrics.received.inc(len(rows))
+        overflow = rows if self._stopping.is_set() else self.queue.put(rows)
+        with self._progress:
+            self._accepted += len(rows) - len(overflow)
+        if not overflow:
+            return 0
+        if self._spool(overflow, reason="queue_full"):
+            return 0
+        return len(overflow)
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until every span queued so far is stored or spooled; return False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._progress:
+            target = self._accepted
+            self.queue.wake()
+            while self._handled < target:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._progress.wait(min(remaining, 0.05))
+                self.queue.wake()
+        return True
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Write what is queued within `timeout`, spool the rest, and stop the threads."""
+        self._stop_deadline = time.monotonic() + timeout
+        self._stopping.set()
+        self.queue.wake()
+        for thread in self._threads:
+            thread.join(max(self._stop_deadline - time.monotonic(), 0) + 5.0)
+        # Spans that raced in while the thread was finishing.
+        while leftover := self.queue.take(0):
+            self._spool(leftover, reason="shutdown")
+        log.info("collector.writer_stopped spool_bytes=%d", self.spool.bytes)
+
+    def _run(self, replays: bool) -> None:
+        # One thread replays the spool, so segments land in the order they were written.
+        while True:
+            batch = self.queue.take(self.limits.flush_interval_s)
+            stopping = self._stopping.is_set()
+            if replays and not stopping:
+                try:
+                    self._replay()
+                except Exception:  # a bug must not stop the writer thread
+                    log.exception("collector.replay_error")
+            if batch:
+                late = stopping and time.monotonic() > self._stop_deadline
+                self._deliver(batch, spool_only=late)
+            if not batch and stopping and not len(self.queue):
+                return
+
+    def _deliver(self, batch: list[SpanRow], *, spool_only: bool) -> None:
+        try:
+            if spool_only or not self._may_try():
+                self._spool(batch, reason="database_down" if not spool_only else "shutdown")
+                return
+            try:
+                leftover = self._store(batch)
+            except Exception:  # a bug must not stop the writer: keep the spans for a replay
+                log.exception("collector.writer_error spans=%d", len(batch))
+                leftover = batch
+            if leftover:
+                self._spool(leftover, reason="database_down")
+        finally:
+            with self._progress:
+                self._handled += len(batch)
+                self._progress.notify_all()
+
+    def _replay(self) -> None:
+        for _ in range(_REPLAY_PER_TURN):
+            segment = self.spool.oldest()
+            if segment is None or not self._may_try():
+                return
+            try:
+                rows = spool_io.read(segment)
+            except (OSError, ValueError) as exc:
+                log.error(
+                    "collector.spool_corrupt segment=%s error=%r", segment.path.name, str(exc)
+                )
+                self.spool.quarantine(segment)
+                continue
+            if self._store(rows):
+                return  # down again; the segment stays and is retried (inserts are idempotent)
+            self.spool.remove(segment)
+            self.metrics.replayed.inc(len(rows))
+            log.info("collector.spool_replayed segment=%s spans=%d", segment.path.name, len(rows))
+
+    def _may_try(self) -> bool:
+        return self.database_up or time.monotonic() >= self._retry_at
+
+    def _store(self, rows: list[SpanRow]) -> list[SpanRow]:
+        """Write rows, splitting failing batches; return the rows left when the database is down."""
+        pending: list[tuple[list[SpanRow], bool]] = [(rows, True)]
+        while pending:
+            part, full = pending.pop()
+            try:
+                with self.metrics.batch_seconds.time():
+                    landed = self.store.write(
+                        part if full else [scrub(part[0])], normalise_rows=full
+                    )
+            except Exception as exc:
+                if is_transient(exc):
+                    self._went_down(exc)
+                    return part + [row for rest, _ in reversed(pending) for row in rest]
+                pending.extend(self._split(part, full, exc))
+                continue
+            self._came_up()
+            self._landed(landed, raw_only=not full)
+        return []
+
+    def _write(self, rows: list[SpanRow], full: bool) -> Landed:
+        for attempt in range(_CONFLICT_RETRIES):
+            try:
+                with self.metrics.batch_seconds.time():
+                    return self.store.write(rows, normalise_rows=full)
+            except Exception as exc:
+                # Two writers taking the same rows (a retried export) can deadlock; the
+                # database aborts one, which is simply run again.
+                if not is_conflict(exc) or attempt == _CONFLICT_RETRIES - 1:
+                    raise
+                log.warning("collector.batch_conflict attempt=%d spans=%d", attempt + 1, len(rows))
+        raise AssertionError("unreachable")
+
+    def _split(
+        self, part: list[SpanRow], full: bool, exc: Exception
+    ) -> list[tuple[list[SpanRow], bool]]:
+        if len(part) > 1:
+            middle = len(part) // 2
+            return [(part[middle:], True), (part[:middle], True)]
+        if full:
+            return [(part, False)]  # keep the raw span even if its rows cannot be written
+        self.metrics.failed.inc()
+        log.error(
+            "collector.span_failed trace_id=%s span_id=%s error=%r",
+            part[0].trace_id, part[0].span_id, _first_line(exc),
+        )  # fmt: skip
+        return []
+
+    def _landed(self, landed: Landed, *, raw_only: bool) -> None:
+        self.metrics.batches.inc()
+        self.metrics.written.inc(landed.spans_new)
+        self.metrics.duplicate.inc(landed.spans_duplicate)
+        self.metrics.generations.inc(len(landed.generation_ids))
+        if raw_only or landed.normalise_skipped:
+            self.metrics.normalise_failed.inc(1 if raw_only else landed.normalise_skipped)
+        if self.on_landed is not None and (landed.generation_ids or landed.pair_ids):
+            try:
+                self.on_landed(landed.generation_ids, landed.pair_ids)
+            except Exception:
+                log.exception(
+                    "collector.on_landed_failed generations=%d", len(landed.generation_ids)
+                )
+
+    def _spool(self, rows: Sequence[SpanRow], *, reason: str) -> bool:
+        try:
+            stored = self.spool.append(rows)
+        except OSError as exc:
+            log.error("collector.spool_write_failed error=%r", str(exc))
+            stored = False
+        if stored:
+            self.metrics.spooled.inc(len(rows))
+            log.warning("collector.spooled spans=%d reason=%s", len(rows), reason)
+            return True
+        self.metrics.dropped.inc(len(rows))
+        log.error(
+            "collector.dropped spans=%d reason=%s queue=%d spool_bytes=%d",
+            len(rows), reason, len(self.queue), self.spool.bytes,
+        )  # fmt: skip
+        return False
+
+    def _went_down(self, exc: Exception) -> None:
+        if self.database_up:
+            log.error("collector.database_down error=%r", _first_line(exc))
+        else:
+            self._backoff = min(self._backoff * 2, self.limits.retry_max_s)
+        self.database_up = False
+        self._retry_at = time.monotonic() + self._backoff
+
+    def _came_up(self) -> None:
+        if not self.database_up:
+            log.info("collector.database_up")
+        self.database_up = True
+        self._backoff = self.limits.retry_initial_s
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,151 @@
+"""`specgate gate replay | simulate`: backtest recorded pairs, print operating characteristics."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gate.db.enums import RolloutMode
+from gate.errors import ConfigError
+from gate.stats.engine import Code
+from gate.stats.policy import Policy, load_policy
+from gate.stats.replay import ReplayResult, read_pairs, replay
+from gate.stats.sequences import FloatArray
+from gate.stats.simulate import Outcomes, Scenario, run_scenario
+
+app = typer.Typer(help="Replay and simulate the statistical gate.", no_args_is_help=True)
+
+# The scenarios of the simulation tests (tests/gate/stats/test_simulation.py).
+SCENARIOS: dict[str, tuple[Scenario, int]] = {
+    "aa": (Scenario("A/A", pairs=20_000, every=10), 20_000),
+    "gain": (Scenario("TPOT -20%", pairs=3000, every=10, tpot_ratio=0.8), 3000),
+    "boundary": (Scenario("TPOT -5% (boundary)", pairs=6000, every=10, tpot_ratio=0.95), 6000),
+    "drop5": (Scenario("eval -5 points", pairs=3000, every=10, eval_drops=(0.05, 0.0)), 3000),
+    "drop3": (Scenario("eval -3 points", pairs=10_000, every=50, eval_drops=(0.03, 0.0)), 10_000),
+    "tail": (Scenario("TTFT tail +2 s on 3%", pairs=10_000, every=50, tail_share=0.03), 10_000),
+    "collapse": (Scenario("acceptance collapse", pairs=3000, every=10, collapse_at=1500), 3000),
+}
+
+
+def _policy(path: Path | None) -> Policy:
+    if path is None:
+        return Policy()
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read policy {path}: {exc.strerror}") from exc
+    return load_policy(text)
+
+
+@app.command("replay")
+def replay_command(
+    pairs: Annotated[Path, typer.Option("--pairs", help="Pair JSONL (see gate.stats.replay).")],
+    policy: Annotated[
+        Path | None, typer.Option("--policy", help="Policy YAML (default: the defaults).")
+    ] = None,
+    every: Annotated[int, typer.Option("--every", min=1, help="Look every N pairs.")] = 100,
+    mode: Annotated[RolloutMode, typer.Option("--mode")] = RolloutMode.SHADOW,
+    candidate_share: Annotated[
+        float, typer.Option("--candidate-share", help="Canary: the candidate's share.")
+    ] = 0.5,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Backtest recorded pairs: the first decisive verdict and the pair count it came at."""
+    result = replay(
+        read_pairs(pairs), _policy(policy), every=every, mode=mode, candidate_share=candidate_share
+    )
+    if as_json:
+        typer.echo(json.dumps(_replay_json(result), indent=2))
+        return
+    console = Console()
+    console.print(result.verdict.summary)
+    table = Table("metric", "segment", "estimate", "interval", "n", "status")
+    for cell in result.verdict.cells:
+        est = "-" if cell.estimate is None else f"{cell.estimate:.4f}"
+        table.add_row(
+            cell.metric, cell.segment, est, f"[{cell.lower:.4f}, {cell.upper:.4f}]",
+            str(cell.n), cell.status,
+        )  # fmt: skip
+    console.print(table)
+    where = "first decisive verdict" if result.decisive else "no decision; last look"
+    console.print(
+        f"{result.decision.value} at pair {result.pairs:,} ({where}, look {result.looks})"
+    )
+
+
+def _replay_json(result: ReplayResult) -> dict[str, Any]:
+    return {
+        "decision": result.decision.value,
+        "pairs": result.pairs,
+        "decisive": result.decisive,
+        "looks": result.looks,
+        "total_pairs": result.total_pairs,
+        "reason_codes": list(result.verdict.reason_codes),
+        "summary": result.verdict.summary,
+        "estimates": result.verdict.estimates(),
+    }
+
+
+@app.command("simulate")
+def simulate_command(
+    scenario: Annotated[
+        list[str] | None, typer.Option("--scenario", help=f"One of {', '.join(SCENARIOS)}.")
+    ] = None,
+    runs: Annotated[int, typer.Option("--runs", min=1)] = 400,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    policy: Annotated[Path | None, typer.Option("--policy")] = None,
+    kayenta_every: Annotated[
+        int, typer.Option("--kayenta-every", help="A/A only: Kayenta judge looks (0: off).")
+    ] = 100,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Print the gate's operating characteristics by seeded simulation."""
+    names = scenario or list(SCENARIOS)
+    unknown = sorted(set(names) - set(SCENARIOS))
+    if unknown:
+        raise ConfigError(f"unknown scenario {unknown[0]!r}; choose from {', '.join(SCENARIOS)}")
+    rows = []
+    for name in names:
+        spec, within = SCENARIOS[name]
+        judge = kayenta_every if name == "aa" and kayenta_every > 0 else None
+        out = run_scenario(spec, _policy(policy), runs=runs, seed=seed, kayenta_every=judge)
+        rows.append(_oc_row(name, out, within))
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    table = Table("scenario", "runs", "within", "kill", "promote", "hold", "Kayenta fail")
+    for row in rows:
+        rates = [_fmt(row[k]) for k in ("kill", "promote", "hold")]
+        verdicts = " / ".join(f"{k} {_fmt(v)}" for k, v in row["kayenta"].items()) or "-"
+        table.add_row(row["label"], str(row["runs"]), f"{row['within']:,}", *rates, verdicts)
+    Console().print(table)
+    typer.echo("Rates with 95% Clopper-Pearson intervals; Kayenta: MW at 98%, every look.")
+
+
+def _oc_row(name: str, out: Outcomes, within: int) -> dict[str, Any]:
+    codes = {"kill": Code.KILL, "promote": Code.PROMOTE, "hold": Code.HOLD}
+    return {
+        "scenario": name,
+        "label": out.scenario.name,
+        "runs": out.runs,
+        "within": within,
+        **{k: list(out.rate(code, within)) for k, code in codes.items()},
+        "median_pairs_to_decision": _median(out.pairs_at),
+        "kayenta": {k: list(out.kayenta_rate(k)) for k in out.kayenta},
+        "kill_reasons": out.kill_reasons,
+    }
+
+
+def _median(pairs: FloatArray) -> float | None:
+    decided = pairs[np.isfinite(pairs)]
+    return float(np.median(decided)) if decided.size else None
+
+
+def _fmt(rate: list[float]) -> str:
+    return f"{rate[0]:.3f} [{rate[1]:.3f}, {rate[2]:.3f}]"

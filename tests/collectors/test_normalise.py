@@ -1,0 +1,147 @@
+"""Done-when: gateway-shaped spans become one request, one pair and two generations."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
+
+from collectors.normalise import normalise
+from collectors.store import SpanStore
+from gate.db.models import Generation, Pair, RequestRecord, SpanRecord
+from gate.telemetry import attributes as a
+from tests.collectors.factory import START, Ids, gateway_spans
+
+
+def stored(engine: Engine) -> tuple[list[RequestRecord], list[Pair], dict[str, Generation]]:
+    with Session(engine) as session:
+        requests = list(session.scalars(select(RequestRecord)))
+        pairs = list(session.scalars(select(Pair)))
+        generations = {g.cohort.value: g for g in session.scalars(select(Generation))}
+    return requests, pairs, generations
+
+
+def check_one_sampled_request(engine: Engine, ids: Ids) -> None:
+    store = SpanStore(engine, pair_deadline_s=300)
+    pair_span, _, candidate, _ = spans = gateway_spans(ids)
+    landed = store.write(spans)
+    requests, pairs, generations = stored(engine)
+
+    assert len(requests) == 1 and len(pairs) == 1 and set(generations) == {"baseline", "candidate"}
+    request, pair = requests[0], pairs[0]
+    pair_id = uuid.UUID(pair_span.attributes[a.PAIR_ID])
+    assert pair.id == pair_id and pair.request_id == request.id and pair.rollout_id == ids.rollout
+    assert pair.state.value == "open" and pair.segment == "code" and not pair.is_control
+    assert pair.deadline == START + timedelta(seconds=60)
+    assert request.body == {"messages": [{"role": "user", "content": "fix"}]}
+    assert request.inputs == {"tests": ["assert f() == 1"]} and request.tenant == "acme"
+    assert (request.inflight_baseline, request.inflight_candidate) == (3, 1)
+
+    base, cand = generations["baseline"], generations["candidate"]
+    assert (base.route_id, cand.route_id) == (ids.baseline_route, ids.candidate_route)
+    assert base.pair_id == cand.pair_id == pair_id and base.request_id == request.id
+    assert (base.ttft_s, base.tpot_s, base.e2e_s) == (0.1, 0.02, 2.1)
+    assert (cand.ttft_s, cand.tpot_s, cand.e2e_s) == (0.12, 0.011, 1.2)
+    assert (cand.spec_drafts, cand.spec_draft_tokens, cand.spec_accepted_tokens) == (40, 200, 60)
+    assert base.spec_drafts is None and base.status.value == "ok" and base.stream
+    assert (cand.model, cand.temperature, cand.max_tokens, cand.seed) == ("llama-3-8b", 0.0, 128, 7)
+    assert (cand.finish_reason, cand.input_tokens, cand.output_tokens) == ("stop", 42, 100)
+    assert cand.prompt == "fix this code" and cand.output == "answer from candidate"
+    assert cand.output_extra == {"tool_calls": []} and cand.response_id == "chatcmpl-candidate"
+    assert (cand.trace_id, cand.span_id) == (candidate.trace_id, candidate.span_id)
+    # vLLM's llm_request span is a child of the candidate call: its engine facts join there.
+    assert cand.queue_s == 0.004 and base.queue_s is None
+    assert cand.started_at == candidate.start_time and base.segment == "code"
+    assert sorted(landed.generation_ids) == sorted([base.id, cand.id])
+    assert landed.pair_ids == [pair_id] and landed.spans_new == 4
+
+    again = store.write(spans)  # a duplicate delivery changes nothing
+    assert again.spans_new == 0 and again.spans_duplicate == 4 and again.generation_ids == []
+    assert [len(rows) for rows in stored(engine)] == [1, 1, 2]
+
+
+@pytest.mark.postgres
+def test_a_gateway_span_set_becomes_rows_on_postgres(pg_engine, pg_ids):
+    check_one_sampled_request(pg_engine, pg_ids)
+
+
+def test_a_gateway_span_set_becomes_rows_on_sqlite(sqlite_engine, sqlite_ids):
+    check_one_sampled_request(sqlite_engine, sqlite_ids)
+
+
+def queue_of(engine: Engine) -> dict[str, float | None]:
+    _, _, generations = stored(engine)
+    return {cohort: g.queue_s for cohort, g in generations.items()}
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("vllm_first", [True, False], ids=["vllm-first", "gateway-first"])
+def test_vllm_facts_join_whichever_span_arrives_first(pg_engine, pg_ids, vllm_first):
+    store = SpanStore(pg_engine, pair_deadline_s=300)
+    spans = gateway_spans(pg_ids)
+    vllm, gateway = spans[3:], spans[:3]
+    for batch in (vllm, gateway) if vllm_first else (gateway, vllm):
+        store.write(batch)
+    assert queue_of(pg_engine) == {"baseline": None, "candidate": 0.004}
+
+
+@pytest.mark.postgres
+def test_engine_facts_do_not_overwrite_what_the_gateway_measured(pg_engine, pg_ids):
+    spans = gateway_spans(pg_ids)
+    spans[2].attributes[a.QUEUE_S] = 0.5
+    SpanStore(pg_engine, pair_deadline_s=300).write(spans)
+    assert queue_of(pg_engine)["candidate"] == 0.5
+
+
+@pytest.mark.postgres
+def test_a_generation_may_land_before_its_pair_span(pg_engine, pg_ids):
+    store = SpanStore(pg_engine, pair_deadline_s=300)
+    pair_span, baseline, candidate, _ = gateway_spans(pg_ids)
+    early = store.write([baseline])
+    _, pairs, _ = stored(pg_engine)
+    assert len(pairs) == 1 and pairs[0].request_id is None  # a stub with the route's facts
+    assert pairs[0].deadline == baseline.start_time + timedelta(seconds=300)
+    store.write([pair_span, candidate])
+    requests, pairs, generations = stored(pg_engine)
+    assert pairs[0].request_id == requests[0].id
+    assert pairs[0].deadline == START + timedelta(seconds=60)
+    assert len(generations) == 2 and early.pair_ids == [pairs[0].id]
+
+
+@pytest.mark.postgres
+def test_a_span_breaking_the_contract_is_kept_raw_and_counted(pg_engine, pg_ids):
+    spans = gateway_spans(pg_ids)
+    spans[1].attributes[a.COHORT] = "shadow-ish"
+    landed = SpanStore(pg_engine, pair_deadline_s=300).write(spans)
+    assert landed.normalise_skipped == 1 and landed.spans_new == 4
+    _, _, generations = stored(pg_engine)
+    assert set(generations) == {"candidate"}
+    with Session(pg_engine) as session:
+        assert session.get(SpanRecord, (spans[1].trace_id, spans[1].span_id)) is not None
+
+
+def test_control_pairs_and_error_calls_are_normalised(sqlite_ids):
+    spans = gateway_spans(sqlite_ids)
+    spans[2].attributes[a.COHORT] = "control"
+    spans[2].attributes.pop(a.STATUS)
+    spans[2].status_code, spans[2].status_message = 2, "upstream 500"
+    spans[2].attributes.pop(a.E2E_S)
+    rows = normalise(spans[1:3], pair_deadline_s=30)
+    control = rows.generations[1]
+    assert control["status"] == "error" and control["error"] == "upstream 500"
+    assert control["e2e_s"] == 1.2  # the span's own duration when the gateway gave none
+    assert [stub["is_control"] for stub in rows.pair_stubs] == [True]
+
+
+@pytest.mark.postgres
+def test_a_control_call_landing_later_marks_its_stub_pair(pg_engine, pg_ids):
+    store = SpanStore(pg_engine, pair_deadline_s=300)
+    _, baseline, control, _ = gateway_spans(pg_ids)
+    control.attributes[a.COHORT] = "control"
+    store.write([baseline])
+    assert not stored(pg_engine)[1][0].is_control
+    store.write([control])
+    assert stored(pg_engine)[1][0].is_control

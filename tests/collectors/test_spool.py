@@ -1,0 +1,46 @@
+"""The on-disk spool: ordered, bounded, durable across restarts, corrupt segments set aside."""
+
+from __future__ import annotations
+
+from collectors import spool as spool_io
+from collectors.spool import Spool
+from tests.collectors.factory import Ids, gateway_spans
+
+IDS = Ids(rollout=1, baseline_route=1, candidate_route=2)
+
+
+def test_segments_replay_in_order_and_survive_a_restart(tmp_path):
+    first, second = gateway_spans(IDS), gateway_spans(IDS)
+    spool = Spool(tmp_path, max_bytes=1 << 20)
+    assert spool.append(first) and spool.append(second)
+    reopened = Spool(tmp_path, max_bytes=1 << 20)
+    assert reopened.segments == 2 and reopened.bytes == spool.bytes
+    oldest = reopened.oldest()
+    assert spool_io.read(oldest) == first
+    reopened.remove(oldest)
+    assert spool_io.read(reopened.oldest()) == second
+    assert (
+        reopened.append(first) and reopened.oldest().path.name < sorted(tmp_path.iterdir())[-1].name
+    )
+
+
+def test_the_spool_refuses_what_does_not_fit(tmp_path):
+    spool = Spool(tmp_path, max_bytes=len(spool_io.encode(gateway_spans(IDS))) + 10)
+    assert spool.append(gateway_spans(IDS))
+    assert not spool.append(gateway_spans(IDS))
+    assert spool.segments == 1
+
+
+def test_a_corrupt_segment_is_quarantined(tmp_path):
+    spool = Spool(tmp_path, max_bytes=1 << 20)
+    spool.append(gateway_spans(IDS))
+    segment = spool.oldest()
+    segment.path.write_bytes(b'{"format": 1, "rows": [[1]]')
+    try:
+        spool_io.read(segment)
+    except ValueError as exc:
+        assert "corrupt spool segment" in str(exc)
+    else:
+        raise AssertionError("a corrupt segment was read")
+    spool.quarantine(segment)
+    assert spool.segments == 0 and spool.bytes == 0 and list(tmp_path.glob("*.bad"))
