@@ -1,4 +1,5 @@
-"""Run ASGI apps on 127.0.0.1 ephemeral ports in background threads, for real-HTTP tests."""
+"""Network-edge helpers for tests: ASGI apps on 127.0.0.1 ephemeral ports in background
+threads, free ports, and a TCP proxy that can cut a connection (a database or Redis "outage")."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import uvicorn
@@ -44,3 +45,63 @@ def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+class TcpProxy:
+    """Forwards 127.0.0.1:<port> to a target; `cut` drops every connection until `restore`."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self._open = True
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def cut(self) -> None:
+        with self._lock:
+            self._open = False
+            for sock in self._sockets:
+                with suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+            self._sockets.clear()
+
+    def restore(self) -> None:
+        with self._lock:
+            self._open = True
+
+    def close(self) -> None:
+        self.cut()
+        self.listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            with self._lock:
+                if not self._open:
+                    client.close()  # the database "is down": connections die at once
+                    continue
+                try:
+                    upstream = socket.create_connection(self.target)
+                except OSError:
+                    client.close()
+                    continue
+                for sock in (client, upstream):  # no Nagle delays on the database's round trips
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                self._sockets += [client, upstream]
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        with suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
+        for sock in (source, sink):
+            with suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)

@@ -15,8 +15,8 @@ from collectors.app import create_app
 from collectors.settings import load_collector_settings
 from gate.db.models import Generation, Pair, SpanRecord
 from gate.settings import load_settings
-from tests.collectors.net import serve
 from tests.collectors.sdk import record_requests
+from tests.servers import serving as serve
 
 pytestmark = pytest.mark.postgres
 

@@ -15,7 +15,7 @@ from collectors.settings import load_collector_settings
 from gate.db.models import Generation, SpanRecord
 from gate.settings import load_settings
 from tests.collectors.factory import gateway_spans
-from tests.collectors.net import TcpProxy
+from tests.servers import TcpProxy
 
 pytestmark = pytest.mark.postgres
 

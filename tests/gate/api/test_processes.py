@@ -20,8 +20,7 @@ from gate.keys.service import create_key
 from gate.rollouts import service
 from gate.rollouts.states import Action
 from tests import factories
-from tests.collectors.net import TcpProxy
-from tests.servers import closed_port, serving
+from tests.servers import TcpProxy, closed_port, serving
 
 SECRET = "process-secret"
 
