@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Path, Query, Request
+from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from sqlalchemy import select
 
-from gate.api.deps import Admin, Operator, Reader, ServicesDep, SessionDep
+from gate.api.deps import Admin, Operator, Reader, ServicesDep, SessionDep, require
 from gate.api.idempotency import HEADER, run_once
 from gate.api.schemas import (
     AuditOut,
@@ -19,7 +19,7 @@ from gate.api.schemas import (
     VerdictOut,
 )
 from gate.db.models import AuditEvent, Route, Verdict
-from gate.keys.service import Principal
+from gate.keys.service import Principal, Scope
 from gate.rollouts import repository, service
 from gate.rollouts.schemas import RolloutIn, RouteIn
 from gate.rollouts.states import Action
@@ -103,74 +103,40 @@ def _act(
     return RolloutOut.model_validate(answer)
 
 
-@router.post("/rollouts/{rollout_id}/start", response_model=RolloutOut)
-def start(
-    request: Request,
-    rollout_id: RolloutId,
-    body: Reason,
-    db: SessionDep,
-    svc: ServicesDep,
-    who: Admin,
-    key: IdempotencyKey = None,
-) -> RolloutOut:
-    """Start a pending rollout: mirroring or canary traffic begins."""
-    return _act(request, Action.START, rollout_id, body, who, db, svc, key)
+# action -> (scope needed, what it does); kill, hold and resume are an operator's.
+ACTIONS = {
+    Action.START: (Scope.ADMIN, "Start a pending rollout: mirroring or canary traffic begins."),
+    Action.KILL: (Scope.OPERATE, "Kill a rollout: every gateway serves the baseline only."),
+    Action.HOLD: (Scope.OPERATE, "Hold a running rollout: baseline only, data kept."),
+    Action.RESUME: (Scope.OPERATE, "Resume a held or killed rollout."),
+    Action.PROMOTE: (Scope.ADMIN, "Advance to the next stage, or promote on the last one."),
+}
 
 
-@router.post("/rollouts/{rollout_id}/kill", response_model=RolloutOut)
-def kill(
-    request: Request,
-    rollout_id: RolloutId,
-    body: Reason,
-    db: SessionDep,
-    svc: ServicesDep,
-    who: Operator,
-    key: IdempotencyKey = None,
-) -> RolloutOut:
-    """Kill a rollout: every gateway serves the baseline only, within a second."""
-    return _act(request, Action.KILL, rollout_id, body, who, db, svc, key)
+def _register(action: Action, scope: Scope, summary: str) -> None:
+    def endpoint(
+        request: Request,
+        rollout_id: RolloutId,
+        body: Reason,
+        db: SessionDep,
+        svc: ServicesDep,
+        key: IdempotencyKey = None,
+        who: Principal = Depends(require(scope)),  # noqa: B008 (FastAPI's dependency idiom)
+    ) -> RolloutOut:
+        return _act(request, action, rollout_id, body, who, db, svc, key)
+
+    router.add_api_route(
+        f"/rollouts/{{rollout_id}}/{action.value}",
+        endpoint,
+        methods=["POST"],
+        response_model=RolloutOut,
+        name=f"{action.value}_rollout",
+        summary=summary,
+    )
 
 
-@router.post("/rollouts/{rollout_id}/hold", response_model=RolloutOut)
-def hold(
-    request: Request,
-    rollout_id: RolloutId,
-    body: Reason,
-    db: SessionDep,
-    svc: ServicesDep,
-    who: Operator,
-    key: IdempotencyKey = None,
-) -> RolloutOut:
-    """Hold a running rollout: baseline only, data kept, gate paused."""
-    return _act(request, Action.HOLD, rollout_id, body, who, db, svc, key)
-
-
-@router.post("/rollouts/{rollout_id}/resume", response_model=RolloutOut)
-def resume(
-    request: Request,
-    rollout_id: RolloutId,
-    body: Reason,
-    db: SessionDep,
-    svc: ServicesDep,
-    who: Operator,
-    key: IdempotencyKey = None,
-) -> RolloutOut:
-    """Resume a held or killed rollout."""
-    return _act(request, Action.RESUME, rollout_id, body, who, db, svc, key)
-
-
-@router.post("/rollouts/{rollout_id}/promote", response_model=RolloutOut)
-def promote(
-    request: Request,
-    rollout_id: RolloutId,
-    body: Reason,
-    db: SessionDep,
-    svc: ServicesDep,
-    who: Admin,
-    key: IdempotencyKey = None,
-) -> RolloutOut:
-    """Advance to the next stage, or promote on the last one."""
-    return _act(request, Action.PROMOTE, rollout_id, body, who, db, svc, key)
+for _action, (_scope, _summary) in ACTIONS.items():
+    _register(_action, _scope, _summary)
 
 
 @router.post("/kill", response_model=list[RolloutOut])
