@@ -118,6 +118,7 @@ def seed_store(url: str, upstream: int, candidate: int, hanging: int) -> None:
                     baseline_route="base",
                     candidate_route=cand,
                     sample_rate=rate,
+                    policy={"stages": [100]},
                 ),
                 actor="bench",
             )

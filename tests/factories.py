@@ -22,6 +22,7 @@ def rollout(
     base_url: str = "http://127.0.0.1:9/v1",
     candidate_url: str = "http://127.0.0.1:9/v1",
     sample_rate: float = 0.1,
+    policy: dict[str, object] | None = None,
 ) -> Rollout:
     urls = {"base": base_url, "spec": candidate_url}
     for suffix, role in (("base", RouteRole.BASELINE), ("spec", RouteRole.CANDIDATE)):
@@ -37,6 +38,7 @@ def rollout(
         candidate_route=f"{name}-spec",
         mode=mode,
         sample_rate=sample_rate,
+        policy=policy or {},
     )
     return service.create_rollout(session, spec=spec, actor="test")
 

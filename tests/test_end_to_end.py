@@ -33,7 +33,12 @@ def test_traffic_becomes_pairs_generations_and_evaluations(tmp_path):
         )
         with sessions() as db, db.begin():
             rollout = factories.rollout(
-                db, name="smol", base_url=base + "/v1", candidate_url=cand + "/v1", sample_rate=1.0
+                db,
+                name="smol",
+                base_url=base + "/v1",
+                candidate_url=cand + "/v1",
+                sample_rate=1.0,
+                policy={"stages": [100]},
             )
             service.transition(
                 db, rollout_id=rollout.id, action=Action.START, actor="t", reason="t"

@@ -1,4 +1,4 @@
-"""Segments from request features only: tools/JSON, retrieval, code, creative, chat."""
+"""Segments from request features only: json (tools / JSON mode), rag, code, creative, chat."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 SEGMENT_HEADER = "x-specgate-segment"
-SEGMENTS = ("tool_json", "rag", "code", "creative", "chat")
+SEGMENTS = ("json", "rag", "code", "creative", "chat")
 _CODE = re.compile(
     r"```|\bdef \w+\(|\bclass \w+[:(]|\bfunction \w+\(|#include|\bimport \w+|=>|;\s*$",
     re.MULTILINE,
@@ -25,7 +25,7 @@ def classify(body: Mapping[str, Any], inputs: Mapping[str, Any]) -> str:
         "json_schema",
     )
     if body.get("tools") or body.get("functions") or wants_json:
-        return "tool_json"
+        return "json"
     if inputs.get("context") or len(_system_text(body)) >= LONG_SYSTEM_CONTEXT:
         return "rag"
     if _CODE.search(_prompt_text(body)):

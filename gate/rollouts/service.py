@@ -16,8 +16,7 @@ from gate.errors import BadRequest, Conflict, InvalidTransition, NotFound, Stale
 from gate.rollouts import repository
 from gate.rollouts.schemas import RolloutIn, RouteIn
 from gate.rollouts.states import IDEMPOTENT, TRANSITIONS, Action, target_state
-
-DEFAULT_STAGES: tuple[float, ...] = (100.0,)
+from gate.stats.policy import load_policy
 
 
 def create_route(session: Session, *, spec: RouteIn, actor: str) -> Route:
@@ -48,6 +47,7 @@ def create_rollout(session: Session, *, spec: RolloutIn, actor: str) -> Rollout:
     """Create a pending rollout of the candidate route beside the baseline route."""
     baseline = _route(session, spec.baseline_route, RouteRole.BASELINE)
     candidate = _route(session, spec.candidate_route, RouteRole.CANDIDATE)
+    load_policy(spec.policy)  # refuse a bad policy before anything is stored
     if repository.live_rollout_for_alias(session, spec.alias) is not None:
         raise Conflict(f"alias {spec.alias!r} already has a live rollout")
     rollout = Rollout(
@@ -116,11 +116,8 @@ def transition(
 
 
 def stages(rollout: Rollout) -> tuple[float, ...]:
-    """Return the rollout's traffic stages (percent), from its policy."""
-    configured = rollout.policy.get("stages") if rollout.policy else None
-    if not configured:
-        return DEFAULT_STAGES
-    return tuple(float(stage) for stage in configured)
+    """Return the rollout's traffic stages (percent of its sample rate), from its policy."""
+    return tuple(load_policy(rollout.policy).stages)
 
 
 def _route(session: Session, name: str, role: RouteRole) -> Route:
@@ -178,6 +175,8 @@ def update_rollout(
     unknown = set(changes) - allowed
     if unknown:
         raise BadRequest(f"cannot update {', '.join(sorted(unknown))}")
+    if "policy" in changes:
+        load_policy(changes["policy"])
     for field, value in changes.items():
         setattr(rollout, field, value)
     audit.record(

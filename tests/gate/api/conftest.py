@@ -45,7 +45,7 @@ def api(pg_committing, pg_url):
             db, name="old", scopes=["admin"], secret_key=SECRET, actor="test"
         )
         revoke_key(db, name="old", actor="test")
-        rollout_id = factories.rollout(db, name="secret-rollout").id
+        rollout_id = factories.rollout(db, name="secret-rollout", policy={"stages": [100]}).id
     bus = LocalBus()
     app = create_api_app(Services(settings=settings, sessions=pg_committing, publisher=bus))
     with TestClient(app) as client:

@@ -136,6 +136,7 @@ def test_a_kill_through_the_api_stops_mirroring_in_two_gateways(tmp_path, redis_
                 base_url=base_url + "/v1",
                 candidate_url=cand_url + "/v1",
                 sample_rate=1.0,
+                policy={"stages": [100]},
             )
             service.transition(
                 db, rollout_id=rollout.id, action=Action.START, actor="t", reason="t"

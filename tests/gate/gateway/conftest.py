@@ -112,6 +112,7 @@ def gateway_stack(
                     candidate_route="spec",
                     mode=mode,
                     sample_rate=sample_rate,
+                    policy={"stages": [100]},
                 ),
                 actor="test",
             )

@@ -51,7 +51,7 @@ def act(session, rollout, action, actor=OPERATOR, **kw):
 
 
 def test_a_full_life_cycle_is_audited_with_its_actors(pg_session):
-    rollout = make_rollout(pg_session)
+    rollout = make_rollout(pg_session, policy={"stages": [100]})
     act(pg_session, rollout, Action.START)
     act(pg_session, rollout, Action.KILL, actor="gate")
     act(pg_session, rollout, Action.RESUME)

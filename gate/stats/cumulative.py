@@ -1,0 +1,367 @@
+"""Recorded pairs as columns, and their sufficient statistics at every look at once.
+
+Replay (one recorded rollout) and simulation (thousands of simulated ones) both hold
+pairs as `PairColumns` with leading axes (runs, pairs) or (pairs,), and turn them into
+one `GateStats` whose arrays have a trailing looks axis, with cumulative sums taken once.
+Production computes the same statistics in SQL.
+
+Warm-up: the first `policy.warmup_pairs` pairs are excluded from every test. They fix
+the tail thresholds (the baseline's warm-up quantile of TTFT and e2e, pooled) and each
+segment's acceptance-collapse level (`collapse_ratio` times its warm-up mean).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from gate.db.enums import RolloutMode
+from gate.stats.change import log_evalues
+from gate.stats.engine import (
+    ACCEPTANCE,
+    E2E_TAIL,
+    EVAL_PREFIX,
+    FAILURES,
+    FEEDBACK,
+    GREEDY,
+    TTFT_P50,
+    TTFT_TAIL,
+    CellStats,
+    GateStats,
+)
+from gate.stats.policy import ALL, Policy
+from gate.stats.sequences import (
+    LOG_RATIO_CLIP,
+    BoolArray,
+    CohortCounts,
+    CountStats,
+    FloatArray,
+    IntArray,
+    MeanStats,
+    PairedCounts,
+    TwoCounts,
+    TwoMeans,
+)
+
+BASE, CAND = 0, 1
+
+
+@dataclass(frozen=True)
+class PairColumns:
+    """Pairs as arrays; a trailing axis of 2 is (baseline, candidate).
+
+    Latencies are NaN where a side has none; `failed` marks error/timeout/fallback;
+    `evals` hold 1 for fail, 0 for pass, NaN for not scored; `acceptance` is the
+    candidate's accepted/draft tokens (NaN without drafts); `feedback` 1 for thumbs-down,
+    0 for other ratings, NaN for none; `mismatch` the greedy-parity failure of the pair's
+    second side (NaN when not a greedy pair). Control pairs (baseline vs baseline) feed
+    only the greedy control rate. `dropped` pairs were never completed.
+    """
+
+    segment: IntArray
+    created_s: FloatArray
+    is_control: BoolArray
+    dropped: BoolArray
+    ttft: FloatArray
+    tpot: FloatArray
+    e2e: FloatArray
+    failed: BoolArray
+    acceptance: FloatArray
+    evals: dict[str, FloatArray] = field(default_factory=dict)
+    feedback: FloatArray | None = None
+    mismatch: FloatArray | None = None
+
+
+class _Acc:
+    """Cumulative sums per segment, sampled at the looks."""
+
+    def __init__(self, segment: IntArray, n_segments: int, looks: IntArray) -> None:
+        self.onehot = [segment == s for s in range(n_segments)]
+        self.starts = np.concatenate([[0], looks[:-1]])
+        self.end = int(looks[-1])
+
+    def __call__(self, values: npt.NDArray[Any], seg: int | None) -> FloatArray:
+        picked = values if seg is None else np.where(self.onehot[seg], values, 0)
+        # Sum each block between looks, then accumulate blocks: cheaper than a full cumsum.
+        blocks = np.add.reduceat(picked[..., : self.end], self.starts, axis=-1, dtype=np.float64)
+        return np.asarray(np.cumsum(blocks, axis=-1), dtype=np.float64)
+
+
+def _mean(acc: _Acc, valid: BoolArray, x: FloatArray, seg: int | None) -> MeanStats:
+    x = np.where(valid, x, 0.0)
+    return MeanStats(acc(valid, seg), acc(x, seg), acc(x * x, seg))
+
+
+def _paired(acc: _Acc, valid: BoolArray, bad: BoolArray, seg: int | None) -> PairedCounts:
+    worse = valid & bad[..., CAND] & ~bad[..., BASE]
+    better = valid & bad[..., BASE] & ~bad[..., CAND]
+    return PairedCounts(acc(valid, seg), acc(worse, seg), acc(better, seg))
+
+
+def _cohort_counts(
+    acc: _Acc, valid: BoolArray, bad: BoolArray, seg: int | None, share: float
+) -> CohortCounts:
+    hits = valid & bad
+    n = acc(np.asarray(valid.any(axis=-1)), seg)
+    return CohortCounts(n, acc(hits[..., CAND], seg), acc(hits[..., BASE], seg), share)
+
+
+def _two_counts(acc: _Acc, valid: BoolArray, bad: BoolArray, seg: int | None) -> TwoCounts:
+    side = [
+        CountStats(acc(valid[..., i], seg), acc((valid & bad)[..., i], seg)) for i in (BASE, CAND)
+    ]
+    return TwoCounts(*side)
+
+
+def _tail_threshold(
+    x: FloatArray, segment: IntArray, usable: BoolArray, q: float, n_segments: int
+) -> FloatArray:
+    """Return each pair's tail threshold, fixed from the baseline's warm-up.
+
+    Segments differ in scale (code answers are long, chat short), so one pooled quantile
+    would put most of one segment in the tail. Each warm-up baseline value is divided by
+    its segment's warm-up median, the pooled `q`-quantile of those ratios is taken, and a
+    segment's threshold is that quantile times its median: about `1 - q` of each
+    segment's baseline exceeds it, with a quantile estimated from the whole warm-up.
+    """
+    base = np.where(usable, x[..., BASE], np.nan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices are expected
+        pooled = np.nanmedian(base, axis=-1, keepdims=True)
+        medians = [
+            np.nanmedian(np.where(segment == s, base, np.nan), axis=-1, keepdims=True)
+            for s in range(n_segments)
+        ]
+        scale = np.broadcast_to(pooled, segment.shape).copy()
+        for s, median in enumerate(medians):
+            scale = np.where((segment == s) & np.isfinite(median), median, scale)
+        ratio_q = np.nanquantile(base / scale, q, axis=-1, keepdims=True)
+    return np.asarray(scale * ratio_q, dtype=np.float64)
+
+
+def looks_every(n_pairs: int, every: int) -> IntArray:
+    """Return look positions (pair counts) every `every` pairs, plus the last pair."""
+    looks = np.arange(every, n_pairs + 1, every, dtype=np.int64)
+    if looks.size == 0 or looks[-1] != n_pairs:
+        looks = np.append(looks, n_pairs)
+    return looks
+
+
+def to_stats(
+    cols: PairColumns,
+    policy: Policy,
+    looks: IntArray,
+    *,
+    mode: RolloutMode = RolloutMode.SHADOW,
+    candidate_share: float = 0.5,
+) -> GateStats:
+    """Return the gate's sufficient statistics after each look (pair counts `looks`)."""
+    n_total = cols.segment.shape[-1]
+    index = np.arange(n_total)
+    warm = index < policy.warmup_pairs
+    live = ~warm & ~cols.dropped & ~cols.is_control
+    acc = _Acc(cols.segment, len(policy.segments), looks)
+    cells: dict[tuple[str, str], CellStats] = {}
+    segs: list[tuple[str, int | None]] = [
+        (ALL, None),
+        *((s, i) for i, s in enumerate(policy.segments)),
+    ]
+    builders = (
+        _shadow_builders(cols, policy, warm, live)
+        if mode is RolloutMode.SHADOW
+        else _canary_builders(cols, policy, warm, live, candidate_share)
+    )
+    for name, seg in segs:
+        for metric, build in builders.items():
+            cells[(metric, name)] = build(acc, seg)
+    counted = acc(live, None)
+    cohorts = None
+    if mode is RolloutMode.CANARY:
+        served = ~np.isnan(cols.e2e) & live[..., None] | (cols.failed & live[..., None])
+        cohorts = (acc(served[..., BASE], None), acc(served[..., CAND], None))
+    return GateStats(
+        cells=cells,
+        n_pairs=counted,
+        n_dropped=acc((~warm & cols.dropped), None),
+        elapsed_s=cols.created_s[..., looks - 1] - cols.created_s[..., :1],
+        warmed_up=np.broadcast_to(looks > policy.warmup_pairs, counted.shape),
+        collapse=_collapse(cols, policy, warm, live, looks),
+        cohort_counts=cohorts,
+        candidate_share=candidate_share,
+    )  # fmt: skip
+
+
+Builder = Callable[[_Acc, int | None], CellStats]
+
+
+def _log_ratio(x: FloatArray) -> FloatArray:
+    # Missing or non-positive latencies give NaN: the pair is left out of the mean.
+    positive = (x > 0).all(axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.log(x[..., CAND] / x[..., BASE])
+    clipped = np.clip(ratio, -LOG_RATIO_CLIP, LOG_RATIO_CLIP)
+    return np.asarray(np.where(positive, clipped, np.nan), dtype=np.float64)
+
+
+def _mean_builder(valid: BoolArray, x: FloatArray) -> Builder:
+    return lambda acc, seg: _mean(acc, valid, x, seg)
+
+
+def _paired_builder(valid: BoolArray, bad: BoolArray) -> Builder:
+    return lambda acc, seg: _paired(acc, valid, bad, seg)
+
+
+def _two_builder(valid: BoolArray, bad: BoolArray) -> Builder:
+    return lambda acc, seg: _two_counts(acc, valid, bad, seg)
+
+
+def _cohort_builder(valid: BoolArray, bad: BoolArray, share: float) -> Builder:
+    return lambda acc, seg: _cohort_counts(acc, valid, bad, seg, share)
+
+
+def _tail_bad(
+    cols: PairColumns, x: FloatArray, warm: BoolArray, q: float, n_segments: int
+) -> tuple[BoolArray, BoolArray]:
+    """Return tail exceedances per side, and where a threshold exists at all."""
+    usable = warm & ~cols.is_control & ~cols.dropped & ~cols.failed[..., BASE]
+    threshold = _tail_threshold(x, cols.segment, usable, q, n_segments)
+    # A failed side (error, timeout) is in the tail by definition. Without warm-up data
+    # there is no threshold, hence no tail data: the cell stays empty, never proven.
+    return cols.failed | (x > threshold[..., None]), np.isfinite(threshold)
+
+
+def _common_builders(
+    cols: PairColumns, policy: Policy, warm: BoolArray, live: BoolArray
+) -> dict[str, Builder]:
+    out: dict[str, Builder] = {}
+    if cols.feedback is not None:
+        rated = live[..., None] & ~np.isnan(cols.feedback)
+        out[FEEDBACK] = _two_builder(rated, cols.feedback == 1)
+    if cols.mismatch is not None:
+        greedy = ~warm & ~cols.dropped & ~np.isnan(cols.mismatch)
+        valid = np.stack([greedy & cols.is_control, greedy & ~cols.is_control], axis=-1)
+        bad = np.stack([cols.mismatch == 1] * 2, axis=-1)
+        out[GREEDY] = _two_builder(valid, bad)
+    has_rate = live & np.isfinite(cols.acceptance)
+    out[ACCEPTANCE] = _mean_builder(has_rate, cols.acceptance)
+    return out
+
+
+def _evals(cols: PairColumns, policy: Policy) -> dict[str, tuple[BoolArray, BoolArray]]:
+    # A failed side fails every evaluator; an unscored ok side leaves the pair out.
+    out = {}
+    for name, scores in cols.evals.items():
+        if name != policy.guardrails.greedy_mismatch.evaluator:
+            out[EVAL_PREFIX + name] = (~np.isnan(scores) | cols.failed, cols.failed | (scores == 1))
+    return out
+
+
+def _shadow_builders(
+    cols: PairColumns, policy: Policy, warm: BoolArray, live: BoolArray
+) -> dict[str, Builder]:
+    g = policy.guardrails
+    both_ok = live & ~cols.failed.any(axis=-1)
+    out = _common_builders(cols, policy, warm, live)
+    for metric, x in (("tpot", cols.tpot), ("e2e", cols.e2e), (TTFT_P50, cols.ttft)):
+        lr = _log_ratio(x)
+        out[metric] = _mean_builder(both_ok & np.isfinite(lr), lr)
+    for metric, x, q in (
+        (TTFT_TAIL, cols.ttft, g.ttft_tail.quantile),
+        (E2E_TAIL, cols.e2e, g.e2e_tail.quantile),
+    ):
+        bad, known = _tail_bad(cols, x, warm, q, len(policy.segments))
+        out[metric] = _paired_builder(live & known, bad)
+    out[FAILURES] = _paired_builder(live, cols.failed)
+    for metric, (scored, bad) in _evals(cols, policy).items():
+        out[metric] = _paired_builder(live & scored.all(axis=-1), bad)
+    return out
+
+
+def _canary_builders(
+    cols: PairColumns, policy: Policy, warm: BoolArray, live: BoolArray, share: float
+) -> dict[str, Builder]:
+    g = policy.guardrails
+    served = live[..., None] & (~np.isnan(cols.e2e) | cols.failed)
+    ok = served & ~cols.failed
+    out = _common_builders(cols, policy, warm, live)
+    for metric, x in (("tpot", cols.tpot), ("e2e", cols.e2e), (TTFT_P50, cols.ttft)):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            logx = np.log(x)
+        valid = ok & np.isfinite(logx)
+        out[metric] = _two_means_builder(valid, logx)
+    for metric, x, q in (
+        (TTFT_TAIL, cols.ttft, g.ttft_tail.quantile),
+        (E2E_TAIL, cols.e2e, g.e2e_tail.quantile),
+    ):
+        bad, known = _tail_bad(cols, x, warm, q, len(policy.segments))
+        out[metric] = _cohort_builder(served & known[..., None], bad, share)
+    out[FAILURES] = _cohort_builder(served, cols.failed, share)
+    for metric, (scored, bad) in _evals(cols, policy).items():
+        out[metric] = _cohort_builder(served & scored, bad, share)
+    if cols.feedback is not None:
+        rated = live[..., None] & ~np.isnan(cols.feedback)
+        out[FEEDBACK] = _cohort_builder(rated, cols.feedback == 1, share)
+    return out
+
+
+def _two_means_builder(valid: BoolArray, x: FloatArray) -> Builder:
+    def build(acc: _Acc, seg: int | None) -> CellStats:
+        sides = [_mean(acc, valid[..., i], x[..., i], seg) for i in (BASE, CAND)]
+        return TwoMeans(*sides)
+
+    return build
+
+
+def _collapse(
+    cols: PairColumns, policy: Policy, warm: BoolArray, live: BoolArray, looks: IntArray
+) -> dict[str, FloatArray]:
+    g = policy.guardrails.acceptance
+    if not g.enabled:
+        return {}
+    rate = np.nan_to_num(cols.acceptance)
+    has = np.isfinite(cols.acceptance)
+    pooled = _warm_mean(rate, warm & has, None)
+    out = {}
+    for i, name in enumerate(policy.segments):
+        member = cols.segment == i
+        level = _warm_mean(rate, warm & has & member, pooled)
+        use = live & has & member
+        log_e = np.where(use, log_evalues(rate, g.collapse_ratio * level), 0.0)
+        cum = np.cumsum(log_e, axis=-1)
+        # Masked Shiryaev-Roberts: non-members neither add a term nor multiply.
+        starts = np.where(use, -(cum - log_e), -np.inf)
+        log_sr = cum + np.logaddexp.accumulate(starts, axis=-1)
+        out[name] = np.maximum.accumulate(log_sr, axis=-1)[..., looks - 1]
+    return out
+
+
+def _warm_mean(rate: FloatArray, mask: BoolArray, fallback: FloatArray | None) -> FloatArray:
+    count = mask.sum(axis=-1, keepdims=True)
+    mean = np.where(mask, rate, 0.0).sum(axis=-1, keepdims=True) / np.maximum(count, 1)
+    if fallback is None:
+        return np.asarray(mean, dtype=np.float64)
+    return np.asarray(np.where(count > 0, mean, fallback), dtype=np.float64)
+
+
+def at_look(stats: GateStats, i: int) -> GateStats:
+    """Return the statistics of look `i` alone (the last axis indexed away)."""
+    return _index(stats, i)  # type: ignore[no-any-return]
+
+
+def _index(value: Any, i: int) -> Any:
+    if isinstance(value, np.ndarray):
+        return value[..., i] if value.ndim else value
+    if isinstance(value, dict):
+        return {k: _index(v, i) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_index(v, i) for v in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {f.name: _index(getattr(value, f.name), i) for f in dataclasses.fields(value)}
+        return dataclasses.replace(value, **changes)
+    return value

@@ -1,0 +1,311 @@
+"""The gate's decision rule, vectorised over any number of looks (and runs) at once.
+
+`decide` (one look), `replay` (every look of a recorded rollout) and `simulate` (every
+look of thousands of simulated rollouts) all call `evaluate`, so the rule tested by
+simulation is the rule that runs in production.
+
+Rule, per look:
+* kill when any guardrail x segment cell is proven inside its kill region (its lower
+  bound, at alpha_kill / K, above `kill_at`; K is `Policy.kill_slots`, so the union of
+  all K tests has false-kill probability at most alpha_kill), or a segment's acceptance
+  collapse detector alarms (it takes one of the K shares);
+* hold when the data cannot be trusted: the dropped share or a cohort's share proven
+  past its limit (at alpha_kill / K);
+* promote when minimum pairs and duration are met, the pooled primary gain is proven and
+  every binding cell is proven inside its margin, each test at alpha_promote: an
+  intersection-union test, so the false-promotion probability is at most alpha_promote;
+* hold at the maximum duration; otherwise continue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+import numpy as np
+
+from gate.stats.betting import (
+    below,
+    bet_rejects,
+    diff_interval,
+    exceeds,
+    two_proportion_interval,
+)
+from gate.stats.policy import ALL, Policy, log_ratio
+from gate.stats.sequences import (
+    BoolArray,
+    CohortCounts,
+    FloatArray,
+    IntArray,
+    Interval,
+    MeanStats,
+    Num,
+    PairedCounts,
+    TwoCounts,
+    TwoMeans,
+    mean_interval,
+    two_mean_interval,
+)
+
+TTFT_P50 = "ttft_p50"
+TTFT_TAIL = "ttft_tail"
+E2E_TAIL = "e2e_tail"
+FAILURES = "failures"
+FEEDBACK = "feedback"
+GREEDY = "greedy_mismatch"
+ACCEPTANCE = "acceptance"
+EVAL_PREFIX = "eval:"
+# Trust checks (dropped share, imbalance) wait for this many pairs.
+TRUST_MIN_PAIRS = 100
+
+CellStats = MeanStats | PairedCounts | TwoMeans | TwoCounts | CohortCounts
+
+
+class Code(IntEnum):
+    """Decisions as integers, for arrays."""
+
+    CONTINUE = 0
+    PROMOTE = 1
+    KILL = 2
+    HOLD = 3
+
+
+@dataclass(frozen=True)
+class GateStats:
+    """Sufficient statistics of one stage after warm-up; fields broadcast together.
+
+    `cells` maps (metric, segment) to statistics: latency metrics (`tpot`, `e2e`,
+    `ttft_p50`) hold clipped log-ratios (`MeanStats`, shadow) or log latencies per cohort
+    (`TwoMeans`, canary); rate metrics (tails, `failures`, `eval:<name>`, `feedback`) hold
+    `PairedCounts` (shadow) or `CohortCounts` (canary); `greedy_mismatch` holds
+    `TwoCounts` (control slice vs candidate pairs); `acceptance` holds the candidate's
+    per-request rates (`MeanStats`). Segment `all` pools every pair.
+    `collapse` maps segments to the running maximum of the log Shiryaev-Roberts statistic.
+    """
+
+    cells: Mapping[tuple[str, str], CellStats]
+    n_pairs: Num = 0.0
+    n_dropped: Num = 0.0
+    elapsed_s: Num = 0.0
+    warmed_up: bool | BoolArray = True
+    collapse: Mapping[str, Num] = field(default_factory=dict)
+    # Canary mode: requests served by each cohort and the candidate's expected share.
+    cohort_counts: tuple[Num, Num] | None = None
+    candidate_share: float = 0.5
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What one cell is held to, on the harm scale (log-ratio or rate difference)."""
+
+    kill_at: float
+    margin: float
+    required: bool
+    floor: float | None = None
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Per-look outcome: decision codes and the flags behind them."""
+
+    code: IntArray
+    alpha_kill_each: float
+    harmful: dict[tuple[str, str], BoolArray]
+    inside: dict[tuple[str, str], BoolArray]
+    binding: dict[tuple[str, str], BoolArray]
+    collapsed: dict[str, BoolArray]
+    gain: BoolArray
+    enough: BoolArray
+    untrusted_drops: BoolArray
+    imbalanced: BoolArray
+    timed_out: BoolArray
+
+
+def rule_for(policy: Policy, metric: str, segment: str) -> Rule | None:
+    """Return the rule of a cell, or None when the policy does not gate it."""
+    if segment != ALL and segment not in policy.segments:
+        return None
+    g, scale = policy.guardrails, policy.margin_scale(segment)
+    if metric == policy.primary.metric:
+        slow = log_ratio(policy.primary.kill_slowdown)
+        return Rule(kill_at=slow, margin=slow, required=True)
+    if metric == TTFT_P50 and g.ttft_p50.enabled:
+        p50 = g.ttft_p50
+        return Rule(log_ratio(p50.kill_at), log_ratio(p50.margin * scale), required=True)
+    if metric == ACCEPTANCE and g.acceptance.enabled:
+        return Rule(kill_at=0.0, margin=0.0, required=True, floor=g.acceptance.floor_for(segment))
+    rates = {
+        TTFT_TAIL: g.ttft_tail,
+        E2E_TAIL: g.e2e_tail,
+        FAILURES: g.failures,
+        FEEDBACK: g.feedback,
+        GREEDY: g.greedy_mismatch,
+    }
+    rate = rates.get(metric)
+    if rate is None and metric.startswith(EVAL_PREFIX):
+        rate = g.evaluators.for_name(metric.removeprefix(EVAL_PREFIX))
+    if rate is None or not rate.enabled:
+        return None
+    return Rule(rate.kill_at, min(rate.margin * scale, 1.0), rate.required)
+
+
+def harm_interval(
+    stats: CellStats, rule: Rule, *, alpha_kill: float, alpha_promote: float, n_opt: float
+) -> Interval:
+    """Return the harm interval: lower bound at the kill level, upper at promotion's.
+
+    For acceptance (a floor) the harm is floor minus mean acceptance.
+    """
+    if isinstance(stats, MeanStats) and rule.floor is not None:
+        acc = mean_interval(stats, alpha_lower=alpha_promote, alpha_upper=alpha_kill, n_opt=n_opt)
+        return Interval(
+            estimate=rule.floor - np.asarray(acc.estimate),
+            lower=rule.floor - np.asarray(acc.upper),
+            upper=rule.floor - np.asarray(acc.lower),
+        )
+    if isinstance(stats, MeanStats):
+        return mean_interval(stats, alpha_lower=alpha_kill, alpha_upper=alpha_promote, n_opt=n_opt)
+    if isinstance(stats, TwoMeans):
+        return two_mean_interval(
+            stats, alpha_lower=alpha_kill, alpha_upper=alpha_promote, n_opt=n_opt
+        )
+    if isinstance(stats, PairedCounts | CohortCounts):
+        return diff_interval(stats, alpha_lower=alpha_kill, alpha_upper=alpha_promote)
+    return two_proportion_interval(stats, alpha_lower=alpha_kill, alpha_upper=alpha_promote)
+
+
+def cell_n(stats: CellStats) -> FloatArray:
+    """Return the number of observations behind a cell (the candidate's, if unpaired)."""
+    if isinstance(stats, TwoMeans | TwoCounts):
+        return np.asarray(stats.candidate.n, dtype=np.float64)
+    if isinstance(stats, CohortCounts):
+        return np.asarray(stats.n, dtype=np.float64)
+    return np.asarray(stats.n, dtype=np.float64)
+
+
+def _check(
+    stats: CellStats, rule: Rule, *, alpha_kill: float, alpha_promote: float, n_opt: float
+) -> tuple[BoolArray, BoolArray]:
+    if isinstance(stats, PairedCounts | CohortCounts):
+        # Same answer as the interval, without bisection: test at the thresholds.
+        return exceeds(stats, rule.kill_at, alpha_kill), below(stats, rule.margin, alpha_promote)
+    got = harm_interval(
+        stats, rule, alpha_kill=alpha_kill, alpha_promote=alpha_promote, n_opt=n_opt
+    )
+    return np.asarray(got.lower) > rule.kill_at, np.asarray(got.upper) < rule.margin
+
+
+def _gain(policy: Policy, stats: GateStats) -> BoolArray:
+    pooled = stats.cells.get((policy.primary.metric, ALL))
+    if not isinstance(pooled, MeanStats | TwoMeans):
+        return np.asarray(False)
+    upper = harm_interval(
+        pooled,
+        Rule(0.0, 0.0, True),
+        alpha_kill=policy.alpha_promote,
+        alpha_promote=policy.alpha_promote,
+        n_opt=policy.n_opt(ALL),
+    ).upper
+    return np.asarray(np.asarray(upper) < np.log1p(-policy.primary.min_gain))
+
+
+def _missing_required(policy: Policy, stats: GateStats) -> bool:
+    # Promotion needs every required, enabled guardrail measured at least pooled.
+    needed: list[str] = [policy.primary.metric]
+    needed += [m for m in (TTFT_P50, ACCEPTANCE) if rule_for(policy, m, ALL) is not None]
+    for metric in (TTFT_TAIL, E2E_TAIL, FAILURES):
+        rule = rule_for(policy, metric, ALL)
+        if rule is not None and rule.required:
+            needed.append(metric)
+    return any((metric, ALL) not in stats.cells for metric in needed)
+
+
+def evaluate(policy: Policy, stats: GateStats) -> Evaluation:
+    """Apply the gate's rule to every look in `stats` at once."""
+    evaluators = {m for m, _ in stats.cells if m.startswith(EVAL_PREFIX)}
+    alpha_each = policy.alpha_kill_each(len(evaluators))
+    harmful, inside, binding = {}, {}, {}
+    for key, cell in stats.cells.items():
+        rule = rule_for(policy, *key)
+        if rule is None:
+            continue
+        harmful[key], inside[key] = _check(
+            cell,
+            rule,
+            alpha_kill=alpha_each,
+            alpha_promote=policy.alpha_promote,
+            n_opt=policy.n_opt(key[1]),
+        )
+        has_data = cell_n(cell) > 0
+        binding[key] = has_data | (rule.required and key[1] == ALL)
+    threshold = np.log(policy.guardrails.acceptance.collapse_horizon / alpha_each)
+    collapsed = {
+        seg: np.asarray(np.asarray(v) >= threshold)
+        for seg, v in stats.collapse.items()
+        if policy.guardrails.acceptance.enabled and seg in policy.segments
+    }
+    return _combine(policy, stats, alpha_each, (harmful, inside, binding), collapsed)
+
+
+def _combine(
+    policy: Policy,
+    stats: GateStats,
+    alpha_each: float,
+    flags: tuple[dict[tuple[str, str], BoolArray], ...],
+    collapsed: dict[str, BoolArray],
+) -> Evaluation:
+    harmful, inside, binding = flags
+    false = np.asarray(False)
+    warm = np.asarray(stats.warmed_up)
+    n_pairs, n_dropped = np.asarray(stats.n_pairs), np.asarray(stats.n_dropped)
+    kill = warm & _any([*harmful.values(), *collapsed.values()], false)
+    seen = n_pairs + n_dropped
+    # Trust checks hold only on evidence (the share proven past its limit), so a few
+    # early drops or an unlucky split do not stop a rollout.
+    too_many = _share_beyond(seen, n_dropped, policy.max_dropped_share, alpha_each, above=True)
+    drops = warm & (seen >= TRUST_MIN_PAIRS) & too_many
+    imbalanced = false
+    if stats.cohort_counts is not None:
+        base, cand = (np.asarray(c, dtype=np.float64) for c in stats.cohort_counts)
+        w, tol = stats.candidate_share, policy.max_cohort_imbalance
+        off = _share_beyond(base + cand, cand, w * (1 + tol), alpha_each, above=True)
+        off |= _share_beyond(base + cand, cand, w * (1 - tol), alpha_each, above=False)
+        imbalanced = warm & (base + cand >= TRUST_MIN_PAIRS) & off
+    elapsed = np.asarray(stats.elapsed_s)
+    enough = (n_pairs >= policy.min_pairs) & (elapsed >= policy.min_duration_s)
+    gain = _gain(policy, stats)
+    proven = _all([inside[k] | ~binding[k] for k in inside], np.asarray(True))
+    ready = warm & enough & gain & proven & (not _missing_required(policy, stats))
+    timed_out = elapsed >= policy.max_duration_s
+    code = np.select(
+        [kill, drops | imbalanced, ready, timed_out],
+        [Code.KILL, Code.HOLD, Code.PROMOTE, Code.HOLD],
+        default=Code.CONTINUE,
+    ).astype(np.int64)
+    return Evaluation(
+        code=code, alpha_kill_each=alpha_each, harmful=harmful, inside=inside,
+        binding=binding, collapsed=collapsed, gain=gain, enough=enough,
+        untrusted_drops=drops, imbalanced=imbalanced, timed_out=timed_out,
+    )  # fmt: skip
+
+
+def _share_beyond(n: Num, k: Num, m: float, alpha: float, *, above: bool) -> BoolArray:
+    if not 0.0 < m < 1.0:
+        return np.zeros(np.shape(n), dtype=bool)
+    counts = [np.asarray(n, dtype=np.float64) - k, np.asarray(k, dtype=np.float64)]
+    return bet_rejects([0.0, 1.0], counts, m, alpha, above=above)
+
+
+def _any(flags: list[BoolArray], empty: BoolArray) -> BoolArray:
+    out = empty
+    for flag in flags:
+        out = out | flag
+    return out
+
+
+def _all(flags: list[BoolArray], empty: BoolArray) -> BoolArray:
+    out = empty
+    for flag in flags:
+        out = out & flag
+    return out

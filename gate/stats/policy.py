@@ -1,0 +1,242 @@
+"""The gate policy: error budgets, primary metric, guardrails, segments and stages.
+
+Stored with the rollout as YAML or JSON. Every field has a documented default; the
+defaults are spelled out, with the reasons for each, in `DEFAULT_POLICY_YAML`, and a test
+keeps that text and the models in step.
+
+Conventions. A guardrail measures *harm*, candidate minus baseline, positive = worse:
+for latency the log of the candidate/baseline ratio, written in the policy as a relative
+change (0.10 = 10% slower); for rates the difference of bad-outcome rates in absolute
+points (0.01 = one point more failures). `kill_at` is where the kill region starts (kill
+when harm is proven above it); `margin` is the non-inferiority margin (promotion needs
+harm proven below it). Segment cells get `margin * segment_margin_factor`, because each
+segment sees a fraction of the traffic.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from gate.errors import BadRequest
+
+ALL = "all"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Primary(_Model):
+    """The latency metric whose gain justifies the rollout."""
+
+    metric: Literal["tpot", "e2e"] = "tpot"
+    min_gain: float = Field(0.05, ge=0.0, lt=1.0)
+    kill_slowdown: float = Field(0.10, ge=0.0)
+
+
+class RatioGuardrail(_Model):
+    """A latency guardrail on the mean paired log-ratio, thresholds as relative change."""
+
+    enabled: bool = True
+    margin: float = Field(0.10, ge=0.0)
+    kill_at: float = Field(0.10, ge=0.0)
+
+
+class RateGuardrail(_Model):
+    """A guardrail on a bad-outcome rate, thresholds in absolute points."""
+
+    enabled: bool = True
+    margin: float = Field(0.02, gt=0.0, le=1.0)
+    kill_at: float = Field(0.0, ge=0.0, le=1.0)
+    # Optional guardrails bind only once they have data (feedback needs served traffic).
+    required: bool = True
+
+
+class TailGuardrail(RateGuardrail):
+    """Paired exceedance of the baseline's warm-up quantile (fixed at end of warm-up)."""
+
+    quantile: float = Field(0.99, gt=0.5, lt=1.0)
+    margin: float = Field(0.02, gt=0.0, le=1.0)
+    kill_at: float = Field(0.005, ge=0.0, le=1.0)
+
+
+class EvaluatorGuardrails(_Model):
+    """Each evaluator's fail rate; `slots` fixes the kill-budget split in advance."""
+
+    default: RateGuardrail = RateGuardrail(margin=0.03, kill_at=0.0)
+    overrides: dict[str, RateGuardrail] = Field(default_factory=dict)
+    slots: int = Field(4, ge=1)
+
+    def for_name(self, name: str) -> RateGuardrail:
+        """Return the guardrail for evaluator `name`."""
+        return self.overrides.get(name, self.default)
+
+
+class GreedyGuardrail(RateGuardrail):
+    """Greedy-pair mismatch in excess of the baseline-vs-baseline control slice."""
+
+    evaluator: str = "greedy_parity"
+    margin: float = Field(0.03, gt=0.0, le=1.0)
+    required: bool = False
+
+
+class AcceptanceGuardrail(_Model):
+    """Per-request draft acceptance: a floor per segment and a collapse detector."""
+
+    enabled: bool = True
+    floor: float = Field(0.2, ge=0.0, lt=1.0)
+    segment_floors: dict[str, float] = Field(default_factory=dict)
+    collapse_ratio: float = Field(0.5, gt=0.0, lt=1.0)
+    collapse_horizon: int = Field(1_000_000, ge=1)
+
+    def floor_for(self, segment: str) -> float:
+        """Return the floor of `segment`."""
+        return self.segment_floors.get(segment, self.floor)
+
+
+class Guardrails(_Model):
+    """Every guardrail of the gate."""
+
+    ttft_p50: RatioGuardrail = RatioGuardrail()
+    ttft_tail: TailGuardrail = TailGuardrail()
+    e2e_tail: TailGuardrail = TailGuardrail()
+    failures: RateGuardrail = RateGuardrail(margin=0.015, kill_at=0.0)
+    evaluators: EvaluatorGuardrails = EvaluatorGuardrails()
+    feedback: RateGuardrail = RateGuardrail(margin=0.03, kill_at=0.0, required=False)
+    greedy_mismatch: GreedyGuardrail = GreedyGuardrail()
+    acceptance: AcceptanceGuardrail = AcceptanceGuardrail()
+
+
+class Policy(_Model):
+    """A rollout's gate policy."""
+
+    alpha_kill: float = Field(0.025, gt=0.0, lt=0.5)
+    alpha_promote: float = Field(0.025, gt=0.0, lt=0.5)
+    primary: Primary = Primary()
+    guardrails: Guardrails = Guardrails()
+    segments: list[str] = Field(default_factory=lambda: ["code", "json", "rag", "chat", "creative"])
+    segment_margin_factor: float = Field(2.5, ge=1.0)
+    stages: list[float] = Field(default_factory=lambda: [1.0, 5.0, 25.0, 100.0])
+    min_pairs: int = Field(1000, ge=1)
+    min_duration_s: float = Field(1800.0, ge=0.0)
+    warmup_pairs: int = Field(200, ge=1)
+    max_duration_s: float = Field(259_200.0, gt=0.0)
+    max_dropped_share: float = Field(0.05, gt=0.0, le=1.0)
+    max_cohort_imbalance: float = Field(0.10, gt=0.0)
+    auto_kill: bool = True
+
+    @model_validator(mode="after")
+    def _check(self) -> Policy:
+        if ALL in self.segments or len(set(self.segments)) != len(self.segments):
+            raise ValueError(f"segments must be unique and must not include {ALL!r}")
+        if sorted(self.stages) != self.stages or not 0 < self.stages[0] <= self.stages[-1] <= 100:
+            raise ValueError("stages must rise within (0, 100] percent")
+        return self
+
+    def kill_slots(self, evaluators_seen: int = 0) -> int:
+        """Return how many tests share the kill budget (fixed by the policy in advance)."""
+        g = self.guardrails
+        families = [True, g.ttft_p50.enabled, g.ttft_tail.enabled, g.e2e_tail.enabled]
+        families += [g.failures.enabled, g.feedback.enabled, g.greedy_mismatch.enabled]
+        families += [g.acceptance.enabled]
+        evaluator_tests = max(g.evaluators.slots, evaluators_seen)
+        per_segment = sum(families) + evaluator_tests
+        detectors = len(self.segments) if g.acceptance.enabled else 0
+        return per_segment * (len(self.segments) + 1) + detectors
+
+    def alpha_kill_each(self, evaluators_seen: int = 0) -> float:
+        """Return the kill level of one guardrail x segment test (Bonferroni split)."""
+        return self.alpha_kill / self.kill_slots(evaluators_seen)
+
+    def n_opt(self, segment: str) -> float:
+        """Return the sample size where mixture boundaries are tuned to be tightest."""
+        return float(self.min_pairs if segment == ALL else self.min_pairs / len(self.segments))
+
+    def margin_scale(self, segment: str) -> float:
+        """Return the factor applied to margins in `segment`."""
+        return 1.0 if segment == ALL else self.segment_margin_factor
+
+
+def log_ratio(relative: float) -> float:
+    """Return the log-ratio threshold of a relative change (0.10 -> log 1.10)."""
+    return math.log1p(relative)
+
+
+def load_policy(source: str | Mapping[str, Any] | None) -> Policy:
+    """Build a policy from YAML text or a mapping; None or empty gives the defaults."""
+    data: Any = yaml.safe_load(source) if isinstance(source, str) else source
+    try:
+        return Policy.model_validate(data or {})
+    except ValidationError as exc:
+        raise BadRequest(f"invalid gate policy: {exc}") from exc
+
+
+DEFAULT_POLICY_YAML = """\
+# specgate gate policy. Every value below is the default.
+# Harm is candidate minus baseline, positive = worse. Latency thresholds are relative
+# changes of the paired ratio (0.10 = 10% slower); rate thresholds are absolute points.
+alpha_kill: 0.025       # chance of killing a rollout that harms nothing (split below)
+alpha_promote: 0.025    # chance of promoting one that misses any promotion criterion
+primary:
+  metric: tpot          # tpot | e2e: the latency the speculation must improve
+  min_gain: 0.05        # promote only once the ratio is proven below 0.95
+  kill_slowdown: 0.10   # kill when proven 10% slower (pooled or in any segment)
+guardrails:
+  ttft_p50:             # mean paired log-ratio of time to first token
+    enabled: true
+    margin: 0.1         # promotion needs TTFT proven less than 10% slower
+    kill_at: 0.1        # killed once proven more than 10% slower
+  ttft_tail:            # paired exceedance of the baseline's warm-up p99 of TTFT
+    enabled: true
+    quantile: 0.99
+    margin: 0.02        # at most two points more exceedances than the baseline
+    kill_at: 0.005      # killed once proven half a point above the baseline
+    required: true
+  e2e_tail:             # the same for end-to-end latency
+    enabled: true
+    quantile: 0.99
+    margin: 0.02
+    kill_at: 0.005
+    required: true
+  failures:             # error, timeout or fallback on either side
+    enabled: true
+    margin: 0.015
+    kill_at: 0.0        # any proven increase kills
+    required: true
+  evaluators:           # fail rate of each evaluator (a failed call fails them all)
+    default: {enabled: true, margin: 0.03, kill_at: 0.0, required: true}
+    overrides: {}       # per evaluator name
+    slots: 4            # evaluators budgeted in the kill split (more are counted if seen)
+  feedback:             # share of thumbs-down among rated responses (canary only)
+    enabled: true
+    margin: 0.03
+    kill_at: 0.0
+    required: false     # binds once feedback exists
+  greedy_mismatch:      # greedy pairs' mismatch rate minus the control slice's
+    enabled: true
+    evaluator: greedy_parity
+    margin: 0.03
+    kill_at: 0.0
+    required: false     # binds once greedy pairs exist
+  acceptance:           # per-request draft acceptance (the request is the unit)
+    enabled: true
+    floor: 0.2          # killed when proven below; promotion needs it proven above
+    segment_floors: {}
+    collapse_ratio: 0.5 # collapse = acceptance below half its warm-up level
+    collapse_horizon: 1000000  # requests per segment the false-alarm budget covers
+segments: [code, json, rag, chat, creative]  # declared from request features only
+segment_margin_factor: 2.5  # a segment sees ~1/5 of the pairs: ~sqrt(5) wider bounds
+stages: [1.0, 5.0, 25.0, 100.0]  # percent of traffic; promote advances one stage
+min_pairs: 1000         # complete pairs after warm-up before any promotion
+min_duration_s: 1800.0  # and 30 minutes, to cover load swings
+warmup_pairs: 200       # excluded from tests; fixes tail thresholds and acceptance level
+max_duration_s: 259200.0  # hold after 72 hours without a decision
+max_dropped_share: 0.05 # hold when more than 5% of pairs were dropped
+max_cohort_imbalance: 0.1  # hold when a cohort's share is 10% off its expected share
+auto_kill: true         # a kill verdict flips the kill switch
+"""

@@ -1,0 +1,202 @@
+"""Backtest recorded pairs: the JSONL pair schema and `replay`.
+
+One JSON object per line, one line per pair, in arrival order:
+
+    {"pair_id": "7f9c...", "segment": "chat", "created_at": "2025-05-01T12:00:00Z",
+     "is_control": false,
+     "baseline":  {"ttft_s": 0.21, "tpot_s": 0.019, "e2e_s": 4.1, "status": "ok",
+                   "evals": {"task": true}, "draft_tokens": 0, "accepted_tokens": 0},
+     "candidate": {"ttft_s": 0.22, "tpot_s": 0.014, "e2e_s": 3.2, "status": "ok",
+                   "evals": {"task": true, "greedy_parity": true},
+                   "draft_tokens": 120, "accepted_tokens": 87, "feedback": null}}
+
+* `pair_id`: the pair's id (carried for tracing; replay does not need it).
+* `created_at` (required): ISO 8601 time or epoch seconds; durations count from the
+  first pair, and lines out of time order are sorted into place.
+* `segment`: the declared segment; segments the policy does not declare count only in
+  the pooled `all` cells.
+* `is_control`: a baseline-vs-baseline pair; `candidate` is then the second baseline call.
+  Control pairs feed only the greedy-mismatch control rate.
+* side `status`: ok | error | timeout | fallback | dropped. A failed side fails every
+  evaluator; a `dropped` side (or, in shadow mode, a missing one) drops the pair.
+* side `evals`: evaluator name -> passed. The greedy-parity evaluator (policy
+  `guardrails.greedy_mismatch.evaluator`) on the second side marks a greedy pair's match.
+* `draft_tokens` / `accepted_tokens`: the candidate's speculative counts; the request's
+  acceptance rate is their ratio (the request is the unit, not the token).
+* `feedback`: 1 thumbs-up, 0 neutral, -1 thumbs-down, null none (served responses only).
+* canary mode: each pair has one side (the cohort that served it), the other is null.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from gate.db.enums import Decision, GenerationStatus, RolloutMode
+from gate.errors import BadRequest
+from gate.stats.cumulative import PairColumns, at_look, looks_every, to_stats
+from gate.stats.engine import Code, evaluate
+from gate.stats.policy import Policy
+from gate.stats.sequences import FloatArray
+from gate.stats.verdict import DECISIONS, VerdictResult, decide
+
+FAILED = {GenerationStatus.ERROR, GenerationStatus.TIMEOUT, GenerationStatus.FALLBACK}
+STATUSES = {status.value: status for status in GenerationStatus}
+Record = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """The first decisive verdict of a replay (or the last look's, if none was)."""
+
+    decision: Decision
+    pairs: int
+    decisive: bool
+    looks: int
+    total_pairs: int
+    verdict: VerdictResult
+
+
+def read_pairs(path: Path) -> list[Record]:
+    """Parse a pair JSONL file into records; a malformed line is a `BadRequest`."""
+    records = []
+    with path.open("rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            if line.strip():
+                try:
+                    records.append(orjson.loads(line))
+                except orjson.JSONDecodeError as exc:
+                    raise BadRequest(f"{path}:{number}: not JSON: {exc}") from exc
+    return records
+
+
+def _seconds(value: Any) -> float:
+    if isinstance(value, str):
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    return float(value)
+
+
+class _Builder:
+    """Accumulates columns record by record (one pass, plain lists)."""
+
+    def __init__(self, policy: Policy, mode: RolloutMode) -> None:
+        self.index = {name: i for i, name in enumerate(policy.segments)}
+        self.greedy = policy.guardrails.greedy_mismatch.evaluator
+        self.mode = mode
+        self.rows: dict[str, list[Any]] = {k: [] for k in _COLUMNS.split()}
+        self.evals: list[tuple[int, int, str, bool]] = []
+
+    def add(self, n: int, record: Record) -> None:
+        rows = self.rows
+        rows["segment"].append(self.index.get(str(record.get("segment", "chat")), -1))
+        rows["created"].append(_seconds(record["created_at"]))
+        control = bool(record.get("is_control", False))
+        rows["control"].append(control)
+        base, cand = record.get("baseline"), record.get("candidate")
+        missing = (base is None) + (cand is None)
+        dropped = missing == 2 or (self.mode is RolloutMode.SHADOW and missing > 0)
+        for k, side in enumerate((base, cand)):
+            if side is None:
+                rows["failed"].append(False)
+                for key in ("ttft", "tpot", "e2e", "feedback"):
+                    rows[key].append(None)
+                continue
+            status = STATUSES[side.get("status", "ok")]
+            dropped = dropped or status is GenerationStatus.DROPPED
+            rows["failed"].append(status in FAILED)
+            # None becomes NaN in the float arrays; failed sides are blanked afterwards.
+            rows["ttft"].append(side.get("ttft_s"))
+            rows["tpot"].append(side.get("tpot_s"))
+            rows["e2e"].append(side.get("e2e_s"))
+            thumbs = side.get("feedback")
+            rows["feedback"].append(None if thumbs is None else float(thumbs < 0))
+            for name, passed in side.get("evals", {}).items():
+                self.evals.append((n, k, name, bool(passed)))
+        rows["dropped"].append(dropped)
+        drafts = (cand or {}).get("draft_tokens") or 0
+        accepted = (cand or {}).get("accepted_tokens") or 0
+        rows["acceptance"].append(np.nan if control or not drafts else min(accepted / drafts, 1.0))
+
+    def columns(self) -> PairColumns:
+        rows, n = self.rows, len(self.rows["segment"])
+        created = np.asarray(rows["created"], dtype=np.float64)
+        names = sorted({e[2] for e in self.evals})
+        scores = {name: np.full((n, 2), np.nan) for name in names}
+        for i, k, name, passed in self.evals:
+            scores[name][i, k] = 0.0 if passed else 1.0
+        greedy = scores.pop(self.greedy, np.full((n, 2), np.nan))
+        failed = np.asarray(rows["failed"], dtype=bool).reshape(n, 2)
+
+        def latency(key: str) -> FloatArray:
+            values = np.asarray(rows[key], dtype=np.float64).reshape(n, 2)
+            return np.where(failed, np.nan, values)
+
+        return PairColumns(
+            segment=np.asarray(rows["segment"], dtype=np.int64),
+            created_s=created - (created[0] if n else 0.0),
+            is_control=np.asarray(rows["control"], dtype=bool),
+            dropped=np.asarray(rows["dropped"], dtype=bool),
+            ttft=latency("ttft"),
+            tpot=latency("tpot"),
+            e2e=latency("e2e"),
+            failed=failed,
+            acceptance=np.asarray(rows["acceptance"], dtype=np.float64),
+            evals=scores,
+            feedback=np.asarray(rows["feedback"], dtype=np.float64).reshape(n, 2),
+            mismatch=greedy[:, 1],
+        )
+
+
+_COLUMNS = "segment created control dropped failed ttft tpot e2e feedback acceptance"
+
+
+def columns(records: Sequence[Record], policy: Policy, mode: RolloutMode) -> PairColumns:
+    """Turn pair records (in order) into the columns `to_stats` reads."""
+    builder = _Builder(policy, mode)
+    for n, record in enumerate(records):
+        try:
+            builder.add(n, record)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise BadRequest(
+                f"pair {n + 1}: not a pair record ({type(exc).__name__}: {exc})"
+            ) from exc
+    return builder.columns()
+
+
+def replay(
+    pairs: Iterable[Record],
+    policy: Policy,
+    *,
+    every: int = 100,
+    mode: RolloutMode = RolloutMode.SHADOW,
+    candidate_share: float = 0.5,
+) -> ReplayResult:
+    """Replay pairs in order, looking every `every` pairs; stop at the first decision."""
+    records = list(pairs)
+    if not records:
+        raise BadRequest("no pairs to replay")
+    cols = columns(records, policy, mode)
+    if np.any(np.diff(cols.created_s) < 0):
+        # Arrival order matters (warm-up, looks): sort late-written lines into place.
+        order = np.argsort(cols.created_s, kind="stable")
+        cols = columns([records[i] for i in order], policy, mode)
+    looks = looks_every(len(records), every)
+    stats = to_stats(cols, policy, looks, mode=mode, candidate_share=candidate_share)
+    ev = evaluate(policy, stats)
+    decisive = np.flatnonzero(ev.code != Code.CONTINUE)
+    at = int(decisive[0]) if decisive.size else looks.size - 1
+    verdict = decide(policy, at_look(stats, at))
+    return ReplayResult(
+        decision=DECISIONS[Code(int(ev.code[at]))],
+        pairs=int(looks[at]),
+        decisive=bool(decisive.size),
+        looks=int(at + 1),
+        total_pairs=len(records),
+        verdict=verdict,
+    )

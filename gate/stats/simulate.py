@@ -1,0 +1,260 @@
+"""Seeded simulation of the gate's operating characteristics.
+
+Each scenario draws whole rollouts of pairs (runs x pairs arrays), turns them into
+statistics at every look with the same code replay uses, and applies the gate's rule
+(`engine.evaluate`) to every look at once. A run's outcome is its first decisive verdict.
+
+Simulated pair (defaults; shadow mode, both routes see every request):
+* segment uniform over the policy's segments; a pair arrives every 1 / `pairs_per_s` s;
+* latency: per request a log-normal factor with sd `shared_log_sd` (0.5) shared by both
+  sides, times an independent per-call log-normal factor with sd `call_log_sd` (0.25),
+  on segment medians (TTFT 0.2-0.6 s, TPOT 18-24 ms, 80-400 output tokens whose count is
+  shared); e2e = TTFT + TPOT x tokens; the candidate's TPOT is scaled by `tpot_ratio`;
+  a `tail_share` of candidate requests gets `tail_extra_s` more TTFT;
+* failures: each call fails independently with `error_rate` (0.3%); a failed side fails
+  every evaluator;
+* evaluators: per evaluator, baseline pass rate `pass_rate` (0.85) with `discordant`
+  (5%) of pairs disagreeing half each way; a drop d moves d of the both-pass pairs to
+  baseline-only pass;
+* acceptance: the candidate's per-request rate ~ Beta with segment means 0.5-0.8 and
+  concentration 10 (Beta(1, 9) from `collapse_at` on).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy.stats import beta as beta_dist  # type: ignore[import-untyped]
+
+from gate.db.enums import RolloutMode
+from gate.stats.cumulative import PairColumns, looks_every, to_stats
+from gate.stats.engine import Code, Evaluation, evaluate
+from gate.stats.kayenta import kayenta_fails
+from gate.stats.policy import Policy
+from gate.stats.sequences import FloatArray, IntArray
+
+TTFT_S = np.array([0.35, 0.25, 0.60, 0.20, 0.20])
+TPOT_S = np.array([0.020, 0.018, 0.022, 0.020, 0.024])
+TOKENS = np.array([300.0, 80.0, 150.0, 200.0, 400.0])
+ACCEPTANCE = np.array([0.75, 0.80, 0.70, 0.60, 0.50])
+# Memory per chunk of runs stays near this many pairs (about 30 float columns each).
+CHUNK_PAIRS = 600_000
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A simulated rollout: how many pairs, how often the gate looks, what changed."""
+
+    name: str
+    pairs: int = 3000
+    every: int = 10
+    tpot_ratio: float = 1.0
+    eval_drops: tuple[float, ...] = (0.0, 0.0)
+    tail_share: float = 0.0
+    tail_extra_s: float = 2.0
+    shared_log_sd: float = 0.5
+    call_log_sd: float = 0.25
+    pass_rate: float = 0.85
+    discordant: float = 0.05
+    error_rate: float = 0.003
+    pairs_per_s: float = 1.0
+    # From this pair on, the candidate's acceptance collapses to Beta(1, 9) (mean 0.1).
+    collapse_at: int | None = None
+    # Canary: each request is served by one route, the candidate with probability 1/2.
+    mode: RolloutMode = RolloutMode.SHADOW
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """What the gate did in each run: first decisive code and pairs it took."""
+
+    scenario: Scenario
+    codes: IntArray
+    pairs_at: FloatArray
+    kill_reasons: dict[str, int] = field(default_factory=dict)
+    # Pairs at which the Kayenta-style judge first failed the run (NaN: never).
+    kayenta: dict[str, FloatArray] = field(default_factory=dict)
+
+    @property
+    def runs(self) -> int:
+        """Return the number of simulated runs."""
+        return int(self.codes.size)
+
+    def count(self, code: Code, within: int | None = None) -> int:
+        """Return runs whose first decisive verdict was `code` (within `within` pairs)."""
+        hit = self.codes == code
+        if within is not None:
+            hit &= self.pairs_at <= within
+        return int(hit.sum())
+
+    def rate(self, code: Code, within: int | None = None) -> tuple[float, float, float]:
+        """Return the rate of `code` with its 95% Clopper-Pearson interval."""
+        return clopper_pearson(self.count(code, within), self.runs)
+
+    def kayenta_rate(self, variant: str) -> tuple[float, float, float]:
+        """Return the Kayenta judge's failure rate with its 95% CP interval."""
+        return clopper_pearson(int(np.isfinite(self.kayenta[variant]).sum()), self.runs)
+
+
+def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float, float]:
+    """Return k / n with its exact (Clopper-Pearson) two-sided interval."""
+    tail = (1.0 - level) / 2
+    lo = 0.0 if k == 0 else float(beta_dist.ppf(tail, k, n - k + 1))
+    hi = 1.0 if k == n else float(beta_dist.ppf(1 - tail, k + 1, n - k))
+    return k / n, lo, hi
+
+
+def draw_pairs(s: Scenario, policy: Policy, runs: int, rng: np.random.Generator) -> PairColumns:
+    """Draw `runs` simulated rollouts of `s.pairs` pairs each."""
+    shape = (runs, s.pairs)
+    seg = rng.integers(0, len(policy.segments), size=shape)
+    k = seg % TTFT_S.size
+
+    def side_noise() -> FloatArray:
+        return rng.normal(0.0, s.call_log_sd, size=(*shape, 2))
+
+    ttft = TTFT_S[k][..., None] * np.exp(
+        rng.normal(0, s.shared_log_sd, shape)[..., None] + side_noise()
+    )
+    ttft[..., 1] += s.tail_extra_s * (rng.random(shape) < s.tail_share)
+    tpot = TPOT_S[k][..., None] * np.exp(
+        rng.normal(0, s.shared_log_sd, shape)[..., None] + side_noise()
+    )
+    tpot[..., 1] *= s.tpot_ratio
+    tokens = TOKENS[k] * np.exp(rng.normal(0, s.shared_log_sd, shape))
+    failed = rng.random((*shape, 2)) < s.error_rate
+    e2e = ttft + tpot * tokens[..., None]
+    for x in (ttft, tpot, e2e):
+        x[failed] = np.nan
+    mean_acc = ACCEPTANCE[k]
+    acceptance = rng.beta(10 * mean_acc, 10 * (1 - mean_acc))
+    if s.collapse_at is not None:
+        tail = acceptance[:, s.collapse_at :]
+        tail[...] = rng.beta(1.0, 9.0, size=tail.shape)
+    evals = {f"eval{j}": _eval_scores(s, drop, shape, rng) for j, drop in enumerate(s.eval_drops)}
+    if s.mode is RolloutMode.CANARY:
+        # The unserved side never happened: no latency, no failure, no scores.
+        unserved = np.stack([rng.random(shape) < 0.5] * 2, axis=-1)
+        unserved[..., 1] = ~unserved[..., 0]
+        for x in (ttft, tpot, e2e, *evals.values()):
+            x[unserved] = np.nan
+        failed &= ~unserved
+        acceptance[unserved[..., 1]] = np.nan
+    return PairColumns(
+        segment=seg, created_s=np.broadcast_to(np.arange(s.pairs) / s.pairs_per_s, shape),
+        is_control=np.zeros(shape, dtype=bool), dropped=np.zeros(shape, dtype=bool),
+        ttft=ttft, tpot=tpot, e2e=e2e, failed=failed, acceptance=acceptance, evals=evals,
+    )  # fmt: skip
+
+
+def _eval_scores(
+    s: Scenario, drop: float, shape: tuple[int, int], rng: np.random.Generator
+) -> FloatArray:
+    # Cells: both pass, baseline-only pass, candidate-only pass, both fail.
+    half = s.discordant / 2
+    edges = np.cumsum([s.pass_rate - half - drop, half + drop, half])
+    u = rng.random(shape)
+    cell = np.searchsorted(edges, u, side="right")
+    base_fail = (cell == 2) | (cell == 3)
+    cand_fail = (cell == 1) | (cell == 3)
+    return np.stack([base_fail, cand_fail], axis=-1).astype(np.float64)
+
+
+def run_scenario(
+    s: Scenario,
+    policy: Policy,
+    *,
+    runs: int = 400,
+    seed: int = 0,
+    kayenta_every: int | None = None,
+) -> Outcomes:
+    """Simulate `runs` rollouts of scenario `s` under `policy` and record each verdict.
+
+    With `kayenta_every`, the Kayenta-style judge also judges the same draws, looking
+    every `kayenta_every` pairs, on the pairs as recorded and split into canary cohorts.
+    """
+    rng = np.random.default_rng(seed)
+    looks = looks_every(s.pairs, s.every)
+    chunk = max(1, CHUNK_PAIRS // s.pairs)
+    codes, at, reasons = [], [], dict[str, int]()
+    kayenta: dict[str, list[FloatArray]] = {"paired": [], "split": []}
+    for start in range(0, runs, chunk):
+        cols = draw_pairs(s, policy, min(chunk, runs - start), rng)
+        ev = evaluate(policy, to_stats(cols, policy, looks, mode=s.mode))
+        decisive = ev.code != Code.CONTINUE
+        first = np.where(decisive.any(axis=-1), decisive.argmax(axis=-1), -1)
+        rows = np.arange(first.size)
+        codes.append(np.where(first >= 0, ev.code[rows, first], Code.CONTINUE))
+        at.append(np.where(first >= 0, looks[first], np.nan))
+        _count_reasons(ev, rows, first, codes[-1], reasons)
+        if kayenta_every:
+            for name in kayenta:
+                failed = kayenta_fails(cols, every=kayenta_every, split=name == "split")
+                hit = failed.any(axis=-1)
+                pairs = (failed.argmax(axis=-1) + 1.0) * kayenta_every
+                kayenta[name].append(np.where(hit, pairs, np.nan))
+    judged = {k: np.concatenate(v) for k, v in kayenta.items() if v}
+    return Outcomes(s, np.concatenate(codes), np.concatenate(at), reasons, judged)
+
+
+def _count_reasons(
+    ev: Evaluation, rows: IntArray, first: IntArray, codes: IntArray, reasons: dict[str, int]
+) -> None:
+    flags = [*ev.harmful.items(), *((("collapse", k), v) for k, v in ev.collapsed.items())]
+    killed = (first >= 0) & (codes == Code.KILL)
+    for key, flag in flags:
+        fired = int((np.broadcast_to(flag, ev.code.shape)[rows, first] & killed).sum())
+        if fired:
+            name = ":".join(key)
+            reasons[name] = reasons.get(name, 0) + fired
+
+
+def format_row(out: Outcomes, within: int | None = None) -> str:
+    """Return one table row: kills, promotions and holds with 95% CP intervals."""
+    cells = []
+    for code in (Code.KILL, Code.PROMOTE, Code.HOLD):
+        rate, lo, hi = out.rate(code, within)
+        cells.append(f"{code.name.lower()} {rate:.4f} [{lo:.4f}, {hi:.4f}]")
+    horizon = within or out.scenario.pairs
+    return f"{out.scenario.name:<28} runs {out.runs}  within {horizon:>6}  " + "  ".join(cells)
+
+
+def to_records(cols: PairColumns, policy: Policy, run: int = 0) -> list[dict[str, Any]]:
+    """Return one simulated run as pair records in the replay JSONL schema."""
+    start = 1_750_000_000.0
+    out = []
+    for i in range(cols.segment.shape[-1]):
+        sides = [_side(cols, run, i, k) for k in (0, 1)]
+        sides[1]["draft_tokens"] = 100
+        sides[1]["accepted_tokens"] = round(100 * float(cols.acceptance[run, i]))
+        out.append(
+            {
+                "pair_id": f"{run}-{i}",
+                "segment": policy.segments[int(cols.segment[run, i])],
+                "created_at": start + float(cols.created_s[run, i]),
+                "is_control": bool(cols.is_control[run, i]),
+                "baseline": sides[0],
+                "candidate": sides[1],
+            }
+        )
+    return out
+
+
+def _side(cols: PairColumns, run: int, i: int, k: int) -> dict[str, Any]:
+    failed = bool(cols.failed[run, i, k])
+
+    def value(x: FloatArray) -> float | None:
+        v = float(x[run, i, k])
+        return None if np.isnan(v) else v
+
+    return {
+        "ttft_s": value(cols.ttft),
+        "tpot_s": value(cols.tpot),
+        "e2e_s": value(cols.e2e),
+        "status": "error" if failed else "ok",
+        "evals": {name: bool(v[run, i, k] == 0) for name, v in cols.evals.items()},
+        "draft_tokens": 0,
+        "accepted_tokens": 0,
+    }

@@ -1,0 +1,246 @@
+"""One verdict: decision, reason codes, human summary and the per-cell table."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from gate.db.enums import Decision
+from gate.stats.betting import diff_interval
+from gate.stats.engine import (
+    ACCEPTANCE,
+    Code,
+    Evaluation,
+    GateStats,
+    Rule,
+    cell_n,
+    evaluate,
+    harm_interval,
+    rule_for,
+)
+from gate.stats.policy import ALL, Policy
+from gate.stats.sequences import CohortCounts, Interval, MeanStats, PairedCounts, TwoMeans
+
+Key = tuple[str, str]
+
+Status = Literal["harmful", "inside", "unproven", "idle"]
+DECISIONS = {
+    Code.CONTINUE: Decision.CONTINUE,
+    Code.PROMOTE: Decision.PROMOTE,
+    Code.KILL: Decision.KILL,
+    Code.HOLD: Decision.HOLD,
+}
+
+
+@dataclass(frozen=True)
+class CellResult:
+    """One metric x segment: estimate and interval on the metric's natural scale.
+
+    Latency metrics read as candidate/baseline ratios, rates as candidate minus baseline
+    rate, acceptance as the mean per-request acceptance. `lower` is at the kill level and
+    `upper` at the promotion level (swapped for acceptance, where low is harmful).
+    """
+
+    metric: str
+    segment: str
+    estimate: float | None
+    lower: float
+    upper: float
+    n: int
+    kill_at: float
+    margin: float
+    status: Status
+
+
+@dataclass(frozen=True)
+class VerdictResult:
+    """The gate's verdict on one stage."""
+
+    decision: Decision
+    reason_codes: tuple[str, ...]
+    summary: str
+    cells: tuple[CellResult, ...]
+    n_pairs: int
+
+    def estimates(self) -> list[dict[str, Any]]:
+        """Return the per-cell table as JSON-ready dicts (for the verdicts table)."""
+        return [_json_ready(asdict(cell)) for cell in self.cells]
+
+
+def decide(policy: Policy, stats: GateStats) -> VerdictResult:
+    """Decide one look: continue, promote, kill or hold, with reasons and estimates."""
+    ev = evaluate(policy, stats)
+    code = Code(int(np.asarray(ev.code)))
+    intervals = _intervals(policy, stats, ev)
+    cells = tuple(_cell_result(policy, stats, ev, key, intervals[key]) for key in sorted(ev.inside))
+    reasons = _reasons(policy, stats, ev, code)
+    return VerdictResult(
+        decision=DECISIONS[code],
+        reason_codes=tuple(reasons),
+        summary=_summary(code, reasons, cells, int(np.asarray(stats.n_pairs))),
+        cells=cells,
+        n_pairs=int(np.asarray(stats.n_pairs)),
+    )
+
+
+def _flag(value: Any) -> bool:
+    return bool(np.asarray(value))
+
+
+def _reasons(policy: Policy, stats: GateStats, ev: Evaluation, code: Code) -> list[str]:
+    if not _flag(stats.warmed_up):
+        return ["warmup"]
+    if code is Code.KILL:
+        harm = [f"kill:{m}:{s}" for (m, s), flag in sorted(ev.harmful.items()) if _flag(flag)]
+        collapse = [f"kill:acceptance_collapse:{s}" for s, f in ev.collapsed.items() if _flag(f)]
+        return harm + collapse
+    if code is Code.HOLD and (_flag(ev.untrusted_drops) or _flag(ev.imbalanced)):
+        return [
+            reason
+            for reason, flag in (
+                ("hold:dropped_share", ev.untrusted_drops),
+                ("hold:cohort_imbalance", ev.imbalanced),
+            )
+            if _flag(flag)
+        ]
+    if code is Code.PROMOTE:
+        return ["promote:gain_proven", "promote:guardrails_inside"]
+    pending = []
+    if int(np.asarray(stats.n_pairs)) < policy.min_pairs:
+        pending.append("continue:min_pairs")
+    if float(np.asarray(stats.elapsed_s)) < policy.min_duration_s:
+        pending.append("continue:min_duration")
+    if not _flag(ev.gain):
+        pending.append("continue:gain_unproven")
+    pending += [
+        f"continue:unproven:{m}:{s}"
+        for (m, s), flag in sorted(ev.inside.items())
+        if _flag(ev.binding[(m, s)]) and not _flag(flag)
+    ]
+    return (["hold:max_duration"] if code is Code.HOLD else []) + pending
+
+
+def _intervals(policy: Policy, stats: GateStats, ev: Evaluation) -> dict[Key, Interval]:
+    """Return every cell's harm interval; count cells are bisected together, in one batch."""
+    out: dict[Key, Interval] = {}
+    batches: dict[float | None, list[Key]] = defaultdict(list)
+    for key in ev.inside:
+        cell, rule = stats.cells[key], rule_for(policy, *key)
+        assert rule is not None  # evaluate() only keeps cells with a rule
+        if isinstance(cell, PairedCounts | CohortCounts):
+            batches[cell.share if isinstance(cell, CohortCounts) else None].append(key)
+            continue
+        out[key] = harm_interval(
+            cell, rule, alpha_kill=ev.alpha_kill_each, alpha_promote=policy.alpha_promote,
+            n_opt=policy.n_opt(key[1]),
+        )  # fmt: skip
+    for share, keys in batches.items():
+        cells = [stats.cells[k] for k in keys]
+        columns = [
+            np.array([float(np.asarray(getattr(c, name))) for c in cells])
+            for name in (
+                ("n", "worse", "better") if share is None else ("n", "candidate", "baseline")
+            )
+        ]
+        stacked: PairedCounts | CohortCounts = (
+            PairedCounts(columns[0], columns[1], columns[2])
+            if share is None
+            else CohortCounts(columns[0], columns[1], columns[2], share)
+        )
+        got = diff_interval(
+            stacked, alpha_lower=ev.alpha_kill_each, alpha_upper=policy.alpha_promote
+        )
+        for i, key in enumerate(keys):
+            out[key] = Interval(
+                *(float(np.asarray(v)[i]) for v in (got.estimate, got.lower, got.upper))
+            )
+    return out
+
+
+def _cell_result(
+    policy: Policy, stats: GateStats, ev: Evaluation, key: Key, got: Interval
+) -> CellResult:
+    metric, segment = key
+    rule = rule_for(policy, metric, segment)
+    assert rule is not None  # evaluate() only keeps cells with a rule
+    cell = stats.cells[key]
+    status: Status = "idle"
+    if _flag(ev.harmful[key]):
+        status = "harmful"
+    elif _flag(ev.binding[key]):
+        status = "inside" if _flag(ev.inside[key]) else "unproven"
+    est, lo, hi = (float(np.asarray(v)) for v in (got.estimate, got.lower, got.upper))
+    kill_at, margin = rule.kill_at, rule.margin
+    if rule.floor is not None:
+        est, lo, hi = rule.floor - est, rule.floor - hi, rule.floor - lo
+        kill_at = margin = rule.floor
+    elif _is_ratio(cell, rule):
+        est, lo, hi, kill_at, margin = (math.exp(v) for v in (est, lo, hi, kill_at, margin))
+    return CellResult(
+        metric=metric,
+        segment=segment,
+        estimate=None if math.isnan(est) else est,
+        lower=lo,
+        upper=hi,
+        n=int(cell_n(cell)),
+        kill_at=kill_at,
+        margin=margin,
+        status=status,
+    )
+
+
+def _is_ratio(cell: object, rule: Rule) -> bool:
+    return isinstance(cell, MeanStats | TwoMeans) and rule.floor is None
+
+
+def _describe(cell: CellResult) -> str:
+    if cell.metric == ACCEPTANCE:
+        return f"acceptance {cell.estimate:.2f} (floor {cell.kill_at:.2f})"
+    if cell.estimate is None:
+        return f"{cell.metric} no data"
+    if cell.kill_at > 0 and cell.metric in ("tpot", "e2e", "ttft_p50"):
+        return f"{cell.metric} ratio {cell.estimate:.3f} [{cell.lower:.3f}, {cell.upper:.3f}]"
+    points = [100 * v for v in (cell.estimate, cell.lower, cell.upper)]
+    return f"{cell.metric} {points[0]:+.2f} pts [{points[1]:+.2f}, {points[2]:+.2f}]"
+
+
+def _summary(code: Code, reasons: list[str], cells: tuple[CellResult, ...], n: int) -> str:
+    by_key = {(c.metric, c.segment): c for c in cells}
+    head = f"{DECISIONS[code].value.upper()} on {n:,} tested pairs"
+    if reasons == ["warmup"]:
+        return f"{head}: warming up; no test runs until warm-up ends."
+    if code is Code.KILL:
+        parts = []
+        for reason in reasons:
+            metric, segment = reason.removeprefix("kill:").rsplit(":", 1)
+            cell = by_key.get((metric, segment))
+            what = _describe(cell) if cell else f"acceptance collapse in {segment}"
+            parts.append(f"{what} in {segment}" if cell else what)
+        return f"{head}: proven harm: " + "; ".join(parts) + "."
+    if code is Code.PROMOTE:
+        shown = [c for c in cells if c.segment == ALL and c.status == "inside"]
+        return (
+            f"{head}: gain proven and every guardrail inside its margin ("
+            + "; ".join(_describe(c) for c in shown)
+            + ")."
+        )
+    waiting = [r.split(":", 1)[1] for r in reasons if r.startswith("continue:")]
+    holds = [r.split(":", 1)[1] for r in reasons if r.startswith("hold:")]
+    text = head
+    if holds:
+        text += ": held (" + ", ".join(h.replace("_", " ") for h in holds) + ")"
+    if waiting:
+        shown_waiting = waiting[:6] + ([f"{len(waiting) - 6} more"] if len(waiting) > 6 else [])
+        text += "; waiting on " + ", ".join(shown_waiting)
+    return text + "."
+
+
+def _json_ready(row: dict[str, Any]) -> dict[str, Any]:
+    # JSON has no infinities: an unbounded side is null.
+    return {
+        k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()
+    }

@@ -1,0 +1,100 @@
+"""Real local engines for tests: SmolLM2 on llama.cpp (separate processes) and transformers.
+
+A missing engine dependency fails the test with the command that installs it: these tests
+never skip, so CI cannot pass without having run them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gate.engines.model import (
+    LLAMACPP_INSTALL,
+    MODEL_INSTALL,
+    TRANSFORMERS_INSTALL,
+    find_gguf,
+)
+from gate.errors import ConfigError
+from tests.servers import closed_port
+
+
+def require_modules(install: str, *modules: str) -> None:
+    """Fail (never skip) when an engine dependency is missing."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.fail(f"{', '.join(missing)} not installed: run `{install}`", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def gguf() -> Path:
+    try:
+        return find_gguf()
+    except ConfigError as exc:
+        pytest.fail(f"{exc.message} (CI: `{MODEL_INSTALL}`)", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def llamacpp_ready(gguf: Path) -> Path:
+    require_modules(LLAMACPP_INSTALL, "xllamacpp")
+    return gguf
+
+
+@pytest.fixture(scope="session")
+def transformers_ready(gguf: Path) -> Path:
+    require_modules(TRANSFORMERS_INSTALL, "torch", "transformers", "gguf", "accelerate")
+    return gguf
+
+
+def start_engine(*args: str) -> tuple[subprocess.Popen[bytes], str]:
+    """Start `specgate engine` in its own process; return it and its base URL once healthy."""
+    port = closed_port()
+    command = [sys.executable, "-m", "gate", "engine", "--port", str(port), *args]
+    process = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ}
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            error = process.stderr.read().decode() if process.stderr else ""
+            pytest.fail(f"engine {args} exited: {error[-2000:]}", pytrace=False)
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return process, url
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    process.kill()
+    pytest.fail(f"engine {args} did not start in 60 s", pytrace=False)
+
+
+def stop_engine(process: subprocess.Popen[bytes]) -> None:
+    """Stop an engine process started by `start_engine`."""
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+@pytest.fixture(scope="module")
+def llamacpp_engines(llamacpp_ready: Path) -> Iterator[dict[str, str]]:
+    """A plain and an n-gram speculative llama.cpp engine, one process each."""
+    plain, plain_url = start_engine("--backend", "llamacpp")
+    try:
+        spec, spec_url = start_engine("--backend", "llamacpp", "--speculative", "ngram")
+    except BaseException:
+        stop_engine(plain)
+        raise
+    yield {"plain": plain_url, "spec": spec_url}
+    stop_engine(spec)
+    stop_engine(plain)

@@ -1,0 +1,71 @@
+"""The built-in workload and the JSONL loader."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from gate.engines.base import parse_request
+from gate.engines.workload import load_workload, parse_jsonl
+from gate.errors import ConfigError
+from gate.gateway.inputs import KNOWN, split_inputs
+
+CLASSES = {"proofread", "code_edit", "json_extraction", "tool_call", "rag", "chat", "creative"}
+
+
+def test_builtin_workload_covers_every_class_with_evaluator_inputs():
+    items = load_workload()
+    assert len(items) >= 80
+    counts = Counter(item.segment for item in items)
+    assert set(counts) == CLASSES and min(counts.values()) >= 10
+    for item in items:
+        declared = split_inputs(item.body, {})  # what the gateway does with the body
+        assert set(declared.inputs) <= KNOWN
+        parse_request(item.engine_body, chat=True, default_max_tokens=64)
+        inputs, body = declared.inputs, declared.upstream_body
+        if item.segment == "json_extraction":
+            assert body["response_format"]["type"] == "json_schema" and inputs["schema"]
+        if item.segment == "tool_call":
+            assert body["tools"]
+        if item.segment == "rag":
+            assert inputs["context"] and inputs["reference"]
+        if item.segment == "code_edit":
+            assert inputs["tests"]
+        if item.segment == "creative":
+            assert body["temperature"] > 0.7
+        else:
+            assert body["temperature"] == 0
+
+
+def test_a_prefix_of_the_workload_spans_all_classes():
+    first = load_workload(limit=len(CLASSES))
+    assert {item.segment for item in first} == CLASSES
+    assert [i.segment for i in load_workload(limit=20, segments=["rag"])] == ["rag"] * 14
+
+
+def test_any_jsonl_of_openai_bodies_loads(tmp_path):
+    path = tmp_path / "mine.jsonl"
+    path.write_text(
+        '# a comment\n{"messages": [{"role": "user", "content": "hi"}]}\n\n'
+        '{"prompt": "Once upon a time", "temperature": 1.0}\n'
+    )
+    items = load_workload(path)
+    assert [(i.segment, i.path) for i in items] == [
+        ("chat", "/v1/chat/completions"),
+        ("creative", "/v1/completions"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"messages": [{"role": "user", "content": "x"}]}\n{oops\n', "w:2: invalid JSON"),
+        ("[1, 2]\n", "w:1: each line must be a JSON object"),
+        ('{"model": "m"}\n', "w:1: a body needs 'messages'"),
+        ("\n# nothing\n", "w: no requests"),
+    ],
+)
+def test_bad_workload_lines_are_named(text, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_jsonl(text, source="w")

@@ -1,0 +1,236 @@
+"""The weekly report on seeded Postgres: its numbers match the rows, its plots are real PNGs."""
+
+from __future__ import annotations
+
+import struct
+from datetime import timedelta
+
+import numpy as np
+import pytest
+from matplotlib import image
+from sqlalchemy import func, select
+
+from gate.db.enums import Decision
+from gate.db.models import Report
+from gate.reports.model import Week
+from gate.reports.plots import HEIGHT_PX, WIDTH_PX
+from gate.reports.weekly import build_weekly
+from gate.rollouts.states import Action
+from tests import factories
+from tests.gate.reports import seed
+
+pytestmark = pytest.mark.postgres
+WEEK = Week.parse("2026-W40")
+BEFORE = WEEK.previous()
+
+
+@pytest.fixture
+def seeded(pg_session):
+    """Rollout 'slow' regresses in W40; 'fast' improves and is killed; 'old' is W38 only."""
+    db = pg_session
+    slow = factories.rollout(db, name="slow")
+    fast = factories.rollout(db, name="fast")
+    old = factories.rollout(db, name="old")
+    good = seed.Arm(acceptance={"chat": 0.5, "code": 0.7})
+    records = seed.traffic(
+        db,
+        slow.id,
+        start=BEFORE.start,
+        hours=150,
+        pairs=300,
+        baseline=seed.Arm(),
+        candidate=good,
+        seed=1,
+    )
+    bad = seed.Arm(
+        ttft_s=0.3,
+        fail=0.15,
+        passes={"groundedness": 0.9, "schema": 0.6},
+        acceptance={"chat": 0.5, "code": 0.35},
+    )
+    records += seed.traffic(
+        db,
+        slow.id,
+        start=WEEK.start,
+        hours=150,
+        pairs=400,
+        baseline=seed.Arm(),
+        candidate=bad,
+        seed=2,
+    )
+    quick = seed.Arm(ttft_s=0.12, tpot_s=0.011, acceptance={"chat": 0.6, "code": 0.8})
+    records += seed.traffic(
+        db,
+        fast.id,
+        start=WEEK.start + timedelta(days=1),
+        hours=48,
+        pairs=250,
+        baseline=seed.Arm(),
+        candidate=quick,
+        seed=3,
+    )
+    records += seed.traffic(
+        db,
+        old.id,
+        start=BEFORE.start - timedelta(days=7),
+        hours=24,
+        pairs=30,
+        baseline=seed.Arm(),
+        candidate=good,
+        seed=4,
+    )
+    at = WEEK.start + timedelta(days=2)
+    for hours in (1, 5, 9):
+        seed.verdict(db, slow.id, Decision.CONTINUE, at + timedelta(hours=hours), "need_more")
+    seed.verdict(db, slow.id, Decision.CONTINUE, BEFORE.start + timedelta(days=1))
+    seed.verdict(db, fast.id, Decision.CONTINUE, at, "need_more")
+    seed.verdict(db, fast.id, Decision.KILL, at + timedelta(hours=2), "acceptance_collapse")
+    seed.act(db, fast.id, Action.START, WEEK.start + timedelta(hours=20), "go")
+    seed.act(db, fast.id, Action.KILL, at + timedelta(hours=3), "acceptance collapsed in code")
+    return db, records, {"slow": slow.id, "fast": fast.id, "old": old.id}
+
+
+def expected_stats(records, rollout_id, week):
+    mine = [
+        r for r in records if r.rollout_id == rollout_id and week.start <= r.started_at < week.end
+    ]
+    ok = [r for r in mine if r.status == "ok"]
+    out = {"latency": {}, "acceptance": {}, "quality": {}, "failures": {}}
+    for metric in ("ttft", "tpot"):
+        out["latency"][metric] = {}
+        for cohort in ("baseline", "candidate"):
+            values = [getattr(r, f"{metric}_s") for r in ok if r.cohort == cohort]
+            if values:
+                out["latency"][metric][cohort] = {
+                    "n": len(values),
+                    **{
+                        k: float(np.quantile(values, p))
+                        for k, p in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
+                    },
+                }
+    for segment in seed.SEGMENTS:
+        cand = [r for r in ok if r.cohort == "candidate" and r.segment == segment]
+        if cand:
+            drafted = sum(r.draft_tokens for r in cand)
+            accepted = sum(r.accepted for r in cand)
+            out["acceptance"][segment] = {"draft_tokens": drafted, "rate": accepted / drafted}
+    for name in seed.EVALUATORS if mine else ():
+        out["quality"][name] = {}
+        for cohort in ("baseline", "candidate"):
+            arm = [r.evaluations[name] for r in mine if r.cohort == cohort]
+            out["quality"][name][cohort] = (sum(arm), len(arm))
+    for cohort in ("baseline", "candidate") if mine else ():
+        arm = [r for r in mine if r.cohort == cohort]
+        out["failures"][cohort] = (sum(r.status != "ok" for r in arm), len(arm))
+    return out
+
+
+def check_stats(got, want):
+    for metric, arms in want["latency"].items():
+        assert set(got["latency"][metric]) == set(arms)
+        for cohort, numbers in arms.items():
+            assert got["latency"][metric][cohort] == pytest.approx(numbers, rel=1e-9)
+    assert set(got["acceptance"]) == set(want["acceptance"])
+    for segment, numbers in want["acceptance"].items():
+        assert got["acceptance"][segment]["draft_tokens"] == numbers["draft_tokens"]
+        assert got["acceptance"][segment]["rate"] == pytest.approx(numbers["rate"], rel=1e-12)
+    assert set(got["quality"]) == set(want["quality"])
+    assert set(got["failures"]) == set(want["failures"])
+    for name, arms in want["quality"].items():
+        for cohort, (passed, n) in arms.items():
+            assert (got["quality"][name][cohort]["k"], got["quality"][name][cohort]["n"]) == (
+                passed,
+                n,
+            )
+    for cohort, (failed, n) in want["failures"].items():
+        assert got["failures"][cohort]["n"] == n
+        assert got["failures"][cohort]["rate"] == pytest.approx(failed / n)
+
+
+def test_numbers_match_the_database(seeded, tmp_path):
+    db, records, ids = seeded
+    report = build_weekly(db, "2026-W40", out_dir=tmp_path)
+    summary = report.summary()
+    by_name = {r["name"]: r for r in summary["rollouts"]}
+    assert set(by_name) == {"slow", "fast"}, "a rollout idle all week is left out"
+    for name in ("slow", "fast"):
+        check_stats(by_name[name]["current"], expected_stats(records, ids[name], WEEK))
+        check_stats(by_name[name]["previous"], expected_stats(records, ids[name], BEFORE))
+    assert by_name["slow"]["verdicts"] == {"continue": 3}
+    assert by_name["fast"]["verdicts"] == {"continue": 1, "kill": 1}
+    assert summary["verdicts"]["counts"] == {"continue": 4, "kill": 1}
+    assert [(k["rollout"], k["actor"], k["reason"]) for k in summary["kills"]] == [
+        ("fast", "key:ops", "acceptance collapsed in code")
+    ]
+
+
+def test_regressions_come_first_and_name_what_got_worse(seeded, tmp_path):
+    db, _records, _ids = seeded
+    report = build_weekly(db, "2026-W40", out_dir=tmp_path)
+    worse = {(f.rollout, f.metric) for f in report.regressions}
+    assert {
+        ("slow", "ttft_p50_ratio"),
+        ("slow", "acceptance:code"),
+        ("slow", "quality:schema"),
+        ("slow", "failures"),
+    } <= worse
+    assert not any(f.rollout == "fast" for f in report.regressions)
+    same = [f for f in report.regressions + report.improvements if f.metric.startswith("tpot")]
+    assert not [f for f in same if f.rollout == "slow"], "equal TPOT arms: noise is not news"
+    ttft = next(f for f in report.regressions if f.metric == "ttft_p50_ratio")
+    assert ttft.reference is not None and ttft.reference < 1.05
+    assert f"in {BEFORE})" in ttft.text
+    assert ("slow", "acceptance:chat") not in worse, "an unchanged segment is no regression"
+    better = {(f.rollout, f.metric) for f in report.improvements}
+    assert {("fast", "ttft_p50_ratio"), ("fast", "tpot_p50_ratio")} <= better
+    md = (tmp_path / "report.md").read_text()
+    assert md.index("## Regressions") < md.index("## Improvements") < md.index("## Kills")
+    assert "acceptance in segment code" in md and "fast killed by key:ops" in md
+    html = (tmp_path / "report.html").read_text()
+    assert html.index("Regressions") < html.index("Improvements")
+
+
+def png_size(path):
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_plots_are_real_images_of_the_right_size(seeded, tmp_path):
+    db, _records, ids = seeded
+    build_weekly(db, "2026-W40", out_dir=tmp_path)
+    names = {"verdicts.png"} | {
+        f"{kind}-{ids[r]}.png"
+        for kind in ("latency", "acceptance", "quality")
+        for r in ("slow", "fast")
+    }
+    assert {p.name for p in tmp_path.glob("*.png")} == names
+    for name in names:
+        path = tmp_path / name
+        assert png_size(path) == (WIDTH_PX, HEIGHT_PX)
+        pixels = image.imread(path)[..., :3].reshape(-1, 3)
+        colours = np.unique((pixels * 255).astype(int), axis=0)
+        assert len(colours) > 50, f"{name} looks blank"
+        assert (pixels.mean(axis=1) < 0.9).mean() > 0.005, f"{name} has too little ink"
+    for name in names:
+        assert f'src="{name}"' in (tmp_path / "report.html").read_text()
+
+
+def test_generating_again_updates_the_stored_row(seeded, tmp_path):
+    db, _records, _ids = seeded
+    first = build_weekly(db, "2026-W40", out_dir=tmp_path / "a")
+    second = build_weekly(db, "2026-W40", out_dir=tmp_path / "b")
+    assert first.report_id == second.report_id
+    assert db.scalar(select(func.count()).select_from(Report)) == 1
+    row = db.get(Report, first.report_id)
+    assert (row.kind, row.period) == ("weekly", "2026-W40")
+    assert row.location == str((tmp_path / "b").resolve())
+    assert row.markdown == (tmp_path / "b" / "report.md").read_text()
+    assert row.summary["regressions"] == second.summary()["regressions"]
+
+
+def test_an_empty_week_still_writes_a_report(pg_session, tmp_path):
+    report = build_weekly(pg_session, "2026-W02", out_dir=tmp_path)
+    assert report.rollouts == [] and report.regressions == []
+    assert png_size(tmp_path / "verdicts.png") == (WIDTH_PX, HEIGHT_PX)
+    assert "## Regressions (0)" in (tmp_path / "report.md").read_text()

@@ -1,0 +1,57 @@
+"""Policy: documented defaults, YAML loading, validation and the kill-budget split."""
+
+from __future__ import annotations
+
+import pytest
+
+from gate.errors import ConfigError
+from gate.stats.policy import DEFAULT_POLICY_YAML, Policy, load_policy
+
+
+def test_default_yaml_documents_exactly_the_model_defaults():
+    assert load_policy(DEFAULT_POLICY_YAML) == Policy()
+
+
+def test_defaults_match_the_issue():
+    policy = load_policy(None)
+    assert (policy.alpha_kill, policy.alpha_promote) == (0.025, 0.025)
+    assert policy.stages == [1.0, 5.0, 25.0, 100.0]
+    assert len(policy.segments) == 5
+
+
+def test_partial_yaml_overrides_only_what_it_names():
+    policy = load_policy(
+        "primary: {metric: e2e, min_gain: 0.1}\n"
+        "guardrails: {evaluators: {overrides: {schema: {margin: 0.05}}}}\n"
+    )
+    assert policy.primary.metric == "e2e"
+    assert policy.primary.kill_slowdown == 0.10
+    assert policy.guardrails.evaluators.for_name("schema").margin == 0.05
+    assert policy.guardrails.evaluators.for_name("task").margin == 0.03
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "alpha_kill: 0.7",
+        "primary: {metric: ttft}",
+        "segments: [chat, chat]",
+        "segments: [all]",
+        "stages: [5, 1]",
+        "no_such_field: 1",
+    ],
+)
+def test_invalid_policies_are_config_errors(text):
+    with pytest.raises(ConfigError, match="invalid gate policy"):
+        load_policy(text)
+
+
+def test_kill_budget_is_split_over_guardrails_segments_and_detectors():
+    policy = Policy()
+    # 8 families + 4 evaluator slots, over 5 segments + pooled, + 5 collapse detectors.
+    assert policy.kill_slots() == 12 * 6 + 5
+    assert policy.alpha_kill_each() == pytest.approx(0.025 / 77)
+    # More evaluators than slots are counted, and disabling a family frees budget.
+    assert policy.kill_slots(evaluators_seen=6) == 14 * 6 + 5
+    lean = load_policy("guardrails: {feedback: {enabled: false}}")
+    assert lean.kill_slots() == 11 * 6 + 5

@@ -1,0 +1,127 @@
+"""Replay of recorded pairs: schema, first decisive verdict, and agreement with decide()."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+
+from gate.db.enums import Decision, RolloutMode
+from gate.errors import BadRequest
+from gate.stats.cumulative import looks_every, to_stats
+from gate.stats.engine import ACCEPTANCE, FAILURES, GREEDY
+from gate.stats.policy import ALL, Policy
+from gate.stats.replay import columns, read_pairs, replay
+from gate.stats.sequences import MeanStats, PairedCounts, TwoCounts
+from gate.stats.simulate import Scenario, draw_pairs, to_records
+
+POLICY = Policy()
+
+
+def simulated(scenario: Scenario, seed: int = 0) -> list[dict]:
+    cols = draw_pairs(scenario, POLICY, 1, np.random.default_rng(seed))
+    return to_records(cols, POLICY)
+
+
+def write(path: Path, records: list[dict]) -> Path:
+    path.write_bytes(b"\n".join(orjson.dumps(r) for r in records) + b"\n")
+    return path
+
+
+def test_replay_promotes_a_real_gain_and_reports_where(tmp_path):
+    records = read_pairs(
+        write(tmp_path / "p.jsonl", simulated(Scenario("gain", 4000, tpot_ratio=0.8)))
+    )
+    result = replay(records, POLICY, every=100)
+    assert result.decision is Decision.PROMOTE and result.decisive
+    assert result.pairs % 100 == 0 and POLICY.min_pairs < result.pairs <= 4000
+    assert result.verdict.decision is Decision.PROMOTE
+    assert result.looks == result.pairs // 100
+
+
+def test_replay_kills_a_quality_drop_and_agrees_with_decide_at_that_look():
+    records = simulated(Scenario("drop", 4000, eval_drops=(0.08, 0.0)), seed=3)
+    result = replay(records, POLICY, every=50)
+    assert result.decision is Decision.KILL
+    assert any(code.startswith("kill:eval:eval0") for code in result.verdict.reason_codes)
+    # Nothing decisive at the look before: the first decisive verdict is reported.
+    earlier = replay(records[: result.pairs - 50], POLICY, every=50)
+    assert earlier.decision is Decision.CONTINUE and not earlier.decisive
+
+
+def test_aa_replay_stays_undecided_and_reports_the_last_look():
+    result = replay(simulated(Scenario("aa", 1234)), POLICY, every=100)
+    assert (result.decision, result.decisive, result.pairs) == (Decision.CONTINUE, False, 1234)
+    assert result.looks == len(looks_every(1234, 100)) == 13
+
+
+def test_lines_out_of_order_are_sorted_by_created_at():
+    records = simulated(Scenario("drop", 3000, eval_drops=(0.08, 0.0)), seed=5)
+    shuffled = copy.deepcopy(records)
+    np.random.default_rng(1).shuffle(shuffled)
+    assert replay(shuffled, POLICY, every=50).pairs == replay(records, POLICY, every=50).pairs
+
+
+def test_failed_side_fails_its_evaluators_and_counts_as_failure():
+    record = {
+        "pair_id": "x", "segment": "chat", "created_at": "2025-05-01T12:00:00Z",
+        "baseline": {"ttft_s": 0.2, "tpot_s": 0.02, "e2e_s": 2.0, "evals": {"task": True}},
+        "candidate": {"status": "timeout", "evals": {}},
+    }  # fmt: skip
+    cols = columns([record] * 300, POLICY, RolloutMode.SHADOW)
+    assert cols.failed[0].tolist() == [False, True]
+    assert np.isnan(cols.ttft[0, 1]) and cols.evals["task"][0, 0] == 0.0
+    assert np.isnan(cols.evals["task"][0, 1])  # not scored, but the failure fails it
+    stats = to_stats(cols, POLICY, np.array([300]))
+    task = stats.cells[("eval:task", ALL)]
+    assert isinstance(task, PairedCounts)
+    assert (float(task.n[0]), float(task.worse[0])) == (100.0, 100.0)  # after 200 warm-up
+    failures = stats.cells[(FAILURES, "chat")]
+    assert isinstance(failures, PairedCounts) and float(failures.worse[0]) == 100.0
+
+
+def test_control_pairs_feed_only_the_greedy_control_rate():
+    def pair(control: bool, match: bool) -> dict:
+        side = {"ttft_s": 0.2, "tpot_s": 0.02, "e2e_s": 2.0}
+        return {
+            "pair_id": "p", "created_at": 0, "is_control": control, "baseline": side,
+            "candidate": {**side, "evals": {"greedy_parity": match}, "draft_tokens": 10,
+                          "accepted_tokens": 7},
+        }  # fmt: skip
+
+    records = [pair(i % 4 == 0, i % 10 != 0) for i in range(1200)]
+    stats = to_stats(columns(records, POLICY, RolloutMode.SHADOW), POLICY, np.array([1200]))
+    greedy = stats.cells[(GREEDY, ALL)]
+    assert isinstance(greedy, TwoCounts)
+    assert float(greedy.baseline.n[0]) == 250 and float(greedy.candidate.n[0]) == 750
+    assert float(np.asarray(stats.n_pairs)[0]) == 750
+    acceptance = stats.cells[(ACCEPTANCE, ALL)]
+    assert isinstance(acceptance, MeanStats) and float(acceptance.n[0]) == 750
+
+
+def test_canary_records_have_one_side_and_use_unpaired_cells():
+    records = simulated(Scenario("canary", 6000, eval_drops=(0.10, 0.0)), seed=7)
+    for i, record in enumerate(records):
+        record["candidate" if i % 2 else "baseline"] = None
+    result = replay(records, POLICY, every=100, mode=RolloutMode.CANARY, candidate_share=0.5)
+    assert result.decision is Decision.KILL
+    assert "kill:eval:eval0:all" in result.verdict.reason_codes
+    paired_mode = replay(records, POLICY, every=100)  # shadow: half-empty pairs are dropped
+    assert paired_mode.decision is Decision.HOLD
+    assert paired_mode.verdict.reason_codes == ("hold:dropped_share",)
+
+
+def test_malformed_input_is_a_bad_request_naming_the_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"pair_id": "a", "created_at": 0}\nnot json\n')
+    with pytest.raises(BadRequest, match=r"bad.jsonl:2: not JSON"):
+        read_pairs(path)
+    with pytest.raises(BadRequest, match=r"pair 1: not a pair record"):
+        replay([{"pair_id": "a"}], POLICY)
+    with pytest.raises(BadRequest, match="pair 1: not a pair record"):
+        replay([{"created_at": 0, "baseline": {"status": "exploded"}}], POLICY)
+    with pytest.raises(BadRequest, match="no pairs"):
+        replay([], POLICY)

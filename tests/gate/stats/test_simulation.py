@@ -1,0 +1,111 @@
+"""Operating characteristics of the gate by seeded simulation (issue 6, "done when").
+
+Simulated pairs (see `gate.stats.simulate`): five segments drawn uniformly; per request a
+log-normal latency factor with sd 0.5 shared by both sides of the pair, and an
+independent per-call log-normal factor with sd 0.25; e2e = TTFT + TPOT x tokens; each
+call fails with probability 0.3%; two evaluators each with pass rate 0.85 and 5% of pairs
+discordant (half each way); candidate acceptance ~ Beta with segment means 0.5-0.8; one
+pair per second. Policy: the defaults, unchanged. 400 runs per scenario. Rates are printed
+with 95% Clopper-Pearson intervals (run pytest with -s to see the table).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gate.db.enums import RolloutMode
+from gate.stats.engine import Code
+from gate.stats.policy import Policy
+from gate.stats.simulate import Outcomes, Scenario, format_row, run_scenario
+
+RUNS = 400
+POLICY = Policy()
+
+
+def _run(scenario: Scenario, seed: int, kayenta_every: int | None = None) -> Outcomes:
+    out = run_scenario(scenario, POLICY, runs=RUNS, seed=seed, kayenta_every=kayenta_every)
+    print("\n" + format_row(out))
+    return out
+
+
+@pytest.fixture(scope="module")
+def aa() -> Outcomes:
+    # Candidate identical to baseline; the gate looks after every 10 pairs up to 20,000.
+    # The Kayenta-style judge looks every 100 pairs (200 looks) on the same draws.
+    return _run(Scenario("A/A", pairs=20_000, every=10), seed=101, kayenta_every=100)
+
+
+def test_aa_false_kills_and_promotions_within_budget(aa: Outcomes):
+    assert aa.rate(Code.KILL)[0] <= POLICY.alpha_kill
+    assert aa.rate(Code.PROMOTE)[0] <= POLICY.alpha_promote
+
+
+def test_kayenta_style_judge_inflates_false_verdicts_on_the_same_data(aa: Outcomes):
+    ours, ours_lo, ours_hi = aa.rate(Code.KILL)
+    for variant in ("paired", "split"):
+        rate, lo, hi = aa.kayenta_rate(variant)
+        print(
+            f"A/A false verdicts: specgate kill {ours:.4f} [{ours_lo:.4f}, {ours_hi:.4f}]"
+            f"  Kayenta MW@98% every 100 pairs ({variant}) {rate:.4f} [{lo:.4f}, {hi:.4f}]"
+        )
+    # On one route per request (its design) the repeated test fails most A/A canaries.
+    assert aa.kayenta_rate("split")[1] > 0.25
+    assert aa.kayenta_rate("split")[1] > ours_hi
+    # Even on pairs, where the shared request effect makes each look conservative.
+    assert aa.kayenta_rate("paired")[1] > POLICY.alpha_kill
+
+
+def test_true_20_percent_tpot_gain_is_promoted_within_3000_pairs():
+    out = _run(Scenario("TPOT -20%", pairs=3000, every=10, tpot_ratio=0.8), seed=102)
+    assert out.rate(Code.PROMOTE, within=3000)[0] >= 0.90
+    assert out.rate(Code.KILL)[0] <= POLICY.alpha_kill
+
+
+def test_gain_exactly_at_min_gain_is_rarely_promoted():
+    # The promotion null's boundary: TPOT -5% = min_gain; looks every 10 up to 6,000.
+    out = _run(Scenario("TPOT -5% (boundary)", pairs=6000, every=10, tpot_ratio=0.95), seed=103)
+    assert out.rate(Code.PROMOTE)[0] <= POLICY.alpha_promote
+
+
+def test_five_point_evaluator_drop_is_killed_within_3000_pairs():
+    out = _run(Scenario("eval -5 points", pairs=3000, every=10, eval_drops=(0.05, 0.0)), seed=104)
+    assert out.rate(Code.KILL, within=3000)[0] >= 0.90
+    assert out.count(Code.PROMOTE) == 0
+
+
+def test_three_point_evaluator_drop_is_killed_within_10000_pairs():
+    # Looks every 50 pairs here, to keep the suite fast; fewer looks only delay a kill.
+    drop = Scenario("eval -3 points", pairs=10_000, every=50, eval_drops=(0.0, 0.03))
+    out = _run(drop, seed=105)
+    assert out.rate(Code.KILL, within=10_000)[0] >= 0.90
+    assert out.count(Code.PROMOTE) == 0
+
+
+def test_tail_only_ttft_regression_is_killed_by_the_tail_guardrail():
+    # 3% of candidate requests get +2 s of TTFT; medians are unchanged. Looks every 50.
+    tail = Scenario("TTFT tail +2 s on 3%", pairs=10_000, every=50, tail_share=0.03)
+    out = _run(tail, seed=106)
+    assert out.rate(Code.KILL, within=10_000)[0] >= 0.90
+    tail_kills = sum(n for reason, n in out.kill_reasons.items() if "ttft_tail" in reason)
+    assert tail_kills >= 0.9 * out.count(Code.KILL)
+
+
+def test_acceptance_collapse_is_killed_by_the_detector():
+    # Acceptance falls to Beta(1, 9) after pair 1,500 of 3,000; everything else unchanged.
+    collapse = Scenario("acceptance collapse", pairs=3000, every=10, collapse_at=1500)
+    out = _run(collapse, seed=107)
+    assert out.rate(Code.KILL, within=3000)[0] >= 0.90
+    assert any(reason.startswith("collapse") for reason in out.kill_reasons)
+
+
+def test_canary_mode_unpaired_forms_keep_false_kills_low_and_catch_a_drop():
+    # Canary: each request reaches one route (candidate with probability 1/2), same
+    # distributions otherwise; looks every 50 pairs up to 6,000 (to keep the suite fast).
+    aa = _run(Scenario("canary A/A", pairs=6000, every=50, mode=RolloutMode.CANARY), seed=108)
+    assert aa.rate(Code.KILL)[0] <= POLICY.alpha_kill
+    assert aa.count(Code.HOLD) <= 0.01 * RUNS  # an unlucky split is not an imbalance
+    drop = Scenario(
+        "canary eval -10 points", pairs=6000, every=50, eval_drops=(0.10, 0.0),
+        mode=RolloutMode.CANARY,
+    )  # fmt: skip
+    assert _run(drop, seed=109).rate(Code.KILL, within=6000)[0] >= 0.90
