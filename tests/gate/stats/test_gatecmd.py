@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gate.cli.gatecmd import app
-from gate.errors import ConfigError
+from gate.errors import BadRequest, ConfigError
 from gate.stats.policy import Policy
 from gate.stats.simulate import Scenario, draw_pairs, to_records
 
@@ -47,11 +47,11 @@ def test_replay_table_and_policy_file(drop_pairs, tmp_path):
     assert "continue at pair 3,000 (no decision; last look" in result.output
 
 
-def test_bad_policy_is_a_config_error(drop_pairs, tmp_path):
+def test_bad_policy_is_a_clear_error(drop_pairs, tmp_path):
     policy = tmp_path / "policy.yaml"
     policy.write_text("alpha_kill: 2\n")
     result = runner.invoke(app, ["replay", "--pairs", str(drop_pairs), "--policy", str(policy)])
-    assert isinstance(result.exception, ConfigError)
+    assert isinstance(result.exception, BadRequest) and "alpha_kill" in str(result.exception)
     missing = runner.invoke(app, ["replay", "--pairs", str(drop_pairs), "--policy", "/nope.yaml"])
     assert isinstance(missing.exception, ConfigError)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gate.errors import ConfigError
+from gate.errors import BadRequest
 from gate.stats.policy import DEFAULT_POLICY_YAML, Policy, load_policy
 
 
@@ -41,8 +41,8 @@ def test_partial_yaml_overrides_only_what_it_names():
         "no_such_field: 1",
     ],
 )
-def test_invalid_policies_are_config_errors(text):
-    with pytest.raises(ConfigError, match="invalid gate policy"):
+def test_invalid_policies_are_bad_requests(text):
+    with pytest.raises(BadRequest, match="invalid gate policy"):
         load_policy(text)
 
 
