@@ -5,11 +5,12 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gate.db.base import utcnow
 from gate.db.enums import Cohort, GenerationStatus, RolloutMode, RouteRole
-from gate.db.models import Generation, Pair, Rollout
+from gate.db.models import Evaluation, Generation, Pair, Rollout
 from gate.rollouts import service
 from gate.rollouts.schemas import RolloutIn, RouteIn
 
@@ -77,3 +78,83 @@ def generation(
     session.add(row)
     session.flush()
     return row
+
+
+def seed_pairs(
+    session: Session,
+    rollout_id: int,
+    count: int,
+    *,
+    seed: int = 0,
+    tpot_ratio: float = 1.0,
+    candidate_pass: float = 0.85,
+    baseline_pass: float = 0.85,
+    segment: str = "chat",
+    stage: int = 0,
+) -> None:
+    """Insert `count` complete pairs with realistic latency noise (log-sd 0.5 shared within
+    a pair) and one evaluator ('task'), in bulk."""
+    import numpy as np
+    from sqlalchemy import insert
+
+    rng = np.random.default_rng(seed)
+    start = utcnow() - timedelta(hours=2)
+    pairs, generations, evaluations = [], [], []
+    next_id = (session.scalar(select(func.max(Generation.id))) or 0) + 1
+    for i in range(count):
+        pair_id = uuid.uuid4()
+        created = start + timedelta(seconds=i)
+        pairs.append(
+            {
+                "id": pair_id,
+                "rollout_id": rollout_id,
+                "stage": stage,
+                "state": "complete",
+                "is_control": False,
+                "segment": segment,
+                "created_at": created,
+                "deadline": created + timedelta(minutes=5),
+            }
+        )
+        shared = float(np.exp(rng.normal(0, 0.5)))
+        quality = rng.random()
+        for cohort, ratio, pass_rate in (
+            ("baseline", 1.0, baseline_pass),
+            ("candidate", tpot_ratio, candidate_pass),
+        ):
+            tpot = 0.02 * shared * ratio * float(np.exp(rng.normal(0, 0.1)))
+            generations.append(
+                {
+                    "id": next_id,
+                    "rollout_id": rollout_id,
+                    "pair_id": pair_id,
+                    "cohort": cohort,
+                    "segment": segment,
+                    "status": "ok",
+                    "ttft_s": 0.1 * shared,
+                    "tpot_s": tpot,
+                    "e2e_s": 0.1 + 64 * tpot,
+                    "spec_draft_tokens": 40 if cohort == "candidate" else 0,
+                    "spec_accepted_tokens": 30 if cohort == "candidate" else 0,
+                    "started_at": created,
+                    "stream": True,
+                    "trace_id": uuid.uuid4().hex,
+                    "span_id": uuid.uuid4().hex[:16],
+                }
+            )
+            evaluations.append(
+                {
+                    "generation_id": next_id,
+                    "evaluator": "task",
+                    "version": "1",
+                    "score": None,
+                    "passed": bool(quality < pass_rate),
+                    "details": {},
+                    "created_at": created,
+                }
+            )
+            next_id += 1
+    session.execute(insert(Pair), pairs)
+    session.execute(insert(Generation), generations)
+    session.execute(insert(Evaluation), evaluations)
+    session.flush()

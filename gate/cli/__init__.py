@@ -6,7 +6,19 @@ import sys
 
 import typer
 
-from gate.cli import collect, db, engine, keys, pending, rollout, serve, status, worker
+from gate.cli import (
+    collect,
+    db,
+    engine,
+    gatecheck,
+    gatecmd,
+    keys,
+    pending,
+    rollout,
+    serve,
+    status,
+    worker,
+)
 from gate.errors import GateError
 
 app = typer.Typer(
@@ -27,6 +39,9 @@ app.command("status")(status.status)
 app.command("serve")(serve.serve)
 app.command("engine")(engine.engine)
 app.command("collect")(collect.collect)
+gatecmd.app.command("check")(gatecheck.check)
+app.add_typer(gatecmd.app, name="gate")
+app.add_typer(gatecheck.pairs_app, name="pairs")
 pending.register(app)
 
 

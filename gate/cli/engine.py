@@ -34,8 +34,12 @@ def engine(
     num_speculative_tokens: Annotated[
         int, typer.Option(help="Draft tokens per step (smollm2 with ngram: default 10).")
     ] = 0,
-    prompt_lookup_min: Annotated[int, typer.Option(help="smollm2 ngram: smallest n.")] = 3,
-    prompt_lookup_max: Annotated[int, typer.Option(help="smollm2 ngram: largest n.")] = 3,
+    prompt_lookup_min: Annotated[
+        int, typer.Option(help="smollm2 ngram: smallest n (transformers; llama.cpp uses max).")
+    ] = 3,
+    prompt_lookup_max: Annotated[
+        int, typer.Option(help="smollm2 ngram: largest n (llama.cpp: ngram_simple size_n).")
+    ] = 3,
     threads: Annotated[int, typer.Option(help="smollm2: CPU threads.")] = 1,
     cpus: Annotated[
         str, typer.Option(help="Pin the process to these CPUs, e.g. '0' or '0,1'.")

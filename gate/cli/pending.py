@@ -10,8 +10,6 @@ import typer
 # command -> (what it will do, the capability it arrives with)
 NOT_BUILT: dict[str, tuple[str, str]] = {
     "demo": ("Run the whole loop on local engines and print a verdict.", "local engines and demo"),
-    "gate": ("Check, replay and simulate the statistical gate.", "statistical gate"),
-    "pairs": ("Export recorded pairs as JSONL.", "statistical gate"),
     "report": ("Write the weekly regression report.", "dashboards and report"),
 }
 

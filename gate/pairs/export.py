@@ -1,0 +1,91 @@
+"""Recorded pairs as records of the replay JSONL schema (see `gate.stats.replay`)."""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from sqlalchemy import select, tuple_
+from sqlalchemy.orm import Session
+
+from gate.db.enums import Cohort, PairState
+from gate.db.models import Evaluation, Feedback, Generation, Pair
+
+CHUNK = 5000
+_SIDES = {Cohort.BASELINE: "baseline", Cohort.CANDIDATE: "candidate", Cohort.CONTROL: "candidate"}
+_CLOSED = (PairState.COMPLETE, PairState.DROPPED)
+
+
+def pair_records(
+    session: Session, *, rollout_id: int, stage: int | None = None
+) -> Iterator[dict[str, Any]]:
+    """Yield the rollout's closed pairs, oldest first, as replay records."""
+    after: tuple[Any, uuid.UUID] | None = None
+    while True:
+        statement = (
+            select(Pair)
+            .where(Pair.rollout_id == rollout_id, Pair.state.in_(_CLOSED))
+            .order_by(Pair.created_at, Pair.id)
+            .limit(CHUNK)
+        )
+        if stage is not None:
+            statement = statement.where(Pair.stage == stage)
+        if after is not None:
+            statement = statement.where(tuple_(Pair.created_at, Pair.id) > after)
+        pairs = list(session.scalars(statement))
+        if not pairs:
+            return
+        yield from _records(session, pairs)
+        after = (pairs[-1].created_at, pairs[-1].id)
+
+
+def _records(session: Session, pairs: Sequence[Pair]) -> Iterator[dict[str, Any]]:
+    generations = list(
+        session.scalars(select(Generation).where(Generation.pair_id.in_([p.id for p in pairs])))
+    )
+    ids = [g.id for g in generations]
+    evals: dict[int, dict[str, bool]] = defaultdict(dict)
+    for generation_id, name, passed in session.execute(
+        select(Evaluation.generation_id, Evaluation.evaluator, Evaluation.passed).where(
+            Evaluation.generation_id.in_(ids)
+        )
+    ):
+        # Several versions of one evaluator: it passes only if all of them passed.
+        evals[generation_id][name] = evals[generation_id].get(name, True) and passed
+    feedback: dict[int, int] = {}
+    for rated, thumbs in session.execute(
+        select(Feedback.generation_id, Feedback.thumbs)
+        .where(Feedback.generation_id.in_(ids), Feedback.thumbs.is_not(None))
+        .order_by(Feedback.id)
+    ):
+        if rated is not None and thumbs is not None:
+            feedback[rated] = thumbs  # the latest rating wins
+    sides: dict[uuid.UUID, dict[str, Any]] = defaultdict(dict)
+    for g in generations:
+        assert g.pair_id is not None
+        sides[g.pair_id][_SIDES[g.cohort]] = _side(g, evals.get(g.id, {}), feedback.get(g.id))
+    for pair in pairs:
+        found = sides.get(pair.id, {})
+        yield {
+            "pair_id": str(pair.id),
+            "segment": pair.segment,
+            "created_at": pair.created_at.isoformat(),
+            "is_control": pair.is_control,
+            "baseline": found.get("baseline"),
+            "candidate": found.get("candidate"),
+        }
+
+
+def _side(g: Generation, evals: dict[str, bool], thumbs: int | None) -> dict[str, Any]:
+    return {
+        "ttft_s": g.ttft_s,
+        "tpot_s": g.tpot_s,
+        "e2e_s": g.e2e_s,
+        "status": g.status.value,
+        "evals": evals,
+        "draft_tokens": g.spec_draft_tokens or 0,
+        "accepted_tokens": g.spec_accepted_tokens or 0,
+        "feedback": thumbs,
+    }

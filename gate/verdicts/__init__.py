@@ -1,0 +1,1 @@
+"""Running the gate: verdicts stored, and acted on through the routing service."""

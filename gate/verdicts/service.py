@@ -1,0 +1,102 @@
+"""Compute, store and apply a rollout's verdict. The caller owns the transaction.
+
+Each run is one look at the stage's closed pairs. The gate's intervals are anytime-valid,
+so looking at every run (every minute, every dashboard reload, every `gate check`) does
+not inflate its error rates. Postgres shadow rollouts are summarised in SQL; SQLite and
+canary rollouts go through the same pair records that `specgate pairs export` writes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gate.audit import GATE_ACTOR
+from gate.db.enums import Decision, PairState, RolloutMode, RolloutState
+from gate.db.models import Pair, Rollout, Verdict
+from gate.pairs.export import pair_records
+from gate.rollouts import service as rollouts
+from gate.rollouts.states import Action
+from gate.routing import service as routing
+from gate.routing.pubsub import Publisher
+from gate.stats import sql
+from gate.stats.policy import Policy, load_policy
+from gate.stats.replay import replay
+from gate.stats.verdict import VerdictResult, decide
+
+log = logging.getLogger(__name__)
+NO_PAIRS = VerdictResult(
+    decision=Decision.CONTINUE,
+    reason_codes=("no_pairs",),
+    summary="continue: no closed pairs in this stage yet",
+    cells=(),
+    n_pairs=0,
+)
+# What the gate does to a running rollout on its own, per decision.
+AUTOMATIC = {Decision.KILL: Action.KILL, Decision.HOLD: Action.HOLD}
+
+
+def compute(session: Session, *, rollout: Rollout, policy: Policy) -> VerdictResult:
+    """Return the verdict on the rollout's current stage."""
+    if not _has_closed_pairs(session, rollout):
+        return NO_PAIRS
+    if session.get_bind().dialect.name == "postgresql" and rollout.mode is RolloutMode.SHADOW:
+        stats = sql.load_stats(session, rollout_id=rollout.id, stage=rollout.stage, policy=policy)
+        return decide(policy, stats)
+    records = list(pair_records(session, rollout_id=rollout.id, stage=rollout.stage))
+    return replay(records, policy, every=len(records), mode=rollout.mode).verdict
+
+
+def run_gate(session: Session, *, rollout_id: int, publisher: Publisher | None) -> Verdict:
+    """Judge a running rollout, store the verdict, and kill or hold it when the policy says."""
+    rollout = rollouts.get_rollout(session, rollout_id=rollout_id)
+    policy = load_policy(rollout.policy)
+    result = compute(session, rollout=rollout, policy=policy)
+    verdict = Verdict(
+        rollout_id=rollout.id,
+        stage=rollout.stage,
+        decision=result.decision,
+        reason_codes=list(result.reason_codes),
+        summary=result.summary,
+        estimates=result.estimates(),
+        n_pairs=result.n_pairs,
+    )
+    session.add(verdict)
+    session.flush()
+    action = AUTOMATIC.get(result.decision)
+    if action is not None and rollout.state is RolloutState.RUNNING and _allowed(policy, action):
+        routing.change_state(
+            session,
+            rollout_id=rollout.id,
+            action=action,
+            actor=GATE_ACTOR,
+            reason=result.summary,
+            publisher=publisher,
+        )
+        log.warning(
+            "gate_acted rollout=%d action=%s reasons=%s",
+            rollout.id,
+            action.value,
+            ",".join(result.reason_codes),
+        )
+    return verdict
+
+
+def running_rollouts(session: Session) -> Sequence[int]:
+    """Return the ids of the rollouts the periodic gate judges."""
+    return session.scalars(select(Rollout.id).where(Rollout.state == RolloutState.RUNNING)).all()
+
+
+def _has_closed_pairs(session: Session, rollout: Rollout) -> bool:
+    closed = (PairState.COMPLETE, PairState.DROPPED)
+    statement = select(Pair.id).where(
+        Pair.rollout_id == rollout.id, Pair.stage == rollout.stage, Pair.state.in_(closed)
+    )
+    return session.scalar(statement.limit(1)) is not None
+
+
+def _allowed(policy: Policy, action: Action) -> bool:
+    return policy.auto_kill if action is Action.KILL else True

@@ -1,0 +1,83 @@
+"""The gate on stored pairs: it kills a planted regression on its own, promotes a real gain."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import select
+
+from gate.db.enums import Decision, RolloutState
+from gate.db.models import AuditEvent
+from gate.rollouts import service
+from gate.rollouts.states import Action
+from gate.routing.pubsub import RoutingChange
+from gate.verdicts.service import run_gate
+from tests import factories
+
+# Small but honest: one segment, short warm-up, no minimum duration.
+POLICY = {
+    "segments": ["chat"],
+    "warmup_pairs": 50,
+    "min_pairs": 300,
+    "min_duration_s": 0,
+    "stages": [100],
+}
+
+
+class Recorder:
+    def __init__(self):
+        self.changes: list[RoutingChange] = []
+
+    def publish(self, change: RoutingChange) -> None:
+        self.changes.append(change)
+
+
+def running(session, **kw):
+    rollout = factories.rollout(session, policy=POLICY, **kw)
+    service.transition(session, rollout_id=rollout.id, action=Action.START, actor="t", reason="t")
+    return rollout
+
+
+@pytest.fixture(params=["postgres", "sqlite"])
+def db(request):
+    name = "pg_session" if request.param == "postgres" else "sqlite_session"
+    if request.param == "postgres":
+        request.applymarker(pytest.mark.postgres)
+    return request.getfixturevalue(name)
+
+
+def test_a_planted_quality_drop_is_killed_by_the_gate(db):
+    rollout = running(db)
+    # Candidate fails the evaluator 25 points more often than the baseline.
+    factories.seed_pairs(db, rollout.id, 600, candidate_pass=0.60, baseline_pass=0.85)
+    bus = Recorder()
+    verdict = run_gate(db, rollout_id=rollout.id, publisher=bus)
+    assert verdict.decision is Decision.KILL, verdict.summary
+    assert any("task" in code for code in verdict.reason_codes), verdict.reason_codes
+    assert verdict.n_pairs > 0 and verdict.estimates
+    db.expire_all()
+    assert service.get_rollout(db, rollout_id=rollout.id).state is RolloutState.KILLED
+    event = db.scalars(select(AuditEvent).where(AuditEvent.action == "kill")).one()
+    assert event.actor == "gate" and event.reason == verdict.summary
+
+
+def test_a_real_speedup_with_equal_quality_is_promoted(db):
+    rollout = running(db)
+    factories.seed_pairs(db, rollout.id, 1500, tpot_ratio=0.6)
+    verdict = run_gate(db, rollout_id=rollout.id, publisher=None)
+    assert verdict.decision is Decision.PROMOTE, verdict.summary
+    db.expire_all()
+    # Promotion is the pipeline's or the operator's act, not the gate's.
+    assert service.get_rollout(db, rollout_id=rollout.id).state is RolloutState.RUNNING
+
+
+def test_no_difference_is_not_promoted(db):
+    rollout = running(db)
+    factories.seed_pairs(db, rollout.id, 1500, tpot_ratio=1.0)
+    verdict = run_gate(db, rollout_id=rollout.id, publisher=None)
+    assert verdict.decision is Decision.CONTINUE, verdict.summary
+
+
+def test_no_pairs_yet_is_continue(db):
+    rollout = running(db)
+    verdict = run_gate(db, rollout_id=rollout.id, publisher=None)
+    assert verdict.decision is Decision.CONTINUE and verdict.n_pairs == 0
