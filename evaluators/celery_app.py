@@ -40,7 +40,7 @@ def make_celery(settings: Settings, *, visibility_timeout_s: float = 3600.0) -> 
     """Build the app; without a Redis URL tasks run eagerly in the calling process."""
     _Runtime.settings = settings
     sessions.cache_clear()
-    app = Celery("specgate", include=["evaluators.tasks"], set_as_current=True)
+    app = Celery("specgate", include=["evaluators.tasks", "gate.tasks"], set_as_current=True)
     app.conf.update(
         task_acks_late=True,
         task_reject_on_worker_lost=True,
@@ -52,6 +52,7 @@ def make_celery(settings: Settings, *, visibility_timeout_s: float = 3600.0) -> 
         accept_content=["json"],
         task_default_queue=QUEUE,
         broker_connection_retry_on_startup=True,
+        beat_schedule=beat_schedule(settings),
     )
     if settings.redis_url:
         # A message whose worker died comes back once the timeout passes; sweep for
@@ -67,16 +68,35 @@ def make_celery(settings: Settings, *, visibility_timeout_s: float = 3600.0) -> 
         app.conf.update(broker_url="memory://", task_always_eager=True, task_eager_propagates=True)
     # Registers the shared tasks now, so eager callers find them before any worker starts.
     import evaluators.tasks  # noqa: F401
+    import gate.tasks  # noqa: F401
 
     return app
+
+
+def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
+    """The periodic tasks `specgate worker --beat` sends (names from `gate.tasks`)."""
+    every = {
+        "specgate.gate_all": settings.gate_interval_s,
+        "specgate.sweep_pairs": settings.pair_sweep_interval_s,
+        "specgate.scrape": settings.scrape_interval_s,
+    }
+    return {
+        name: {"task": name, "schedule": seconds, "options": {"queue": QUEUE}}
+        for name, seconds in every.items()
+    }
+
+
+def runtime_settings() -> Settings:
+    """Return the settings this process's app was built with."""
+    if _Runtime.settings is None:
+        raise RuntimeError("make_celery() was not called in this process")
+    return _Runtime.settings
 
 
 @cache
 def sessions() -> sessionmaker[Session]:
     """Return this process's session factory (built on first use, after any fork)."""
-    if _Runtime.settings is None:
-        raise RuntimeError("make_celery() was not called in this process")
-    return session_factory(engine_from_settings(_Runtime.settings))
+    return session_factory(engine_from_settings(runtime_settings()))
 
 
 def specgate_task(name: str) -> Callable[[Callable[..., Any]], Any]:

@@ -48,6 +48,12 @@ class Settings(BaseSettings):
     pair_deadline_s: float = Field(300.0, gt=0)
     canary_first_byte_timeout_s: float = Field(10.0, gt=0)
 
+    # Periodic work (Celery beat with Redis, a background thread in the embedded default).
+    gate_interval_s: float = Field(60.0, gt=0)
+    pair_sweep_interval_s: float = Field(30.0, gt=0)
+    scrape_interval_s: float = Field(15.0, gt=0)
+    purge_interval_s: float = Field(3600.0, gt=0)
+
     @field_validator("database_url")
     @classmethod
     def _strip(cls, value: str) -> str:

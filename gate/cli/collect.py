@@ -9,9 +9,10 @@ import uvicorn
 
 from collectors.app import create_app
 from collectors.settings import load_collector_settings
-from gate.cli.common import DatabaseOption, settings_with
+from gate.cli.common import DatabaseOption, publisher, settings_with
 from gate.db.engine import engine_from_settings, session_factory
 from gate.pairs.runner import PairLifecycle, evaluation_queue
+from gate.periodic import start_without_broker
 
 
 def collect(
@@ -34,13 +35,14 @@ def collect(
     # else run in this process.
     sessions = session_factory(engine_from_settings(settings))
     pairs = PairLifecycle(sessions, evaluation_queue(settings, sessions))
+    stop_periodic = start_without_broker(settings, sessions, publisher(settings))
     app = create_app(settings, load_collector_settings(**overrides), on_landed=pairs.on_landed)
     typer.echo(f"specgate collect: listening on http://{host}:{port}/v1/traces")
-    pairs.start()
     try:
         # No access log: OTLP senders post every few seconds and would drown the events.
         uvicorn.run(
             app, host=host, port=port, log_level=settings.log_level.lower(), access_log=False
         )
     finally:
-        pairs.stop()
+        if stop_periodic is not None:
+            stop_periodic()

@@ -22,6 +22,9 @@ def worker(
         typer.Option(help="Seconds before a message whose worker died is delivered again."),
     ] = 3600.0,
     hostname: Annotated[str | None, typer.Option(help="Worker node name.")] = None,
+    beat: Annotated[
+        bool, typer.Option(help="Also run the beat: gate, pair sweeps, scrapes (one per site).")
+    ] = False,
     database_url: DatabaseOption = None,
 ) -> None:
     """Run Celery evaluator workers (needs SPECGATE_REDIS_URL)."""
@@ -42,6 +45,7 @@ def worker(
         "--pool=prefork",
         "--without-gossip",
         "--without-mingle",
+        *(["--beat", f"--schedule={settings.home / 'celerybeat-schedule'}"] if beat else []),
     ]
     celery.worker_main([*argv, f"--hostname={hostname}"] if hostname else argv)
 

@@ -20,6 +20,9 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from gate.engines.metrics import CONTENT_TYPE, EngineMetrics, Finished
+from gate.engines.spec import SpecStats
+
 Failure = Literal["none", "status500", "hang", "garbage", "broken_stream"]
 
 
@@ -49,6 +52,7 @@ class SimLog:
 def create_sim_app(profile: SimProfile, log: SimLog | None = None) -> Starlette:
     """Build the synthetic engine's ASGI app."""
     seen = log if log is not None else SimLog()
+    metrics = EngineMetrics(profile.model, spec_tokens=max(0, profile.spec_tokens), backend="sim")
 
     async def completion(request: Request) -> Response:
         chat = request.url.path.endswith("/chat/completions")
@@ -60,7 +64,10 @@ def create_sim_app(profile: SimProfile, log: SimLog | None = None) -> Starlette:
             return _error(400, "'messages' is required")
         seen.bodies.append(body)
         seen.headers.append(dict(request.headers))
-        return await _answer(profile, seen, body, chat=chat)
+        response = await _answer(profile, seen, body, chat=chat)
+        if response.status_code == 200 and profile.failure == "none":
+            metrics.observe(_modelled(profile, body))
+        return response
 
     async def models(_request: Request) -> Response:
         data = [{"id": profile.model, "object": "model", "created": 0, "owned_by": "sim"}]
@@ -73,6 +80,7 @@ def create_sim_app(profile: SimProfile, log: SimLog | None = None) -> Starlette:
             Route("/v1/chat/completions", completion, methods=["POST"]),
             Route("/v1/completions", completion, methods=["POST"]),
             Route("/v1/models", models),
+            Route("/metrics", lambda _r: Response(metrics.render(), media_type=CONTENT_TYPE)),
         ]
     )
 
@@ -126,6 +134,21 @@ def _spec(profile: SimProfile, tokens: int) -> dict[str, Any] | None:
         "draft_acceptance_rate": accepted / (steps * k),
         "mean_acceptance_length": 1 + accepted / steps,
     }
+
+
+def _modelled(profile: SimProfile, body: dict[str, Any]) -> Finished:
+    """What the engine's /metrics count for one answer: its modelled timings and drafts."""
+    words = _words(body, _max_tokens(body, profile.tokens))
+    spec, stats = _spec(profile, len(words)), None
+    if spec:
+        stats = SpecStats(profile.spec_tokens)
+        steps, accepted = spec["num_spec_steps"], spec["num_accepted_draft_tokens"]
+        for step in range(steps):  # spread the accepted drafts evenly over the steps
+            stats.observe(profile.spec_tokens, accepted // steps + (step < accepted % steps))
+    e2e = profile.ttft_s + profile.token_interval_s * max(0, len(words) - 1)
+    usage = _usage(body, words)
+    finish = "length" if words else "stop"
+    return Finished(finish, usage["prompt_tokens"], len(words), e2e, 0.0, profile.ttft_s, stats)
 
 
 def _usage(body: dict[str, Any], words: list[str]) -> dict[str, int]:

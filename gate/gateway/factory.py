@@ -34,13 +34,15 @@ def tracer_provider(settings: Settings, exporter: SpanExporter | None = None) ->
 
 
 def embedded_export(
-    settings: Settings, sessions: sessionmaker[Session]
+    settings: Settings, sessions: sessionmaker[Session], publisher: Publisher
 ) -> tuple[SpanExporter, list[Callable[[], None]]]:
     """The embedded default: spans go straight to an in-process writer into the store,
-    whose landed generations complete pairs and queue their evaluations."""
+    whose landed generations complete pairs and queue their evaluations; without a broker,
+    the periodic jobs (gate, sweeps, scrapes) run in this process too."""
     from collectors.pipeline import open_pipeline
     from collectors.settings import load_collector_settings
     from gate.pairs.runner import InProcessEvaluations, PairLifecycle, evaluation_queue
+    from gate.periodic import start_without_broker
 
     enqueue = evaluation_queue(settings, sessions)
     pairs = PairLifecycle(sessions, enqueue)
@@ -50,8 +52,10 @@ def embedded_export(
         registry=CollectorRegistry(),
         on_landed=pairs.on_landed,
     )
-    pairs.start()
-    closers: list[Callable[[], None]] = [pipeline.close, pairs.stop]
+    closers: list[Callable[[], None]] = [pipeline.close]
+    stop_periodic = start_without_broker(settings, sessions, publisher)
+    if stop_periodic is not None:
+        closers.insert(0, stop_periodic)
     if isinstance(enqueue, InProcessEvaluations):
         closers.append(enqueue.drain)
     return pipeline.exporter(), closers
@@ -82,7 +86,7 @@ def build_gateway_app(
     )
     closers: list[Callable[[], None]] = []
     if exporter is None and not settings.otlp_endpoint:
-        exporter, closers = embedded_export(settings, factory)
+        exporter, closers = embedded_export(settings, factory, publisher)
     return create_gateway_app(
         settings,
         routing=routing,

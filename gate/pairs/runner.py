@@ -1,5 +1,7 @@
 """Drive the pair life cycle in a running process: landed spans in, evaluations out.
 
+Deadline sweeps are periodic work (`gate.periodic`).
+
 The collectors call `on_landed` after each committed batch. Completed pairs are handed to
 Celery over Redis when configured; in the embedded default they are evaluated by one
 background thread of this process, so the span writer never waits on an evaluator.
@@ -8,7 +10,6 @@ background thread of this process, so the span writer never waits on an evaluato
 from __future__ import annotations
 
 import logging
-import threading
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -16,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from sqlalchemy.orm import Session, sessionmaker
 
 from gate.db.engine import transaction
-from gate.pairs.service import Enqueue, complete_ready, sweep_deadlines
+from gate.pairs.service import Enqueue, complete_ready
 from gate.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -58,19 +59,14 @@ def evaluation_queue(settings: Settings, sessions: sessionmaker[Session]) -> Enq
 
 
 class PairLifecycle:
-    """Complete pairs as their generations land; drop those past their deadline."""
+    """Complete pairs as their generations land (the collectors' `on_landed`)."""
 
-    def __init__(
-        self, sessions: sessionmaker[Session], enqueue: Enqueue, *, sweep_every_s: float = 5.0
-    ) -> None:
+    def __init__(self, sessions: sessionmaker[Session], enqueue: Enqueue) -> None:
         self._sessions = sessions
         self._enqueue = enqueue
-        self._sweep_every_s = sweep_every_s
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def on_landed(self, generation_ids: list[int], pair_ids: list[uuid.UUID]) -> None:
-        """The collectors' callback: complete what is ready, then enqueue after commit."""
+        """Complete what is ready, then enqueue its evaluation after commit."""
         if not pair_ids:
             return
         try:
@@ -78,29 +74,3 @@ class PairLifecycle:
                 complete_ready(session, pair_ids=pair_ids, enqueue=self._enqueue)
         except Exception:  # the writer's batch is already stored; the sweep catches up
             log.exception("pair_completion_failed pairs=%d", len(pair_ids))
-
-    def sweep(self) -> int:
-        """Drop pairs past their deadline; return how many."""
-        with transaction(self._sessions) as session:
-            return sweep_deadlines(session)
-
-    def start(self) -> None:
-        """Sweep deadlines periodically in a background thread."""
-        self._thread = threading.Thread(target=self._loop, name="specgate-pairs", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop the sweeper."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self._sweep_every_s):
-            try:
-                dropped = self.sweep()
-            except Exception:
-                log.exception("pair_sweep_failed")
-                continue
-            if dropped:
-                log.info("pairs_dropped_at_deadline count=%d", dropped)

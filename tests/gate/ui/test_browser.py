@@ -149,6 +149,7 @@ def test_operator_sees_charts_and_kills_a_rollout(page, served):
     expect(page.locator("#kill-dialog")).to_be_visible()
     expect(page.locator("#kill-title")).to_have_text("Kill rollout ngram-live?")
     page.fill("#kill-reason", "TTFT p99 regression seen on the dashboard")
+    page.screenshot(path=str(SCREENSHOT.with_name(SCREENSHOT.stem + "-kill.png")))
     page.click("#kill-confirm")
     expect(page.locator("#kill-dialog")).to_be_hidden()
     expect(row.locator(".badge.state")).to_have_text("killed")

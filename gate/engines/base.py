@@ -1,0 +1,147 @@
+"""What every local backend takes and returns: a parsed request in, deltas and an outcome out."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gate.engines.spec import NgramConfig, SpecStats
+from gate.errors import BadRequest
+
+# A streamed delta ({"content": str} or {"tool_calls": [...]}); False means the client left.
+Emit = Callable[[dict[str, Any]], bool]
+FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
+
+
+@dataclass(frozen=True)
+class GenRequest:
+    """The generation settings of one OpenAI request, validated."""
+
+    chat: bool
+    messages: list[dict[str, Any]]
+    prompt: str
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    stream: bool = False
+    include_usage: bool = False
+    response_format: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+
+    @property
+    def greedy(self) -> bool:
+        """Return whether decoding is argmax (temperature 0)."""
+        return self.temperature <= 0.0
+
+
+@dataclass
+class Outcome:
+    """How one generation ended, with what the usage and metrics blocks need."""
+
+    text: str = ""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    finish_reason: str = "stop"
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    spec: SpecStats | None = None
+
+
+class Backend(Protocol):
+    """A model that generates for one request at a time."""
+
+    name: str
+    spec: NgramConfig | None
+
+    def generate(self, request: GenRequest, emit: Emit) -> Outcome:
+        """Generate, calling `emit` with each delta; stop early when it returns False."""
+        ...
+
+
+def parse_request(body: dict[str, Any], *, chat: bool, default_max_tokens: int) -> GenRequest:
+    """Validate an OpenAI chat or text completion body; BadRequest says what is wrong."""
+    messages = body.get("messages")
+    prompt = body.get("prompt", "")
+    if chat and (not isinstance(messages, list) or not messages):
+        raise BadRequest("'messages' must be a non-empty list")
+    if not chat and not isinstance(prompt, str):
+        raise BadRequest("'prompt' must be a string (token lists and batches are not supported)")
+    if body.get("n", 1) != 1:
+        raise BadRequest("only n=1 is supported")
+    options = body.get("stream_options")
+    return GenRequest(
+        chat=chat,
+        messages=[_message(m) for m in messages] if chat and isinstance(messages, list) else [],
+        prompt=prompt if isinstance(prompt, str) else "",
+        max_tokens=_max_tokens(body, default_max_tokens),
+        temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
+        top_p=_number(body, "top_p", 1.0, 1e-6, 1.0),
+        seed=_seed(body.get("seed")),
+        stop=_stop(body.get("stop")),
+        stream=bool(body.get("stream")),
+        include_usage=isinstance(options, dict) and bool(options.get("include_usage")),
+        response_format=_object(body, "response_format"),
+        tools=_tools(body.get("tools")),
+    )
+
+
+def _message(raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, dict) or not isinstance(raw.get("role"), str):
+        raise BadRequest("each message must be an object with a 'role'")
+    content = raw.get("content")
+    if isinstance(content, list):  # OpenAI content parts: keep the text ones
+        content = "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return {**raw, "content": content if isinstance(content, str) else ""}
+
+
+def _max_tokens(body: dict[str, Any], default: int) -> int:
+    value = body.get("max_completion_tokens", body.get("max_tokens"))
+    if value is None:
+        return default
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise BadRequest("'max_tokens' must be a positive integer")
+    return value
+
+
+def _number(body: dict[str, Any], key: str, default: float, low: float, high: float) -> float:
+    value = body.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, int | float) or isinstance(value, bool) or not low <= value <= high:
+        raise BadRequest(f"'{key}' must be a number in [{low:g}, {high:g}]")
+    return float(value)
+
+
+def _seed(value: Any) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise BadRequest("'seed' must be an integer")
+    return value % 2**32
+
+
+def _stop(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(s, str) and s for s in value):
+        raise BadRequest("'stop' must be a string or a list of non-empty strings")
+    return tuple(value[:4])
+
+
+def _object(body: dict[str, Any], key: str) -> dict[str, Any] | None:
+    value = body.get(key)
+    if value is not None and not isinstance(value, dict):
+        raise BadRequest(f"'{key}' must be an object")
+    return value
+
+
+def _tools(value: Any) -> list[dict[str, Any]] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
+        raise BadRequest("'tools' must be a list of objects")
+    return value or None

@@ -1,0 +1,174 @@
+"""The transformers backend: the exact reference, in fp32 on CPU.
+
+The GGUF is dequantised into a Hugging Face Llama model, and decoding is written out by
+hand (`gate.engines.decode`) so the plain and the speculative runs differ only by the draft:
+their greedy outputs are the same token for token. Structured output (`response_format`) is
+not enforced here; llama.cpp's grammar does that on the default backend.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+from gate.engines.base import Emit, GenRequest, Outcome
+from gate.engines.decode import Sampler, decode_steps
+from gate.engines.model import TRANSFORMERS_INSTALL, require
+from gate.engines.ngram import NgramDrafter
+from gate.engines.spec import NgramConfig, SpecStats
+from gate.errors import BadRequest
+
+
+class TransformersBackend:
+    """SmolLM2 through transformers and torch (CPU, fp32)."""
+
+    name = "transformers"
+
+    def __init__(self, gguf: Path, *, spec: NgramConfig | None, threads: int = 1) -> None:
+        # Everything comes from the local GGUF; never reach for a model hub.
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        os.environ.setdefault("TQDM_DISABLE", "1")  # the GGUF dequantisation progress bar
+        self.torch = require("torch", TRANSFORMERS_INSTALL)
+        require("gguf", TRANSFORMERS_INSTALL)
+        transformers = require("transformers", TRANSFORMERS_INSTALL)
+        transformers.logging.set_verbosity_error()
+        transformers.logging.disable_progress_bar()
+        self.torch.set_num_threads(threads)
+        self.spec = spec
+        where, name = str(gguf.parent), gguf.name
+        self.tokenizer = transformers.AutoTokenizer.from_pretrained(where, gguf_file=name)
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            where, gguf_file=name, dtype=self.torch.float32
+        )
+        self.model = model.eval()
+        self.context = int(getattr(model.config, "max_position_embeddings", 2048))
+        self.eos = _eos_ids(self.tokenizer, model)
+
+    def with_spec(self, spec: NgramConfig | None) -> TransformersBackend:
+        """Return a backend sharing these weights with another speculative setting."""
+        twin = copy.copy(self)
+        twin.spec = spec
+        return twin
+
+    def prompt_ids(self, request: GenRequest) -> list[int]:
+        """Return the prompt's token ids (the chat template applied for chat requests)."""
+        text = request.prompt
+        if request.chat:
+            text = self.tokenizer.apply_chat_template(
+                request.messages, add_generation_prompt=True, tokenize=False
+            )
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def generate(self, request: GenRequest, emit: Emit) -> Outcome:
+        """Decode one request, emitting text as it becomes final."""
+        prompt = self.prompt_ids(request)
+        if len(prompt) + request.max_tokens > self.context:
+            raise BadRequest(f"prompt plus max_tokens exceeds the {self.context}-token context")
+        k = self.spec.num_speculative_tokens if self.spec else 0
+        stats = SpecStats(k) if self.spec else None
+        drafter = None
+        if self.spec is not None:
+            spec = self.spec
+            drafter = NgramDrafter(
+                prompt, n_min=spec.prompt_lookup_min, n_max=spec.prompt_lookup_max
+            )
+        steps = decode_steps(
+            self.model,
+            self.torch,
+            prompt,
+            sampler=self._sampler(request),
+            max_tokens=request.max_tokens,
+            drafter=drafter,
+            k=k,
+            stats=stats,
+        )
+        text = _Text(self.tokenizer, request.stop)
+        tokens: list[int] = []
+        finish = _consume(steps, tokens, text, self.eos, request.max_tokens, emit)
+        return Outcome(text.final, [], finish, len(prompt), len(tokens), stats)
+
+    def _sampler(self, request: GenRequest) -> Sampler:
+        generator = None
+        if not request.greedy:
+            generator = self.torch.Generator()
+            if request.seed is None:
+                generator.seed()
+            else:
+                generator.manual_seed(request.seed)
+        return Sampler(self.torch, request.temperature, request.top_p, generator)
+
+
+def _consume(
+    steps: Any, tokens: list[int], text: _Text, eos: set[int], limit: int, emit: Emit
+) -> str:
+    """Take the steps' tokens until EOS, a stop string, the limit or the client's leaving."""
+    try:
+        for produced in steps:
+            finish = None
+            for token in produced:
+                if token in eos:
+                    finish = "stop"
+                    break
+                tokens.append(token)
+                if len(tokens) >= limit:
+                    finish = "length"
+                    break
+            piece, stopped = text.update(tokens, final=finish is not None)
+            if piece and not emit({"content": piece}):
+                return "abort"
+            if stopped:
+                return "stop"
+            if finish is not None:
+                return finish
+    finally:
+        steps.close()
+    return "stop"
+
+
+class _Text:
+    """Incremental detokenisation that holds back what a stop string might still claim."""
+
+    def __init__(self, tokenizer: Any, stop: tuple[str, ...]) -> None:
+        self.tokenizer = tokenizer
+        self.stop = stop
+        self.final = ""
+
+    def update(self, tokens: list[int], *, final: bool) -> tuple[str, bool]:
+        """Return the newly final text and whether a stop string ended the answer."""
+        text = self.tokenizer.decode(
+            tokens, skip_special_tokens=True, clean_up_tokenization_spaces=False
+        )
+        found = (text.find(s, max(0, len(self.final) - len(s))) for s in self.stop)
+        hits = [i for i in found if i >= 0]
+        if hits:
+            return self._advance(text[: min(hits)]), True
+        safe = len(text) if final else len(text.rstrip("\ufffd"))  # a split UTF-8 character
+        if not final:
+            safe -= _stop_prefix(text[:safe], self.stop)
+        return self._advance(text[:safe]), False
+
+    def _advance(self, text: str) -> str:
+        piece = text[len(self.final) :]
+        self.final = text
+        return piece
+
+
+def _stop_prefix(text: str, stops: tuple[str, ...]) -> int:
+    """Return the length of the longest tail of `text` that begins a stop string."""
+    longest = 0
+    for stop in stops:
+        for size in range(min(len(stop) - 1, len(text)), longest, -1):
+            if text.endswith(stop[:size]):
+                longest = size
+                break
+    return longest
+
+
+def _eos_ids(tokenizer: Any, model: Any) -> set[int]:
+    ids = {tokenizer.eos_token_id}
+    configured = getattr(model.generation_config, "eos_token_id", None)
+    ids.update(configured if isinstance(configured, list) else [configured])
+    return {int(i) for i in ids if i is not None}

@@ -1,0 +1,118 @@
+"""Periodic work: judge running rollouts, sweep pair deadlines, scrape engines, purge.
+
+With Redis these run as Celery beat tasks (`gate.tasks`); in the embedded default one
+background thread of `specgate serve` runs them. Each job opens its own transactions, and
+a failing job is logged and retried at its next turn.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+from sqlalchemy.orm import Session, sessionmaker
+
+from gate.db.engine import transaction
+from gate.pairs.service import sweep_deadlines
+from gate.routing.pubsub import Publisher
+from gate.settings import Settings
+from gate.verdicts.service import run_gate, running_rollouts
+
+log = logging.getLogger(__name__)
+
+
+def judge_running(sessions: sessionmaker[Session], publisher: Publisher | None) -> int:
+    """Run the gate once on every running rollout; return how many were judged."""
+    with sessions() as session:
+        ids = list(running_rollouts(session))
+    for rollout_id in ids:
+        try:
+            with transaction(sessions) as session:
+                verdict = run_gate(session, rollout_id=rollout_id, publisher=publisher)
+            log.info(
+                "gate_verdict rollout=%d decision=%s pairs=%d",
+                rollout_id,
+                verdict.decision.value,
+                verdict.n_pairs,
+            )
+        except Exception:  # one rollout's failure must not starve the others
+            log.exception("gate_failed rollout=%d", rollout_id)
+    return len(ids)
+
+
+def sweep_pairs(sessions: sessionmaker[Session]) -> int:
+    """Drop pairs past their deadline."""
+    with transaction(sessions) as session:
+        return sweep_deadlines(session)
+
+
+def scrape(sessions: sessionmaker[Session], timeout_s: float = 5.0) -> int:
+    """Scrape every route's /metrics once; return how many samples were stored."""
+    from collectors.scrape_job import scrape_routes
+
+    with httpx.Client(timeout=timeout_s) as client:
+        return sum(scrape_routes(sessions, client).values())
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    every_s: float
+    run: Callable[[], object]
+
+
+def jobs(
+    settings: Settings, sessions: sessionmaker[Session], publisher: Publisher | None
+) -> list[Job]:
+    """Return the periodic jobs of a process, with their intervals."""
+    return [
+        Job("gate", settings.gate_interval_s, lambda: judge_running(sessions, publisher)),
+        Job("sweep_pairs", settings.pair_sweep_interval_s, lambda: sweep_pairs(sessions)),
+        Job("scrape", settings.scrape_interval_s, lambda: scrape(sessions)),
+    ]
+
+
+class PeriodicLoop:
+    """Run jobs at their intervals in one background thread (the embedded default)."""
+
+    def __init__(self, job_list: list[Job]) -> None:
+        self._jobs = job_list
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="specgate-periodic", daemon=True)
+
+    def start(self) -> None:
+        """Start the thread."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread after the job in progress."""
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _loop(self) -> None:
+        due = {job.name: time.monotonic() + job.every_s for job in self._jobs}
+        while not self._stop.is_set():
+            now = time.monotonic()
+            for job in self._jobs:
+                if now >= due[job.name]:
+                    due[job.name] = now + job.every_s
+                    try:
+                        job.run()
+                    except Exception:
+                        log.exception("periodic_job_failed job=%s", job.name)
+            self._stop.wait(max(0.05, min(due.values()) - time.monotonic()))
+
+
+def start_without_broker(
+    settings: Settings, sessions: sessionmaker[Session], publisher: Publisher | None
+) -> Callable[[], None] | None:
+    """Without Redis there is no beat: run the periodic jobs here. Return the stopper."""
+    if settings.redis_url:
+        return None
+    loop = PeriodicLoop(jobs(settings, sessions, publisher))
+    loop.start()
+    return loop.stop

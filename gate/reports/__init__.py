@@ -1,0 +1,1 @@
+"""Read-side aggregates for the dashboard, and the weekly regression report."""

@@ -1,0 +1,243 @@
+"""What the built-in dashboard draws for one rollout: series over a time window."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel
+from sqlalchemy.orm import Session
+
+from gate.db.enums import Cohort, Decision, GenerationStatus, RolloutState
+from gate.db.models import Generation, Route
+from gate.reports import queries
+from gate.reports.intervals import wilson
+from gate.rollouts import repository
+
+NICE_STEPS_S = (60, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+POINTS = 60
+
+
+class VerdictBrief(BaseModel):
+    id: int
+    decision: Decision
+    reason_codes: list[str]
+    summary: str
+    n_pairs: int
+    stage: int
+    created_at: datetime
+
+
+class RolloutRow(BaseModel):
+    id: int
+    name: str
+    alias: str
+    mode: str
+    state: RolloutState
+    stage: int
+    sample_rate: float
+    version: int
+    baseline_route: str
+    candidate_route: str
+    latest_verdict: VerdictBrief | None
+
+
+class LatencyPoint(BaseModel):
+    t: datetime
+    cohort: Cohort
+    n: int
+    ttft_p50: float | None
+    ttft_p99: float | None
+    tpot_p50: float | None
+    tpot_p99: float | None
+
+
+class SegmentAcceptance(BaseModel):
+    segment: str
+    calls: int
+    draft_tokens: int
+    accepted_tokens: int
+    rate: float | None
+    mean_acceptance_length: float | None
+
+
+class PassRate(BaseModel):
+    evaluator: str
+    cohort: Cohort
+    n: int
+    passed: int
+    rate: float | None
+    low: float
+    high: float
+
+
+class FailurePoint(BaseModel):
+    t: datetime
+    cohort: Cohort
+    n: int
+    error_rate: float
+    fallback_rate: float
+    dropped_rate: float
+
+
+class StateChange(BaseModel):
+    created_at: datetime
+    actor: str
+    action: str
+    reason: str
+    from_state: str | None
+    to_state: str | None
+
+
+class RolloutDashboard(BaseModel):
+    rollout_id: int
+    since: datetime
+    until: datetime
+    bucket_s: int
+    latency: list[LatencyPoint]
+    acceptance: list[SegmentAcceptance]
+    quality: list[PassRate]
+    failures: list[FailurePoint]
+    verdicts: list[VerdictBrief]
+    events: list[StateChange]
+
+
+def bucket_for(window: timedelta) -> int:
+    """Return the smallest round step that cuts `window` into at most ~60 points."""
+    wanted = window.total_seconds() / POINTS
+    return next((s for s in NICE_STEPS_S if s >= wanted), NICE_STEPS_S[-1])
+
+
+def overview(session: Session) -> list[RolloutRow]:
+    """Return every rollout, newest first, with its routes and latest verdict."""
+    latest = queries.latest_verdicts(session)
+    names = {r.id: r.name for r in session.query(Route)}
+    rows = []
+    for r in repository.list_rollouts(session):
+        verdict = latest.get(r.id)
+        rows.append(
+            RolloutRow(
+                id=r.id,
+                name=r.name,
+                alias=r.alias,
+                mode=r.mode.value,
+                state=r.state,
+                stage=r.stage,
+                sample_rate=r.sample_rate,
+                version=r.version,
+                baseline_route=names.get(r.baseline_route_id, ""),
+                candidate_route=names.get(r.candidate_route_id, ""),
+                latest_verdict=VerdictBrief.model_validate(verdict, from_attributes=True)
+                if verdict
+                else None,
+            )
+        )
+    return rows
+
+
+def rollout_dashboard(
+    session: Session, *, rollout_id: int, since: datetime, until: datetime
+) -> RolloutDashboard:
+    """Return the series of one rollout over [since, until)."""
+    step = bucket_for(until - since)
+    window = queries.Window(rollout_id, since, until)
+    return RolloutDashboard(
+        rollout_id=rollout_id,
+        since=since,
+        until=until,
+        bucket_s=step,
+        latency=_latency(session, window, step=step),
+        acceptance=[_acceptance(a) for a in queries.acceptance(session, window)],
+        quality=[_pass_rate(p) for p in queries.pass_counts(session, window)],
+        failures=_failures(queries.status_counts(session, window, step=step)),
+        verdicts=[
+            VerdictBrief.model_validate(v, from_attributes=True)
+            for v in queries.verdicts(session, window)
+        ],
+        events=[
+            StateChange.model_validate(e, from_attributes=True)
+            for e in queries.state_changes(session, window)
+        ],
+    )
+
+
+def _when(epoch: int) -> datetime:
+    return datetime.fromtimestamp(epoch, UTC)
+
+
+def _latency(session: Session, window: queries.Window, *, step: int) -> list[LatencyPoint]:
+    bucket = queries.epoch_bucket(session, Generation.started_at, step)
+    where = [*queries.generation_filter(window), Generation.status == GenerationStatus.OK]
+    keys: list[Any] = [bucket, Generation.cohort]
+    ttft = queries.quantiles(
+        session, value=Generation.ttft_s, keys=keys, where=where, probs=(0.5, 0.99)
+    )
+    tpot = queries.quantiles(
+        session, value=Generation.tpot_s, keys=keys, where=where, probs=(0.5, 0.99)
+    )
+    points = []
+    for key in sorted(set(ttft) | set(tpot)):
+        a, b = ttft.get(key), tpot.get(key)
+        points.append(
+            LatencyPoint(
+                t=_when(int(key[0])),
+                cohort=Cohort(key[1]),
+                n=max(a.n if a else 0, b.n if b else 0),
+                ttft_p50=a.values[0] if a else None,
+                ttft_p99=a.values[1] if a else None,
+                tpot_p50=b.values[0] if b else None,
+                tpot_p99=b.values[1] if b else None,
+            )
+        )
+    return points
+
+
+def _acceptance(row: queries.AcceptanceRow) -> SegmentAcceptance:
+    rate = row.accepted_tokens / row.draft_tokens if row.draft_tokens else None
+    length = 1 + row.accepted_tokens / row.drafts if row.drafts else None
+    return SegmentAcceptance(
+        segment=row.segment,
+        calls=row.calls,
+        draft_tokens=row.draft_tokens,
+        accepted_tokens=row.accepted_tokens,
+        rate=rate,
+        mean_acceptance_length=length,
+    )
+
+
+def _pass_rate(row: queries.PassRow) -> PassRate:
+    interval = wilson(row.passed, row.n)
+    return PassRate(
+        evaluator=row.evaluator,
+        cohort=row.cohort,
+        n=row.n,
+        passed=row.passed,
+        rate=interval.rate,
+        low=interval.low,
+        high=interval.high,
+    )
+
+
+_ERRORS = frozenset({GenerationStatus.ERROR, GenerationStatus.TIMEOUT})
+
+
+def _failures(rows: list[queries.StatusRow]) -> list[FailurePoint]:
+    counts: dict[tuple[int, Cohort], dict[GenerationStatus, int]] = defaultdict(dict)
+    for row in rows:
+        counts[(row.bucket or 0, row.cohort)][row.status] = row.count
+    points = []
+    for (when, cohort), by_status in sorted(counts.items()):
+        n = sum(by_status.values())
+        errors = sum(c for s, c in by_status.items() if s in _ERRORS)
+        points.append(
+            FailurePoint(
+                t=_when(when),
+                cohort=cohort,
+                n=n,
+                error_rate=errors / n,
+                fallback_rate=by_status.get(GenerationStatus.FALLBACK, 0) / n,
+                dropped_rate=by_status.get(GenerationStatus.DROPPED, 0) / n,
+            )
+        )
+    return points

@@ -1,0 +1,29 @@
+"""Celery beat tasks of the gate: each opens its own sessions and delegates in a line."""
+
+from __future__ import annotations
+
+from evaluators.celery_app import runtime_settings, sessions, specgate_task
+from gate.cli.common import publisher
+from gate.periodic import judge_running, scrape, sweep_pairs
+
+GATE_ALL = "specgate.gate_all"
+SWEEP_PAIRS = "specgate.sweep_pairs"
+SCRAPE = "specgate.scrape"
+
+
+@specgate_task(GATE_ALL)
+def gate_all_task() -> int:
+    """Judge every running rollout once."""
+    return judge_running(sessions(), publisher(runtime_settings()))
+
+
+@specgate_task(SWEEP_PAIRS)
+def sweep_pairs_task() -> int:
+    """Drop pairs past their deadline."""
+    return sweep_pairs(sessions())
+
+
+@specgate_task(SCRAPE)
+def scrape_task() -> int:
+    """Scrape every route's engine metrics."""
+    return scrape(sessions())

@@ -1,0 +1,65 @@
+"""Periodic work: the gate judges running rollouts on its own; beat tasks are registered."""
+
+from __future__ import annotations
+
+import time
+
+from gate.db.engine import make_engine, session_factory
+from gate.db.enums import RolloutState
+from gate.periodic import Job, PeriodicLoop, judge_running, sweep_pairs
+from gate.rollouts import service
+from gate.rollouts.states import Action
+from gate.settings import Settings
+from tests import factories
+from tests.gate.verdicts.test_service import POLICY
+
+
+def test_the_periodic_gate_kills_a_bad_rollout_and_spares_a_good_one(sqlite_url):
+    sessions = session_factory(make_engine(sqlite_url))
+    with sessions() as db, db.begin():
+        bad = factories.rollout(db, name="bad", policy=POLICY)
+        good = factories.rollout(db, name="good", policy=POLICY)
+        for rollout in (bad, good):
+            service.transition(
+                db, rollout_id=rollout.id, action=Action.START, actor="t", reason="t"
+            )
+        factories.seed_pairs(db, bad.id, 600, candidate_pass=0.6)
+        factories.seed_pairs(db, good.id, 600, seed=2)
+        expired = factories.pair(db, good.id, deadline_in_s=-5)
+    assert judge_running(sessions, publisher=None) == 2
+    assert sweep_pairs(sessions) == 1
+    with sessions() as db:
+        states = {r.name: r.state for r in service.repository.list_rollouts(db)}
+        assert states == {"bad": RolloutState.KILLED, "good": RolloutState.RUNNING}
+        assert db.get(type(expired), expired.id).state.value == "dropped"
+    assert judge_running(sessions, publisher=None) == 1, "a killed rollout is not judged again"
+
+
+def test_the_loop_runs_each_job_at_its_interval_and_survives_failures():
+    runs: list[str] = []
+
+    def boom() -> None:
+        runs.append("boom")
+        raise RuntimeError("job failed")
+
+    loop = PeriodicLoop([Job("fast", 0.05, lambda: runs.append("fast")), Job("boom", 0.1, boom)])
+    loop.start()
+    time.sleep(0.5)
+    loop.stop()
+    assert runs.count("fast") >= 5 and runs.count("boom") >= 2
+
+
+def test_beat_schedules_the_gate_tasks(tmp_path):
+    from evaluators.celery_app import make_celery
+
+    settings = Settings(
+        home=tmp_path,
+        database_url=f"sqlite:///{tmp_path}/x.db",
+        redis_url="redis://127.0.0.1:6379/15",
+        gate_interval_s=42,
+    )
+    app = make_celery(settings)
+    schedule = app.conf.beat_schedule
+    assert schedule["specgate.gate_all"]["schedule"] == 42
+    for name in ("specgate.gate_all", "specgate.sweep_pairs", "specgate.scrape"):
+        assert name in app.tasks, name
