@@ -14,6 +14,7 @@ from functools import cache
 from typing import Any
 
 from celery import Celery, shared_task
+from celery.schedules import crontab
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -80,10 +81,17 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
         "specgate.sweep_pairs": settings.pair_sweep_interval_s,
         "specgate.scrape": settings.scrape_interval_s,
     }
-    return {
+    schedule: dict[str, dict[str, Any]] = {
         name: {"task": name, "schedule": seconds, "options": {"queue": QUEUE}}
         for name, seconds in every.items()
     }
+    # Last week's report, Mondays 06:00 UTC.
+    schedule["specgate.weekly_report"] = {
+        "task": "specgate.weekly_report",
+        "schedule": crontab(minute=0, hour=6, day_of_week=1),
+        "options": {"queue": QUEUE},
+    }
+    return schedule
 
 
 def runtime_settings() -> Settings:

@@ -9,6 +9,7 @@ from gate.periodic import judge_running, scrape, sweep_pairs
 GATE_ALL = "specgate.gate_all"
 SWEEP_PAIRS = "specgate.sweep_pairs"
 SCRAPE = "specgate.scrape"
+WEEKLY_REPORT = "specgate.weekly_report"
 
 
 @specgate_task(GATE_ALL)
@@ -27,3 +28,11 @@ def sweep_pairs_task() -> int:
 def scrape_task() -> int:
     """Scrape every route's engine metrics."""
     return scrape(sessions())
+
+
+@specgate_task(WEEKLY_REPORT)
+def weekly_report_task() -> int:
+    """Write and store last week's regression report."""
+    from gate.reports.jobs import run_weekly
+
+    return run_weekly(runtime_settings())

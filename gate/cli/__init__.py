@@ -14,6 +14,7 @@ from gate.cli import (
     gatecmd,
     keys,
     pending,
+    report,
     rollout,
     serve,
     status,
@@ -42,6 +43,7 @@ app.command("collect")(collect.collect)
 gatecmd.app.command("check")(gatecheck.check)
 app.add_typer(gatecmd.app, name="gate")
 app.add_typer(gatecheck.pairs_app, name="pairs")
+app.add_typer(report.app, name="report", help="Write regression reports.")
 pending.register(app)
 
 

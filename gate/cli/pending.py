@@ -10,7 +10,6 @@ import typer
 # command -> (what it will do, the capability it arrives with)
 NOT_BUILT: dict[str, tuple[str, str]] = {
     "demo": ("Run the whole loop on local engines and print a verdict.", "local engines and demo"),
-    "report": ("Write the weekly regression report.", "dashboards and report"),
 }
 
 

@@ -61,5 +61,10 @@ def test_beat_schedules_the_gate_tasks(tmp_path):
     app = make_celery(settings)
     schedule = app.conf.beat_schedule
     assert schedule["specgate.gate_all"]["schedule"] == 42
-    for name in ("specgate.gate_all", "specgate.sweep_pairs", "specgate.scrape"):
+    for name in (
+        "specgate.gate_all",
+        "specgate.sweep_pairs",
+        "specgate.scrape",
+        "specgate.weekly_report",
+    ):
         assert name in app.tasks, name
