@@ -9,6 +9,7 @@ import typer
 from gate.cli import (
     collect,
     db,
+    demo,
     engine,
     gatecheck,
     gatecmd,
@@ -36,6 +37,7 @@ app.add_typer(rollout.routes_app, name="routes")
 app.add_typer(
     worker.app, name="worker", help="Run Celery evaluator workers (needs SPECGATE_REDIS_URL)."
 )
+app.command("demo")(demo.demo)
 app.command("status")(status.status)
 app.command("serve")(serve.serve)
 app.command("engine")(engine.engine)

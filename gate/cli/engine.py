@@ -32,7 +32,7 @@ def engine(
         str, typer.Option(help="smollm2: 'none' or 'ngram' (prompt lookup).")
     ] = "none",
     num_speculative_tokens: Annotated[
-        int, typer.Option(help="Draft tokens per step (smollm2 with ngram: default 10).")
+        int, typer.Option(help="Draft tokens per step (smollm2 with ngram: default 8).")
     ] = 0,
     prompt_lookup_min: Annotated[
         int, typer.Option(help="smollm2 ngram: smallest n (transformers; llama.cpp uses max).")
@@ -91,7 +91,7 @@ def _spec(kind: str, k: int, n_min: int, n_max: int) -> NgramConfig | None:
     if kind != "ngram":
         raise ConfigError("--speculative must be 'none' or 'ngram'")
     try:
-        return NgramConfig(k or 10, n_min, n_max)
+        return NgramConfig(k or NgramConfig.num_speculative_tokens, n_min, n_max)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 

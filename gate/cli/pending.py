@@ -8,9 +8,7 @@ from collections.abc import Callable
 import typer
 
 # command -> (what it will do, the capability it arrives with)
-NOT_BUILT: dict[str, tuple[str, str]] = {
-    "demo": ("Run the whole loop on local engines and print a verdict.", "local engines and demo"),
-}
+NOT_BUILT: dict[str, tuple[str, str]] = {}
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,95 @@
+"""What the demo prints: per segment and cohort, latency, acceptance and quality."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gate.db.enums import Cohort, GenerationStatus
+from gate.db.models import Evaluation, Generation
+
+PARITY = "greedy_parity"
+
+
+@dataclass
+class SegmentRow:
+    """One segment's numbers for both cohorts."""
+
+    segment: str
+    pairs: int
+    ttft: dict[str, tuple[float, float]]  # cohort -> (p50, p99) seconds
+    tpot: dict[str, tuple[float, float]]
+    acceptance: float | None
+    pass_rates: dict[str, dict[str, float]]  # evaluator -> cohort -> pass rate
+    parity: float | None
+    speedup: float | None  # baseline TPOT p50 / candidate TPOT p50
+
+
+def summarise(session: Session, *, rollout_id: int) -> list[SegmentRow]:
+    """Return one row per segment, plus 'all'."""
+    rows = (
+        session.execute(
+            select(Generation).where(
+                Generation.rollout_id == rollout_id,
+                Generation.cohort.in_((Cohort.BASELINE, Cohort.CANDIDATE)),
+                Generation.pair_id.is_not(None),
+            )
+        )
+        .scalars()
+        .all()
+    )
+    evaluations = session.execute(
+        select(Evaluation.generation_id, Evaluation.evaluator, Evaluation.passed)
+        .join(Generation, Generation.id == Evaluation.generation_id)
+        .where(Generation.rollout_id == rollout_id)
+    ).all()
+    passed: dict[int, dict[str, bool]] = defaultdict(dict)
+    for generation_id, name, ok in evaluations:
+        passed[generation_id][name] = ok
+    by_segment: dict[str, list[Generation]] = defaultdict(list)
+    for g in rows:
+        by_segment[g.segment].append(g)
+        by_segment["all"].append(g)
+    return [_row(seg, gens, passed) for seg, gens in sorted(by_segment.items(), key=_order)]
+
+
+def _order(item: tuple[str, list[Generation]]) -> tuple[bool, str]:
+    return (item[0] == "all", item[0])
+
+
+def _row(segment: str, gens: list[Generation], passed: dict[int, dict[str, bool]]) -> SegmentRow:
+    ok = [g for g in gens if g.status is GenerationStatus.OK]
+    ttft = {c.value: _p(ok, c, "ttft_s") for c in (Cohort.BASELINE, Cohort.CANDIDATE)}
+    tpot = {c.value: _p(ok, c, "tpot_s") for c in (Cohort.BASELINE, Cohort.CANDIDATE)}
+    cand = [g for g in ok if g.cohort is Cohort.CANDIDATE]
+    drafted = sum(g.spec_draft_tokens or 0 for g in cand)
+    accepted = sum(g.spec_accepted_tokens or 0 for g in cand)
+    rates: dict[str, dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
+    for g in gens:
+        for name, ok_ in passed.get(g.id, {}).items():
+            if name != PARITY:
+                rates[name][g.cohort.value].append(ok_)
+    parity = [passed[g.id][PARITY] for g in gens if PARITY in passed.get(g.id, {})]
+    base, cand_tpot = tpot["baseline"][0], tpot["candidate"][0]
+    return SegmentRow(
+        segment=segment,
+        pairs=len({g.pair_id for g in gens}),
+        ttft=ttft,
+        tpot=tpot,
+        acceptance=accepted / drafted if drafted else None,
+        pass_rates={n: {c: float(np.mean(v)) for c, v in by.items()} for n, by in rates.items()},
+        parity=float(np.mean(parity)) if parity else None,
+        speedup=base / cand_tpot if base == base and cand_tpot == cand_tpot and cand_tpot else None,
+    )
+
+
+def _p(gens: list[Generation], cohort: Cohort, field: str) -> tuple[float, float]:
+    values = [getattr(g, field) for g in gens if g.cohort is cohort]
+    values = [v for v in values if v is not None]
+    if not values:
+        return (float("nan"), float("nan"))
+    return (float(np.percentile(values, 50)), float(np.percentile(values, 99)))
