@@ -80,6 +80,7 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
         "specgate.gate_all": settings.gate_interval_s,
         "specgate.sweep_pairs": settings.pair_sweep_interval_s,
         "specgate.scrape": settings.scrape_interval_s,
+        "specgate.purge": settings.purge_interval_s,
     }
     schedule: dict[str, dict[str, Any]] = {
         name: {"task": name, "schedule": seconds, "options": {"queue": QUEUE}}

@@ -25,6 +25,7 @@ from evaluators.registry import EvaluatorSet, build_evaluators
 from gate.db.enums import Cohort, PairState
 from gate.db.models import Evaluation, Generation, Pair, RequestRecord, Rollout
 from gate.errors import Conflict, NotFound
+from gate.pairs.watermark import stamp_evaluated
 
 
 class PairNotComplete(Conflict):
@@ -97,7 +98,7 @@ def _scored(side: GenerationView, name: str, version: str, result: EvalResult) -
 def evaluate_pair(
     session: Session, *, pair_id: uuid.UUID, evaluators: EvaluatorSet | None = None
 ) -> list[Scored]:
-    """Score a closed pair and insert its evaluations; rows already there are kept."""
+    """Score a closed pair, insert its evaluations (rows already there are kept), stamp it."""
     pair = session.get(Pair, pair_id)
     if pair is None:
         raise NotFound(f"pair {pair_id} not found")
@@ -111,7 +112,11 @@ def evaluate_pair(
         select(Generation).where(Generation.pair_id == pair_id).order_by(Generation.id)
     ).all()
     scored = score_pair(evaluators, request_view(request), [generation_view(r) for r in rows])
-    return [_store(session, item) for item in scored]
+    stored = [_store(session, item) for item in scored]
+    # Last, so the stamp's lock is held only until commit; a re-run keeps the first stamp,
+    # so the gate never folds the pair twice.
+    stamp_evaluated(session, pair_ids=[pair_id])
+    return stored
 
 
 def _store(session: Session, item: Scored) -> Scored:

@@ -58,6 +58,15 @@ def scrape(sessions: sessionmaker[Session], timeout_s: float = 5.0) -> int:
         return sum(scrape_routes(sessions, client).values())
 
 
+def purge(settings: Settings) -> int:
+    """Purge captured content and old spans past their retention; return rows touched."""
+    from collectors.retention import run_purge
+    from collectors.settings import load_collector_settings
+
+    result = run_purge(settings, load_collector_settings())
+    return sum(value for value in vars(result).values() if isinstance(value, int))
+
+
 @dataclass(frozen=True)
 class Job:
     name: str
@@ -73,6 +82,7 @@ def jobs(
         Job("gate", settings.gate_interval_s, lambda: judge_running(sessions, publisher)),
         Job("sweep_pairs", settings.pair_sweep_interval_s, lambda: sweep_pairs(sessions)),
         Job("scrape", settings.scrape_interval_s, lambda: scrape(sessions)),
+        Job("purge", settings.purge_interval_s, lambda: purge(settings)),
     ]
 
 

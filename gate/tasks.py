@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from evaluators.celery_app import runtime_settings, sessions, specgate_task
 from gate.cli.common import publisher
-from gate.periodic import judge_running, scrape, sweep_pairs
+from gate.periodic import judge_running, purge, scrape, sweep_pairs
 
 GATE_ALL = "specgate.gate_all"
 SWEEP_PAIRS = "specgate.sweep_pairs"
 SCRAPE = "specgate.scrape"
 WEEKLY_REPORT = "specgate.weekly_report"
+PURGE = "specgate.purge"
 
 
 @specgate_task(GATE_ALL)
@@ -36,3 +37,9 @@ def weekly_report_task() -> int:
     from gate.reports.jobs import run_weekly
 
     return run_weekly(runtime_settings())
+
+
+@specgate_task(PURGE)
+def purge_task() -> int:
+    """Purge content and spans past their retention."""
+    return purge(runtime_settings())

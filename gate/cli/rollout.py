@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gate.cli.common import DatabaseOption, cli_actor, publisher, settings_with, transaction
+from gate.cli.routes_launch import launch
 from gate.db.enums import RolloutMode, RouteRole
 from gate.db.models import Rollout
 from gate.errors import BadRequest
@@ -155,3 +156,6 @@ def resume(rollout_id: int, reason: Reason, database_url: DatabaseOption = None)
 def promote(rollout_id: int, reason: Reason, database_url: DatabaseOption = None) -> None:
     """Advance a stage, or promote on the last one."""
     _act(Action.PROMOTE, rollout_id, reason, database_url)
+
+
+routes_app.command("launch")(launch)

@@ -150,16 +150,18 @@ def route_in(routes: RouteFile, role: RouteRole) -> RouteIn:
     tokens = config.get("num_speculative_tokens")
     draft = config.get("model")
     try:
-        return RouteIn(
-            name=entry.name,
-            base_url=base,  # type: ignore[arg-type]  # pydantic validates the string
-            model=routes.alias,
-            role=role,
-            metrics_url=_root(base) + "/metrics",  # type: ignore[arg-type]
-            spec_method=config.get("method"),
-            spec_tokens=tokens if isinstance(tokens, int) else None,
-            draft_model=draft if isinstance(draft, str) else None,
-            spec_config=config,
+        return RouteIn.model_validate(
+            {
+                "name": entry.name,
+                "base_url": base,
+                "model": routes.alias,
+                "role": role,
+                "metrics_url": _root(base) + "/metrics",
+                "spec_method": config.get("method"),
+                "spec_tokens": tokens if isinstance(tokens, int) else None,
+                "draft_model": draft if isinstance(draft, str) else None,
+                "spec_config": config,
+            }
         )
     except ValidationError as exc:
         raise BadRequest(f"route {entry.name}: {exc}") from None
@@ -250,12 +252,20 @@ def _ready(client: httpx.Client, base_url: str) -> bool:
     return False
 
 
-def wait_ready(targets: dict[str, str], timeout_s: float, servers: list[Server]) -> None:
-    """Wait until every target answers, a launched server exits, or the timeout passes."""
+def wait_ready(
+    targets: dict[str, str],
+    timeout_s: float,
+    servers: list[Server],
+    received: list[int] | None = None,
+) -> None:
+    """Wait until every target answers, a launched server exits, a signal arrives or the
+    timeout passes."""
     deadline = time.monotonic() + timeout_s
     pending = dict(targets)
     with httpx.Client(timeout=2.0) as client:
         while pending:
+            if received:
+                raise ConfigError(f"stopped by signal {received[0]} before the servers were ready")
             for server in servers:
                 if server.process.poll() is not None:
                     raise ConfigError(
@@ -370,7 +380,7 @@ def launch(
                         _start(entry.name, command, entry.env, folder / f"{entry.name}.log")
                     )
             targets = {entries[r].name: str(specs[r].base_url).rstrip("/") for r in roles}
-            wait_ready(targets, timeout_s, servers)
+            wait_ready(targets, timeout_s, servers, received)
             for role in roles:
                 typer.echo(register(specs[role], database_url))
         except BaseException:

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from gate.engines.model import TRANSFORMERS_INSTALL, require
 from gate.engines.ngram import NgramDrafter
 from gate.engines.spec import SpecStats
 
@@ -104,9 +105,8 @@ def _forward(model: Any, torch: Any, tokens: list[int], cache: Any) -> Any:
 
 
 def _new_cache(model: Any) -> Any:
-    from transformers import DynamicCache  # the optional extra; imported once loaded
-
-    return DynamicCache(config=model.config)
+    transformers = require("transformers", TRANSFORMERS_INSTALL)  # the optional extra
+    return transformers.DynamicCache(config=model.config)
 
 
 def cache_length(cache: Any) -> int:

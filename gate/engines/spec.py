@@ -10,7 +10,7 @@ from typing import Any
 class NgramConfig:
     """vLLM's `ngram` method: copy the k tokens that followed an earlier match of the tail."""
 
-    num_speculative_tokens: int = 10
+    num_speculative_tokens: int = 8
     prompt_lookup_min: int = 3
     prompt_lookup_max: int = 3
 

@@ -19,6 +19,7 @@ from gate.db.base import utcnow
 from gate.db.enums import Cohort, PairState, RolloutMode
 from gate.db.hooks import after_commit
 from gate.db.models import Generation, Pair, Rollout
+from gate.pairs.watermark import stamp_evaluated
 
 Enqueue = Callable[[Sequence[uuid.UUID]], None]
 
@@ -71,7 +72,10 @@ def sweep_deadlines(session: Session, *, now: datetime | None = None, limit: int
             .limit(limit)
         )
     )
-    return len(_set_state(session, expired, PairState.DROPPED))
+    dropped = _set_state(session, expired, PairState.DROPPED)
+    # A dropped pair gets no evaluations: it is ready for the gate (which counts it) now.
+    stamp_evaluated(session, pair_ids=dropped)
+    return len(dropped)
 
 
 def _set_state(

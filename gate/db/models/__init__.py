@@ -2,7 +2,7 @@
 
 from gate.db.base import Base
 from gate.db.models.control import ApiKey, AuditEvent, IdempotencyKey, Rollout, Route
-from gate.db.models.quality import Evaluation, Feedback, Report, Verdict
+from gate.db.models.quality import Evaluation, Feedback, GateFold, Report, Verdict
 from gate.db.models.telemetry import EngineSample, Generation, Pair, RequestRecord, SpanRecord
 
 __all__ = [
@@ -12,6 +12,7 @@ __all__ = [
     "EngineSample",
     "Evaluation",
     "Feedback",
+    "GateFold",
     "Generation",
     "IdempotencyKey",
     "Pair",

@@ -58,6 +58,35 @@ class Verdict(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
+class GateFold(Base):
+    """The gate's running sufficient statistics of one rollout stage, up to a watermark.
+
+    JSON documents are written and read by `gate.stats.incremental` (typed there).
+    """
+
+    __tablename__ = "gate_folds"
+
+    rollout_id: Mapped[int] = mapped_column(
+        ForeignKey("rollouts.id", ondelete="CASCADE"), primary_key=True
+    )
+    stage: Mapped[int] = mapped_column(Integer, primary_key=True)
+    # The policy fields the statistics depend on, hashed: another policy refolds.
+    policy_key: Mapped[str] = mapped_column(String(64), default="")
+    # The last pair folded, in fold order (evaluated_at, id).
+    watermark_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    watermark_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
+    pairs: Mapped[int] = mapped_column(Integer, default=0)
+    warm_pairs: Mapped[int] = mapped_column(Integer, default=0)
+    first_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Tail thresholds and collapse levels, fixed when the warm-up ends.
+    warmup: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    segments: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    evaluators: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    collapse: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+
+
 class Feedback(Base):
     """A user's thumbs, score or escalation, joined to the generation it rates."""
 

@@ -69,6 +69,8 @@ class Pair(Base):
     __table_args__ = (
         Index(None, "rollout_id", "stage", "created_at"),
         Index(None, "state", "deadline"),
+        # The gate folds a stage's pairs in this order (see `gate.pairs.watermark`).
+        Index(None, "rollout_id", "stage", "evaluated_at", "id"),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
@@ -85,6 +87,8 @@ class Pair(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     deadline: Mapped[datetime] = mapped_column(UTCDateTime)
     completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # When the pair's evaluations landed (or it was dropped): ready for the gate, once.
+    evaluated_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
 class Generation(Base):
