@@ -145,9 +145,14 @@ def summarise(values: list[float]) -> dict[str, float]:
     return {"p50_ms": q(0.50), "p99_ms": q(0.99), "n": len(ordered)}
 
 
-async def measure(port: int, model: str, streams: int, per_stream: int) -> dict[str, Any]:
+LITELLM_KEY = "sk-specgate-bench-0123456789abcdef"
+
+
+async def measure(
+    port: int, model: str, streams: int, per_stream: int, headers: dict[str, str] | None = None
+) -> dict[str, Any]:
     body = BODY.replace("{model}", model).encode()
-    request = build_request("127.0.0.1", port, "/v1/chat/completions", body, {})
+    request = build_request("127.0.0.1", port, "/v1/chat/completions", body, headers or {})
     result = await run("127.0.0.1", port, request, streams=streams, per_stream=per_stream)
     ok = result.ok
     return {
@@ -228,7 +233,7 @@ def main() -> None:
                         "1",
                     ],
                     PROXY_CORE,
-                    {"LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+                    {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_MASTER_KEY": LITELLM_KEY},
                 )
             )
             wait_ready(f"http://127.0.0.1:{ports['litellm']}/health/liveliness", timeout=300)
@@ -239,7 +244,8 @@ def main() -> None:
                 for name, (port, model) in targets.items():
                     total = args.litellm_requests if name == "litellm" else args.requests
                     per_stream = max(1, total // streams)
-                    row = asyncio.run(measure(port, model, streams, per_stream))
+                    auth = {"Authorization": f"Bearer {LITELLM_KEY}"} if name == "litellm" else None
+                    row = asyncio.run(measure(port, model, streams, per_stream, auth))
                     row.update(target=name, streams=streams, repeat=repeat)
                     results.append(row)
                     print(json.dumps(row), flush=True)

@@ -16,9 +16,10 @@ from rich.table import Table
 from gate.cli.common import DatabaseOption, publisher, settings_with, transaction
 from gate.db.enums import Decision, RolloutState
 from gate.db.models import Verdict
-from gate.errors import BadRequest, GateError
+from gate.errors import BadRequest, GateError, StaleVersion
 from gate.pairs.export import pair_records
 from gate.rollouts import service as rollouts
+from gate.settings import Settings
 from gate.verdicts.service import run_gate
 
 EXIT_CODES = {Decision.PROMOTE: 0, Decision.KILL: 1, Decision.CONTINUE: 2, Decision.HOLD: 3}
@@ -77,18 +78,28 @@ def _check(
     settings = settings_with(database_url)
     deadline = time.monotonic() + timeout_s
     while True:
-        with transaction(settings) as db:
-            rollout = rollouts.get_rollout(db, rollout_id=rollout_id)
-            if rollout.state is not RolloutState.RUNNING:
-                decision = STATE_CODES[rollout.state]
-                _say(f"rollout {rollout_id} is {rollout.state.value}", None, as_json, decision)
-                return decision
-            verdict = run_gate(db, rollout_id=rollout_id, publisher=publisher(settings))
-            _say(f"rollout {rollout_id} stage {verdict.stage}", verdict, as_json, verdict.decision)
-            decision = verdict.decision
+        try:
+            decision = _look(settings, rollout_id, as_json)
+        except StaleVersion:
+            # The periodic gate (or an operator) moved the rollout at the same moment:
+            # answer with what it is now.
+            decision = _look(settings, rollout_id, as_json, judge=False)
         if decision is not Decision.CONTINUE or not wait or time.monotonic() >= deadline:
             return decision
         time.sleep(min(interval_s, max(0.0, deadline - time.monotonic())))
+
+
+def _look(settings: Settings, rollout_id: int, as_json: bool, *, judge: bool = True) -> Decision:
+    """Judge a running rollout once, or report the state of one that is not running."""
+    with transaction(settings) as db:
+        rollout = rollouts.get_rollout(db, rollout_id=rollout_id)
+        if rollout.state is not RolloutState.RUNNING or not judge:
+            decision = STATE_CODES.get(rollout.state, Decision.CONTINUE)
+            _say(f"rollout {rollout_id} is {rollout.state.value}", None, as_json, decision)
+            return decision
+        verdict = run_gate(db, rollout_id=rollout_id, publisher=publisher(settings))
+        _say(f"rollout {rollout_id} stage {verdict.stage}", verdict, as_json, verdict.decision)
+        return verdict.decision
 
 
 def _say(head: str, verdict: Verdict | None, as_json: bool, decision: Decision) -> None:
@@ -116,11 +127,16 @@ def _say(head: str, verdict: Verdict | None, as_json: bool, decision: Decision) 
             str(cell["metric"]),
             str(cell["segment"]),
             shown,
-            f"[{cell['lower']:.4f}, {cell['upper']:.4f}]",
+            f"[{_bound(cell.get('lower'))}, {_bound(cell.get('upper'))}]",
             str(cell["n"]),
             str(cell["status"]),
         )
     console.print(table)
+
+
+def _bound(value: object) -> str:
+    """Format an interval end; None stands for an unbounded one (no data yet)."""
+    return f"{value:.4f}" if isinstance(value, int | float) else "-inf/inf"
 
 
 @pairs_app.command("export")

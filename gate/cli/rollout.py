@@ -9,11 +9,12 @@ import typer
 import yaml
 from rich.console import Console
 from rich.table import Table
+from sqlalchemy import select
 
 from gate.cli.common import DatabaseOption, cli_actor, publisher, settings_with, transaction
 from gate.cli.routes_launch import launch
 from gate.db.enums import RolloutMode, RouteRole
-from gate.db.models import Rollout
+from gate.db.models import Rollout, Route
 from gate.errors import BadRequest
 from gate.rollouts import repository, service
 from gate.rollouts.schemas import RolloutIn, RouteIn
@@ -49,6 +50,19 @@ def add_route(
     with transaction(settings_with(database_url)) as db:
         route = service.create_route(db, spec=spec, actor=cli_actor())
         typer.echo(f"route {route.id} {route.name} ({route.role.value}) -> {route.base_url}")
+
+
+@routes_app.command("list")
+def list_routes(database_url: DatabaseOption = None) -> None:
+    """List routes."""
+    table = Table("id", "name", "role", "model", "base_url", "spec", "metrics_url")
+    with transaction(settings_with(database_url)) as db:
+        for r in db.scalars(select(Route).order_by(Route.id)):
+            spec = f"{r.spec_method} k={r.spec_tokens}" if r.spec_method else "-"
+            table.add_row(
+                str(r.id), r.name, r.role.value, r.model, r.base_url, spec, r.metrics_url or "-"
+            )
+    Console().print(table)
 
 
 @app.command()

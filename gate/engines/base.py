@@ -30,6 +30,7 @@ class GenRequest:
     include_usage: bool = False
     response_format: dict[str, Any] | None = None
     tools: list[dict[str, Any]] | None = None
+    tool_choice: str = "auto"  # "auto", "required" (a named function counts as required)
 
     @property
     def greedy(self) -> bool:
@@ -83,7 +84,8 @@ def parse_request(body: dict[str, Any], *, chat: bool, default_max_tokens: int) 
         stream=bool(body.get("stream")),
         include_usage=isinstance(options, dict) and bool(options.get("include_usage")),
         response_format=_object(body, "response_format"),
-        tools=_tools(body.get("tools")),
+        tools=_tools(body.get("tools")) if body.get("tool_choice") != "none" else None,
+        tool_choice="auto" if body.get("tool_choice") in (None, "auto", "none") else "required",
     )
 
 

@@ -24,12 +24,12 @@ def tool_request(request: GenRequest) -> GenRequest:
     if not request.tools or not request.chat:
         return request
     specs = [t.get("function", t) for t in request.tools]
-    described = "\n".join(json.dumps(spec, sort_keys=True) for spec in specs)
+    listed = "\n".join(f"- {_signature(spec)}: {spec.get('description', '')}" for spec in specs)
+    example = json.dumps({"name": specs[0].get("name"), "arguments": _example(specs[0])})
     instruction = (
-        "You can call these tools:\n"
-        f"{described}\n"
-        'To call a tool, reply with only a JSON object {"name": <tool name>, '
-        '"arguments": <object>} and nothing else. Otherwise answer normally.'
+        f"You can call these tools:\n{listed}\n"
+        "To call a tool, reply with only one line of JSON with the tool's name and arguments, "
+        f"for example: {example}"
     )
     messages = list(request.messages)
     if messages and messages[0].get("role") == "system":
@@ -37,7 +37,38 @@ def tool_request(request: GenRequest) -> GenRequest:
         messages[0] = {**first, "content": f"{first.get('content') or ''}\n\n{instruction}"}
     else:
         messages.insert(0, {"role": "system", "content": instruction})
+    if request.tool_choice == "required":
+        # As vLLM does for tool_choice=required: constrain the answer to a call (the grammar
+        # is enforced by llama.cpp; the transformers reference leaves it to the prompt).
+        names = [spec.get("name") for spec in specs]
+        call = {
+            "type": "object",
+            "properties": {"name": {"enum": names}, "arguments": {"type": "object"}},
+            "required": ["name", "arguments"],
+        }
+        schema = {"type": "json_schema", "json_schema": {"name": "tool_call", "schema": call}}
+        return replace(request, messages=messages, tools=None, response_format=schema)
     return replace(request, messages=messages, tools=None)
+
+
+def _parameters(spec: dict[str, Any]) -> dict[str, Any]:
+    parameters = spec.get("parameters")
+    properties = parameters.get("properties") if isinstance(parameters, dict) else None
+    return properties if isinstance(properties, dict) else {}
+
+
+def _signature(spec: dict[str, Any]) -> str:
+    return f"{spec.get('name')}({', '.join(_parameters(spec))})"
+
+
+def _example(spec: dict[str, Any]) -> dict[str, Any]:
+    placeholders = {"integer": 1, "number": 1.0, "boolean": True}
+    return {
+        name: placeholders.get(str(schema.get("type")), "...")
+        if isinstance(schema, dict)
+        else "..."
+        for name, schema in list(_parameters(spec).items())[:2]
+    }
 
 
 def parse_call(text: str, names: set[str]) -> dict[str, Any] | None:

@@ -52,10 +52,8 @@ def builtin_text() -> str:
 def load_workload(
     path: Path | None = None, *, limit: int | None = None, segments: Iterable[str] = ()
 ) -> list[WorkloadItem]:
-    """Load a JSONL workload (the built-in one by default), interleaved across segments.
-
-    Interleaving makes any prefix (`limit`) cover every prompt class in turn.
-    """
+    """Load a JSONL workload (the built-in one by default), interleaved across segments."""
+    # Interleaving makes any prefix (`limit`) cover every prompt class in turn.
     if path is None:
         items = parse_jsonl(builtin_text(), source=BUILTIN)
     else:

@@ -101,6 +101,21 @@ def test_tool_calls_are_prompted_parsed_and_never_leak_as_content():
     assert parse_call('```json\n{"name": "get_weather"}\n```', {"get_weather"}) is not None
 
 
+def test_required_tool_choice_constrains_the_answer_to_a_call():
+    tool = {"type": "function", "function": {"name": "set_timer", "parameters": {}}}
+    body = {"messages": [{"role": "user", "content": "5 minutes"}], "tools": [tool]}
+    required = tool_request(
+        parse_request({**body, "tool_choice": "required"}, chat=True, default_max_tokens=8)
+    )
+    schema = required.response_format["json_schema"]["schema"]
+    assert schema["properties"]["name"] == {"enum": ["set_timer"]}
+    assert (
+        tool_request(parse_request(body, chat=True, default_max_tokens=8)).response_format is None
+    )
+    none = parse_request({**body, "tool_choice": "none"}, chat=True, default_max_tokens=8)
+    assert none.tools is None
+
+
 class Letters:
     """A tokenizer whose tokens are characters, for the stop-string logic."""
 

@@ -60,6 +60,8 @@ def test_exit_codes(store):
     pending = rollout_with(sessions, start=False)
     assert specgate("gate", "check", "--rollout", str(pending), url=url).returncode == 2
     waiting = rollout_with(sessions, count=100)
+    shown = specgate("gate", "check", "--rollout", str(waiting), url=url)
+    assert shown.returncode == 2 and "CONTINUE" in shown.stdout, shown.stderr  # no-data cells
     timed_out = specgate(
         "gate",
         "check",
