@@ -78,6 +78,8 @@ def engine(port: int, *extra: str) -> list[str]:
         "-m",
         "gate",
         "engine",
+        "--model",
+        "sim",
         "--port",
         str(port),
         "--ttft-ms",

@@ -7,6 +7,7 @@ import sys
 import typer
 
 from gate.cli import (
+    advise,
     collect,
     db,
     demo,
@@ -43,6 +44,7 @@ app.command("serve")(serve.serve)
 app.command("engine")(engine.engine)
 app.command("collect")(collect.collect)
 gatecmd.app.command("check")(gatecheck.check)
+gatecmd.app.command("advise")(advise.advise_command)
 app.add_typer(gatecmd.app, name="gate")
 app.add_typer(gatecheck.pairs_app, name="pairs")
 app.add_typer(report.app, name="report", help="Write regression reports.")
