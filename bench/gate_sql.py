@@ -1,16 +1,25 @@
-"""Time one gate verdict over N stored pairs in Postgres (the SQL aggregate path).
+"""Time gate verdicts over N stored pairs in Postgres (the incremental fold path).
 
-    python bench/gate_sql.py --pairs 1000000 --repeat 3
+    python bench/gate_sql.py --pairs 1000000 --new 1000 --repeat 5
 
 Creates a throwaway database on the local server, builds it with the migrations, loads N
-complete shadow pairs (two generations and two evaluations each, five segments) with
-COPY, runs ANALYZE, then times `gate.verdicts.service.compute` (what the periodic gate and
-`gate check` run) several times. The database is dropped at the end.
+complete, evaluated shadow pairs (two generations and two evaluations each, five
+segments, `evaluated_at` up to 30 s after creation) with COPY, and runs ANALYZE. Then it
+times `gate.verdicts.service.compute` (what the periodic gate and `gate check` run) plus
+the commit of the fold state, each in its own transaction:
+
+1. the initial fold: no state yet, all N pairs are folded;
+2. verdicts with no new pairs since the last run (`--repeat` times);
+3. verdicts after `--new` new evaluated pairs landed since the last run (`--repeat`
+   times, a fresh batch each; loading a batch is not timed).
+
+The database is dropped at the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -19,86 +28,131 @@ import numpy as np
 import psycopg
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
 
 from gate.db import migrate
 from gate.db.engine import make_engine, session_factory
 from gate.db.enums import RolloutState
 from gate.db.models import Rollout
 from gate.stats.policy import load_policy
+from gate.stats.verdict import VerdictResult
 from gate.verdicts.service import compute
 from tests import factories
 
 SEGMENTS = ["code", "json", "rag", "chat", "creative"]
 
 
-def load(url: str, rollout_id: int, n: int, seed: int = 0) -> None:
+def load(
+    dsn: str,
+    rollout_id: int,
+    n: int,
+    *,
+    first: int,
+    start: datetime,
+    seed: int,
+    stamped: datetime | None = None,
+) -> None:
+    """COPY pairs `first` .. `first + n - 1`, created 150 ms apart from `start`.
+
+    Each is evaluated up to 30 s after creation, or at `stamped` when given.
+    """
     rng = np.random.default_rng(seed)
-    start = datetime.now(UTC) - timedelta(days=2)
     shared = np.exp(rng.normal(0, 0.5, n))
-    dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    lag_ms = rng.integers(0, 30_000, n)
+    passed = rng.random(n) < 0.85
+    ids = [uuid.uuid4() for _ in range(n)]
+    created = [start + timedelta(milliseconds=150 * i) for i in range(n)]
     with psycopg.connect(dsn) as conn, conn.cursor() as cur:
         with cur.copy(
             "COPY pairs (id, rollout_id, stage, state, is_control, segment, "
-            "created_at, deadline) FROM STDIN"
+            "created_at, deadline, completed_at, evaluated_at) FROM STDIN"
         ) as copy:
-            ids = [uuid.uuid4() for _ in range(n)]
             for i, pair_id in enumerate(ids):
-                created = start + timedelta(milliseconds=150 * i)
+                at = created[i]
+                evaluated = stamped or at + timedelta(milliseconds=int(lag_ms[i]))
+                segment = SEGMENTS[(first + i) % 5]
                 copy.write_row(
-                    (
-                        pair_id,
-                        rollout_id,
-                        0,
-                        "complete",
-                        False,
-                        SEGMENTS[i % 5],
-                        created,
-                        created + timedelta(minutes=5),
-                    )
-                )
+                    (pair_id, rollout_id, 0, "complete", False, segment, at,
+                     at + timedelta(minutes=5), at, evaluated)
+                )  # fmt: skip
         with cur.copy(
             "COPY generations (id, rollout_id, pair_id, cohort, segment, status, "
             "ttft_s, tpot_s, e2e_s, spec_draft_tokens, spec_accepted_tokens, stream, "
             "started_at) FROM STDIN"
         ) as copy:
             for i, pair_id in enumerate(ids):
-                created = start + timedelta(milliseconds=150 * i)
                 for side, cohort in enumerate(("baseline", "candidate")):
                     tpot = 0.02 * shared[i] * (0.8 if side else 1.0)
                     copy.write_row(
-                        (
-                            2 * i + side + 1,
-                            rollout_id,
-                            pair_id,
-                            cohort,
-                            SEGMENTS[i % 5],
-                            "ok",
-                            0.1 * shared[i],
-                            tpot,
-                            0.1 + 64 * tpot,
-                            40 * side,
-                            30 * side,
-                            True,
-                            created,
-                        )
-                    )
+                        (2 * (first + i) + side + 1, rollout_id, pair_id, cohort,
+                         SEGMENTS[(first + i) % 5], "ok", 0.1 * shared[i], tpot, 0.1 + 64 * tpot,
+                         40 * side, 30 * side, True, created[i])
+                    )  # fmt: skip
         with cur.copy(
             "COPY evaluations (generation_id, evaluator, version, passed, details, "
             "created_at) FROM STDIN"
         ) as copy:
-            passed = rng.random(n) < 0.85
             for i in range(n):
                 for side in (0, 1):
-                    copy.write_row((2 * i + side + 1, "task", "1", bool(passed[i]), "{}", start))
-        conn.execute("SELECT setval('generations_id_seq', %s)", (2 * n + 1,))
+                    gid = 2 * (first + i) + side + 1
+                    copy.write_row((gid, "task", "1", bool(passed[i]), "{}", created[i]))
+        conn.execute("SELECT setval('generations_id_seq', %s)", (2 * (first + n) + 1,))
         conn.commit()
+
+
+def timed_verdict(sessions: sessionmaker[Session], rollout_id: int) -> tuple[float, VerdictResult]:
+    """Return the seconds one verdict took (compute and commit), and the verdict."""
+    with sessions() as db:
+        rollout = db.get(Rollout, rollout_id)
+        assert rollout is not None
+        policy = load_policy(rollout.policy)
+        started = time.perf_counter()
+        verdict = compute(db, rollout=rollout, policy=policy)
+        db.commit()
+        return time.perf_counter() - started, verdict
+
+
+def report(label: str, runs: list[tuple[float, VerdictResult]]) -> None:
+    took = [t for t, _ in runs]
+    last = runs[-1][1]
+    print(
+        f"{label}: median {statistics.median(took):.3f} s, max {max(took):.3f} s "
+        f"({', '.join(f'{t:.3f}' for t in took)}); {last.decision.value} on {last.n_pairs:,} pairs"
+    )
+
+
+def bench(url: str, args: argparse.Namespace) -> None:
+    dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    sessions = session_factory(make_engine(url))
+    with sessions() as db, db.begin():
+        rollout = factories.rollout(db, name="bench", policy={"stages": [100]})
+        rollout.state = RolloutState.RUNNING
+        rollout_id = rollout.id
+    start = datetime.now(UTC) - timedelta(days=3)
+    started = time.perf_counter()
+    load(dsn, rollout_id, args.pairs, first=0, start=start, seed=0)
+    with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("ANALYZE")
+    print(f"loaded {args.pairs:,} pairs in {time.perf_counter() - started:.1f} s")
+    report("initial fold + verdict", [timed_verdict(sessions, rollout_id)])
+    idle = [timed_verdict(sessions, rollout_id) for _ in range(args.repeat)]
+    report("verdict, 0 new pairs", idle)
+    runs = []
+    for k in range(args.repeat):
+        first = args.pairs + k * args.new
+        # Created minutes ago, evaluated just now: after the last fold's horizon.
+        now = datetime.now(UTC)
+        batch_start = now - timedelta(minutes=5)
+        load(dsn, rollout_id, args.new, first=first, start=batch_start, seed=k + 1, stamped=now)
+        runs.append(timed_verdict(sessions, rollout_id))
+    report(f"verdict, {args.new:,} new pairs", runs)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--pairs", type=int, default=1_000_000)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--new", type=int, default=1_000)
+    parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--server", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
     args = parser.parse_args()
     admin = create_engine(args.server, isolation_level="AUTOCOMMIT")
@@ -108,26 +162,7 @@ def main() -> None:
     url = make_url(args.server).set(database=name).render_as_string(hide_password=False)
     try:
         migrate.upgrade(url)
-        sessions = session_factory(make_engine(url))
-        with sessions() as db, db.begin():
-            rollout = factories.rollout(db, name="bench", policy={"stages": [100]})
-            rollout.state = RolloutState.RUNNING
-            rollout_id = rollout.id
-        started = time.perf_counter()
-        load(url, rollout_id, args.pairs)
-        print(f"loaded {args.pairs:,} pairs in {time.perf_counter() - started:.1f} s")
-        for attempt in range(args.repeat):
-            with sessions() as db:
-                rollout = db.get(Rollout, rollout_id)
-                assert rollout is not None
-                policy = load_policy(rollout.policy)
-                started = time.perf_counter()
-                verdict = compute(db, rollout=rollout, policy=policy)
-                took = time.perf_counter() - started
-            print(
-                f"verdict {attempt + 1}: {took:.3f} s  {verdict.decision.value} on "
-                f"{verdict.n_pairs:,} pairs"
-            )
+        bench(url, args)
     finally:
         with admin.connect() as c:
             c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))

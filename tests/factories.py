@@ -92,8 +92,8 @@ def seed_pairs(
     segment: str = "chat",
     stage: int = 0,
 ) -> None:
-    """Insert `count` complete pairs with realistic latency noise (log-sd 0.5 shared within
-    a pair) and one evaluator ('task'), in bulk."""
+    """Insert `count` complete, evaluated pairs with realistic latency noise (log-sd 0.5
+    shared within a pair) and one evaluator ('task'), in bulk."""
     import numpy as np
     from sqlalchemy import insert
 
@@ -114,6 +114,8 @@ def seed_pairs(
                 "segment": segment,
                 "created_at": created,
                 "deadline": created + timedelta(minutes=5),
+                # Evaluated in creation order, as a steady evaluation queue would.
+                "evaluated_at": created + timedelta(seconds=2),
             }
         )
         shared = float(np.exp(rng.normal(0, 0.5)))

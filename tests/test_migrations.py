@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 
 from gate.db import migrate
 from gate.db.engine import make_engine
@@ -59,3 +59,35 @@ def test_postgres_gets_jsonb_and_the_gate_indexes(pg_engine):
     assert ("pair_id",) in indexes
     uniques = {tuple(uq["column_names"]) for uq in inspector.get_unique_constraints("evaluations")}
     assert ("generation_id", "evaluator", "version") in uniques
+
+
+def test_pairs_closed_before_the_fold_revision_are_stamped_ready(tmp_path):
+    url = f"sqlite:///{tmp_path}/stamps.db"
+    migrate.upgrade(url, "0001")
+    engine = make_engine(url)
+    insert = text(
+        "INSERT INTO routes (name, base_url, model, role, spec_config, created_at) "
+        "VALUES ('b', 'http://b', 'm', 'baseline', '{}', '2025-05-01 00:00:00');"
+    )
+    rollout = text(
+        "INSERT INTO rollouts (name, alias, baseline_route_id, candidate_route_id, mode, "
+        "sample_rate, stage, state, policy, version, created_at, updated_at) VALUES "
+        "('r', 'r', 1, 1, 'shadow', 0.1, 0, 'running', '{}', 1, '2025-05-01', '2025-05-01')"
+    )
+    pairs = text(
+        "INSERT INTO pairs (id, rollout_id, stage, state, is_control, segment, created_at, "
+        "deadline, completed_at) VALUES "
+        "('a', 1, 0, 'complete', 0, 'chat', '2025-05-01 00:00:00', '2025-05-01 00:05:00', "
+        "'2025-05-01 00:00:03'), "
+        "('b', 1, 0, 'open', 0, 'chat', '2025-05-01 00:00:01', '2025-05-01 00:05:01', NULL)"
+    )
+    try:
+        with engine.begin() as connection:
+            for statement in (insert, rollout, pairs):
+                connection.execute(statement)
+        migrate.upgrade(url)
+        with engine.connect() as connection:
+            rows = connection.execute(text("SELECT id, evaluated_at FROM pairs ORDER BY id"))
+            assert [tuple(r) for r in rows] == [("a", "2025-05-01 00:00:03"), ("b", None)]
+    finally:
+        engine.dispose()

@@ -7,8 +7,8 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import select, tuple_
-from sqlalchemy.orm import Session
+from sqlalchemy import ColumnElement, select, tuple_
+from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from gate.db.enums import Cohort, PairState
 from gate.db.models import Evaluation, Feedback, Generation, Pair
@@ -19,26 +19,46 @@ _CLOSED = (PairState.COMPLETE, PairState.DROPPED)
 
 
 def pair_records(
-    session: Session, *, rollout_id: int, stage: int | None = None
+    session: Session, *, rollout_id: int, stage: int | None = None, evaluated_only: bool = False
 ) -> Iterator[dict[str, Any]]:
-    """Yield the rollout's closed pairs, oldest first, as replay records."""
+    """Yield the rollout's closed pairs as replay records, in fold order.
+
+    Fold order (the gate's, see `gate.stats.incremental`): evaluated pairs by
+    (evaluated_at, id); then, unless `evaluated_only`, pairs whose evaluations have not
+    landed yet, oldest first.
+    """
+    evaluated = Pair.evaluated_at.is_not(None)
+    yield from _pages(session, rollout_id, stage, evaluated, (Pair.evaluated_at, Pair.id))
+    if not evaluated_only:
+        waiting = Pair.evaluated_at.is_(None)
+        yield from _pages(session, rollout_id, stage, waiting, (Pair.created_at, Pair.id))
+
+
+def _pages(
+    session: Session,
+    rollout_id: int,
+    stage: int | None,
+    where: ColumnElement[bool],
+    order: tuple[InstrumentedAttribute[Any], InstrumentedAttribute[Any]],
+) -> Iterator[dict[str, Any]]:
     after: tuple[Any, uuid.UUID] | None = None
     while True:
         statement = (
             select(Pair)
-            .where(Pair.rollout_id == rollout_id, Pair.state.in_(_CLOSED))
-            .order_by(Pair.created_at, Pair.id)
+            .where(Pair.rollout_id == rollout_id, Pair.state.in_(_CLOSED), where)
+            .order_by(*order)
             .limit(CHUNK)
         )
         if stage is not None:
             statement = statement.where(Pair.stage == stage)
         if after is not None:
-            statement = statement.where(tuple_(Pair.created_at, Pair.id) > after)
+            statement = statement.where(tuple_(*order) > after)
         pairs = list(session.scalars(statement))
         if not pairs:
             return
         yield from _records(session, pairs)
-        after = (pairs[-1].created_at, pairs[-1].id)
+        last = pairs[-1]
+        after = (getattr(last, order[0].key), last.id)
 
 
 def _records(session: Session, pairs: Sequence[Pair]) -> Iterator[dict[str, Any]]:
@@ -72,6 +92,7 @@ def _records(session: Session, pairs: Sequence[Pair]) -> Iterator[dict[str, Any]
             "pair_id": str(pair.id),
             "segment": pair.segment,
             "created_at": pair.created_at.isoformat(),
+            "evaluated_at": pair.evaluated_at.isoformat() if pair.evaluated_at else None,
             "is_control": pair.is_control,
             "baseline": found.get("baseline"),
             "candidate": found.get("candidate"),

@@ -3,9 +3,10 @@
 Replay (one recorded rollout) and simulation (thousands of simulated ones) both hold
 pairs as `PairColumns` with leading axes (runs, pairs) or (pairs,), and turn them into
 one `GateStats` whose arrays have a trailing looks axis, with cumulative sums taken once.
-Production computes the same statistics in SQL.
+Production folds the same statistics incrementally in SQL (`gate.stats.incremental`).
 
-Warm-up: the first `policy.warmup_pairs` pairs are excluded from every test. They fix
+Warm-up: the first `policy.warmup_pairs` pairs, in the order given (fold order for
+recorded pairs, see `gate.stats.replay`), are excluded from every test. They fix
 the tail thresholds (the baseline's warm-up quantile of TTFT and e2e, pooled) and each
 segment's acceptance-collapse level (`collapse_ratio` times its warm-up mean).
 """
@@ -189,7 +190,7 @@ def to_stats(
         cells=cells,
         n_pairs=counted,
         n_dropped=acc((~warm & cols.dropped), None),
-        elapsed_s=cols.created_s[..., looks - 1] - cols.created_s[..., :1],
+        elapsed_s=_elapsed(cols.created_s, looks),
         warmed_up=np.broadcast_to(looks > policy.warmup_pairs, counted.shape),
         collapse=_collapse(cols, policy, warm, live, looks),
         cohort_counts=cohorts,
@@ -198,6 +199,13 @@ def to_stats(
 
 
 Builder = Callable[[_Acc, int | None], CellStats]
+
+
+def _elapsed(created_s: FloatArray, looks: IntArray) -> FloatArray:
+    # Earliest to latest pair so far: fold order need not be creation order.
+    latest = np.maximum.accumulate(created_s, axis=-1)[..., looks - 1]
+    earliest = np.minimum.accumulate(created_s, axis=-1)[..., looks - 1]
+    return np.asarray(latest - earliest, dtype=np.float64)
 
 
 def _log_ratio(x: FloatArray) -> FloatArray:

@@ -1,9 +1,9 @@
 """Backtest recorded pairs: the JSONL pair schema and `replay`.
 
-One JSON object per line, one line per pair, in arrival order:
+One JSON object per line, one line per pair, in fold order (below):
 
     {"pair_id": "7f9c...", "segment": "chat", "created_at": "2025-05-01T12:00:00Z",
-     "is_control": false,
+     "evaluated_at": "2025-05-01T12:00:09.512Z", "is_control": false,
      "baseline":  {"ttft_s": 0.21, "tpot_s": 0.019, "e2e_s": 4.1, "status": "ok",
                    "evals": {"task": true}, "draft_tokens": 0, "accepted_tokens": 0},
      "candidate": {"ttft_s": 0.22, "tpot_s": 0.014, "e2e_s": 3.2, "status": "ok",
@@ -11,8 +11,12 @@ One JSON object per line, one line per pair, in arrival order:
                    "draft_tokens": 120, "accepted_tokens": 87, "feedback": null}}
 
 * `pair_id`: the pair's id (carried for tracing; replay does not need it).
-* `created_at` (required): ISO 8601 time or epoch seconds; durations count from the
-  first pair, and lines out of time order are sorted into place.
+* `created_at` (required): ISO 8601 time or epoch seconds; a stage's duration runs from
+  its earliest to its latest pair.
+* `evaluated_at` (optional): when the pair's evaluations landed (or it was dropped). Pairs
+  are replayed in fold order, the order in which the gate folds them: pairs with
+  `evaluated_at` by (evaluated_at, pair_id), then the others by `created_at`; lines out
+  of that order are sorted into place. The warm-up is the first pairs in this order.
 * `segment`: the declared segment; segments the policy does not declare count only in
   the pooled `all` cells.
 * `is_control`: a baseline-vs-baseline pair; `candidate` is then the second baseline call.
@@ -32,6 +36,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -169,6 +174,30 @@ def columns(records: Sequence[Record], policy: Policy, mode: RolloutMode) -> Pai
     return builder.columns()
 
 
+def _order_key(record: Record) -> tuple[int, float, str]:
+    evaluated = record.get("evaluated_at")
+    if evaluated is None:
+        return (1, _seconds(record["created_at"]), "")
+    # Ties broken by id, as the database does: a UUID's text sorts as its bytes.
+    return (0, _seconds(evaluated), str(record.get("pair_id", "")))
+
+
+def fold_order(records: list[Record]) -> list[Record]:
+    """Return the records in fold order (see the schema above); a stable sort."""
+    keys = []
+    for n, record in enumerate(records):
+        try:
+            keys.append(_order_key(record))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise BadRequest(
+                f"pair {n + 1}: not a pair record ({type(exc).__name__}: {exc})"
+            ) from exc
+    if all(a <= b for a, b in pairwise(keys)):
+        return records
+    order = sorted(range(len(records)), key=keys.__getitem__)
+    return [records[i] for i in order]
+
+
 def replay(
     pairs: Iterable[Record],
     policy: Policy,
@@ -178,14 +207,10 @@ def replay(
     candidate_share: float = 0.5,
 ) -> ReplayResult:
     """Replay pairs in order, looking every `every` pairs; stop at the first decision."""
-    records = list(pairs)
+    records = fold_order(list(pairs))
     if not records:
         raise BadRequest("no pairs to replay")
     cols = columns(records, policy, mode)
-    if np.any(np.diff(cols.created_s) < 0):
-        # Arrival order matters (warm-up, looks): sort late-written lines into place.
-        order = np.argsort(cols.created_s, kind="stable")
-        cols = columns([records[i] for i in order], policy, mode)
     looks = looks_every(len(records), every)
     stats = to_stats(cols, policy, looks, mode=mode, candidate_share=candidate_share)
     ev = evaluate(policy, stats)

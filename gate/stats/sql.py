@@ -1,49 +1,77 @@
-"""The gate's sufficient statistics from the store, by SQL GROUP BY (Postgres, shadow mode).
+"""The gate's statistics of a slice of a stage's pairs, by SQL aggregates (Postgres, shadow).
 
-One stage of one rollout: its complete and dropped pairs in `created_at` order, each
-joined to its baseline generation and to its second generation (cohort `candidate`, or
-`control` for baseline-vs-baseline pairs), and to their evaluations. The first
-`policy.warmup_pairs` pairs are the warm-up, exactly as in `gate.stats.cumulative` (a
-test checks that both give the same statistics). Assumptions: one generation per cohort
-per pair; an evaluator with several results (versions) for one generation passes only if
-all of them passed.
-
-Not here yet: canary mode (unpaired cohorts), user feedback. The acceptance-collapse
-statistic is computed in Python over the ordered acceptance series, which the query
-returns (a periodic task may keep it incrementally instead, with `change.update`).
+A slice is the stage's closed pairs after one key and up to another in fold order
+(`evaluated_at`, `id`), each joined to its baseline generation and to its second one
+(cohort `candidate`, or `control` for baseline-vs-baseline pairs) and to their
+evaluations. `gate.verdicts.folds` folds each new slice into the stored state
+(`gate.stats.incremental`); every query reads only the slice, through the index on
+(rollout_id, stage, evaluated_at, id). Assumptions: one generation per cohort per pair; an
+evaluator with several results (versions) for one generation passes only if all of them
+passed. Not here: canary mode (unpaired cohorts), user feedback.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections import defaultdict
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from gate.stats.change import log_evalues, log_sr_path
-from gate.stats.engine import (
-    ACCEPTANCE,
-    E2E_TAIL,
-    EVAL_PREFIX,
-    FAILURES,
-    GREEDY,
-    TTFT_P50,
-    TTFT_TAIL,
-    CellStats,
-    GateStats,
-)
-from gate.stats.policy import ALL, Policy
-from gate.stats.sequences import LOG_RATIO_CLIP, CountStats, MeanStats, PairedCounts, TwoCounts
+from gate.stats.incremental import POOLED_ONLY, Bucket, Delta, Key, Tail, WarmUp
+from gate.stats.policy import Policy
+from gate.stats.sequences import LOG_RATIO_CLIP, CountStats, MeanStats, PairedCounts
 
-_PAIRS = """
+# Below every real key: the lower end of the first slice, the warm-up end of none.
+_NO_KEY: Key = (datetime(1970, 1, 1, tzinfo=UTC), uuid.UUID(int=0))
+
+
+@dataclass(frozen=True)
+class Slice:
+    """The pairs of one stage after `after` up to `upto`; those up to `warm_upto` are warm."""
+
+    rollout_id: int
+    stage: int
+    after: Key | None
+    upto: Key
+    warm_upto: Key | None = None
+
+    def params(self, policy: Policy) -> dict[str, Any]:
+        """Return the bind parameters every slice query takes."""
+        (after_at, after_id), (warm_at, warm_id) = self.after or _NO_KEY, self.warm_upto or _NO_KEY
+        return {
+            "rollout": self.rollout_id,
+            "stage": self.stage,
+            "after_at": after_at,
+            "after_id": after_id,
+            "upto_at": self.upto[0],
+            "upto_id": self.upto[1],
+            "warm_at": warm_at,
+            "warm_id": warm_id,
+            "segments": list(policy.segments),
+            "pooled_only": POOLED_ONLY,
+            "clip": LOG_RATIO_CLIP,
+            "greedy": policy.guardrails.greedy_mismatch.evaluator,
+        }
+
+
+_STAGE = "rollout_id = :rollout AND stage = :stage"
+_RANGE = (
+    "(evaluated_at, id) > (:after_at, :after_id) AND (evaluated_at, id) <= (:upto_at, :upto_id)"
+)
+_SLICE = f"""
 WITH p AS (
-  SELECT id, segment, is_control, state, created_at,
-         row_number() OVER (ORDER BY created_at, id) AS seq
-  FROM pairs WHERE rollout_id = :rollout AND stage = :stage AND state IN ('complete', 'dropped')
+  SELECT id, is_control, state, created_at, evaluated_at,
+         CASE WHEN segment = ANY(CAST(:segments AS text[])) THEN segment
+              ELSE :pooled_only END AS seg,
+         (evaluated_at, id) <= (:warm_at, :warm_id) AS warm
+  FROM pairs WHERE {_STAGE} AND state IN ('complete', 'dropped') AND {_RANGE}
 ), x AS (
-  SELECT p.id, p.segment AS seg, p.is_control, p.created_at, p.seq, p.seq <= :warmup AS warm,
+  SELECT p.id, p.seg, p.is_control, p.created_at, p.evaluated_at, p.warm,
          (p.state = 'dropped' OR b.id IS NULL OR c.id IS NULL
           OR b.status = 'dropped' OR c.status = 'dropped') AS dropped,
          b.id AS b_id, c.id AS c_id,
@@ -62,14 +90,100 @@ WITH p AS (
 )
 """
 
+_LAST = f"""SELECT evaluated_at, id FROM pairs WHERE {_STAGE} AND evaluated_at <= :horizon
+ORDER BY evaluated_at DESC, id DESC LIMIT 1"""
+_NEXT = f"""SELECT evaluated_at, id FROM pairs
+WHERE {_STAGE} AND state IN ('complete', 'dropped') AND {_RANGE}
+ORDER BY evaluated_at, id LIMIT :limit"""
+
+
+def last_key(session: Session, *, rollout_id: int, stage: int, horizon: datetime) -> Key | None:
+    """Return the last pair stamped at or before `horizon`, in fold order."""
+    params = {"rollout": rollout_id, "stage": stage, "horizon": horizon}
+    row = session.execute(text(_LAST), params).first()
+    return None if row is None else (row[0], row[1])
+
+
+def first_keys(session: Session, piece: Slice, policy: Policy, limit: int) -> list[Key]:
+    """Return the first `limit` keys of the slice, in fold order."""
+    params = {**piece.params(policy), "limit": limit}
+    return [(at, pair_id) for at, pair_id in session.execute(text(_NEXT), params)]
+
+
+_THRESHOLDS = (
+    _SLICE
+    + """, w AS (
+  SELECT seg, b_{m} AS v FROM y
+  WHERE warm AND NOT dropped AND NOT is_control AND NOT b_failed AND b_{m} IS NOT NULL
+), med AS (
+  SELECT seg, percentile_cont(0.5) WITHIN GROUP (ORDER BY v) AS m FROM w GROUP BY seg
+), pooled AS (SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY v) AS m FROM w)
+SELECT med.seg, med.m AS seg_median, pooled.m AS pooled_median,
+       (SELECT percentile_cont(:q) WITHIN GROUP (ORDER BY w.v / CASE
+          WHEN w.seg = ANY(CAST(:segments AS text[])) THEN m2.m ELSE pooled.m END)
+        FROM w JOIN med m2 ON m2.seg = w.seg) AS ratio_q
+FROM pooled LEFT JOIN med ON true
+"""
+)
+_WARM_ACCEPTANCE = (
+    _SLICE
+    + "SELECT seg, count(acc) AS n, coalesce(sum(acc), 0) AS s FROM y WHERE warm\nGROUP BY seg"
+)
+
+
+def warmup(session: Session, piece: Slice, policy: Policy) -> WarmUp:
+    """Return what the warm-up pairs (the slice, all warm) fix: thresholds and levels."""
+    params = piece.params(policy)
+    g = policy.guardrails
+    ttft, e2e = (
+        _tail(session, params, metric, q, policy.segments)
+        for metric, q in (("ttft", g.ttft_tail.quantile), ("e2e", g.e2e_tail.quantile))
+    )
+    rows = session.execute(text(_WARM_ACCEPTANCE), params).all()
+    n, total = sum(r.n for r in rows), sum(float(r.s) for r in rows)
+    # As `cumulative`: a segment without warm-up acceptance takes the pooled mean.
+    pooled = total / max(n, 1)
+    means = {r.seg: float(r.s) / r.n for r in rows if r.n}
+    ratio = g.acceptance.collapse_ratio
+    return WarmUp(ttft, e2e, {s: ratio * means.get(s, pooled) for s in policy.segments})
+
+
+def _tail(
+    session: Session, params: dict[str, Any], metric: str, q: float, segments: list[str]
+) -> Tail:
+    """Return each declared segment's tail threshold and the pooled one (see cumulative)."""
+    rows = session.execute(text(_THRESHOLDS.replace("{m}", metric)), {**params, "q": q}).all()
+    if not rows or rows[0].ratio_q is None:
+        return Tail({}, None)
+    ratio_q, pooled = float(rows[0].ratio_q), float(rows[0].pooled_median)
+    medians = {r.seg: float(r.seg_median) for r in rows if r.seg in segments}
+    return Tail({seg: m * ratio_q for seg, m in medians.items()}, pooled * ratio_q)
+
+
+def _threshold_case(name: str, tail: Tail | None) -> tuple[str, dict[str, Any]]:
+    if tail is None or tail.pooled is None:
+        return f"NULL::float AS thr_{name}", {}
+    params: dict[str, Any] = {f"{name}_pooled": tail.pooled}
+    cases = []
+    for i, (seg, value) in enumerate(tail.segments.items()):
+        params[f"{name}_seg{i}"], params[f"{name}_thr{i}"] = seg, value
+        cases.append(f"WHEN seg = :{name}_seg{i} THEN :{name}_thr{i}")
+    body = f"CASE {' '.join(cases)} ELSE :{name}_pooled END" if cases else f":{name}_pooled"
+    return f"CAST({body} AS float) AS thr_{name}", params
+
+
+def _log_ratio(metric: str) -> str:
+    # Computed once per row; NULL unless the pair is live, both sides ok and positive.
+    ok = f"live AND both_ok AND b_{metric} > 0 AND c_{metric} > 0"
+    lr = f"least(greatest(ln(c_{metric} / b_{metric}), -:clip), :clip)"
+    return f"CASE WHEN {ok} THEN {lr} END AS lr_{metric}"
+
 
 def _ratio(metric: str) -> str:
-    lr = f"least(greatest(ln(c_{metric} / b_{metric}), -:clip), :clip)"
-    ok = f"live AND both_ok AND b_{metric} > 0 AND c_{metric} > 0"
+    lr = f"lr_{metric}"
     return (
-        f"count(*) FILTER (WHERE {ok}) AS {metric}_n, "
-        f"coalesce(sum({lr}) FILTER (WHERE {ok}), 0) AS {metric}_s, "
-        f"coalesce(sum({lr} * {lr}) FILTER (WHERE {ok}), 0) AS {metric}_ss"
+        f"count({lr}) AS {metric}_n, coalesce(sum({lr}), 0) AS {metric}_s, "
+        f"coalesce(sum({lr} * {lr}), 0) AS {metric}_ss"
     )
 
 
@@ -86,204 +200,107 @@ def _exceeds(side: str, metric: str) -> str:
     return f"({side}_failed OR coalesce({side}_{metric} > thr_{metric}, false))"
 
 
-_THRESHOLDS = (
-    _PAIRS
-    + """, w AS (
-  SELECT seg, b_{m} AS v FROM y
-  WHERE warm AND NOT dropped AND NOT is_control AND NOT b_failed AND b_{m} IS NOT NULL
-), med AS (
-  SELECT seg, percentile_cont(0.5) WITHIN GROUP (ORDER BY v) AS m FROM w GROUP BY seg
-), pooled AS (SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY v) AS m FROM w)
-SELECT med.seg, med.m AS seg_median, pooled.m AS pooled_median,
-       (SELECT percentile_cont(:q) WITHIN GROUP (ORDER BY w.v / CASE
-          WHEN w.seg = ANY(:segments) THEN m2.m ELSE pooled.m END)
-        FROM w JOIN med m2 ON m2.seg = w.seg) AS ratio_q
-FROM pooled LEFT JOIN med ON true
-"""
-)
-
-
-def _thresholds(
-    session: Session, params: dict[str, Any], metric: str, q: float, segments: list[str]
-) -> tuple[dict[str, float], float | None]:
-    """Return each declared segment's tail threshold and the pooled one (see cumulative)."""
-    sql = _THRESHOLDS.replace("{m}", metric)
-    rows = session.execute(text(sql), {**params, "q": q, "segments": segments}).all()
-    if not rows or rows[0].ratio_q is None:
-        return {}, None
-    ratio_q, pooled = float(rows[0].ratio_q), float(rows[0].pooled_median)
-    medians = {r.seg: float(r.seg_median) for r in rows if r.seg in segments}
-    return {seg: m * ratio_q for seg, m in medians.items()}, pooled * ratio_q
-
-
-def _threshold_case(
-    name: str, per_segment: dict[str, float], pooled: float | None
-) -> tuple[str, dict[str, Any]]:
-    if pooled is None:
-        return f"NULL::float AS thr_{name}", {}
-    params: dict[str, Any] = {f"{name}_pooled": pooled}
-    cases = []
-    for i, (seg, value) in enumerate(per_segment.items()):
-        params[f"{name}_seg{i}"], params[f"{name}_thr{i}"] = seg, value
-        cases.append(f"WHEN seg = :{name}_seg{i} THEN :{name}_thr{i}")
-    body = f"CASE {' '.join(cases)} ELSE :{name}_pooled END" if cases else f":{name}_pooled"
-    return f"CAST({body} AS float) AS thr_{name}", params
-
-
 def _main_query(thr_ttft: str, thr_e2e: str) -> str:
-    ttft_tail = _paired(
-        "ttft_tail", _exceeds("b", "ttft"), _exceeds("c", "ttft"), "live AND thr_ttft IS NOT NULL"
-    )
-    e2e_tail = _paired(
-        "e2e_tail", _exceeds("b", "e2e"), _exceeds("c", "e2e"), "live AND thr_e2e IS NOT NULL"
-    )
-    return f"""{_PAIRS}, t AS (SELECT y.*, {thr_ttft}, {thr_e2e} FROM y)
-SELECT seg, count(*) FILTER (WHERE live) AS live_n,
-  count(*) FILTER (WHERE NOT warm AND dropped) AS dropped_n, count(*) AS total_n,
+    tails = [
+        _paired(f"{m}_tail", _exceeds("b", m), _exceeds("c", m), f"live AND thr_{m} IS NOT NULL")
+        for m in ("ttft", "e2e")
+    ]
+    ratios = ", ".join(_log_ratio(m) for m in ("tpot", "e2e", "ttft"))
+    return f"""{_SLICE}, t AS (SELECT y.*, {thr_ttft}, {thr_e2e}, {ratios} FROM y)
+SELECT seg, count(*) AS pairs, count(*) FILTER (WHERE warm) AS warm_n,
+  count(*) FILTER (WHERE live) AS live_n, count(*) FILTER (WHERE NOT warm AND dropped) AS dropped_n,
+  count(*) FILTER (WHERE live AND b_failed AND c_failed) AS both_failed_n,
   min(created_at) AS first_at, max(created_at) AS last_at,
   {_ratio("tpot")}, {_ratio("e2e")}, {_ratio("ttft")},
-  {_paired("failures", "b_failed", "c_failed")}, {ttft_tail}, {e2e_tail},
+  {_paired("failures", "b_failed", "c_failed")}, {tails[0]}, {tails[1]},
   count(acc) FILTER (WHERE live) AS acc_n, coalesce(sum(acc) FILTER (WHERE live), 0) AS acc_s,
-  coalesce(sum(acc * acc) FILTER (WHERE live), 0) AS acc_ss
+  coalesce(sum(acc * acc) FILTER (WHERE live), 0) AS acc_ss,
+  array_agg(acc ORDER BY evaluated_at, id)
+    FILTER (WHERE live AND acc IS NOT NULL AND seg <> :pooled_only) AS acc_series
 FROM t GROUP BY seg"""
 
 
+# One row per pair x evaluator with each side's result; both-failed ties are counted
+# per bucket instead (`Bucket.both_failed`), so an evaluator first seen later gets them.
 _EVALS = (
-    _PAIRS
-    + """, gens AS (SELECT b_id AS id FROM y UNION SELECT c_id FROM y),
-ev AS (
-  SELECT generation_id, evaluator, bool_and(passed) AS passed FROM evaluations
-  WHERE generation_id IN (SELECT id FROM gens) GROUP BY generation_id, evaluator
-), names AS (SELECT DISTINCT evaluator FROM ev WHERE evaluator <> :greedy)
-SELECT y.seg, n.evaluator, {paired}
-FROM y CROSS JOIN names n
-LEFT JOIN ev eb ON eb.generation_id = y.b_id AND eb.evaluator = n.evaluator
-LEFT JOIN ev ec ON ec.generation_id = y.c_id AND ec.evaluator = n.evaluator
-GROUP BY y.seg, n.evaluator
-"""
-).replace(
-    "{paired}",
-    _paired(
-        "e",
-        "y.b_failed OR NOT eb.passed",
-        "y.c_failed OR NOT ec.passed",
-        "y.live AND (eb.passed IS NOT NULL OR y.b_failed)"
-        " AND (ec.passed IS NOT NULL OR y.c_failed)",
-    ),
+    _SLICE
+    + """, e AS (
+  SELECT y.id, ev.evaluator,
+         bool_and(ev.passed) FILTER (WHERE g.id = y.b_id) AS b_pass,
+         bool_and(ev.passed) FILTER (WHERE g.id = y.c_id) AS c_pass
+  FROM y JOIN generations g ON g.pair_id = y.id
+  JOIN evaluations ev ON ev.generation_id = g.id
+  GROUP BY y.id, ev.evaluator
+), f AS (
+  SELECT y.seg, y.is_control, y.b_failed, y.c_failed, e.evaluator, e.b_pass, e.c_pass,
+         y.live AND NOT (y.b_failed AND y.c_failed)
+           AND (e.b_pass IS NOT NULL OR y.b_failed) AND (e.c_pass IS NOT NULL OR y.c_failed)
+           AS scored,
+         NOT y.warm AND NOT y.dropped AND e.c_pass IS NOT NULL AS greedy
+  FROM e JOIN y ON y.id = e.id
 )
-
-_GREEDY = (
-    _PAIRS
-    + """SELECT y.seg, y.is_control, count(*) AS n, count(*) FILTER (WHERE NOT g.passed) AS k
-FROM y JOIN (
-  SELECT generation_id, bool_and(passed) AS passed FROM evaluations
-  WHERE evaluator = :greedy GROUP BY generation_id
-) g ON g.generation_id = y.c_id
-WHERE NOT y.warm AND NOT y.dropped GROUP BY y.seg, y.is_control
+SELECT seg, evaluator, {paired},
+  count(*) FILTER (WHERE greedy AND is_control) AS control_n,
+  count(*) FILTER (WHERE greedy AND is_control AND NOT c_pass) AS control_k,
+  count(*) FILTER (WHERE greedy AND NOT is_control) AS candidate_n,
+  count(*) FILTER (WHERE greedy AND NOT is_control AND NOT c_pass) AS candidate_k
+FROM f GROUP BY seg, evaluator
 """
-)
-
-_ACCEPTANCE = _PAIRS + "SELECT seg, warm, live, acc FROM y WHERE acc IS NOT NULL ORDER BY seq"
+).replace("{paired}", _paired("e", "b_failed OR NOT b_pass", "c_failed OR NOT c_pass", "scored"))
 
 
-def load_stats(session: Session, *, rollout_id: int, stage: int, policy: Policy) -> GateStats:
-    """Return the stage's sufficient statistics, as `cumulative.to_stats` would at its end."""
-    params: dict[str, Any] = {
-        "rollout": rollout_id,
-        "stage": stage,
-        "warmup": policy.warmup_pairs,
-        "clip": LOG_RATIO_CLIP,
-        "greedy": policy.guardrails.greedy_mismatch.evaluator,
-    }
-    g, segments = policy.guardrails, policy.segments
-    cases = [
-        _threshold_case(name, *_thresholds(session, params, name, q, segments))
-        for name, q in (("ttft", g.ttft_tail.quantile), ("e2e", g.e2e_tail.quantile))
-    ]
-    sql = _main_query(cases[0][0], cases[1][0])
-    rows = session.execute(text(sql), {**params, **cases[0][1], **cases[1][1]}).mappings().all()
-    cells: dict[tuple[str, str], CellStats] = {}
-    for seg, row in _by_segment(rows, segments).items():
-        for metric, key in (("tpot", "tpot"), ("e2e", "e2e"), (TTFT_P50, "ttft")):
-            cells[(metric, seg)] = MeanStats(row[f"{key}_n"], row[f"{key}_s"], row[f"{key}_ss"])
-        for metric in (FAILURES, TTFT_TAIL, E2E_TAIL):
-            cells[(metric, seg)] = _counts(row, metric)
-        cells[(ACCEPTANCE, seg)] = MeanStats(row["acc_n"], row["acc_s"], row["acc_ss"])
-    cells.update(_eval_cells(session, params, segments))
-    cells.update(_greedy_cells(session, params, segments))
-    pooled = _by_segment(rows, segments)[ALL]
-    first, last = (
-        (min(r["first_at"] for r in rows), max(r["last_at"] for r in rows))
-        if rows
-        else (None, None)
+def delta(session: Session, piece: Slice, policy: Policy, warm: WarmUp | None) -> Delta:
+    """Return the slice's statistics; `warm` holds the thresholds its live pairs use."""
+    params = piece.params(policy)
+    (ttft_sql, ttft_params), (e2e_sql, e2e_params) = (
+        _threshold_case("ttft", warm.ttft if warm else None),
+        _threshold_case("e2e", warm.e2e if warm else None),
     )
-    return GateStats(
-        cells=cells,
-        n_pairs=float(pooled["live_n"]),
-        n_dropped=float(pooled["dropped_n"]),
-        elapsed_s=(last - first).total_seconds() if first and last else 0.0,
-        warmed_up=bool(pooled["total_n"] > policy.warmup_pairs),
-        collapse=_collapse(session, params, policy),
-    )
-
-
-def _by_segment(rows: Any, segments: list[str]) -> dict[str, dict[str, float]]:
-    # Declared segments as they are (zeros if absent); every row, declared or not, in `all`.
-    out: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for row in rows:
-        for seg in (ALL, row["seg"]) if row["seg"] in segments else (ALL,):
-            for key, value in row.items():
-                if isinstance(value, int | float) and not isinstance(value, bool):
-                    out[seg][key] += float(value)
-    return {seg: dict(out[seg]) for seg in (ALL, *segments)}
-
-
-def _counts(row: dict[str, float], name: str) -> PairedCounts:
-    return PairedCounts(
-        row.get(f"{name}_n", 0.0), row.get(f"{name}_worse", 0.0), row.get(f"{name}_better", 0.0)
-    )
-
-
-def _eval_cells(
-    session: Session, params: dict[str, Any], segments: list[str]
-) -> dict[tuple[str, str], CellStats]:
-    by_name: dict[str, list[Any]] = defaultdict(list)
+    query = text(_main_query(ttft_sql, e2e_sql))
+    rows = session.execute(query, {**params, **ttft_params, **e2e_params}).mappings().all()
+    buckets = {row["seg"]: _bucket(row) for row in rows}
+    evaluators: dict[str, dict[str, PairedCounts]] = defaultdict(dict)
     for row in session.execute(text(_EVALS), params).mappings():
-        by_name[row["evaluator"]].append(row)
-    cells: dict[tuple[str, str], CellStats] = {}
-    for name, rows in by_name.items():
-        for seg, sums in _by_segment(rows, segments).items():
-            cells[(EVAL_PREFIX + name, seg)] = _counts(sums, "e")
-    return cells
+        if row["evaluator"] == params["greedy"]:
+            control = CountStats(float(row["control_n"]), float(row["control_k"]))
+            candidate = CountStats(float(row["candidate_n"]), float(row["candidate_k"]))
+            b = buckets[row["seg"]]
+            buckets[row["seg"]] = replace(b, greedy_control=control, greedy_candidate=candidate)
+        else:
+            evaluators[row["evaluator"]][row["seg"]] = _counts(row, "e")
+    series = {row["seg"]: row["acc_series"] for row in rows}
+    return Delta(
+        last=piece.upto,
+        pairs=sum(row["pairs"] for row in rows),
+        warm_pairs=sum(row["warm_n"] for row in rows),
+        first_at=min((row["first_at"] for row in rows), default=None),
+        last_at=max((row["last_at"] for row in rows), default=None),
+        buckets=buckets,
+        evaluators=dict(evaluators),
+        acceptance={s: np.asarray(series.get(s) or [], dtype=np.float64) for s in policy.segments},
+    )
 
 
-def _greedy_cells(
-    session: Session, params: dict[str, Any], segments: list[str]
-) -> dict[tuple[str, str], CellStats]:
-    rows = session.execute(text(_GREEDY), params).mappings().all()
-    sums: dict[tuple[str, bool], list[float]] = defaultdict(lambda: [0.0, 0.0])
-    for row in rows:
-        for seg in (ALL, row["seg"]) if row["seg"] in segments else (ALL,):
-            sums[(seg, row["is_control"])][0] += row["n"]
-            sums[(seg, row["is_control"])][1] += row["k"]
-    return {
-        (GREEDY, seg): TwoCounts(CountStats(*sums[(seg, True)]), CountStats(*sums[(seg, False)]))
-        for seg in (ALL, *segments)
-    }
+def _mean(row: Any, key: str) -> MeanStats:
+    return MeanStats(float(row[f"{key}_n"]), float(row[f"{key}_s"]), float(row[f"{key}_ss"]))
 
 
-def _collapse(session: Session, params: dict[str, Any], policy: Policy) -> dict[str, float]:
-    g = policy.guardrails.acceptance
-    if not g.enabled:
-        return {}
-    rows = session.execute(text(_ACCEPTANCE), params).all()
-    warm_all = [r.acc for r in rows if r.warm]
-    pooled = float(np.mean(warm_all)) if warm_all else 0.0
-    out = {}
-    for seg in policy.segments:
-        warm = [r.acc for r in rows if r.warm and r.seg == seg]
-        level = g.collapse_ratio * (float(np.mean(warm)) if warm else pooled)
-        live = np.array([r.acc for r in rows if r.live and r.seg == seg], dtype=np.float64)
-        path = log_sr_path(log_evalues(live, level)) if live.size else np.array([-np.inf])
-        out[seg] = float(path.max())
-    return out
+def _counts(row: Any, name: str) -> PairedCounts:
+    return PairedCounts(
+        float(row[f"{name}_n"]), float(row[f"{name}_worse"]), float(row[f"{name}_better"])
+    )
+
+
+def _bucket(row: Any) -> Bucket:
+    return Bucket(
+        live=float(row["live_n"]),
+        dropped=float(row["dropped_n"]),
+        both_failed=float(row["both_failed_n"]),
+        tpot=_mean(row, "tpot"),
+        e2e=_mean(row, "e2e"),
+        ttft=_mean(row, "ttft"),
+        acceptance=_mean(row, "acc"),
+        failures=_counts(row, "failures"),
+        ttft_tail=_counts(row, "ttft_tail"),
+        e2e_tail=_counts(row, "e2e_tail"),
+    )

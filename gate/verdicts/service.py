@@ -1,9 +1,12 @@
 """Compute, store and apply a rollout's verdict. The caller owns the transaction.
 
-Each run is one look at the stage's closed pairs. The gate's intervals are anytime-valid,
-so looking at every run (every minute, every dashboard reload, every `gate check`) does
-not inflate its error rates. Postgres shadow rollouts are summarised in SQL; SQLite and
-canary rollouts go through the same pair records that `specgate pairs export` writes.
+Each run is one look at the stage's evaluated pairs (closed, their evaluations landed).
+The gate's intervals are anytime-valid, so looking at every run (every minute, every
+dashboard reload, every `gate check`) does not inflate its error rates. Postgres shadow
+rollouts fold the pairs evaluated since the last run into stored sufficient statistics
+(`gate.verdicts.folds`), so a run costs the new pairs, not all of them; SQLite and canary
+rollouts replay the same pair records that `specgate pairs export` writes, in the same
+(fold) order, so both paths judge the same pairs alike.
 """
 
 from __future__ import annotations
@@ -15,23 +18,24 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gate.audit import GATE_ACTOR
-from gate.db.enums import Decision, PairState, RolloutMode, RolloutState
-from gate.db.models import Pair, Rollout, Verdict
+from gate.db.enums import Decision, RolloutMode, RolloutState
+from gate.db.models import Rollout, Verdict
 from gate.pairs.export import pair_records
 from gate.rollouts import service as rollouts
 from gate.rollouts.states import Action
 from gate.routing import service as routing
 from gate.routing.pubsub import Publisher
-from gate.stats import sql
+from gate.stats import incremental
 from gate.stats.policy import Policy, load_policy
 from gate.stats.replay import replay
 from gate.stats.verdict import VerdictResult, decide
+from gate.verdicts import folds
 
 log = logging.getLogger(__name__)
 NO_PAIRS = VerdictResult(
     decision=Decision.CONTINUE,
     reason_codes=("no_pairs",),
-    summary="continue: no closed pairs in this stage yet",
+    summary="continue: no evaluated pairs in this stage yet",
     cells=(),
     n_pairs=0,
 )
@@ -41,12 +45,16 @@ AUTOMATIC = {Decision.KILL: Action.KILL, Decision.HOLD: Action.HOLD}
 
 def compute(session: Session, *, rollout: Rollout, policy: Policy) -> VerdictResult:
     """Return the verdict on the rollout's current stage."""
-    if not _has_closed_pairs(session, rollout):
-        return NO_PAIRS
     if session.get_bind().dialect.name == "postgresql" and rollout.mode is RolloutMode.SHADOW:
-        stats = sql.load_stats(session, rollout_id=rollout.id, stage=rollout.stage, policy=policy)
-        return decide(policy, stats)
-    records = list(pair_records(session, rollout_id=rollout.id, stage=rollout.stage))
+        state = folds.fold(session, rollout_id=rollout.id, stage=rollout.stage, policy=policy)
+        if not state.pairs:
+            return NO_PAIRS
+        return decide(policy, incremental.to_stats(state, policy))
+    records = list(
+        pair_records(session, rollout_id=rollout.id, stage=rollout.stage, evaluated_only=True)
+    )
+    if not records:
+        return NO_PAIRS
     return replay(records, policy, every=len(records), mode=rollout.mode).verdict
 
 
@@ -88,14 +96,6 @@ def run_gate(session: Session, *, rollout_id: int, publisher: Publisher | None) 
 def running_rollouts(session: Session) -> Sequence[int]:
     """Return the ids of the rollouts the periodic gate judges."""
     return session.scalars(select(Rollout.id).where(Rollout.state == RolloutState.RUNNING)).all()
-
-
-def _has_closed_pairs(session: Session, rollout: Rollout) -> bool:
-    closed = (PairState.COMPLETE, PairState.DROPPED)
-    statement = select(Pair.id).where(
-        Pair.rollout_id == rollout.id, Pair.stage == rollout.stage, Pair.state.in_(closed)
-    )
-    return session.scalar(statement.limit(1)) is not None
 
 
 def _allowed(policy: Policy, action: Action) -> bool:

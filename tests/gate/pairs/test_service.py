@@ -49,6 +49,8 @@ def test_pairs_past_their_deadline_are_dropped(pg_session):
     pg_session.refresh(late)
     pg_session.refresh(on_time)
     assert (late.state, on_time.state) == (PairState.DROPPED, PairState.OPEN)
+    # A dropped pair gets no evaluations: it is ready for the gate at once; an open one is not.
+    assert late.evaluated_at is not None and on_time.evaluated_at is None
 
 
 def test_evaluation_is_enqueued_only_after_commit(pg_committing):

@@ -14,7 +14,7 @@ from gate.errors import BadRequest
 from gate.stats.cumulative import looks_every, to_stats
 from gate.stats.engine import ACCEPTANCE, FAILURES, GREEDY
 from gate.stats.policy import ALL, Policy
-from gate.stats.replay import columns, read_pairs, replay
+from gate.stats.replay import columns, fold_order, read_pairs, replay
 from gate.stats.sequences import MeanStats, PairedCounts, TwoCounts
 from gate.stats.simulate import Scenario, draw_pairs, to_records
 
@@ -63,6 +63,22 @@ def test_lines_out_of_order_are_sorted_by_created_at():
     shuffled = copy.deepcopy(records)
     np.random.default_rng(1).shuffle(shuffled)
     assert replay(shuffled, POLICY, every=50).pairs == replay(records, POLICY, every=50).pairs
+
+
+def test_evaluated_pairs_come_first_in_fold_order_then_the_rest_by_creation():
+    def record(pair_id, created, evaluated):
+        return {"pair_id": pair_id, "created_at": created, "evaluated_at": evaluated}
+
+    records = [
+        record("d", 1.0, None),
+        record("c", 2.0, 50.0),
+        record("b", 3.0, 40.0),
+        record("a", 4.0, 40.0),  # same stamp as "b": the id decides, as in the database
+        record("e", 0.0, None),
+    ]
+    assert [r["pair_id"] for r in fold_order(records)] == ["a", "b", "c", "e", "d"]
+    ordered = fold_order(records)
+    assert fold_order(ordered) is ordered  # already in order: kept as it is
 
 
 def test_failed_side_fails_its_evaluators_and_counts_as_failure():

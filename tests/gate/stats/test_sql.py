@@ -1,4 +1,4 @@
-"""SQL sufficient statistics equal the replay path's on the same pairs (Postgres)."""
+"""SQL sufficient statistics (one fold from scratch) equal the replay path's (Postgres)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ from gate.db.enums import Cohort, RolloutMode
 from gate.db.models import Evaluation, Generation, Pair
 from gate.stats.cumulative import at_look, to_stats
 from gate.stats.engine import FEEDBACK
+from gate.stats.incremental import to_stats as folded_stats
 from gate.stats.policy import Policy
-from gate.stats.replay import columns
+from gate.stats.replay import columns, fold_order
 from gate.stats.simulate import Scenario, draw_pairs, to_records
-from gate.stats.sql import load_stats
+from gate.verdicts.folds import fold
 from tests import factories
 
 pytestmark = pytest.mark.postgres
@@ -24,12 +25,20 @@ POLICY = Policy()
 START = datetime(2025, 5, 1, tzinfo=UTC)
 
 
-def recorded_pairs() -> list[dict]:
-    """900 simulated pairs with control pairs, dropped pairs, greedy scores, one odd segment."""
-    cols = draw_pairs(Scenario("mixed", 900, error_rate=0.02), POLICY, 1, np.random.default_rng(4))
-    records = to_records(cols, POLICY)
+def recorded_pairs(scenario: Scenario | None = None, policy: Policy = POLICY) -> list[dict]:
+    """900 simulated pairs with control pairs, dropped pairs, greedy scores, one odd segment.
+
+    Each pair's evaluations land up to a minute after it was created, in whole seconds
+    (so fold order differs from creation order, with ties broken by id).
+    """
+    scenario = scenario or Scenario("mixed", 900, error_rate=0.02)
+    rng = np.random.default_rng(4)
+    cols = draw_pairs(scenario, policy, 1, rng)
+    records = to_records(cols, policy)
+    lags = rng.integers(0, 60, len(records))
     for i, record in enumerate(records):
         record["created_at"] = (START + timedelta(seconds=i)).isoformat()
+        record["evaluated_at"] = (START + timedelta(seconds=i + int(lags[i]))).isoformat()
         if i % 9 == 0:
             record["candidate"]["evals"]["greedy_parity"] = i % 27 != 0
         if i % 10 == 3:
@@ -42,18 +51,21 @@ def recorded_pairs() -> list[dict]:
     return records
 
 
-def store(session, records: list[dict]) -> int:
-    rollout = factories.rollout(session)
+def store(session, records: list[dict], rollout_id: int | None = None) -> int:
+    """Store records as pairs, generations and evaluations; set each record's `pair_id`."""
+    rollout_id = rollout_id or factories.rollout(session).id
     pair_rows, gen_rows, side_evals = [], [], []
     for record in records:
         pair_id = uuid.uuid4()
+        record["pair_id"] = str(pair_id)
         created = datetime.fromisoformat(record["created_at"])
         pair_rows.append(
             {
-                "id": pair_id, "rollout_id": rollout.id, "stage": 0,
+                "id": pair_id, "rollout_id": rollout_id, "stage": 0,
                 "state": "dropped" if record["candidate"] is None else "complete",
                 "is_control": record["is_control"], "segment": record["segment"],
                 "created_at": created, "deadline": created + timedelta(minutes=5),
+                "evaluated_at": datetime.fromisoformat(record["evaluated_at"]),
             }
         )  # fmt: skip
         second = Cohort.CONTROL if record["is_control"] else Cohort.CANDIDATE
@@ -62,7 +74,7 @@ def store(session, records: list[dict]) -> int:
                 continue
             gen_rows.append(
                 {
-                    "rollout_id": rollout.id, "pair_id": pair_id, "cohort": cohort,
+                    "rollout_id": rollout_id, "pair_id": pair_id, "cohort": cohort,
                     "segment": record["segment"], "status": side["status"],
                     "ttft_s": side["ttft_s"], "tpot_s": side["tpot_s"], "e2e_s": side["e2e_s"],
                     "spec_draft_tokens": side["draft_tokens"],
@@ -84,7 +96,7 @@ def store(session, records: list[dict]) -> int:
         ],
     )
     session.flush()
-    return rollout.id
+    return rollout_id
 
 
 def as_floats(value: object, prefix: str = "") -> dict[str, float]:
@@ -100,8 +112,8 @@ def as_floats(value: object, prefix: str = "") -> dict[str, float]:
 def test_sql_statistics_equal_the_replay_statistics(pg_session):
     records = recorded_pairs()
     rollout_id = store(pg_session, records)
-    got = load_stats(pg_session, rollout_id=rollout_id, stage=0, policy=POLICY)
-    cols = columns(records, POLICY, RolloutMode.SHADOW)
+    got = folded_stats(fold(pg_session, rollout_id=rollout_id, stage=0, policy=POLICY), POLICY)
+    cols = columns(fold_order(records), POLICY, RolloutMode.SHADOW)
     want = at_look(to_stats(cols, POLICY, np.array([len(records)])), 0)
     assert float(got.n_pairs) == float(want.n_pairs) > 500
     assert float(got.n_dropped) == float(want.n_dropped) > 0

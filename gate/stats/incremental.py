@@ -1,0 +1,288 @@
+"""The gate's sufficient statistics kept incrementally: fold state, what a fold adds, GateStats.
+
+On Postgres the gate does not recompute a stage's statistics from all of its pairs at
+every look. Each pair is folded into a stored state once, after its evaluations landed,
+in fold order (`evaluated_at`, `id`; see `gate.pairs.watermark`), and `GateStats` are
+built from the state. What is kept is additive (counts, sums, sums of squares per
+metric x segment) except the acceptance-collapse detectors, which advance over the new
+pairs in fold order (`gate.stats.change.update`), and what the warm-up fixes.
+
+Warm-up: the first `policy.warmup_pairs` pairs *in fold order*, not in creation order,
+so a pair's role is known when it is folded and never revisited. Replay and export use
+the same order (`gate.stats.replay`), so both paths give the same statistics. Pairs of
+undeclared segments count only in the pooled cells; they share the bucket `all`.
+Not folded: user feedback (it arrives after the fold), canary mode (unpaired cohorts).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
+from datetime import datetime
+from functools import reduce
+from typing import Any, TypeVar
+
+import numpy as np
+
+from gate.stats.change import CollapseState, log_evalues, update
+from gate.stats.engine import (
+    ACCEPTANCE,
+    E2E_TAIL,
+    EVAL_PREFIX,
+    FAILURES,
+    GREEDY,
+    TTFT_P50,
+    TTFT_TAIL,
+    CellStats,
+    GateStats,
+)
+from gate.stats.policy import ALL, Policy
+from gate.stats.sequences import CountStats, FloatArray, MeanStats, PairedCounts, TwoCounts
+
+# Bump when what a fold stores changes meaning: stored states then refold from scratch.
+FOLD_VERSION = 1
+# The bucket of pairs whose segment the policy does not declare ("all" is never declared).
+POOLED_ONLY = ALL
+Key = tuple[datetime, uuid.UUID]
+T = TypeVar("T")
+
+_MEAN = MeanStats(0.0, 0.0, 0.0)
+_PAIRED = PairedCounts(0.0, 0.0, 0.0)
+_COUNT = CountStats(0.0, 0.0)
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """Additive statistics of one segment's folded pairs.
+
+    `live` pairs are tested (after warm-up, neither control nor dropped); `dropped` counts
+    pairs dropped after warm-up; `both_failed` live pairs where both sides failed, a tie
+    for every evaluator, even one first seen later. Latency means hold clipped log-ratios.
+    """
+
+    live: float = 0.0
+    dropped: float = 0.0
+    both_failed: float = 0.0
+    tpot: MeanStats = _MEAN
+    e2e: MeanStats = _MEAN
+    ttft: MeanStats = _MEAN
+    acceptance: MeanStats = _MEAN
+    failures: PairedCounts = _PAIRED
+    ttft_tail: PairedCounts = _PAIRED
+    e2e_tail: PairedCounts = _PAIRED
+    greedy_control: CountStats = _COUNT
+    greedy_candidate: CountStats = _COUNT
+
+
+@dataclass(frozen=True)
+class Tail:
+    """A tail threshold per declared segment with warm-up data, and the pooled one."""
+
+    segments: Mapping[str, float]
+    pooled: float | None
+
+
+@dataclass(frozen=True)
+class WarmUp:
+    """What the warm-up fixes: tail thresholds and each segment's collapse level."""
+
+    ttft: Tail
+    e2e: Tail
+    levels: Mapping[str, float]
+
+
+@dataclass(frozen=True)
+class FoldState:
+    """A stage's statistics over every pair folded so far, up to `watermark`."""
+
+    policy_key: str
+    watermark: Key | None = None
+    pairs: int = 0
+    warm_pairs: int = 0
+    first_at: datetime | None = None
+    last_at: datetime | None = None
+    warmup: WarmUp | None = None
+    buckets: Mapping[str, Bucket] = field(default_factory=dict)
+    # Evaluator -> bucket -> paired counts, both-failed ties left out (see `Bucket`).
+    evaluators: Mapping[str, Mapping[str, PairedCounts]] = field(default_factory=dict)
+    collapse: Mapping[str, CollapseState] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Delta:
+    """What one fold adds: the pairs after the watermark up to `last`, in fold order."""
+
+    last: Key
+    pairs: int
+    warm_pairs: int
+    first_at: datetime | None
+    last_at: datetime | None
+    buckets: Mapping[str, Bucket]
+    evaluators: Mapping[str, Mapping[str, PairedCounts]]
+    # Live pairs' acceptance rates per declared segment, in fold order.
+    acceptance: Mapping[str, FloatArray]
+
+
+def policy_key(policy: Policy) -> str:
+    """Return a hash of the policy fields that folded statistics depend on."""
+    g = policy.guardrails
+    parts = [
+        FOLD_VERSION,
+        policy.warmup_pairs,
+        policy.segments,
+        g.ttft_tail.quantile,
+        g.e2e_tail.quantile,
+        g.acceptance.collapse_ratio,
+        g.greedy_mismatch.evaluator,
+    ]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+
+
+def _plus(a: T, b: T) -> T:
+    if is_dataclass(a) and not isinstance(a, type):
+        values = {f.name: _plus(getattr(a, f.name), getattr(b, f.name)) for f in fields(a)}
+        return type(a)(**values)
+    return a + b  # type: ignore[operator, no-any-return]
+
+
+def _merge(a: Mapping[str, T], b: Mapping[str, T]) -> dict[str, T]:
+    out = dict(a)
+    for key, value in b.items():
+        out[key] = _plus(out[key], value) if key in out else value
+    return out
+
+
+def _bound(
+    a: datetime | None, b: datetime | None, pick: Callable[[list[datetime]], datetime]
+) -> datetime | None:
+    known = [t for t in (a, b) if t is not None]
+    return pick(known) if known else None
+
+
+def add(state: FoldState, delta: Delta) -> FoldState:
+    """Return the state with the delta's pairs folded in."""
+    collapse = dict(state.collapse)
+    for segment, rates in delta.acceptance.items():
+        if rates.size:
+            # Live pairs exist only after the warm-up, which fixed every level.
+            assert state.warmup is not None
+            log_e = log_evalues(rates, state.warmup.levels[segment])
+            collapse[segment] = update(collapse.get(segment, CollapseState()), log_e)
+    evaluators = {name: dict(per) for name, per in state.evaluators.items()}
+    for name, per in delta.evaluators.items():
+        evaluators[name] = _merge(evaluators.get(name, {}), per)
+    return replace(
+        state,
+        watermark=delta.last,
+        pairs=state.pairs + delta.pairs,
+        warm_pairs=state.warm_pairs + delta.warm_pairs,
+        first_at=_bound(state.first_at, delta.first_at, min),
+        last_at=_bound(state.last_at, delta.last_at, max),
+        buckets=_merge(state.buckets, delta.buckets),
+        evaluators=evaluators,
+        collapse=collapse,
+    )
+
+
+def to_stats(state: FoldState, policy: Policy) -> GateStats:
+    """Return the gate's statistics of the folded pairs (as `cumulative.to_stats` would)."""
+    pooled = reduce(_plus, state.buckets.values(), Bucket())
+    cells: dict[tuple[str, str], CellStats] = {}
+    for segment in (ALL, *policy.segments):
+        b = pooled if segment == ALL else state.buckets.get(segment, Bucket())
+        cells.update(_cells(state, b, segment))
+    enabled = policy.guardrails.acceptance.enabled
+    collapse = {s: state.collapse.get(s, CollapseState()).max_log_sr for s in policy.segments}
+    elapsed = (state.last_at - state.first_at) if state.first_at and state.last_at else None
+    return GateStats(
+        cells=cells,
+        n_pairs=pooled.live,
+        n_dropped=pooled.dropped,
+        elapsed_s=elapsed.total_seconds() if elapsed else 0.0,
+        warmed_up=state.pairs > policy.warmup_pairs,
+        collapse=collapse if enabled else {},
+    )
+
+
+def _cells(state: FoldState, b: Bucket, segment: str) -> dict[tuple[str, str], CellStats]:
+    cells: dict[tuple[str, str], CellStats] = {
+        ("tpot", segment): b.tpot,
+        ("e2e", segment): b.e2e,
+        (TTFT_P50, segment): b.ttft,
+        (ACCEPTANCE, segment): b.acceptance,
+        (FAILURES, segment): b.failures,
+        (TTFT_TAIL, segment): b.ttft_tail,
+        (E2E_TAIL, segment): b.e2e_tail,
+        (GREEDY, segment): TwoCounts(b.greedy_control, b.greedy_candidate),
+    }
+    for name, per in state.evaluators.items():
+        picked = per.values() if segment == ALL else [per.get(segment, _PAIRED)]
+        counts = reduce(_plus, picked, _PAIRED)
+        cells[(EVAL_PREFIX + name, segment)] = replace(counts, n=counts.n + b.both_failed)
+    return cells
+
+
+def dump(value: Any) -> Any:
+    """Return a JSON-ready copy of state parts (dataclasses, maps, floats; -inf as null)."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return dump(asdict(value))
+    if isinstance(value, Mapping):
+        return {str(k): dump(v) for k, v in value.items()}
+    if isinstance(value, float | np.floating) and not np.isfinite(value):
+        return None  # JSONB has no infinities; only the collapse statistic's -inf occurs
+    return float(value) if isinstance(value, np.floating) else value
+
+
+def _number(raw: float | None) -> float:
+    return -np.inf if raw is None else float(raw)
+
+
+def _numbers(doc: Mapping[str, Any]) -> dict[str, float]:
+    return {key: float(value) for key, value in doc.items()}
+
+
+def load_buckets(doc: Mapping[str, Any] | None) -> dict[str, Bucket]:
+    """Return buckets from their `dump`; absent fields are zero."""
+    out = {}
+    for segment, raw in (doc or {}).items():
+        values: dict[str, Any] = {}
+        for f in fields(Bucket):
+            if f.name in raw:
+                zero, value = f.default, raw[f.name]
+                if isinstance(zero, MeanStats | PairedCounts | CountStats):
+                    values[f.name] = type(zero)(**_numbers(value))
+                else:
+                    values[f.name] = float(value)
+        out[segment] = Bucket(**values)
+    return out
+
+
+def load_evaluators(doc: Mapping[str, Any] | None) -> dict[str, dict[str, PairedCounts]]:
+    """Return evaluator counts from their `dump`."""
+    return {
+        name: {segment: PairedCounts(**_numbers(raw)) for segment, raw in per.items()}
+        for name, per in (doc or {}).items()
+    }
+
+
+def load_collapse(doc: Mapping[str, Any] | None) -> dict[str, CollapseState]:
+    """Return the collapse detectors from their `dump`."""
+    return {
+        segment: CollapseState(int(raw["n"]), _number(raw["log_sr"]), _number(raw["max_log_sr"]))
+        for segment, raw in (doc or {}).items()
+    }
+
+
+def load_warmup(doc: Mapping[str, Any] | None) -> WarmUp | None:
+    """Return what the warm-up fixed, from its `dump` (None before the warm-up ended)."""
+    if doc is None:
+        return None
+
+    def tail(raw: Mapping[str, Any]) -> Tail:
+        pooled = raw["pooled"]
+        return Tail(_numbers(raw["segments"]), None if pooled is None else float(pooled))
+
+    return WarmUp(tail(doc["ttft"]), tail(doc["e2e"]), _numbers(doc["levels"]))
