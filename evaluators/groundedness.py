@@ -66,7 +66,7 @@ def _document_text(document: Any) -> str:
 
 @dataclass(frozen=True)
 class GroundednessOptions:
-    """Thresholds and weights (defaults checked on HaluEval QA: bench/RESULTS-evaluators.md)."""
+    """Thresholds and weights (defaults checked on HaluEval QA: BENCHMARKS.md, "Evaluators")."""
 
     threshold: float = 0.7
     claim_threshold: float = 0.6
