@@ -15,7 +15,6 @@ from gate.cli import (
     gatecheck,
     gatecmd,
     keys,
-    pending,
     report,
     rollout,
     serve,
@@ -48,7 +47,6 @@ gatecmd.app.command("advise")(advise.advise_command)
 app.add_typer(gatecmd.app, name="gate")
 app.add_typer(gatecheck.pairs_app, name="pairs")
 app.add_typer(report.app, name="report", help="Write regression reports.")
-pending.register(app)
 
 
 def main() -> None:
