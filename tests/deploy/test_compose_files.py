@@ -248,7 +248,7 @@ def test_the_otel_collector_forwards_to_the_specgate_collector(services):
 def test_the_postgres_init_script_makes_a_read_only_role(pg_server):
     psql = shutil.which("psql")
     if psql is None:
-        pytest.skip("psql is not installed")
+        pytest.skip(reason="psql is not installed")
     url = create_database(pg_server, prefix="specgate_grafana")
     reader = f"grafana_reader_{os.getpid()}"
     admin = make_url(url)

@@ -97,7 +97,7 @@ def test_the_examples_cover_ngram_draft_model_and_eagle3():
 
 def test_without_vllm_it_says_how_to_install_it(sqlite_url):
     if importlib.util.find_spec("vllm") is not None:
-        pytest.skip("vLLM is installed here")
+        pytest.skip(reason="vLLM is installed here")
     path = ROOT / "deploy" / "routes" / "llama-8b-ngram.yaml"
     result = specgate("routes", "launch", "-f", str(path), "--database-url", sqlite_url)
     assert result.returncode != 0
