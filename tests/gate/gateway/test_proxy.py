@@ -165,6 +165,8 @@ def test_canary_falls_back_to_the_baseline_transparently(tmp_path, failure, stre
         assert chunks and len(stack.baseline_log.bodies) == 1
         (cand,) = stack.spans("candidate")
         assert cand.attributes[A.STATUS] == "fallback" and cand.attributes[A.FALLBACK] is True
+        # A streamed answer's span ends just after its last chunk reaches the client.
+        assert wait_until(lambda: len(stack.spans("baseline")) == 1)
         (base,) = stack.spans("baseline")
         assert base.attributes[A.STATUS] == "ok"
 
