@@ -5,12 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
 
-from tests.servers import closed_port
+from tests.gate.api.test_processes import specgate_serve
 
 
 def run(*args, cwd, check=True):
@@ -77,41 +76,13 @@ def test_keys_routes_and_a_rollout_life_cycle(store):
 
 
 def test_serve_runs_the_gateway_and_the_control_api(store):
-    port = closed_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gate",
-            "serve",
-            "--port",
-            str(port),
-            "--otlp-endpoint",
-            f"http://127.0.0.1:{closed_port()}",
-        ],
-        cwd=store,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "NO_COLOR": "1"},
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        base = f"http://127.0.0.1:{port}"
+    with specgate_serve(f"sqlite:///{store}/.specgate/specgate.db") as base:
         assert httpx.get(base + "/readyz").json()["ready"] is True
         assert httpx.get(base + "/v1/models").json() == {"object": "list", "data": []}
         assert httpx.get(base + "/v1/rollouts").status_code == 401
         assert "/v1/rollouts/{rollout_id}/kill" in httpx.get(base + "/openapi.json").json()["paths"]
         unknown = httpx.post(base + "/v1/chat/completions", json={"model": "x", "messages": []})
         assert unknown.status_code == 404 and "error" in unknown.json()
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def test_serve_refuses_an_unmigrated_store(tmp_path):

@@ -105,7 +105,8 @@ def load_snapshot(session: Session, *, loaded_at: float) -> RoutingSnapshot:
 
 
 def _routing(rollout: Rollout) -> RolloutRouting:
-    stage_percent = stages(rollout)[min(rollout.stage, len(stages(rollout)) - 1)]
+    ramp = stages(rollout)
+    stage_percent = ramp[min(rollout.stage, len(ramp) - 1)]
     return RolloutRouting(
         rollout_id=rollout.id,
         alias=rollout.alias,

@@ -7,10 +7,8 @@ from starlette.responses import JSONResponse
 
 from gate.api.deps import Operator, ServicesDep, SessionDep
 from gate.api.schemas import FeedbackIn, FeedbackOut
-from gate.db.engine import check_connection
-from gate.errors import DatabaseUnavailable
 from gate.feedback import service as feedback
-from gate.health import redis_health
+from gate.health import database_health, redis_health
 
 router = APIRouter(tags=["feedback", "health"])
 
@@ -31,13 +29,7 @@ def healthz() -> dict[str, str]:
 @router.get("/readyz")
 def readyz(svc: ServicesDep) -> JSONResponse:
     """Readiness: the database answers, and Redis when configured."""
-    checks: dict[str, str] = {}
-    try:
-        check_connection(svc.sessions.kw["bind"])
-        checks["database"] = "ok"
-    except DatabaseUnavailable as exc:
-        checks["database"] = exc.message
-    broker = redis_health(svc.settings.redis_url)
-    checks["redis"] = "ok" if broker.ok else broker.detail
+    parts = (database_health(svc.sessions.kw["bind"]), redis_health(svc.settings.redis_url))
+    checks = {part.name: "ok" if part.ok else part.detail for part in parts}
     ready = all(value == "ok" for value in checks.values())
     return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
