@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -37,6 +38,10 @@ PAIR_SPAN_FIELDS = ("request_id", "is_control", "deadline", "created_at", "stage
 NewGeneration = tuple[int, uuid.UUID | None, str, str]
 # Generation fields vLLM's span can fill when the gateway's span did not carry them.
 ENGINE_FIELDS = ("queue_s", "input_tokens", "output_tokens")
+# Captured content a normalised row holds: the span's own copy is dropped, so prompts and
+# outputs are stored once (and purged once, by retention on `generations` and `requests`).
+ROUTE_CONTENT = (a.PROMPT, a.OUTPUT, a.OUTPUT_EXTRA)
+REQUEST_CONTENT = (a.REQUEST_BODY, a.REQUEST_INPUTS)
 
 
 class NormaliseError(ValueError):
@@ -55,6 +60,8 @@ class Normalised:
     generations: list[dict[str, Any]] = field(default_factory=list)
     # From vLLM `llm_request` spans: engine-side facts for the generation that is their parent.
     engine_facts: list[dict[str, Any]] = field(default_factory=list)
+    # (trace id, span id) -> content attributes a row above now holds.
+    moved: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
     skipped: int = 0
 
 
@@ -79,6 +86,22 @@ def normalise(rows: list[SpanRow], *, pair_deadline_s: float) -> Normalised:
     return out
 
 
+def without_moved_content(
+    rows: list[SpanRow], moved: dict[tuple[str, str], tuple[str, ...]]
+) -> list[SpanRow]:
+    """Return `rows` with the content attributes their normalised rows hold left out."""
+    if not moved:
+        return rows
+    lean = []
+    for row in rows:
+        keys = moved.get(row.key)
+        if keys is not None and any(key in row.attributes for key in keys):
+            attributes = {k: v for k, v in row.attributes.items() if k not in keys}
+            row = dataclasses.replace(row, attributes=attributes)
+        lean.append(row)
+    return lean
+
+
 def merge_engine_facts(generations: list[dict[str, Any]], facts: list[dict[str, Any]]) -> None:
     """Fill generations' missing engine-side fields from the facts of their vLLM spans."""
     by_parent = {(fact["trace_id"], fact["parent_span_id"]): fact for fact in facts}
@@ -98,10 +121,12 @@ def _normalise_one(out: Normalised, row: SpanRow, pair_deadline_s: float) -> Non
         request, pair = pair_rows(row, pair_deadline_s)
         if request is not None:
             out.requests.append(request)
+            out.moved[row.key] = REQUEST_CONTENT
         out.pairs.append(pair)
     elif a.COHORT in attrs:
         generation = generation_row(row)
         out.generations.append(generation)
+        out.moved[row.key] = ROUTE_CONTENT
         stub = pair_stub(row, generation, pair_deadline_s)
         if stub is not None:
             out.pair_stubs.append(stub)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -110,5 +109,5 @@ def _insert(
 
 def _column(rows: Sequence[dict[str, Any]], name: str, kind: str) -> list[Any]:
     if kind == "jsonb":
-        return [None if row[name] is None else json.dumps(row[name]) for row in rows]
+        return [None if row[name] is None else pg_bulk.dump_json(row[name]) for row in rows]
     return [row[name] for row in rows]

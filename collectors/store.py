@@ -15,7 +15,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import sqlite
 
 from collectors import landing, pg_bulk
-from collectors.normalise import normalise
+from collectors.normalise import normalise, without_moved_content
 from collectors.spans import SpanRow
 from gate.db.base import utcnow
 from gate.db.models import SpanRecord
@@ -86,14 +86,18 @@ class SpanStore:
 
     def _write(self, conn: Connection, rows: Sequence[SpanRow], normalise_rows: bool) -> Landed:
         received_at = utcnow()
+        stored, normalised = list(rows), None
+        if normalise_rows:
+            normalised = normalise(stored, pair_deadline_s=self.pair_deadline_s)
+            # Content a normalised row holds is not stored a second time in `spans`.
+            stored = without_moved_content(stored, normalised.moved)
         if self.is_postgres:
-            new = pg_bulk.insert_spans(conn, rows, received_at)
+            new = pg_bulk.insert_spans(conn, stored, received_at)
         else:
-            new = _sqlite_insert_spans(conn, rows, received_at)
+            new = _sqlite_insert_spans(conn, stored, received_at)
         landed = Landed(spans_new=new, spans_duplicate=len(rows) - new)
-        if not normalise_rows:
+        if normalised is None:
             return landed
-        normalised = normalise(list(rows), pair_deadline_s=self.pair_deadline_s)
         generations = landing.land(conn, normalised)
         landed.generation_ids = [generation[0] for generation in generations]
         # Pairs a new generation or a pair span landed in: where gate/pairs should look.

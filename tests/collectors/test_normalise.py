@@ -58,6 +58,15 @@ def check_one_sampled_request(engine: Engine, ids: Ids) -> None:
     assert sorted(landed.generation_ids) == sorted([base.id, cand.id])
     assert landed.pair_ids == [pair_id] and landed.spans_new == 4
 
+    # Captured content is stored once, in the rows above; the spans keep everything else.
+    with Session(engine) as session:
+        kept = {r.span_id: r.attributes for r in session.scalars(select(SpanRecord))}
+    assert not {a.REQUEST_BODY, a.REQUEST_INPUTS} & set(kept[pair_span.span_id])
+    assert not {a.PROMPT, a.OUTPUT, a.OUTPUT_EXTRA} & set(kept[candidate.span_id])
+    assert kept[pair_span.span_id][a.TENANT] == "acme" and kept[candidate.span_id][a.TTFT_S] == 0.12
+    assert kept[spans[3].span_id] == spans[3].attributes  # vLLM's span is not normalised
+    assert a.PROMPT in candidate.attributes  # the caller's rows are not modified
+
     again = store.write(spans)  # a duplicate delivery changes nothing
     assert again.spans_new == 0 and again.spans_duplicate == 4 and again.generation_ids == []
     assert [len(rows) for rows in stored(engine)] == [1, 1, 2]
@@ -145,3 +154,13 @@ def test_a_control_call_landing_later_marks_its_stub_pair(pg_engine, pg_ids):
     assert not stored(pg_engine)[1][0].is_control
     store.write([control])
     assert stored(pg_engine)[1][0].is_control
+
+
+@pytest.mark.postgres
+def test_a_pair_span_naming_no_request_keeps_its_body(pg_engine, pg_ids):
+    pair_span = gateway_spans(pg_ids)[0]
+    del pair_span.attributes[a.REQUEST_ID]
+    SpanStore(pg_engine, pair_deadline_s=300).write([pair_span])
+    with Session(pg_engine) as session:
+        row = session.get(SpanRecord, (pair_span.trace_id, pair_span.span_id))
+        assert row is not None and a.REQUEST_BODY in row.attributes  # no request row holds it
