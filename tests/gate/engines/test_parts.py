@@ -173,6 +173,7 @@ def test_missing_model_names_the_install_command(monkeypatch):
         (["--speculative", "eagle"], "--speculative"),
         (["--speculative", "ngram", "--prompt-lookup-min", "5"], "prompt-lookup"),
         (["--model", "gpt"], "--model"),
+        (["--gguf", "/nonexistent/model.gguf"], "--gguf /nonexistent/model.gguf: no such file"),
     ],
 )
 def test_engine_cli_refuses_bad_flags_in_one_line(args, message):
