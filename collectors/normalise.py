@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import logging
@@ -60,8 +59,8 @@ class Normalised:
     generations: list[dict[str, Any]] = field(default_factory=list)
     # From vLLM `llm_request` spans: engine-side facts for the generation that is their parent.
     engine_facts: list[dict[str, Any]] = field(default_factory=list)
-    # (trace id, span id) -> content attributes a row above now holds.
-    moved: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
+    # The spans to store: those normalised above without the content their rows now hold.
+    spans: list[SpanRow] = field(default_factory=list)
     skipped: int = 0
 
 
@@ -70,8 +69,10 @@ def normalise(rows: list[SpanRow], *, pair_deadline_s: float) -> Normalised:
     out = Normalised()
     for row in rows:
         try:
-            _normalise_one(out, row, pair_deadline_s)
+            moved = _normalise_one(out, row, pair_deadline_s)
+            out.spans.append(_without(row, moved) if moved else row)
         except NormaliseError as exc:
+            out.spans.append(row)
             out.skipped += 1
             log.warning(
                 "collector.normalise_skipped trace_id=%s span_id=%s reason=%r",
@@ -86,20 +87,20 @@ def normalise(rows: list[SpanRow], *, pair_deadline_s: float) -> Normalised:
     return out
 
 
-def without_moved_content(
-    rows: list[SpanRow], moved: dict[tuple[str, str], tuple[str, ...]]
-) -> list[SpanRow]:
-    """Return `rows` with the content attributes their normalised rows hold left out."""
-    if not moved:
-        return rows
-    lean = []
-    for row in rows:
-        keys = moved.get(row.key)
-        if keys is not None and any(key in row.attributes for key in keys):
-            attributes = {k: v for k, v in row.attributes.items() if k not in keys}
-            row = dataclasses.replace(row, attributes=attributes)
-        lean.append(row)
-    return lean
+def _without(row: SpanRow, keys: tuple[str, ...]) -> SpanRow:
+    """Return a copy of `row` without the attributes `keys` (the caller's row is kept whole:
+    a batch that fails is retried or spooled from it)."""
+    attributes = row.attributes
+    present = [key for key in keys if key in attributes]
+    if not present:
+        return row
+    attributes = attributes.copy()
+    for key in present:
+        del attributes[key]
+    return SpanRow(
+        row.trace_id, row.span_id, row.parent_span_id, row.name, row.kind, row.start_time,
+        row.end_time, row.status_code, row.status_message, attributes, row.resource, row.service,
+    )  # fmt: skip
 
 
 def merge_engine_facts(generations: list[dict[str, Any]], facts: list[dict[str, Any]]) -> None:
@@ -115,23 +116,25 @@ def merge_engine_facts(generations: list[dict[str, Any]], facts: list[dict[str, 
                     generation[name] = fact[name]
 
 
-def _normalise_one(out: Normalised, row: SpanRow, pair_deadline_s: float) -> None:
+def _normalise_one(out: Normalised, row: SpanRow, pair_deadline_s: float) -> tuple[str, ...]:
+    """Add the rows of one span; return the content attributes they now hold."""
     attrs = row.attributes
     if row.name == a.PAIR_SPAN_NAME:
         request, pair = pair_rows(row, pair_deadline_s)
+        out.pairs.append(pair)
         if request is not None:
             out.requests.append(request)
-            out.moved[row.key] = REQUEST_CONTENT
-        out.pairs.append(pair)
+            return REQUEST_CONTENT
     elif a.COHORT in attrs:
         generation = generation_row(row)
         out.generations.append(generation)
-        out.moved[row.key] = ROUTE_CONTENT
         stub = pair_stub(row, generation, pair_deadline_s)
         if stub is not None:
             out.pair_stubs.append(stub)
+        return ROUTE_CONTENT
     elif row.name == a.VLLM_SPAN_NAME and row.parent_span_id is not None:
         out.engine_facts.append(engine_facts(row.trace_id, row.parent_span_id, attrs))
+    return ()
 
 
 def pair_rows(row: SpanRow, deadline_s: float) -> tuple[dict[str, Any] | None, dict[str, Any]]:
@@ -261,7 +264,13 @@ def _unique(rows: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
 
 
 def _after(start: datetime, seconds: float) -> datetime:
-    return start + timedelta(seconds=seconds)
+    return start + _delta(seconds)
+
+
+@functools.lru_cache(maxsize=64)
+def _delta(seconds: float) -> timedelta:
+    # A deployment uses a handful of pair deadlines: one timedelta each, not one per span.
+    return timedelta(seconds=seconds)
 
 
 def _uuid(value: Any, *, required: str | None = None) -> uuid.UUID | None:

@@ -15,7 +15,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import sqlite
 
 from collectors import landing, pg_bulk
-from collectors.normalise import normalise, without_moved_content
+from collectors.normalise import normalise
 from collectors.spans import SpanRow
 from gate.db.base import utcnow
 from gate.db.models import SpanRecord
@@ -90,7 +90,7 @@ class SpanStore:
         if normalise_rows:
             normalised = normalise(stored, pair_deadline_s=self.pair_deadline_s)
             # Content a normalised row holds is not stored a second time in `spans`.
-            stored = without_moved_content(stored, normalised.moved)
+            stored = normalised.spans
         if self.is_postgres:
             new = pg_bulk.insert_spans(conn, stored, received_at)
         else:
