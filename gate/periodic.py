@@ -17,7 +17,7 @@ import httpx
 from sqlalchemy.orm import Session, sessionmaker
 
 from gate.db.engine import transaction
-from gate.pairs.service import sweep_deadlines
+from gate.pairs.service import Enqueue, requeue_unevaluated, sweep_deadlines
 from gate.routing.pubsub import Publisher
 from gate.settings import Settings
 from gate.verdicts.service import run_gate, running_rollouts
@@ -44,10 +44,25 @@ def judge_running(sessions: sessionmaker[Session], publisher: Publisher | None) 
     return len(ids)
 
 
-def sweep_pairs(sessions: sessionmaker[Session]) -> int:
-    """Drop pairs past their deadline."""
+def sweep_pairs(
+    sessions: sessionmaker[Session],
+    enqueue: Enqueue | None = None,
+    settings: Settings | None = None,
+) -> int:
+    """Drop pairs past their deadline (completing those whose completion was missed) and,
+    with `enqueue`, enqueue again evaluations that never ran; return how many were dropped."""
     with transaction(sessions) as session:
-        return sweep_deadlines(session)
+        dropped = sweep_deadlines(session, enqueue=enqueue)
+    if enqueue is not None:
+        settings = settings or Settings()
+        with transaction(sessions) as session:
+            requeue_unevaluated(
+                session,
+                enqueue=enqueue,
+                after_s=settings.pair_requeue_after_s,
+                give_up_s=settings.pair_requeue_give_up_s,
+            )
+    return dropped
 
 
 def scrape(sessions: sessionmaker[Session], timeout_s: float = 5.0) -> int:
@@ -75,12 +90,19 @@ class Job:
 
 
 def jobs(
-    settings: Settings, sessions: sessionmaker[Session], publisher: Publisher | None
+    settings: Settings,
+    sessions: sessionmaker[Session],
+    publisher: Publisher | None,
+    enqueue: Enqueue | None = None,
 ) -> list[Job]:
     """Return the periodic jobs of a process, with their intervals."""
     return [
         Job("gate", settings.gate_interval_s, lambda: judge_running(sessions, publisher)),
-        Job("sweep_pairs", settings.pair_sweep_interval_s, lambda: sweep_pairs(sessions)),
+        Job(
+            "sweep_pairs",
+            settings.pair_sweep_interval_s,
+            lambda: sweep_pairs(sessions, enqueue, settings),
+        ),
         Job("scrape", settings.scrape_interval_s, lambda: scrape(sessions)),
         Job("purge", settings.purge_interval_s, lambda: purge(settings)),
     ]
@@ -118,11 +140,15 @@ class PeriodicLoop:
 
 
 def start_without_broker(
-    settings: Settings, sessions: sessionmaker[Session], publisher: Publisher | None
+    settings: Settings,
+    sessions: sessionmaker[Session],
+    publisher: Publisher | None,
+    enqueue: Enqueue | None = None,
 ) -> Callable[[], None] | None:
-    """Without Redis there is no beat: run the periodic jobs here. Return the stopper."""
+    """Without Redis there is no beat: run the periodic jobs here (`enqueue`: where pairs
+    the sweep catches up go). Return the stopper."""
     if settings.redis_url:
         return None
-    loop = PeriodicLoop(jobs(settings, sessions, publisher))
+    loop = PeriodicLoop(jobs(settings, sessions, publisher, enqueue))
     loop.start()
     return loop.stop

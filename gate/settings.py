@@ -51,6 +51,10 @@ class Settings(BaseSettings):
     # Periodic work (Celery beat with Redis, a background thread in the embedded default).
     gate_interval_s: float = Field(60.0, gt=0)
     pair_sweep_interval_s: float = Field(30.0, gt=0)
+    # Complete pairs still unevaluated this long after completing are enqueued again ...
+    pair_requeue_after_s: float = Field(300.0, gt=0)
+    # ... until this long after completing.
+    pair_requeue_give_up_s: float = Field(86400.0, gt=0)
     scrape_interval_s: float = Field(15.0, gt=0)
     purge_interval_s: float = Field(3600.0, gt=0)
 

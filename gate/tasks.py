@@ -21,8 +21,12 @@ def gate_all_task() -> int:
 
 @specgate_task(SWEEP_PAIRS)
 def sweep_pairs_task() -> int:
-    """Drop pairs past their deadline."""
-    return sweep_pairs(sessions())
+    """Drop pairs past their deadline; enqueue again evaluations that never ran."""
+    from celery import current_app
+
+    from evaluators.celery_app import pair_enqueuer
+
+    return sweep_pairs(sessions(), pair_enqueuer(current_app), runtime_settings())
 
 
 @specgate_task(SCRAPE)

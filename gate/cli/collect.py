@@ -34,8 +34,9 @@ def collect(
     # Landed generations complete their pairs here; evaluations go to Celery with Redis,
     # else run in this process.
     sessions = session_factory(engine_from_settings(settings))
-    pairs = PairLifecycle(sessions, evaluation_queue(settings, sessions))
-    stop_periodic = start_without_broker(settings, sessions, publisher(settings))
+    enqueue = evaluation_queue(settings, sessions)
+    pairs = PairLifecycle(sessions, enqueue)
+    stop_periodic = start_without_broker(settings, sessions, publisher(settings), enqueue)
     app = create_app(settings, load_collector_settings(**overrides), on_landed=pairs.on_landed)
     typer.echo(f"specgate collect: listening on http://{host}:{port}/v1/traces")
     try:

@@ -37,5 +37,11 @@ def status(database_url: DatabaseOption = None) -> None:
     console.print(table)
     states = ", ".join(f"{state}: {n}" for state, n in sorted(summary.rollouts_by_state.items()))
     console.print(f"rollouts by state: {states or 'none yet'}")
+    if summary.awaiting_evaluation:
+        age = summary.oldest_awaiting_s or 0.0
+        console.print(
+            f"pairs awaiting evaluation: {summary.awaiting_evaluation} "
+            f"(oldest completed {age / 60:.0f} min ago; is a worker running?)"
+        )
     if summary.empty:
         typer.echo("The store is empty: register routes and a rollout to start collecting.")

@@ -53,7 +53,7 @@ def embedded_export(
         on_landed=pairs.on_landed,
     )
     closers: list[Callable[[], None]] = [pipeline.close]
-    stop_periodic = start_without_broker(settings, sessions, publisher)
+    stop_periodic = start_without_broker(settings, sessions, publisher, enqueue)
     if stop_periodic is not None:
         closers.insert(0, stop_periodic)
     if isinstance(enqueue, InProcessEvaluations):

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 
+from gate.db.base import utcnow
 from gate.db.engine import make_engine, session_factory
-from gate.db.enums import RolloutState
+from gate.db.enums import Cohort, PairState, RolloutState
 from gate.periodic import Job, PeriodicLoop, judge_running, sweep_pairs
 from gate.rollouts import service
 from gate.rollouts.states import Action
 from gate.settings import Settings
+from gate.status import store_status
 from tests import factories
 from tests.gate.verdicts.test_service import POLICY
 
@@ -68,3 +71,22 @@ def test_beat_schedules_the_gate_tasks(tmp_path):
         "specgate.weekly_report",
     ):
         assert name in app.tasks, name
+
+
+def test_the_sweep_catches_up_completions_and_evaluations_a_failure_lost(sqlite_url, tmp_path):
+    sessions = session_factory(make_engine(sqlite_url))
+    with sessions() as db, db.begin():
+        rollout = factories.rollout(db)
+        missed = factories.pair(db, rollout.id, deadline_in_s=-5)  # both sides, never completed
+        factories.generation(db, missed, Cohort.BASELINE)
+        factories.generation(db, missed, Cohort.CANDIDATE)
+        lost = factories.pair(db, rollout.id)  # completed, its evaluation never ran
+        lost.state, lost.completed_at = PairState.COMPLETE, utcnow() - timedelta(minutes=10)
+    enqueued: list = []
+    settings = Settings(home=tmp_path, database_url=sqlite_url, pair_requeue_after_s=60)
+    assert sweep_pairs(sessions, enqueued.extend, settings) == 0
+    assert sorted(enqueued) == sorted([missed.id, lost.id])
+    with sessions() as db:
+        assert db.get(type(missed), missed.id).state is PairState.COMPLETE
+        waiting = store_status(db)  # what `specgate status` shows until a worker scores them
+        assert waiting.awaiting_evaluation == 2 and (waiting.oldest_awaiting_s or 0) >= 600

@@ -16,6 +16,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     Uuid,
+    text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -62,6 +63,9 @@ class RequestRecord(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
 
 
+UNEVALUATED = "state = 'complete' AND evaluated_at IS NULL"
+
+
 class Pair(Base):
     """One sampled request answered by two routes (or two baseline calls for control)."""
 
@@ -71,6 +75,13 @@ class Pair(Base):
         Index(None, "state", "deadline"),
         # The gate folds a stage's pairs in this order (see `gate.pairs.watermark`).
         Index(None, "rollout_id", "stage", "evaluated_at", "id"),
+        # Complete pairs still waiting for their evaluations: the sweep enqueues them again.
+        Index(
+            None,
+            "completed_at",
+            postgresql_where=text(UNEVALUATED),
+            sqlite_where=text(UNEVALUATED),
+        ),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
+from gate.db.base import utcnow
 from gate.db.enums import Cohort, PairState, RolloutMode
-from gate.pairs.service import complete_ready, sweep_deadlines
+from gate.pairs.service import complete_ready, requeue_unevaluated, sweep_deadlines
 from tests import factories
 
 pytestmark = pytest.mark.postgres
@@ -72,3 +75,51 @@ def test_evaluation_is_enqueued_only_after_commit(pg_committing):
         assert complete_ready(session, pair_ids=[other.id], enqueue=enqueued.extend) == [other.id]
         session.rollback()
         assert enqueued == [pair.id]
+
+
+def test_a_pair_whose_completion_was_missed_completes_at_its_deadline(pg_committing):
+    enqueued: list = []
+    with pg_committing() as session:
+        with session.begin():
+            rollout = factories.rollout(session)
+            missed = factories.pair(session, rollout.id, deadline_in_s=-1)
+            factories.generation(session, missed, Cohort.BASELINE)
+            factories.generation(session, missed, Cohort.CANDIDATE)
+            half = factories.pair(session, rollout.id, deadline_in_s=-1)
+            factories.generation(session, half, Cohort.BASELINE)
+        with session.begin():
+            assert sweep_deadlines(session, enqueue=enqueued.extend) == 1
+        assert enqueued == [missed.id]  # after commit, as a normal completion
+        session.refresh(missed)
+        session.refresh(half)
+        assert (missed.state, half.state) == (PairState.COMPLETE, PairState.DROPPED)
+        assert missed.evaluated_at is None and half.evaluated_at is not None
+
+
+def test_complete_pairs_never_evaluated_are_enqueued_again(pg_committing):
+    now = utcnow()
+    enqueued: list = []
+    with pg_committing() as session:
+        with session.begin():
+            rollout = factories.rollout(session)
+            pairs = {}
+            for name, completed_ago_s, evaluated in (
+                ("lost", 400, False),
+                ("older_lost", 3000, False),
+                ("in_flight", 100, False),
+                ("evaluated", 400, True),
+                ("given_up", 2 * 86400, False),
+            ):
+                row = factories.pair(session, rollout.id)
+                row.state = PairState.COMPLETE
+                row.completed_at = now - timedelta(seconds=completed_ago_s)
+                row.evaluated_at = now if evaluated else None
+                pairs[name] = row
+            factories.pair(session, rollout.id)  # open: not complete yet
+        with session.begin():
+            requeued = requeue_unevaluated(
+                session, enqueue=enqueued.extend, after_s=300, give_up_s=86400, now=now
+            )
+            assert enqueued == []
+        # Oldest first; a pair still in flight or long given up is left alone.
+        assert requeued == enqueued == [pairs["older_lost"].id, pairs["lost"].id]
