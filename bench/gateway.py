@@ -176,13 +176,20 @@ def main() -> None:
         "--litellm", default=None, help="path to a litellm executable (separate venv)"
     )
     parser.add_argument("--litellm-requests", type=int, default=128)
+    parser.add_argument(
+        "--upstream",
+        choices=["lean", "sim"],
+        default="lean",
+        help="primary upstream: bench/sse_upstream.py, or `specgate engine --model sim`",
+    )
     parser.add_argument("--out", default="bench/results/gateway.json")
     args = parser.parse_args()
     os.sched_setaffinity(0, {int(LOAD_CORE)})
     work = Path(tempfile.mkdtemp(prefix="specgate-bench-"))
     ports = {name: free_port() for name in ("up", "cand", "hang", "sink", "gw", "litellm")}
+    lean = [sys.executable, str(Path(__file__).with_name("sse_upstream.py")), str(ports["up"])]
     procs = [
-        start(engine(ports["up"]), LOAD_CORE),
+        start(lean if args.upstream == "lean" else engine(ports["up"]), LOAD_CORE),
         start(engine(ports["cand"]), LOAD_CORE),
         start(engine(ports["hang"], "--failure", "hang"), LOAD_CORE),
         start(
