@@ -266,8 +266,9 @@ def main() -> None:
             chosen.append(item)
     load = os.getloadavg()[0]
     plain, spec = run_pair(args, chosen)
+    weights = f"{args.engine_args} " if args.engine_args else ""
     print(
-        f"backend {args.backend} {args.engine_args}(spec: ngram {args.spec_args or 'defaults'}), "
+        f"backend {args.backend} {weights}(spec: ngram {args.spec_args or 'defaults'}), "
         f"CPU {args.cpu}, "
         f"1 thread, best of {args.repeats}; "
         f"load average {load:.2f} at start, {os.getloadavg()[0]:.2f} at end"

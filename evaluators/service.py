@@ -98,12 +98,15 @@ def _scored(side: GenerationView, name: str, version: str, result: EvalResult) -
 def evaluate_pair(
     session: Session, *, pair_id: uuid.UUID, evaluators: EvaluatorSet | None = None
 ) -> list[Scored]:
-    """Score a closed pair, insert its evaluations (rows already there are kept), stamp it."""
-    pair = session.get(Pair, pair_id)
+    """Score a closed pair, insert its evaluations (rows already there are kept), stamp it;
+    a pair stamped already is not scored again (return [])."""
+    pair = session.get(Pair, pair_id, populate_existing=True)  # its stamp may be newer
     if pair is None:
         raise NotFound(f"pair {pair_id} not found")
     if pair.state == PairState.OPEN:
         raise PairNotComplete(f"pair {pair_id} is still open")
+    if pair.evaluated_at is not None:
+        return []  # scored already: a redelivered task, or a requeue of a slow first run
     if evaluators is None:
         rollout = session.get(Rollout, pair.rollout_id)
         evaluators = build_evaluators(rollout.policy if rollout else None)

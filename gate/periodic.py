@@ -44,24 +44,18 @@ def judge_running(sessions: sessionmaker[Session], publisher: Publisher | None) 
     return len(ids)
 
 
-def sweep_pairs(
-    sessions: sessionmaker[Session],
-    enqueue: Enqueue | None = None,
-    settings: Settings | None = None,
-) -> int:
-    """Drop pairs past their deadline (completing those whose completion was missed) and,
-    with `enqueue`, enqueue again evaluations that never ran; return how many were dropped."""
+def sweep_pairs(sessions: sessionmaker[Session], enqueue: Enqueue, settings: Settings) -> int:
+    """Drop pairs past their deadline (completing those whose completion was missed) and
+    enqueue again evaluations that never ran; return how many pairs were dropped."""
     with transaction(sessions) as session:
         dropped = sweep_deadlines(session, enqueue=enqueue)
-    if enqueue is not None:
-        settings = settings or Settings()
-        with transaction(sessions) as session:
-            requeue_unevaluated(
-                session,
-                enqueue=enqueue,
-                after_s=settings.pair_requeue_after_s,
-                give_up_s=settings.pair_requeue_give_up_s,
-            )
+    with transaction(sessions) as session:
+        requeue_unevaluated(
+            session,
+            enqueue=enqueue,
+            after_s=settings.pair_requeue_after_s,
+            max_requeues=settings.pair_requeue_max,
+        )
     return dropped
 
 
@@ -93,7 +87,7 @@ def jobs(
     settings: Settings,
     sessions: sessionmaker[Session],
     publisher: Publisher | None,
-    enqueue: Enqueue | None = None,
+    enqueue: Enqueue,
 ) -> list[Job]:
     """Return the periodic jobs of a process, with their intervals."""
     return [
@@ -143,7 +137,7 @@ def start_without_broker(
     settings: Settings,
     sessions: sessionmaker[Session],
     publisher: Publisher | None,
-    enqueue: Enqueue | None = None,
+    enqueue: Enqueue,
 ) -> Callable[[], None] | None:
     """Without Redis there is no beat: run the periodic jobs here (`enqueue`: where pairs
     the sweep catches up go). Return the stopper."""

@@ -51,10 +51,10 @@ class Settings(BaseSettings):
     # Periodic work (Celery beat with Redis, a background thread in the embedded default).
     gate_interval_s: float = Field(60.0, gt=0)
     pair_sweep_interval_s: float = Field(30.0, gt=0)
-    # Complete pairs still unevaluated this long after completing are enqueued again ...
+    # Complete pairs still unevaluated this long after completing are enqueued again,
+    # waiting twice as long before each next try, at most this many times.
     pair_requeue_after_s: float = Field(300.0, gt=0)
-    # ... until this long after completing.
-    pair_requeue_give_up_s: float = Field(86400.0, gt=0)
+    pair_requeue_max: int = Field(5, ge=0)
     scrape_interval_s: float = Field(15.0, gt=0)
     purge_interval_s: float = Field(3600.0, gt=0)
 

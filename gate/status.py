@@ -36,9 +36,11 @@ class StoreStatus:
 
     counts: dict[str, int]
     rollouts_by_state: dict[str, int] = field(default_factory=dict)
-    # Complete pairs whose evaluations have not landed, and the age of the oldest (s).
+    # Complete pairs whose evaluations have not landed, the age of the oldest (s), and
+    # how many of them the sweep has given up enqueueing again.
     awaiting_evaluation: int = 0
     oldest_awaiting_s: float | None = None
+    requeues_exhausted: int = 0
 
     @property
     def empty(self) -> bool:
@@ -46,17 +48,20 @@ class StoreStatus:
         return not any(self.counts.values())
 
 
-def store_status(session: Session) -> StoreStatus:
-    """Count what the store holds."""
+def store_status(session: Session, *, max_requeues: int | None = None) -> StoreStatus:
+    """Count what the store holds (`max_requeues`: the sweep's limit, for given-up pairs)."""
     counts = {
         name: session.scalar(select(func.count()).select_from(model)) or 0
         for name, model in COUNTED.items()
     }
     by_state = session.execute(select(Rollout.state, func.count()).group_by(Rollout.state)).all()
-    waiting, oldest = session.execute(
-        select(func.count(), func.min(Pair.completed_at)).where(
-            Pair.state == PairState.COMPLETE, Pair.evaluated_at.is_(None)
-        )
+    limit = max_requeues if max_requeues is not None else 2**31 - 1
+    waiting, oldest, exhausted = session.execute(
+        select(
+            func.count(),
+            func.min(Pair.completed_at),
+            func.count().filter(Pair.requeues >= limit),
+        ).where(Pair.state == PairState.COMPLETE, Pair.evaluated_at.is_(None))
     ).one()
     age = (utcnow() - oldest).total_seconds() if oldest is not None else None
     return StoreStatus(
@@ -64,4 +69,5 @@ def store_status(session: Session) -> StoreStatus:
         {state.value: count for state, count in by_state},
         awaiting_evaluation=waiting or 0,
         oldest_awaiting_s=age,
+        requeues_exhausted=exhausted or 0,
     )

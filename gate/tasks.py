@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from evaluators.celery_app import runtime_settings, sessions, specgate_task
+from celery import current_app
+
+from evaluators.celery_app import pair_enqueuer, runtime_settings, sessions, specgate_task
 from gate.cli.common import publisher
 from gate.periodic import judge_running, purge, scrape, sweep_pairs
 
@@ -22,10 +24,6 @@ def gate_all_task() -> int:
 @specgate_task(SWEEP_PAIRS)
 def sweep_pairs_task() -> int:
     """Drop pairs past their deadline; enqueue again evaluations that never ran."""
-    from celery import current_app
-
-    from evaluators.celery_app import pair_enqueuer
-
     return sweep_pairs(sessions(), pair_enqueuer(current_app), runtime_settings())
 
 

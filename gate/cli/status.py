@@ -25,7 +25,7 @@ def status(database_url: DatabaseOption = None) -> None:
         )
     engine = make_engine(url)
     with session_factory(engine)() as session:
-        summary = store_status(session)
+        summary = store_status(session, max_requeues=settings.pair_requeue_max)
     engine.dispose()
     console = Console()
     console.print(f"store  {migrate.describe(url)}  (schema {revision})")
@@ -39,9 +39,13 @@ def status(database_url: DatabaseOption = None) -> None:
     console.print(f"rollouts by state: {states or 'none yet'}")
     if summary.awaiting_evaluation:
         age = summary.oldest_awaiting_s or 0.0
-        console.print(
-            f"pairs awaiting evaluation: {summary.awaiting_evaluation} "
-            f"(oldest completed {age / 60:.0f} min ago; is a worker running?)"
-        )
+        line = f"pairs awaiting evaluation: {summary.awaiting_evaluation}"
+        if age > settings.pair_requeue_after_s:
+            line += f" (oldest completed {age / 60:.0f} min ago: are evaluations running?)"
+        if summary.requeues_exhausted:
+            line += (
+                f"; {summary.requeues_exhausted} given up after {settings.pair_requeue_max} tries"
+            )
+        console.print(line)
     if summary.empty:
         typer.echo("The store is empty: register routes and a rollout to start collecting.")

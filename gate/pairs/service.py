@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
 from gate.db.base import utcnow
@@ -100,32 +100,48 @@ def requeue_unevaluated(
     *,
     enqueue: Enqueue,
     after_s: float,
-    give_up_s: float,
+    max_requeues: int,
     now: datetime | None = None,
     limit: int = 500,
 ) -> list[uuid.UUID]:
     """Enqueue again, after commit, complete pairs still unevaluated `after_s` after they
-    completed (the broker was down then, or the run failed), oldest first. Evaluations are
-    idempotent, so a pair that was only slow is scored once. Pairs completed more than
-    `give_up_s` ago are left to `specgate status`, which counts them."""
+    completed (the broker was down then, or the run failed), oldest first.
+
+    Each pair is claimed by bumping its `requeues` (a concurrent sweep claims nothing
+    twice) and waits twice as long before its next try: `after_s`, `2 * after_s`, ...
+    After `max_requeues` tries it is left alone; `specgate status` counts it.
+    """
     now = now or utcnow()
-    pair_ids = list(
-        session.scalars(
-            select(Pair.id)
-            .where(
-                Pair.state == PairState.COMPLETE,
-                Pair.evaluated_at.is_(None),
-                Pair.completed_at < now - timedelta(seconds=after_s),
-                Pair.completed_at >= now - timedelta(seconds=give_up_s),
-            )
-            .order_by(Pair.completed_at)
-            .limit(limit)
+    due = session.execute(
+        select(Pair.id, Pair.requeues)
+        .where(
+            Pair.state == PairState.COMPLETE,
+            Pair.evaluated_at.is_(None),
+            Pair.completed_at < now - timedelta(seconds=after_s),
+            Pair.requeues < max_requeues,
+            or_(Pair.requeue_after.is_(None), Pair.requeue_after < now),
         )
-    )
-    if pair_ids:
-        log.warning("pairs_requeued count=%d", len(pair_ids))
-        after_commit(session, lambda: enqueue(pair_ids))
-    return pair_ids
+        .order_by(Pair.completed_at)
+        .limit(limit)
+    ).all()
+    by_tries: dict[int, list[uuid.UUID]] = {}
+    for pair_id, tries in due:
+        by_tries.setdefault(tries, []).append(pair_id)
+    claimed: list[uuid.UUID] = []
+    for tries, pair_ids in by_tries.items():
+        wait = timedelta(seconds=after_s * 2 ** (tries + 1))
+        claimed += session.scalars(
+            update(Pair)
+            .where(Pair.id.in_(pair_ids), Pair.requeues == tries)
+            .values(requeues=tries + 1, requeue_after=now + wait)
+            .returning(Pair.id)
+        )
+    won = set(claimed)
+    claimed = [pair_id for pair_id, _ in due if pair_id in won]  # oldest first
+    if claimed:
+        log.warning("pairs_requeued count=%d", len(claimed))
+        after_commit(session, lambda: enqueue(claimed))
+    return claimed
 
 
 def _set_state(

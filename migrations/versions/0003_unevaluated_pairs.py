@@ -1,11 +1,12 @@
-"""A partial index on complete pairs still waiting for their evaluations.
+"""Complete pairs still waiting for their evaluations: a partial index, and requeue state.
 
 The pair sweep enqueues again the evaluation of pairs that completed but were never
-evaluated (the broker was down when they completed, or the run failed), oldest first.
+evaluated (the broker was down when they completed, or the run failed), oldest first,
+with a doubling back-off (`requeue_after`) and a bounded number of tries (`requeues`).
 
 Revision ID: 0003
 Revises: 0002
-Create Date: 2026-11-22 11:00:00.000000
+Create Date: 2026-11-30 09:00:00.000000
 """
 
 from collections.abc import Sequence
@@ -22,6 +23,8 @@ UNEVALUATED = "state = 'complete' AND evaluated_at IS NULL"
 
 
 def upgrade() -> None:
+    op.add_column("pairs", sa.Column("requeues", sa.Integer(), nullable=False, server_default="0"))
+    op.add_column("pairs", sa.Column("requeue_after", sa.DateTime(timezone=True), nullable=True))
     op.create_index(
         op.f("ix_pairs_completed_at"),
         "pairs",
@@ -34,3 +37,6 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_index(op.f("ix_pairs_completed_at"), table_name="pairs")
+    with op.batch_alter_table("pairs") as batch:
+        batch.drop_column("requeue_after")
+        batch.drop_column("requeues")

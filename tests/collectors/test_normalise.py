@@ -129,7 +129,8 @@ def test_a_span_breaking_the_contract_is_kept_raw_and_counted(pg_engine, pg_ids)
     _, _, generations = stored(pg_engine)
     assert set(generations) == {"candidate"}
     with Session(pg_engine) as session:
-        assert session.get(SpanRecord, (spans[1].trace_id, spans[1].span_id)) is not None
+        kept = session.get(SpanRecord, (spans[1].trace_id, spans[1].span_id))
+        assert kept is not None and kept.attributes[a.PROMPT] == "fix this code"  # no row holds it
 
 
 def test_control_pairs_and_error_calls_are_normalised(sqlite_ids):

@@ -5,11 +5,11 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from evaluators.service import PairNotComplete, evaluate_pair
 from gate.db.enums import Cohort, GenerationStatus, PairState
-from gate.db.models import Evaluation, Generation
+from gate.db.models import Evaluation, Generation, Pair
 from gate.errors import NotFound
 from tests.evaluators.factories import RIGHT, make_pair, make_rollout
 
@@ -56,8 +56,13 @@ def test_running_twice_stores_each_evaluation_once(session):
         session, rollout, [(Cohort.BASELINE, RIGHT, OK), (Cohort.CANDIDATE, RIGHT, OK)]
     )
     first = evaluate_pair(session, pair_id=pair.id)
+    assert len(first) == 5 and all(r.inserted for r in first)
+    # A redelivered task finds the pair stamped and scores nothing again.
+    assert evaluate_pair(session, pair_id=pair.id) == []
+    assert len(stored(session, pair)) == 5
+    # A run that died after storing some rows but before the stamp keeps what it stored.
+    session.execute(update(Pair).where(Pair.id == pair.id).values(evaluated_at=None))
     again = evaluate_pair(session, pair_id=pair.id)
-    assert len(first) == len(again) == 5
     assert [r.inserted for r in again] == [False] * 5
     assert len(stored(session, pair)) == 5
 

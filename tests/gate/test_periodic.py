@@ -30,7 +30,7 @@ def test_the_periodic_gate_kills_a_bad_rollout_and_spares_a_good_one(sqlite_url)
         factories.seed_pairs(db, good.id, 600, seed=2)
         expired = factories.pair(db, good.id, deadline_in_s=-5)
     assert judge_running(sessions, publisher=None) == 2
-    assert sweep_pairs(sessions) == 1
+    assert sweep_pairs(sessions, [].extend, Settings()) == 1
     with sessions() as db:
         states = {r.name: r.state for r in service.repository.list_rollouts(db)}
         assert states == {"bad": RolloutState.KILLED, "good": RolloutState.RUNNING}
@@ -82,11 +82,16 @@ def test_the_sweep_catches_up_completions_and_evaluations_a_failure_lost(sqlite_
         factories.generation(db, missed, Cohort.CANDIDATE)
         lost = factories.pair(db, rollout.id)  # completed, its evaluation never ran
         lost.state, lost.completed_at = PairState.COMPLETE, utcnow() - timedelta(minutes=10)
+        given_up = factories.pair(db, rollout.id)
+        given_up.state, given_up.completed_at = PairState.COMPLETE, utcnow() - timedelta(hours=9)
+        given_up.requeues = 5
     enqueued: list = []
     settings = Settings(home=tmp_path, database_url=sqlite_url, pair_requeue_after_s=60)
     assert sweep_pairs(sessions, enqueued.extend, settings) == 0
     assert sorted(enqueued) == sorted([missed.id, lost.id])
+    assert sweep_pairs(sessions, enqueued.extend, settings) == 0 and len(enqueued) == 2
     with sessions() as db:
         assert db.get(type(missed), missed.id).state is PairState.COMPLETE
-        waiting = store_status(db)  # what `specgate status` shows until a worker scores them
-        assert waiting.awaiting_evaluation == 2 and (waiting.oldest_awaiting_s or 0) >= 600
+        waiting = store_status(db, max_requeues=5)  # what `specgate status` shows
+        assert waiting.awaiting_evaluation == 3 and (waiting.oldest_awaiting_s or 0) >= 9 * 3600
+        assert waiting.requeues_exhausted == 1

@@ -100,6 +100,9 @@ class Pair(Base):
     completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # When the pair's evaluations landed (or it was dropped): ready for the gate, once.
     evaluated_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Complete but never evaluated: how often the sweep enqueued it again, and when next.
+    requeues: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    requeue_after: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
 class Generation(Base):

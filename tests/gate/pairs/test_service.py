@@ -96,7 +96,7 @@ def test_a_pair_whose_completion_was_missed_completes_at_its_deadline(pg_committ
         assert missed.evaluated_at is None and half.evaluated_at is not None
 
 
-def test_complete_pairs_never_evaluated_are_enqueued_again(pg_committing):
+def test_complete_pairs_never_evaluated_are_enqueued_again_with_back_off(pg_committing):
     now = utcnow()
     enqueued: list = []
     with pg_committing() as session:
@@ -108,7 +108,6 @@ def test_complete_pairs_never_evaluated_are_enqueued_again(pg_committing):
                 ("older_lost", 3000, False),
                 ("in_flight", 100, False),
                 ("evaluated", 400, True),
-                ("given_up", 2 * 86400, False),
             ):
                 row = factories.pair(session, rollout.id)
                 row.state = PairState.COMPLETE
@@ -116,10 +115,23 @@ def test_complete_pairs_never_evaluated_are_enqueued_again(pg_committing):
                 row.evaluated_at = now if evaluated else None
                 pairs[name] = row
             factories.pair(session, rollout.id)  # open: not complete yet
-        with session.begin():
-            requeued = requeue_unevaluated(
-                session, enqueue=enqueued.extend, after_s=300, give_up_s=86400, now=now
-            )
-            assert enqueued == []
-        # Oldest first; a pair still in flight or long given up is left alone.
-        assert requeued == enqueued == [pairs["older_lost"].id, pairs["lost"].id]
+
+        def sweep(at_s: float) -> list:
+            with session.begin():
+                return requeue_unevaluated(
+                    session,
+                    enqueue=enqueued.extend,
+                    after_s=300,
+                    max_requeues=2,
+                    now=now + timedelta(seconds=at_s),
+                )
+
+        lost = [pairs["older_lost"].id, pairs["lost"].id]  # oldest first
+        assert sweep(0) == lost and enqueued == lost  # enqueued once committed
+        assert sweep(1) == []  # claimed: the next try waits 2 x 300 s
+        assert set(sweep(601)) == {*lost, pairs["in_flight"].id}
+        assert sweep(1200) == []  # the in-flight pair's second try is due 2 x 300 s after 601
+        # Two tries each: the lost pairs are given up; the in-flight one gets its second.
+        assert sweep(1802) == [pairs["in_flight"].id]
+        assert sweep(10_000) == []
+        assert enqueued.count(pairs["lost"].id) == 2
