@@ -130,9 +130,10 @@ def test_real_workers_store_evaluations_once_even_when_one_is_killed_mid_task(
         # A pair becomes evaluations for both cohorts.
         enqueue_pair_evaluation(app, quick.id)
         assert len(wait_rows(pg_committing, quick.id, 5)) == 5
-        # Delivered twice (at-least-once): the second run stores nothing new.
+        # Delivered twice (at-least-once): the second run finds the pair stamped, scores
+        # nothing and stores nothing.
         enqueue_pair_evaluation(app, quick.id)
-        first.wait_for("inserted=0 kept=5")
+        first.wait_for("inserted=0 kept=0")
         # Killed mid-task: nothing of the slow pair was committed.
         enqueue_pair_evaluation(app, slow.id)
         first.wait_for("received", count=3)
