@@ -264,13 +264,7 @@ def _unique(rows: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
 
 
 def _after(start: datetime, seconds: float) -> datetime:
-    return start + _delta(seconds)
-
-
-@functools.lru_cache(maxsize=64)
-def _delta(seconds: float) -> timedelta:
-    # A deployment uses a handful of pair deadlines: one timedelta each, not one per span.
-    return timedelta(seconds=seconds)
+    return start + timedelta(seconds=seconds)
 
 
 def _uuid(value: Any, *, required: str | None = None) -> uuid.UUID | None:

@@ -104,15 +104,7 @@ def attributes_of(pairs: Any) -> dict[str, Any]:
     """Convert repeated `KeyValue` to a dict of JSON-ready Python values."""
     result: dict[str, Any] = {}
     for pair in pairs:
-        value = pair.value
-        # Strings and integers, nearly every attribute, without a call per value.
-        which = value.WhichOneof("value")
-        if which == "string_value":
-            result[pair.key] = value.string_value
-        elif which == "int_value":
-            result[pair.key] = value.int_value
-        else:
-            result[pair.key] = value_of(value)
+        result[pair.key] = value_of(pair.value)
     return result
 
 

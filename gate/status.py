@@ -48,19 +48,18 @@ class StoreStatus:
         return not any(self.counts.values())
 
 
-def store_status(session: Session, *, max_requeues: int | None = None) -> StoreStatus:
+def store_status(session: Session, *, max_requeues: int) -> StoreStatus:
     """Count what the store holds (`max_requeues`: the sweep's limit, for given-up pairs)."""
     counts = {
         name: session.scalar(select(func.count()).select_from(model)) or 0
         for name, model in COUNTED.items()
     }
     by_state = session.execute(select(Rollout.state, func.count()).group_by(Rollout.state)).all()
-    limit = max_requeues if max_requeues is not None else 2**31 - 1
     waiting, oldest, exhausted = session.execute(
         select(
             func.count(),
             func.min(Pair.completed_at),
-            func.count().filter(Pair.requeues >= limit),
+            func.count().filter(Pair.requeues >= max_requeues),
         ).where(Pair.state == PairState.COMPLETE, Pair.evaluated_at.is_(None))
     ).one()
     age = (utcnow() - oldest).total_seconds() if oldest is not None else None
