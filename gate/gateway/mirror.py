@@ -18,6 +18,11 @@ class MirrorPool:
         self._deadline_s = deadline_s
         self._tasks: set[asyncio.Task[None]] = set()
 
+    @property
+    def pending(self) -> int:
+        """Calls queued or running."""
+        return len(self._tasks)
+
     def submit(
         self, call: Callable[[], Awaitable[None]], on_queue_timeout: Callable[[], None]
     ) -> bool:

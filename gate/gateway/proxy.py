@@ -169,6 +169,12 @@ def _schedule_mirrors(gw: Gateway, call: Call, assignment: Assignment) -> None:
 
 def _mirror(gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort) -> None:
     async def run() -> None:
+        try:
+            await call_route()
+        finally:
+            gw.metrics.mirror_inflight.dec()
+
+    async def call_route() -> None:
         span, headers = gw.spans.start_call(call.ctx, route, cohort, call.body, parent=call.parent)
         result = CallResult()
         gw.inflight[route.id] = gw.inflight.get(route.id, 0) + 1
@@ -187,7 +193,6 @@ def _mirror(gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort) -> None
             raise
         finally:
             gw.inflight[route.id] -= 1
-            gw.metrics.mirror_inflight.dec()
             gw.spans.end_call(span, result, prompt=call.prompt)
             gw.metrics.observe(route.name, cohort.value, result, status=result.status.value)
 

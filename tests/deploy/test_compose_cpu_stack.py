@@ -255,7 +255,6 @@ def killed_gauge(base: str) -> float | None:
 
 
 def test_the_cpu_profile_runs_end_to_end_to_a_verdict(pg_server, redis_url, tmp_path):
-    started = time.monotonic()
     assert set(FAST) <= {f"SPECGATE_{f.upper()}" for f in Settings.model_fields}
     p = plan(tmp_path)
     executable = compose.specgate_executable()
@@ -359,7 +358,6 @@ def test_the_cpu_profile_runs_end_to_end_to_a_verdict(pg_server, redis_url, tmp_
             engine.dispose()
         finally:
             stack.stop()
-    assert time.monotonic() - started < 150
 
 
 def yaml_routes(p: Plan) -> dict[str, Any]:
