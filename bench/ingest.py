@@ -3,7 +3,8 @@
     .venv/bin/python bench/ingest.py --duration 60 --row-by-row-duration 20
 
 Creates a throwaway database (built by the migrations) on the server named by
-`--admin-url`, starts `collectors.app` under uvicorn in a subprocess, and sends
+`--admin-url`, starts `collectors.app` under uvicorn in a subprocess (`--collector-workers
+N` processes, as `specgate collect --workers N` runs), and sends
 gateway-shaped spans (a `specgate.pair` span and two route calls per sampled request,
 ~25 attributes, ~1.5 KB encoded) in 512-span exports from client threads, re-sending
 5% of the exports unchanged as duplicates. The clock stops when every span sent has
@@ -26,6 +27,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -48,6 +50,7 @@ from gate.telemetry import attributes as a
 GROUPS_PER_EXPORT = 170  # 510 spans: the SDK's BatchSpanProcessor sends up to 512
 DUPLICATE_EVERY = 20  # every 20th export is re-sent unchanged (5% duplicates)
 QUEUE_HIGH_WATER = 40_000  # pause senders while the collector's queue is this deep
+RECONNECT_EVERY = 20  # exports per sender connection
 Offsets = list[tuple[int, int, int]]  # (offset, length, slot) of the ids to refresh
 
 
@@ -166,10 +169,18 @@ class Sender:
         target = urlsplit(self.url)
         connection = http.client.HTTPConnection(target.hostname, target.port, timeout=60)
         headers = {"Content-Type": "application/x-protobuf"}
+        on_connection = 0
         while not self.stop.is_set():
             if self.paused.is_set():
                 time.sleep(0.01)
                 continue
+            if on_connection == RECONNECT_EVERY:
+                # As from many exporters: new connections, which the kernel spreads over
+                # the collector's workers (SO_REUSEPORT hashes each connection's addresses).
+                connection.close()
+                connection = http.client.HTTPConnection(target.hostname, target.port, timeout=60)
+                on_connection = 0
+            on_connection += 1
             with self.lock:
                 self.exports += 1
                 duplicate = self.exports % DUPLICATE_EVERY == 0 and bool(self.sent)
@@ -189,26 +200,38 @@ class Sender:
         connection.close()
 
 
-def cpu_seconds() -> dict[str, float]:
-    """Return CPU seconds used so far by this client, the collector and all Postgres processes."""
+def cpu_seconds(collector_pid: int) -> dict[str, float]:
+    """Return CPU seconds used so far by this client, the collector (the process and its
+    workers) and all Postgres processes."""
     ticks = os.sysconf("SC_CLK_TCK")
     used = {"client": 0.0, "collector": 0.0, "postgres": 0.0}
+    processes: dict[int, tuple[str, int, float]] = {}  # pid: (name, parent pid, seconds)
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             stat = (entry / "stat").read_text()
-            command = (entry / "cmdline").read_bytes()
         except OSError:
             continue
         fields = stat.rsplit(")", 1)[1].split()
         seconds = (int(fields[11]) + int(fields[12])) / ticks
-        name = stat.split("(", 1)[1].rsplit(")", 1)[0]
+        processes[int(entry.name)] = (
+            stat.split("(", 1)[1].rsplit(")", 1)[0],
+            int(fields[1]),
+            seconds,
+        )
+    collector = {collector_pid}
+    while (
+        grown := {pid for pid, (_, parent, _) in processes.items() if parent in collector}
+        - collector
+    ):
+        collector |= grown
+    for pid, (name, _, seconds) in processes.items():
         if name == "postgres":
             used["postgres"] += seconds
-        elif int(entry.name) == os.getpid():
+        elif pid == os.getpid():
             used["client"] += seconds
-        elif b"--serve" in command and b"ingest.py" in command:
+        elif pid in collector:
             used["collector"] += seconds
     return used
 
@@ -229,12 +252,12 @@ def collector_counts(base: str) -> dict[str, float]:
 
 
 def measure_pipeline(
-    base: str, body: bytes, offsets: Offsets, args: argparse.Namespace
+    base: str, body: bytes, offsets: Offsets, args: argparse.Namespace, collector_pid: int
 ) -> dict[str, float]:
     """Send for `args.duration` seconds; return counts and end-to-end rates."""
     sender = Sender(f"{base}/v1/traces", body, offsets)
     threads = [threading.Thread(target=sender.run, daemon=True) for _ in range(args.clients)]
-    started, cpu_before = time.perf_counter(), cpu_seconds()
+    started, cpu_before = time.perf_counter(), cpu_seconds(collector_pid)
     for thread in threads:
         thread.start()
     deepest = 0.0
@@ -253,7 +276,7 @@ def measure_pipeline(
             break
         time.sleep(0.02)
     elapsed = time.perf_counter() - started
-    cpu = {k: v - cpu_before[k] for k, v in cpu_seconds().items()}
+    cpu = {k: v - cpu_before[k] for k, v in cpu_seconds(collector_pid).items()}
     return {
         **{f"cpu_us_per_span_{k}": 1e6 * v / total for k, v in cpu.items()},
         "elapsed_s": elapsed, "spans": total, "unique": sender.unique,
@@ -350,15 +373,31 @@ def table_counts(url: str) -> dict[str, int]:
     return counts
 
 
-def serve(url: str, port: int, home: str) -> None:
+def serve(url: str, port: int, home: str, workers: int) -> None:
+    """Run the collector app as `specgate collect [--workers N]` does (without its pair
+    lifecycle, whose evaluations are not part of ingestion)."""
     import uvicorn
 
+    from collectors.workers import serve_workers
+    from gate.telemetry.prometheus import use_multiprocess_mode
+
+    os.environ["SPECGATE_DATABASE_URL"], os.environ["SPECGATE_HOME"] = url, home
+    if workers == 1:
+        uvicorn.run(
+            collector_app(), host="127.0.0.1", port=port, log_level="warning", access_log=False
+        )
+        return
+    use_multiprocess_mode()
+    serve_workers(collector_app, workers=workers, host="127.0.0.1", port=port, log_level="warning")
+
+
+def collector_app() -> Any:
+    """One collector process (uvicorn's factory: settings from the environment)."""
     from collectors.app import create_app
     from collectors.settings import load_collector_settings
     from gate.settings import load_settings
 
-    app = create_app(load_settings(database_url=url, home=home), load_collector_settings())
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    return create_app(load_settings(), load_collector_settings())
 
 
 def main() -> None:
@@ -366,6 +405,9 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of sending")
     parser.add_argument("--row-by-row-duration", type=float, default=20.0)
     parser.add_argument("--clients", type=int, default=2, help="sender threads")
+    parser.add_argument(
+        "--collector-workers", type=int, default=1, help="collector processes (--workers)"
+    )
     parser.add_argument("--raw", action="store_true", help="spans with nothing to normalise")
     parser.add_argument("--decode-only", action="store_true", help="parse+convert rate only")
     parser.add_argument("--admin-url", default="postgresql+psycopg://postgres@127.0.0.1/postgres")
@@ -374,7 +416,7 @@ def main() -> None:
     parser.add_argument("--home", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        serve(args.serve, args.port, args.home)
+        serve(args.serve, args.port, args.home, args.collector_workers)
         return
     if args.decode_only:
         body, offsets = template({"rollout": 1, "baseline": 1, "candidate": 2}, args.raw)
@@ -389,7 +431,18 @@ def main() -> None:
     body, offsets = template(ids, args.raw)
     home = tempfile.mkdtemp(prefix="specgate-bench-")
     server = subprocess.Popen(
-        [sys.executable, __file__, "--serve", url, "--port", str(args.port), "--home", home]
+        [
+            sys.executable,
+            __file__,
+            "--serve",
+            url,
+            "--port",
+            str(args.port),
+            "--home",
+            home,
+            "--collector-workers",
+            str(args.collector_workers),
+        ]
     )
     base = f"http://127.0.0.1:{args.port}"
     try:
@@ -399,7 +452,7 @@ def main() -> None:
                 break
             except httpx.HTTPError:
                 time.sleep(0.05)
-        ours = measure_pipeline(base, body, offsets, args)
+        ours = measure_pipeline(base, body, offsets, args, server.pid)
     finally:
         server.terminate()
         server.wait(60)
@@ -411,6 +464,7 @@ def main() -> None:
         "mode": "raw spans" if args.raw else "gateway spans, normalised",
         "span_bytes": len(body) / (GROUPS_PER_EXPORT * 3), "pipeline": ours,
         "stored": stored, "row_by_row": slow, "speedup": ours["spans_per_s"] / slow["spans_per_s"],
+        "collector_workers": args.collector_workers,
         "cpus": os.cpu_count(), "load_average_1m": os.getloadavg()[0],
     }  # fmt: skip
     print(json.dumps(report, indent=2, default=str))

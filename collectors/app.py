@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request, Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 
 from collectors.pipeline import Pipeline, open_pipeline
 from collectors.receiver import create_router
@@ -14,6 +15,7 @@ from collectors.settings import CollectorSettings, load_collector_settings
 from collectors.spans import SpanRow
 from collectors.writer import LandedCallback
 from gate.settings import Settings
+from gate.telemetry import prometheus
 
 
 def create_app(
@@ -35,6 +37,7 @@ def create_app(
             yield
         finally:
             pipeline.close()
+            prometheus.worker_exited()
 
     app = FastAPI(title="specgate collector", lifespan=lifespan, docs_url=None, redoc_url=None)
 
@@ -58,13 +61,15 @@ def create_app(
 
     @app.get("/metrics", include_in_schema=False)
     def metrics() -> Response:
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+        body, content_type = prometheus.exposition(registry)
+        return Response(body, media_type=content_type)
 
     @app.get("/healthz")
     def healthz(request: Request) -> dict[str, object]:
         writer = request.app.state.pipeline.writer
         return {
             "status": "ok" if writer.database_up else "spooling",
+            "pid": os.getpid(),  # which worker answered, under `--workers N`
             "database_up": writer.database_up,
             "queue_depth": len(writer.queue),
             "spool_segments": writer.spool.segments,

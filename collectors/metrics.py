@@ -25,16 +25,25 @@ class CollectorMetrics:
         )
         self.generations = self._counter("generations_landed", "New generation rows.")
         self.batches = self._counter("batches", "Batches committed.")
+        # With several workers (multiprocess mode): queue and spool summed over the live
+        # workers, the database up only while every worker can write to it.
         self.queue_depth = Gauge(
-            "specgate_collector_queue_depth", "Spans waiting in the queue.", registry=registry
+            "specgate_collector_queue_depth",
+            "Spans waiting in the queue.",
+            registry=registry,
+            multiprocess_mode="livesum",
         )
         self.spool_bytes = Gauge(
-            "specgate_collector_spool_bytes", "Bytes held by the spool.", registry=registry
+            "specgate_collector_spool_bytes",
+            "Bytes held by the spool.",
+            registry=registry,
+            multiprocess_mode="livesum",
         )
         self.database_up = Gauge(
             "specgate_collector_database_up",
             "1 while the database takes writes.",
             registry=registry,
+            multiprocess_mode="livemin",
         )
         self.batch_seconds = Histogram(
             "specgate_collector_batch_seconds",

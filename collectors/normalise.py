@@ -6,7 +6,7 @@ import functools
 import json
 import logging
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -97,7 +97,7 @@ def _without(row: SpanRow, keys: tuple[str, ...]) -> SpanRow:
     attributes = attributes.copy()
     for key in present:
         del attributes[key]
-    return replace(row, attributes=attributes)
+    return row.with_attributes(attributes)
 
 
 def merge_engine_facts(generations: list[dict[str, Any]], facts: list[dict[str, Any]]) -> None:

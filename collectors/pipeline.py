@@ -33,6 +33,7 @@ class Pipeline:
     def close(self) -> None:
         """Stop the writer (queued spans are written or spooled) and release the engine."""
         self.writer.stop(self.shutdown_timeout_s)
+        self.writer.spool.release()
         self.engine.dispose()
 
 
@@ -44,7 +45,7 @@ def open_pipeline(
     on_landed: LandedCallback | None = None,
     engine: Engine | None = None,
 ) -> Pipeline:
-    """Build and start a writer on the settings' database, spooling under `home`."""
+    """Build and start a writer on the settings' database, spooling in a folder it claims."""
     engine = engine if engine is not None else engine_from_settings(settings)
     metrics = CollectorMetrics(registry)
     limits = WriterLimits(
@@ -58,7 +59,9 @@ def open_pipeline(
     )
     writer = BatchWriter(
         SpanStore(engine, pair_deadline_s=settings.pair_deadline_s),
-        Spool(collector.spool_dir(settings.home), max_bytes=collector.collector_spool_max_bytes),
+        Spool.claim(
+            collector.spool_dir(settings.home), max_bytes=collector.collector_spool_max_bytes
+        ),
         metrics,
         limits=limits,
         on_landed=on_landed,

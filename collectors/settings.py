@@ -19,6 +19,8 @@ class CollectorSettings(BaseSettings):
     collector_flush_interval_s: float = Field(0.2, gt=0)
     collector_shutdown_timeout_s: float = Field(30.0, gt=0)
     collector_writer_threads: int = Field(2, ge=1, le=8)
+    # Worker processes of `specgate collect` (each with its queue, writer and spool folder).
+    collector_workers: int = Field(1, ge=1, le=64)
     # Spool used while the database is unreachable; empty means `<home>/spool`.
     collector_spool_dir: Path | None = None
     collector_spool_max_bytes: int = Field(256 * 1024 * 1024, ge=0)

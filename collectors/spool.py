@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -9,14 +10,17 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from collectors.spans import SpanRow, from_unix_nano, to_unix_nano
+from gate.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 _SUFFIX = ".spool"
 _FORMAT = 1
+_CLAIM = ".writer.lock"
+MAX_WRITERS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,9 +34,10 @@ class Segment:
 class Spool:
     """Segment files `<seq>.spool` in one folder, at most `max_bytes` in all."""
 
-    def __init__(self, folder: Path, *, max_bytes: int) -> None:
+    def __init__(self, folder: Path, *, max_bytes: int, claim: IO[bytes] | None = None) -> None:
         self.folder = folder
         self.max_bytes = max_bytes
+        self._claim = claim
         self._lock = threading.Lock()
         folder.mkdir(parents=True, exist_ok=True)
         for leftover in folder.glob("*.tmp"):
@@ -43,6 +48,33 @@ class Spool:
         )
         self._bytes = sum(segment.size for segment in self._segments)
         self._next = int(self._segments[-1].path.stem) + 1 if self._segments else 0
+
+    @classmethod
+    def claim(cls, base: Path, *, max_bytes: int) -> Spool:
+        """Open the first spool folder under `base` that no other live writer holds.
+
+        Slot 0 is `base` itself, so a lone writer replays what an earlier one spooled. Each
+        further writer sharing `base` (the workers of `specgate collect --workers N`, or
+        gateway workers on the embedded default) gets `base/writer-<k>`. The claim is an
+        exclusive `flock`, let go by `release` or when the process ends, however it ends.
+        """
+        for slot in range(MAX_WRITERS):
+            folder = slot_folder(base, slot)
+            folder.mkdir(parents=True, exist_ok=True)
+            handle = open(folder / _CLAIM, "ab")  # noqa: SIM115 (held until `release`)
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                continue
+            return cls(folder, max_bytes=max_bytes, claim=handle)
+        raise ConfigError(f"{MAX_WRITERS} writers already hold a spool folder under {base}")
+
+    def release(self) -> None:
+        """Let another writer claim this folder (and replay what is left in it)."""
+        if self._claim is not None:
+            self._claim.close()
+            self._claim = None
 
     @property
     def bytes(self) -> int:
@@ -89,6 +121,22 @@ class Spool:
                 self._segments.remove(segment)
                 self._bytes -= segment.size
             segment.path.rename(segment.path.with_suffix(".bad"))
+
+
+def slot_folder(base: Path, slot: int) -> Path:
+    """Return the spool folder of writer slot `slot` under `base`."""
+    return base if slot == 0 else base / f"writer-{slot}"
+
+
+def unclaimed_segments(base: Path, writers: int) -> dict[Path, int]:
+    """Return folders under `base` past the first `writers` slots that still hold segments."""
+    found = {}
+    for slot in range(writers, MAX_WRITERS):
+        folder = slot_folder(base, slot)
+        count = sum(1 for _ in folder.glob(f"*{_SUFFIX}")) if folder.is_dir() else 0
+        if count:
+            found[folder] = count
+    return found
 
 
 def read(segment: Segment) -> list[SpanRow]:

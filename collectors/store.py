@@ -39,7 +39,9 @@ _TRANSIENT: tuple[type[BaseException], ...] = (
 def is_conflict(exc: BaseException) -> bool:
     """Whether a write was aborted by a deadlock or serialization failure (worth rerunning)."""
     orig = exc.orig if isinstance(exc, sa_exc.DBAPIError) else exc
-    return isinstance(orig, pg_errors.TransactionRollback)
+    # SQLSTATE class 40: psycopg maps a deadlock (40P01) to OperationalError, not to
+    # TransactionRollback, so the class decides rather than the Python type.
+    return isinstance(orig, psycopg.Error) and (orig.sqlstate or "").startswith("40")
 
 
 def is_transient(exc: BaseException) -> bool:

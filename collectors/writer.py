@@ -66,9 +66,7 @@ class BatchWriter:
         self._progress = threading.Condition()
         self._accepted = 0
         self._handled = 0
-        metrics.queue_depth.set_function(lambda: len(self.queue))
-        metrics.spool_bytes.set_function(lambda: self.spool.bytes)
-        metrics.database_up.set_function(lambda: 1 if self.database_up else 0)
+        self._publish()
 
     def start(self) -> None:
         """Start the writer threads."""
@@ -89,6 +87,7 @@ class BatchWriter:
             return 0
         self.metrics.received.inc(len(rows))
         overflow = rows if self._stopping.is_set() else self.queue.put(rows)
+        self.metrics.queue_depth.set(len(self.queue))
         with self._progress:
             self._accepted += len(rows) - len(overflow)
         if not overflow:
@@ -123,10 +122,18 @@ class BatchWriter:
             self._spool(leftover, reason="shutdown")
         log.info("collector.writer_stopped spool_bytes=%d", self.spool.bytes)
 
+    def _publish(self) -> None:
+        # Set values, not callbacks: under `specgate collect --workers N` every worker's
+        # gauges are read from files by whichever worker answers /metrics.
+        self.metrics.queue_depth.set(len(self.queue))
+        self.metrics.spool_bytes.set(self.spool.bytes)
+        self.metrics.database_up.set(1 if self.database_up else 0)
+
     def _run(self, replays: bool) -> None:
         # One thread replays the spool, so segments land in the order they were written.
         while True:
             batch = self.queue.take(self.limits.flush_interval_s)
+            self._publish()  # at least every flush interval
             stopping = self._stopping.is_set()
             if replays and not stopping:
                 try:
@@ -184,10 +191,7 @@ class BatchWriter:
         while pending:
             part, full = pending.pop()
             try:
-                with self.metrics.batch_seconds.time():
-                    landed = self.store.write(
-                        part if full else [scrub(part[0])], normalise_rows=full
-                    )
+                landed = self._write(part if full else [scrub(part[0])], full)
             except Exception as exc:
                 if is_transient(exc):
                     self._went_down(exc)

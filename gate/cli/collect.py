@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import os
 from typing import Annotated
 
 import typer
 import uvicorn
+from fastapi import FastAPI
 
 from collectors.app import create_app
-from collectors.settings import load_collector_settings
+from collectors.settings import CollectorSettings, load_collector_settings
+from collectors.spool import unclaimed_segments
+from collectors.workers import serve_workers
 from gate.cli.common import DatabaseOption, publisher, settings_with
 from gate.db.engine import engine_from_settings, session_factory
+from gate.errors import ConfigError
 from gate.pairs.runner import PairLifecycle, evaluation_queue
 from gate.periodic import start_without_broker
+from gate.settings import Settings, load_settings
+from gate.telemetry.prometheus import use_multiprocess_mode
 
 
 def collect(
@@ -27,23 +34,68 @@ def collect(
             show_default=False,
         ),
     ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Worker processes, each decoding and writing on its own core, with its own "
+            "spool folder (default: SPECGATE_COLLECTOR_WORKERS, else 1; more than 1 needs "
+            "Postgres).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Receive OTLP/HTTP spans on POST /v1/traces and write them to the database."""
     settings = settings_with(database_url)
     overrides: dict[str, object] = {"collector_token": token} if token else {}
-    # Landed generations complete their pairs here; evaluations go to Celery with Redis,
-    # else run in this process.
+    collector = load_collector_settings(**overrides)
+    count = workers or collector.collector_workers
+    if count > 1 and settings.embedded:
+        raise ConfigError(
+            "--workers above 1 needs Postgres (--database-url): SQLite takes one writer at a time"
+        )
+    for folder, segments in unclaimed_segments(collector.spool_dir(settings.home), count).items():
+        typer.echo(
+            f"warning: {folder} holds {segments} spooled batch(es) that only a worker "
+            f"claiming it replays: start with more workers to replay them",
+            err=True,
+        )
+    # The periodic work (pair deadlines, the gate, retention) runs once, in this process.
     sessions = session_factory(engine_from_settings(settings))
     enqueue = evaluation_queue(settings, sessions)
-    pairs = PairLifecycle(sessions, enqueue)
     stop_periodic = start_without_broker(settings, sessions, publisher(settings), enqueue)
-    app = create_app(settings, load_collector_settings(**overrides), on_landed=pairs.on_landed)
-    typer.echo(f"specgate collect: listening on http://{host}:{port}/v1/traces")
+    log_level = settings.log_level.lower()
+    typer.echo(f"specgate collect: listening on http://{host}:{port}/v1/traces ({count} worker(s))")
+    if count > 1:
+        # Workers read their settings from the environment: pass the CLI's choices on.
+        os.environ["SPECGATE_DATABASE_URL"] = settings.resolved_database_url()
+        if token:
+            os.environ["SPECGATE_COLLECTOR_TOKEN"] = token
+        use_multiprocess_mode()
     try:
-        # No access log: OTLP senders post every few seconds and would drown the events.
-        uvicorn.run(
-            app, host=host, port=port, log_level=settings.log_level.lower(), access_log=False
-        )
+        if count > 1:
+            code = serve_workers(
+                worker_app, workers=count, host=host, port=port, log_level=log_level
+            )
+            if code:
+                raise typer.Exit(code)
+        else:
+            # No access log: OTLP senders post every few seconds and would drown the events.
+            app = collector_app(settings, collector)
+            uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
     finally:
         if stop_periodic is not None:
             stop_periodic()
+
+
+def collector_app(settings: Settings, collector: CollectorSettings) -> FastAPI:
+    """Return one process's collector app: landed generations complete their pairs here."""
+    # Evaluations go to Celery with Redis, else run in this process.
+    sessions = session_factory(engine_from_settings(settings))
+    pairs = PairLifecycle(sessions, evaluation_queue(settings, sessions))
+    return create_app(settings, collector, on_landed=pairs.on_landed)
+
+
+def worker_app() -> FastAPI:
+    """One worker of `specgate collect --workers N`, in its own process."""
+    return collector_app(load_settings(), load_collector_settings())

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Annotated
 
 import typer
@@ -12,6 +11,7 @@ import uvicorn
 from gate.cli.common import DatabaseOption, settings_with
 from gate.db import migrate
 from gate.errors import ConfigError
+from gate.telemetry.prometheus import use_multiprocess_mode
 
 
 def serve(
@@ -37,9 +37,8 @@ def serve(
     if otlp_endpoint:
         os.environ["SPECGATE_OTLP_ENDPOINT"] = otlp_endpoint
     count = workers or settings.gateway_workers
-    if count > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        # prometheus_client's multiprocess mode: every worker writes, /metrics sums them.
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="specgate-prom-")
+    if count > 1:
+        use_multiprocess_mode()
     typer.echo(f"specgate gateway on http://{host}:{port} ({count} worker(s))")
     uvicorn.run(
         "gate.gateway.factory:build_gateway_app",

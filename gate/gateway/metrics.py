@@ -2,19 +2,10 @@
 
 from __future__ import annotations
 
-import os
-
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-    multiprocess,
-)
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gate.gateway.observe import CallResult
+from gate.telemetry import prometheus
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48)
 TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.5)
@@ -84,8 +75,4 @@ class GatewayMetrics:
 
 def exposition(metrics: GatewayMetrics) -> tuple[bytes, str]:
     """Render metrics; in multiprocess mode, aggregate every worker's files."""
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-        return generate_latest(registry), CONTENT_TYPE_LATEST
-    return generate_latest(metrics.registry), CONTENT_TYPE_LATEST
+    return prometheus.exposition(metrics.registry)

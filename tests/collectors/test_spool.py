@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 from collectors import spool as spool_io
 from collectors.spool import Spool
 from tests.collectors.factory import Ids, gateway_spans
@@ -44,3 +47,27 @@ def test_a_corrupt_segment_is_quarantined(tmp_path):
         raise AssertionError("a corrupt segment was read")
     spool.quarantine(segment)
     assert spool.segments == 0 and spool.bytes == 0 and list(tmp_path.glob("*.bad"))
+
+
+def test_writers_sharing_a_spool_folder_each_claim_their_own(tmp_path):
+    first = Spool.claim(tmp_path, max_bytes=1 << 20)
+    second = Spool.claim(tmp_path, max_bytes=1 << 20)
+    assert (first.folder, second.folder) == (tmp_path, tmp_path / "writer-1")
+    assert second.append(gateway_spans(IDS))
+    # Another process cannot take a held folder either (flock is per open file).
+    probe = (
+        "import sys; from pathlib import Path; from collectors.spool import Spool; "
+        "print(Spool.claim(Path(sys.argv[1]), max_bytes=1).folder.name)"
+    )
+    other = subprocess.run(
+        [sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True, check=True
+    )
+    assert other.stdout.strip() == "writer-2"
+    # A writer that stops lets the next one claim its folder and replay what it left.
+    second.release()
+    again = Spool.claim(tmp_path, max_bytes=1 << 20)
+    assert again.folder == tmp_path / "writer-1" and again.segments == 1
+    assert spool_io.unclaimed_segments(tmp_path, 1) == {tmp_path / "writer-1": 1}
+    assert spool_io.unclaimed_segments(tmp_path, 2) == {}
+    first.release()
+    again.release()

@@ -7,7 +7,7 @@ import time
 
 import pytest
 from prometheus_client import CollectorRegistry
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from collectors.pipeline import open_pipeline
 from collectors.settings import load_collector_settings
@@ -108,3 +108,66 @@ def test_a_failing_on_landed_callback_does_not_lose_or_repeat_spans(
     assert pipeline.writer.flush(10)
     pipeline.close()
     assert counts(pg_engine) == (4, 2) and value(registry, "spans_spooled") == 0
+
+
+def test_span_values_past_the_toast_threshold_are_stored_with_lz4(
+    pg_url, pg_engine, pg_ids, tmp_path
+):
+    pipeline = start(pg_url, tmp_path, CollectorRegistry())
+    spans = gateway_spans(pg_ids)
+    for span in spans:
+        span.attributes["app.note"] = f"{span.span_id} a repetitive note. " * 80  # ~3 KB
+    pipeline.writer.enqueue(spans)
+    assert pipeline.writer.flush(10)
+    pipeline.close()
+    with pg_engine.connect() as connection:
+        stored = connection.exec_driver_sql(
+            "SELECT pg_column_compression(attributes) FROM spans WHERE span_id = ANY(%(ids)s)",
+            {"ids": [span.span_id for span in spans]},
+        ).scalars()
+        assert list(stored) == ["lz4"] * len(spans)
+        # Migration 0004 set every per-span column, not only the one this test filled.
+        methods = connection.exec_driver_sql(
+            "SELECT attrelid::regclass::text, attname, attcompression FROM pg_attribute "
+            "WHERE attrelid IN ('spans'::regclass, 'requests'::regclass, "
+            "'generations'::regclass) AND attcompression <> ''"
+        ).all()
+    lz4 = sorted(f"{table}.{column}" for table, column, method in methods if method == "l")
+    assert lz4 == [
+        "generations.output", "generations.output_extra", "generations.prompt",
+        "requests.body", "requests.inputs", "spans.attributes", "spans.resource",
+    ]  # fmt: skip
+
+
+def test_a_batch_aborted_by_a_deadlock_is_run_again_whole(
+    pg_url, pg_engine, pg_ids, tmp_path, caplog
+):
+    registry = CollectorRegistry()
+    pipeline = start(pg_url, tmp_path, registry, collector_writer_threads=1)
+    spans = gateway_spans(pg_ids)
+    first, *_, last = sorted(spans, key=lambda span: span.key)  # the writer's lock order
+    hold = text(
+        "INSERT INTO spans (trace_id, span_id, name, kind, start_time, end_time, status_code, "
+        "attributes, resource, received_at) VALUES (:t, :s, 'other', 0, now(), now(), 0, "
+        "'{}', '{}', now())"
+    )
+    with pg_engine.connect() as other, caplog.at_level(logging.WARNING, "collectors.writer"):
+        # The writer's backend is the one to find the deadlock (1 s), not this one.
+        other.execute(text("SET deadlock_timeout = '30s'"))
+        other.commit()
+        transaction = other.begin()
+        other.execute(hold, {"t": last.trace_id, "s": last.span_id})
+        pipeline.writer.enqueue(spans)
+        deadline = time.monotonic() + 10
+        while not other.execute(text("SELECT count(*) FROM pg_locks WHERE NOT granted")).scalar():
+            assert time.monotonic() < deadline, "the writer never waited for the held span"
+            time.sleep(0.02)
+        # Each now waits for the other: Postgres aborts the writer's transaction.
+        other.execute(hold, {"t": first.trace_id, "s": first.span_id})
+        transaction.rollback()
+        assert pipeline.writer.flush(10)
+    pipeline.close()
+    assert "collector.batch_conflict attempt=1" in caplog.text
+    assert counts(pg_engine) == (len(spans), 2)
+    # Run again as one batch, not split into parts (or stored without its rows).
+    assert value(registry, "batches") == 1 and value(registry, "normalise_failed") == 0
