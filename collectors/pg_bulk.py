@@ -109,7 +109,8 @@ def dump_json(value: Any) -> str:
 def _insert_select(table: str, columns: Iterable[str], stage: str, key: Sequence[str]) -> str:
     names = list(columns)
     selected = [f"{name}::jsonb" if name in _JSON_COLUMNS else name for name in names]
-    # Key order makes concurrent writers take row locks in the same order (no deadlocks).
+    # Key order makes concurrent writers take a table's row locks in the same order; across
+    # tables two batches can still deadlock, and the writer runs the loser again.
     return (
         f"INSERT INTO {table} ({', '.join(names)}) SELECT {', '.join(selected)} FROM {stage} "
         f"ORDER BY {', '.join(key)} ON CONFLICT ({', '.join(key)}) DO NOTHING"

@@ -57,18 +57,49 @@ class Spool:
         further writer sharing `base` (the workers of `specgate collect --workers N`, or
         gateway workers on the embedded default) gets `base/writer-<k>`. The claim is an
         exclusive `flock`, let go by `release` or when the process ends, however it ends.
+        Segments left in folders no live writer holds (fewer workers than before) are
+        moved into the claimed one, after its own, so they are replayed too.
         """
         for slot in range(MAX_WRITERS):
             folder = slot_folder(base, slot)
             folder.mkdir(parents=True, exist_ok=True)
-            handle = open(folder / _CLAIM, "ab")  # noqa: SIM115 (held until `release`)
-            try:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                handle.close()
+            handle = _try_lock(folder)
+            if handle is None:
                 continue
-            return cls(folder, max_bytes=max_bytes, claim=handle)
+            try:
+                spool = cls(folder, max_bytes=max_bytes, claim=handle)
+                spool._adopt_orphans(base)
+            except BaseException:
+                handle.close()
+                raise
+            return spool
         raise ConfigError(f"{MAX_WRITERS} writers already hold a spool folder under {base}")
+
+    def _adopt_orphans(self, base: Path) -> None:
+        for slot in range(MAX_WRITERS):
+            folder = slot_folder(base, slot)
+            if folder == self.folder or not any(folder.glob(f"*{_SUFFIX}")):
+                continue
+            handle = _try_lock(folder)
+            if handle is None:
+                continue  # a live writer replays it
+            with handle:
+                moved = sorted(folder.glob(f"*{_SUFFIX}"), key=lambda path: path.name)
+                with self._lock:
+                    for path in moved:
+                        target = self.folder / f"{self._next:016d}{_SUFFIX}"
+                        self._next += 1
+                        os.replace(path, target)
+                        size = target.stat().st_size
+                        self._segments.append(Segment(target, size))
+                        self._bytes += size
+                _fsync_folder(self.folder)
+            log.warning(
+                "collector.spool_adopted from=%s segments=%d into=%s",
+                folder,
+                len(moved),
+                self.folder,
+            )
 
     def release(self) -> None:
         """Let another writer claim this folder (and replay what is left in it)."""
@@ -128,15 +159,15 @@ def slot_folder(base: Path, slot: int) -> Path:
     return base if slot == 0 else base / f"writer-{slot}"
 
 
-def unclaimed_segments(base: Path, writers: int) -> dict[Path, int]:
-    """Return folders under `base` past the first `writers` slots that still hold segments."""
-    found = {}
-    for slot in range(writers, MAX_WRITERS):
-        folder = slot_folder(base, slot)
-        count = sum(1 for _ in folder.glob(f"*{_SUFFIX}")) if folder.is_dir() else 0
-        if count:
-            found[folder] = count
-    return found
+def _try_lock(folder: Path) -> IO[bytes] | None:
+    """Return the folder's claim file, exclusively locked; None if a live writer holds it."""
+    handle = open(folder / _CLAIM, "ab")  # noqa: SIM115 (held until the spool lets go)
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
 
 
 def read(segment: Segment) -> list[SpanRow]:
@@ -196,8 +227,12 @@ def _write_durably(path: Path, data: bytes) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(temporary, path)
-    directory = os.open(path.parent, os.O_RDONLY)
+    _fsync_folder(path.parent)  # the rename itself must survive a crash
+
+
+def _fsync_folder(folder: Path) -> None:
+    directory = os.open(folder, os.O_RDONLY)
     try:
-        os.fsync(directory)  # the rename itself must survive a crash
+        os.fsync(directory)
     finally:
         os.close(directory)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 import uuid
@@ -22,7 +23,7 @@ LandedCallback = Callable[[list[int], list[uuid.UUID]], None]
 
 # How many spooled segments one loop turn replays before serving the queue again.
 _REPLAY_PER_TURN = 4
-_CONFLICT_RETRIES = 3
+_CONFLICT_RETRIES = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +158,9 @@ class BatchWriter:
                 log.exception("collector.writer_error spans=%d", len(batch))
                 leftover = batch
             if leftover:
-                self._spool(leftover, reason="database_down")
+                self._spool(
+                    leftover, reason="database_down" if not self.database_up else "conflict"
+                )
         finally:
             with self._progress:
                 self._handled += len(batch)
@@ -193,8 +196,11 @@ class BatchWriter:
             try:
                 landed = self._write(part if full else [scrub(part[0])], full)
             except Exception as exc:
-                if is_transient(exc):
-                    self._went_down(exc)
+                if is_transient(exc) or is_conflict(exc):
+                    # Down, or still deadlocking after its retries: nothing wrong with the
+                    # rows, so they are kept whole for a replay rather than split.
+                    if not is_conflict(exc):
+                        self._went_down(exc)
                     return part + [row for rest, _ in reversed(pending) for row in rest]
                 pending.extend(self._split(part, full, exc))
                 continue
@@ -213,6 +219,8 @@ class BatchWriter:
                 if not is_conflict(exc) or attempt == _CONFLICT_RETRIES - 1:
                     raise
                 log.warning("collector.batch_conflict attempt=%d spans=%d", attempt + 1, len(rows))
+                # Apart again before the next try, so the two writers stop meeting.
+                time.sleep(random.uniform(0.05, 0.2) * (attempt + 1))
         raise AssertionError("unreachable")
 
     def _split(

@@ -11,7 +11,6 @@ from fastapi import FastAPI
 
 from collectors.app import create_app
 from collectors.settings import CollectorSettings, load_collector_settings
-from collectors.spool import unclaimed_segments
 from collectors.workers import serve_workers
 from gate.cli.common import DatabaseOption, publisher, settings_with
 from gate.db.engine import engine_from_settings, session_factory
@@ -53,12 +52,6 @@ def collect(
     if count > 1 and settings.embedded:
         raise ConfigError(
             "--workers above 1 needs Postgres (--database-url): SQLite takes one writer at a time"
-        )
-    for folder, segments in unclaimed_segments(collector.spool_dir(settings.home), count).items():
-        typer.echo(
-            f"warning: {folder} holds {segments} spooled batch(es) that only a worker "
-            f"claiming it replays: start with more workers to replay them",
-            err=True,
         )
     # The periodic work (pair deadlines, the gate, retention) runs once, in this process.
     sessions = session_factory(engine_from_settings(settings))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
@@ -18,7 +20,9 @@ def use_multiprocess_mode() -> None:
     whichever worker answers, sums them.
     """
     if not os.environ.get(MULTIPROC_ENV):
-        os.environ[MULTIPROC_ENV] = tempfile.mkdtemp(prefix="specgate-prom-")
+        folder = tempfile.mkdtemp(prefix="specgate-prom-")
+        os.environ[MULTIPROC_ENV] = folder
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
 
 
 def exposition(registry: CollectorRegistry) -> tuple[bytes, str]:
@@ -30,7 +34,7 @@ def exposition(registry: CollectorRegistry) -> tuple[bytes, str]:
     return generate_latest(registry), CONTENT_TYPE_LATEST
 
 
-def worker_exited() -> None:
-    """Drop this process's live gauges from the shared folder (a worker shutting down)."""
+def worker_exited(pid: int | None = None) -> None:
+    """Drop a worker's live gauges from the shared folder (this process's by default)."""
     if os.environ.get(MULTIPROC_ENV):
-        multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
+        multiprocess.mark_process_dead(pid or os.getpid())  # type: ignore[no-untyped-call]

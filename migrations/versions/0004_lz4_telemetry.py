@@ -5,7 +5,8 @@ which Postgres compresses a row. pglz spends more CPU on it than the rest of the
 LZ4 (Postgres 14 and later, when built with it, as the Debian and Docker builds are)
 compresses as well on these rows for a fraction of the CPU. Rows already stored keep
 their pglz values; both stay readable. SQLite, and a Postgres built without LZ4, are
-left as they are.
+left as they are. A dump of these tables restored on a server without LZ4 needs
+`pg_restore --no-toast-compression`.
 
 Revision ID: 0004
 Revises: 0003

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -35,7 +36,8 @@ def test_collect_is_a_typer_command_with_host_port_and_token():
 
 
 def run_collect(*args: str, home: Path, **popen: object) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("SPECGATE_REDIS_URL",)}
+    unset = ("SPECGATE_REDIS_URL", "SPECGATE_DATABASE_URL", "SPECGATE_COLLECTOR_WORKERS")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
     env |= {"SPECGATE_HOME": str(home), "SPECGATE_COLLECTOR_FLUSH_INTERVAL_S": "0.05"}
     command = [sys.executable, "-m", "gate", "collect", *args]
     return subprocess.Popen(command, env=env, text=True, **popen)  # type: ignore[call-overload]
@@ -71,8 +73,11 @@ def test_two_workers_store_every_span_once_each_with_its_own_spool(
         # Gauges too: every worker is up (the lowest of them), nothing left queued.
         assert metric(base, "database_up") == 1.0 and metric(base, "queue_depth") == 0.0
         # Each worker listens on its own socket: new connections reach both of them.
-        answered = {httpx.get(f"{base}/healthz").json()["pid"] for _ in range(40)}
-        assert len(answered) == 2 and collector.pid not in answered
+        answered: set[int] = set()
+        while len(answered) < 2:
+            assert time.monotonic() < deadline + 30, f"only {answered} answered"
+            answered.add(httpx.get(f"{base}/healthz").json()["pid"])
+        assert collector.pid not in answered
         # Both workers hold a spool folder of their own while they run.
         held = Spool.claim(tmp_path / "spool", max_bytes=1)
         assert held.folder == tmp_path / "spool" / "writer-2"
@@ -86,11 +91,24 @@ def test_two_workers_store_every_span_once_each_with_its_own_spool(
     assert Spool.claim(tmp_path / "spool", max_bytes=1).folder == tmp_path / "spool"
 
 
-def test_several_workers_need_postgres(tmp_path):
+def test_several_workers_need_postgres_and_a_free_port(tmp_path, pg_url):
     collector = run_collect("--workers", "2", home=tmp_path, stderr=subprocess.PIPE)
-    _, stderr = collector.communicate(timeout=60)
-    assert collector.returncode != 0
-    assert "needs Postgres" in stderr
+    try:
+        _, stderr = collector.communicate(timeout=60)
+    finally:
+        collector.kill()
+    assert collector.returncode != 0 and "needs Postgres" in stderr
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        args = ("--workers", "2", "--port", port, "--database-url", pg_url)
+        collector = run_collect(*args, home=tmp_path, stderr=subprocess.PIPE)
+        try:
+            _, stderr = collector.communicate(timeout=60)
+        finally:
+            collector.kill()
+    assert collector.returncode != 0 and f"cannot listen on 127.0.0.1:{port}" in stderr
 
 
 def ready(base: str) -> bool:

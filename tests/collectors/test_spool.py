@@ -53,7 +53,8 @@ def test_writers_sharing_a_spool_folder_each_claim_their_own(tmp_path):
     first = Spool.claim(tmp_path, max_bytes=1 << 20)
     second = Spool.claim(tmp_path, max_bytes=1 << 20)
     assert (first.folder, second.folder) == (tmp_path, tmp_path / "writer-1")
-    assert second.append(gateway_spans(IDS))
+    spans = gateway_spans(IDS)
+    assert second.append(spans)
     # Another process cannot take a held folder either (flock is per open file).
     probe = (
         "import sys; from pathlib import Path; from collectors.spool import Spool; "
@@ -67,7 +68,11 @@ def test_writers_sharing_a_spool_folder_each_claim_their_own(tmp_path):
     second.release()
     again = Spool.claim(tmp_path, max_bytes=1 << 20)
     assert again.folder == tmp_path / "writer-1" and again.segments == 1
-    assert spool_io.unclaimed_segments(tmp_path, 1) == {tmp_path / "writer-1": 1}
-    assert spool_io.unclaimed_segments(tmp_path, 2) == {}
-    first.release()
+    # With fewer writers than before, the first to start takes the orphaned segments in.
     again.release()
+    first.release()
+    alone = Spool.claim(tmp_path, max_bytes=1 << 20)
+    assert alone.folder == tmp_path and alone.segments == 1
+    assert not list((tmp_path / "writer-1").glob("*.spool"))
+    assert spool_io.read(alone.oldest()) == spans
+    alone.release()

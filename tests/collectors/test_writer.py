@@ -113,6 +113,12 @@ def test_a_failing_on_landed_callback_does_not_lose_or_repeat_spans(
 def test_span_values_past_the_toast_threshold_are_stored_with_lz4(
     pg_url, pg_engine, pg_ids, tmp_path
 ):
+    with pg_engine.connect() as connection:
+        methods = connection.exec_driver_sql(
+            "SELECT enumvals FROM pg_settings WHERE name = 'default_toast_compression'"
+        ).scalar()
+    if "lz4" not in (methods or []):
+        pytest.skip("this Postgres has no LZ4: migration 0004 leaves it on pglz")
     pipeline = start(pg_url, tmp_path, CollectorRegistry())
     spans = gateway_spans(pg_ids)
     for span in spans:
@@ -159,9 +165,15 @@ def test_a_batch_aborted_by_a_deadlock_is_run_again_whole(
         other.execute(hold, {"t": last.trace_id, "s": last.span_id})
         pipeline.writer.enqueue(spans)
         deadline = time.monotonic() + 10
-        while not other.execute(text("SELECT count(*) FROM pg_locks WHERE NOT granted")).scalar():
-            assert time.monotonic() < deadline, "the writer never waited for the held span"
-            time.sleep(0.02)
+        waiting = text(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        )
+        with pg_engine.connect() as watcher:  # a fresh statistics snapshot per look
+            while not watcher.execute(waiting).scalar():
+                assert time.monotonic() < deadline, "the writer never waited for the held span"
+                watcher.rollback()
+                time.sleep(0.02)
         # Each now waits for the other: Postgres aborts the writer's transaction.
         other.execute(hold, {"t": first.trace_id, "s": first.span_id})
         transaction.rollback()
