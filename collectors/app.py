@@ -37,7 +37,6 @@ def create_app(
             yield
         finally:
             pipeline.close()
-            prometheus.worker_exited()
 
     app = FastAPI(title="specgate collector", lifespan=lifespan, docs_url=None, redoc_url=None)
 

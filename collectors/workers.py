@@ -23,7 +23,7 @@ from typing import Any
 import uvicorn
 
 from gate.errors import ConfigError
-from gate.telemetry.prometheus import worker_exited
+from gate.telemetry.prometheus import use_multiprocess_mode, worker_exited
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +31,17 @@ log = logging.getLogger(__name__)
 SHUTDOWN_GRACE_S = 60.0
 
 AppFactory = Callable[[], Any]
+
+
+def serve(factory: AppFactory, *, workers: int, host: str, port: int, log_level: str) -> int:
+    """Serve `factory()` on host:port, in this process or in `workers` processes (their
+    settings come from the environment); return the exit code."""
+    if workers == 1:
+        # No access log: OTLP senders post every few seconds and would drown the events.
+        uvicorn.run(factory(), host=host, port=port, log_level=log_level, access_log=False)
+        return 0
+    use_multiprocess_mode()
+    return serve_workers(factory, workers=workers, host=host, port=port, log_level=log_level)
 
 
 def serve_workers(
@@ -67,17 +78,17 @@ def serve_workers(
                 log.error("collector.worker_ended name=%s exitcode=%s", ended.name, code)
                 break
     finally:
-        started = [process for process in processes if process.pid is not None]
-        for process in started:
+        started = {process.pid: process for process in processes if process.pid is not None}
+        for process in started.values():
             if process.is_alive():
                 process.terminate()  # uvicorn's graceful shutdown: flush, else spool
-        for process in started:
+        for pid, process in started.items():
             process.join(SHUTDOWN_GRACE_S)
             if process.is_alive():
                 log.error("collector.worker_killed name=%s", process.name)
                 process.kill()
                 process.join()
-            worker_exited(process.pid)  # its queue and spool gauges, if it could not
+            worker_exited(pid)  # its queue and spool gauges, if it could not
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return code

@@ -156,8 +156,10 @@ class BatchWriter:
                 leftover = self._store(batch)
             except Exception:  # a bug must not stop the writer: keep the spans for a replay
                 log.exception("collector.writer_error spans=%d", len(batch))
-                leftover = batch
+                self._spool(batch, reason="writer_error")
+                return
             if leftover:
+                # Kept whole: the database is down, or the batch still deadlocked.
                 self._spool(
                     leftover, reason="database_down" if not self.database_up else "conflict"
                 )
@@ -196,10 +198,10 @@ class BatchWriter:
             try:
                 landed = self._write(part if full else [scrub(part[0])], full)
             except Exception as exc:
-                if is_transient(exc) or is_conflict(exc):
-                    # Down, or still deadlocking after its retries: nothing wrong with the
-                    # rows, so they are kept whole for a replay rather than split.
-                    if not is_conflict(exc):
+                conflict = is_conflict(exc)  # still deadlocking after its retries
+                if conflict or is_transient(exc):
+                    # Nothing wrong with the rows: kept whole for a replay, not split.
+                    if not conflict:
                         self._went_down(exc)
                     return part + [row for rest, _ in reversed(pending) for row in rest]
                 pending.extend(self._split(part, full, exc))

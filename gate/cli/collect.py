@@ -3,22 +3,22 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from functools import partial
 from typing import Annotated
 
 import typer
-import uvicorn
 from fastapi import FastAPI
 
 from collectors.app import create_app
 from collectors.settings import CollectorSettings, load_collector_settings
-from collectors.workers import serve_workers
+from collectors.workers import serve
 from gate.cli.common import DatabaseOption, publisher, settings_with
 from gate.db.engine import engine_from_settings, session_factory
 from gate.errors import ConfigError
 from gate.pairs.runner import PairLifecycle, evaluation_queue
 from gate.periodic import start_without_broker
 from gate.settings import Settings, load_settings
-from gate.telemetry.prometheus import use_multiprocess_mode
 
 
 def collect(
@@ -57,25 +57,20 @@ def collect(
     sessions = session_factory(engine_from_settings(settings))
     enqueue = evaluation_queue(settings, sessions)
     stop_periodic = start_without_broker(settings, sessions, publisher(settings), enqueue)
-    log_level = settings.log_level.lower()
     typer.echo(f"specgate collect: listening on http://{host}:{port}/v1/traces ({count} worker(s))")
+    factory: Callable[[], FastAPI] = partial(collector_app, settings, collector)
     if count > 1:
         # Workers read their settings from the environment: pass the CLI's choices on.
         os.environ["SPECGATE_DATABASE_URL"] = settings.resolved_database_url()
         if token:
             os.environ["SPECGATE_COLLECTOR_TOKEN"] = token
-        use_multiprocess_mode()
+        factory = worker_app
     try:
-        if count > 1:
-            code = serve_workers(
-                worker_app, workers=count, host=host, port=port, log_level=log_level
-            )
-            if code:
-                raise typer.Exit(code)
-        else:
-            # No access log: OTLP senders post every few seconds and would drown the events.
-            app = collector_app(settings, collector)
-            uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
+        code = serve(
+            factory, workers=count, host=host, port=port, log_level=settings.log_level.lower()
+        )
+        if code:
+            raise typer.Exit(code)
     finally:
         if stop_periodic is not None:
             stop_periodic()

@@ -34,7 +34,7 @@ def exposition(registry: CollectorRegistry) -> tuple[bytes, str]:
     return generate_latest(registry), CONTENT_TYPE_LATEST
 
 
-def worker_exited(pid: int | None = None) -> None:
-    """Drop a worker's live gauges from the shared folder (this process's by default)."""
+def worker_exited(pid: int) -> None:
+    """Drop an ended worker's live gauges from the shared folder."""
     if os.environ.get(MULTIPROC_ENV):
-        multiprocess.mark_process_dead(pid or os.getpid())  # type: ignore[no-untyped-call]
+        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
