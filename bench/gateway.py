@@ -61,6 +61,22 @@ def start(cmd: list[str], core: str, env: dict[str, str] | None = None) -> subpr
     )
 
 
+def cpu_seconds(proc: subprocess.Popen[bytes]) -> float:
+    """CPU time (user + system, all threads and children) of a process started by `start`."""
+    total = 0.0
+    pids = [proc.pid]
+    while pids:
+        pid = pids.pop()
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except FileNotFoundError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        pids.extend(int(child) for child in children)
+    return total
+
+
 def wait_ready(url: str, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -221,6 +237,12 @@ def main() -> None:
             )
         )
         wait_ready(f"http://127.0.0.1:{ports['gw']}/healthz")
+        gateway = procs[-1]
+        proxies = {
+            "specgate": gateway,
+            "specgate_shadow10": gateway,
+            "specgate_hanging_candidate": gateway,
+        }
         targets = {
             "direct": (ports["up"], "sim"),
             "specgate": (ports["gw"], "plain"),
@@ -247,6 +269,7 @@ def main() -> None:
             )
             wait_ready(f"http://127.0.0.1:{ports['litellm']}/health/liveliness", timeout=300)
             targets["litellm"] = (ports["litellm"], "plain")
+            proxies["litellm"] = procs[-1]
         results: list[dict[str, Any]] = []
         for repeat in range(args.repeats):
             for streams in [int(s) for s in args.streams.split(",")]:
@@ -254,8 +277,13 @@ def main() -> None:
                     total = args.litellm_requests if name == "litellm" else args.requests
                     per_stream = max(1, total // streams)
                     auth = {"Authorization": f"Bearer {LITELLM_KEY}"} if name == "litellm" else None
+                    proxy = proxies.get(name)
+                    cpu = cpu_seconds(proxy) if proxy else 0.0
                     row = asyncio.run(measure(port, model, streams, per_stream, auth))
                     row.update(target=name, streams=streams, repeat=repeat)
+                    if proxy:
+                        served = row["ttft"]["n"]
+                        row["cpu_us_per_request"] = (cpu_seconds(proxy) - cpu) / served * 1e6
                     results.append(row)
                     print(json.dumps(row), flush=True)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -271,7 +299,7 @@ def main() -> None:
 
 HEADER = (
     "| streams | target | TTFT p50 ms | TTFT p99 ms | e2e p50 ms | e2e p99 ms "
-    "| added TTFT p50 ms | added TTFT p99 ms | req/s |\n" + "|---" * 9 + "|"
+    "| added TTFT p50 ms | added TTFT p99 ms | req/s | proxy CPU µs/req |\n" + "|---" * 10 + "|"
 )
 
 
@@ -295,10 +323,13 @@ def report(results: list[dict[str, Any]]) -> str:
             for f in ("p50_ms", "p99_ms")
         }
         rps = statistics.median(r["rps"] for r in rows)
+        cpu = [r["cpu_us_per_request"] for r in rows if "cpu_us_per_request" in r]
+        cpu_text = f"{statistics.median(cpu):.0f}" if cpu else "-"
         lines.append(
             f"| {streams} | {target} | {med['ttft_p50_ms']:.2f} | {med['ttft_p99_ms']:.2f} "
             f"| {med['e2e_p50_ms']:.2f} | {med['e2e_p99_ms']:.2f} "
-            f"| {added(rows, direct, 'p50_ms')} | {added(rows, direct, 'p99_ms')} | {rps:.0f} |"
+            f"| {added(rows, direct, 'p50_ms')} | {added(rows, direct, 'p99_ms')} | {rps:.0f} "
+            f"| {cpu_text} |"
         )
     return "\n".join(lines)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gate.gateway.observe import CallResult
@@ -63,14 +65,29 @@ class GatewayMetrics:
             multiprocess_mode="max",
         )
 
+        # Labelled children, looked up once per label set (labels() costs per call).
+        self._calls: dict[tuple[str, str, str], Any] = {}
+        self._latency: dict[tuple[str, str], tuple[Any, Any]] = {}
+
     def observe(self, route: str, cohort: str, result: CallResult, *, status: str) -> None:
         """Count one finished route call."""
-        self.requests.labels(route, cohort, status).inc()
+        calls = self._calls.get((route, cohort, status))
+        if calls is None:
+            calls = self._calls[(route, cohort, status)] = self.requests.labels(
+                route, cohort, status
+            )
+        calls.inc()
+        latency = self._latency.get((route, cohort))
+        if latency is None:
+            latency = self._latency[(route, cohort)] = (
+                self.ttft.labels(route, cohort),
+                self.tpot.labels(route, cohort),
+            )
         if result.ttft_s is not None:
-            self.ttft.labels(route, cohort).observe(result.ttft_s)
+            latency[0].observe(result.ttft_s)
         tpot = result.tpot_s
         if tpot is not None:
-            self.tpot.labels(route, cohort).observe(tpot)
+            latency[1].observe(tpot)
 
 
 def exposition(metrics: GatewayMetrics) -> tuple[bytes, str]:

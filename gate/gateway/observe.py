@@ -60,13 +60,35 @@ class CallResult:
         """Return the captured text of the first choice."""
         return "".join(self.text)
 
-    def on_chunk(self, chunk: dict[str, Any], *, capture: bool) -> None:
-        """Account for one streamed chunk."""
-        now = time.perf_counter()
-        for choice in chunk.get("choices") or ():
-            if _observe_choice(self, choice, capture=capture):
-                self._content_at(now)
-        self._common(chunk)
+    def on_chunks(self, chunks: list[Any], now: float, *, capture: bool) -> None:
+        """Account for the chunks of one upstream read, made at `now` (perf_counter);
+        entries that are not JSON objects are skipped. Written flat: it runs for every
+        chunk of every streamed call."""
+        contents = 0
+        for chunk in chunks:
+            if chunk.__class__ is not dict:
+                continue
+            for choice in chunk.get("choices") or ():
+                finish_reason = choice.get("finish_reason")
+                if finish_reason:
+                    self.finish_reason = finish_reason
+                delta = choice.get("delta")
+                if delta.__class__ is dict:
+                    content, calls = delta.get("content"), delta.get("tool_calls")
+                else:
+                    content, calls = choice.get("text"), None
+                if content or calls:
+                    contents += 1
+                    if capture and choice.get("index", 0) == 0:
+                        self._capture(content, calls)
+            if self.response_id is None:
+                self.response_id = chunk.get("id")
+            if self.response_model is None:
+                self.response_model = chunk.get("model")
+            if "usage" in chunk or "metrics" in chunk or "timings" in chunk:
+                self._common(chunk)
+        if contents:
+            self._content_at(now, contents)
 
     def on_response(self, response: dict[str, Any], *, capture: bool) -> None:
         """Account for a whole (non-streamed) response."""
@@ -82,14 +104,20 @@ class CallResult:
                 self.finish_reason = choice["finish_reason"]
         self._common(response)
 
-    def _content_at(self, now: float) -> None:
-        self.content_chunks += 1
+    def _content_at(self, now: float, count: int) -> None:
+        self.content_chunks += count
         if self.ttft_s is None:
             self.ttft_s = now - self.started
         elif self._last_content is not None:
             gap = now - self._last_content
             self.itl_max_s = gap if self.itl_max_s is None else max(self.itl_max_s, gap)
         self._last_content = now
+
+    def _capture(self, content: Any, calls: Any) -> None:
+        if content:
+            self.text.append(str(content))
+        for call in calls or ():
+            _merge_tool_call(self.tool_calls, call)
 
     def _common(self, body: dict[str, Any]) -> None:
         self.response_id = self.response_id or body.get("id")
@@ -99,22 +127,6 @@ class CallResult:
             self.input_tokens = usage.get("prompt_tokens", self.input_tokens)
             self.output_tokens = usage.get("completion_tokens", self.output_tokens)
         _engine_metrics(self, body)
-
-
-def _observe_choice(result: CallResult, choice: dict[str, Any], *, capture: bool) -> bool:
-    """Record one choice delta; return whether it carried content."""
-    if choice.get("finish_reason"):
-        result.finish_reason = choice["finish_reason"]
-    delta = choice.get("delta")
-    content = delta.get("content") if isinstance(delta, dict) else choice.get("text")
-    calls = delta.get("tool_calls") if isinstance(delta, dict) else None
-    first_choice = choice.get("index", 0) == 0
-    if capture and first_choice:
-        if content:
-            result.text.append(str(content))
-        for call in calls or ():
-            _merge_tool_call(result.tool_calls, call)
-    return bool(content or calls)
 
 
 def _merge_tool_call(calls: dict[int, dict[str, Any]], delta: dict[str, Any]) -> None:

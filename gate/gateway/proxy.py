@@ -7,12 +7,12 @@ background pool and never delay or fail the primary response.
 from __future__ import annotations
 
 import asyncio
-import uuid
+import os
+import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 import orjson
 from opentelemetry.context import Context
 from opentelemetry.propagate import extract
@@ -22,6 +22,7 @@ from starlette.responses import Response
 from gate.db.enums import Cohort, GenerationStatus
 from gate.errors import BadRequest, GateError, NotFound
 from gate.gateway import segments
+from gate.gateway.http1 import Pool
 from gate.gateway.inputs import split_inputs
 from gate.gateway.metrics import GatewayMetrics
 from gate.gateway.mirror import MirrorPool
@@ -35,6 +36,21 @@ from gate.routing.snapshot import RolloutRouting, RouteTarget
 from gate.routing.sync import RoutingState
 from gate.settings import Settings
 
+# Ids need to be unique, not unpredictable: a per-process PRNG (reseeded in forked
+# children) costs a fraction of uuid4's getrandom call on every request.
+_ids = random.Random()
+os.register_at_fork(after_in_child=_ids.seed)
+
+
+_UUID_V4 = (0x4 << 76) | (0x2 << 62)  # version 4, RFC 4122 variant
+_UUID_FIXED = (0xF << 76) | (0x3 << 62)
+
+
+def new_id() -> str:
+    """Return a random (version 4) UUID as text."""
+    h = "%032x" % ((_ids.getrandbits(128) & ~_UUID_FIXED) | _UUID_V4)
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
 
 class ClientGone(Exception):
     """The client disconnected before its answer was ready."""
@@ -46,7 +62,7 @@ class Gateway:
 
     settings: Settings
     routing: RoutingState
-    client: aiohttp.ClientSession
+    client: Pool
     mirror: MirrorPool
     spans: SpanEmitter
     metrics: GatewayMetrics
@@ -132,8 +148,8 @@ async def _prepare(
         routing=routing,
         endpoint=endpoint,
         segment=segment,
-        pair_id=str(uuid.uuid4()) if assignment.sampled else None,
-        request_id=str(uuid.uuid4()),
+        pair_id=new_id() if assignment.sampled else None,
+        request_id=new_id(),
         mode=routing.mode.value,
         capture=capture,
         tenant=_tenant(declared.inputs),
@@ -286,7 +302,7 @@ async def _serve_stream(
             gw.inflight[route.id] -= 1
             _finish(gw, span, route, cohort, result, call.prompt, fallback=False)
 
-    return EventStreamResponse(forward())
+    return EventStreamResponse(forward(), ended=lambda: isinstance(opened, Stream) and opened.ended)
 
 
 async def _first_event(

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from starlette.types import Receive, Scope, Send
 
@@ -12,29 +11,53 @@ HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cach
 
 
 class EventStreamResponse:
-    """Forward chunks as they come; a client disconnect cancels the upstream read."""
+    """Forward chunks as they come; a client disconnect cancels the upstream read.
 
-    def __init__(self, chunks: AsyncIterator[bytes]) -> None:
+    `ended()` tells, after a chunk, whether it was the last one: the end of the body is
+    then written with it, in one write instead of two."""
+
+    def __init__(
+        self, chunks: AsyncIterator[bytes], ended: Callable[[], bool] = lambda: False
+    ) -> None:
         self._chunks = chunks
+        self._ended = ended
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
-        pump = asyncio.ensure_future(self._pump(send))
-        watch = asyncio.ensure_future(_disconnected(receive))
-        done, _ = await asyncio.wait({pump, watch}, return_when=asyncio.FIRST_COMPLETED)
-        if pump in done:
-            watch.cancel()
-            pump.result()
-            return
-        # The client left: cancelling the pump closes the upstream stream.
-        pump.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await pump
+        # The pump runs in this task; a watcher cancels it if the client leaves, which
+        # closes the upstream stream (one task per response, not two and a wait).
+        task = asyncio.current_task()
+        assert task is not None
+        gone = False
+
+        async def watch() -> None:
+            nonlocal gone
+            await _disconnected(receive)
+            gone = True
+            task.cancel()
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            await self._pump(send)
+        except asyncio.CancelledError:
+            if not gone:
+                raise
+            task.uncancel()
+        finally:
+            watcher.cancel()
 
     async def _pump(self, send: Send) -> None:
-        async for chunk in self._chunks:
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        more = True
+        try:
+            async for chunk in self._chunks:
+                if more:
+                    more = not self._ended()
+                    await send({"type": "http.response.body", "body": chunk, "more_body": more})
+        except BaseException:
+            await self._chunks.aclose()  # type: ignore[attr-defined]
+            raise
+        if more:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 async def _disconnected(receive: Receive) -> None:

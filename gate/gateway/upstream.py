@@ -1,19 +1,16 @@
-"""Calls to routes: JSON or SSE, timed, with failures turned into statuses, never raised.
-
-aiohttp is the client: its connection pool stays cheap with thousands of keep-alive
-connections, where httpx probes every idle socket on each request.
-"""
+"""Calls to routes: JSON or SSE, timed, with failures turned into statuses, never raised."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 import orjson
 
 from gate.db.enums import GenerationStatus
+from gate.gateway.http1 import Pool, Response, UpstreamError
 from gate.gateway.observe import CallResult
 from gate.routing.snapshot import RouteTarget
 
@@ -35,7 +32,7 @@ class JsonReply:
 
 
 async def call_json(
-    client: aiohttp.ClientSession,
+    client: Pool,
     route: RouteTarget,
     endpoint: str,
     body: bytes,
@@ -46,15 +43,13 @@ async def call_json(
     """Make a non-streaming call; a transport failure returns (None, failed result)."""
     result = CallResult()
     try:
-        async with client.post(
-            upstream_url(route, endpoint), data=body, headers=headers
-        ) as response:
-            content = await response.read()
-            reply = JsonReply(response.status, content, _content_type(response))
+        response = await client.post(upstream_url(route, endpoint), body, headers)
+        content = await response.read()
+        reply = JsonReply(response.status, content, _content_type(response))
     except TimeoutError as exc:
-        return None, result.fail(GenerationStatus.TIMEOUT, f"timeout: {type(exc).__name__}")
-    except aiohttp.ClientError as exc:
-        return None, result.fail(GenerationStatus.ERROR, f"{type(exc).__name__}: {exc}")
+        return None, result.fail(GenerationStatus.TIMEOUT, f"timeout: {exc}")
+    except UpstreamError as exc:
+        return None, result.fail(GenerationStatus.ERROR, str(exc))
     result.finish()
     result.http_status = reply.status_code
     if reply.status_code != 200:
@@ -75,13 +70,13 @@ async def call_json(
 class Stream:
     """An open streaming call. Iterate `events()` to forward SSE events as they arrive."""
 
-    def __init__(
-        self, response: aiohttp.ClientResponse, result: CallResult, *, capture: bool
-    ) -> None:
+    def __init__(self, response: Response, result: CallResult, *, capture: bool) -> None:
         self.response = response
         self.result = result
         self.capture = capture
         self.done = False
+        # True when what was yielded last is the end of the answer.
+        self.ended = False
 
     async def events(self, *, strip_usage: bool) -> AsyncIterator[bytes]:
         """Yield, for each upstream read, the complete SSE events it finished (observed;
@@ -89,21 +84,28 @@ class Stream:
         buffer = b""
         finished = False
         try:
-            async for raw in self.response.content.iter_any():
-                buffer += raw
+            async for raw in self.response.chunks():
+                buffer = buffer + raw if buffer else raw
                 if b"\r" in buffer:
                     buffer = buffer.replace(b"\r\n", b"\n")
-                *complete, buffer = buffer.split(b"\n\n")
-                ready = [e + b"\n\n" for e in complete if self._observe(e) or not strip_usage]
+                end = buffer.rfind(b"\n\n")
+                if end == -1:
+                    continue
+                complete, buffer = buffer[: end + 2], buffer[end + 2 :]
+                ready = self._complete(complete, strip_usage=strip_usage)
                 if ready:
-                    yield b"".join(ready)
-            if buffer.strip() and (self._observe(buffer) or not strip_usage):
+                    self.ended = self.response.at_end and not buffer
+                    yield ready
+            if buffer.strip() and (
+                self._observe(_data(buffer), time.perf_counter()) or not strip_usage
+            ):
+                self.ended = True
                 yield buffer
             finished = True
         except TimeoutError:
             self.result.fail(GenerationStatus.TIMEOUT, "timeout while streaming")
-        except aiohttp.ClientError as exc:
-            self.result.fail(GenerationStatus.ERROR, f"stream broke: {type(exc).__name__}")
+        except UpstreamError as exc:
+            self.result.fail(GenerationStatus.ERROR, f"stream broke: {exc}")
         finally:
             self.result.finish()
             # Read to the end: keep the connection; abandoned: close it, which cancels
@@ -113,12 +115,59 @@ class Stream:
             else:
                 self.response.close()
 
-    def _observe(self, event: bytes) -> bool:
-        """Account for one event; return False for a usage-only chunk (choices empty)."""
-        payload = _data(event)
+    def _complete(self, events: bytes, *, strip_usage: bool) -> bytes:
+        """Observe complete events (ending in a blank line); return what to forward:
+        the events as they came, unless a usage-only chunk is dropped."""
+        now = time.perf_counter()
+        chunks = self._parse_plain(events)
+        if chunks is None:
+            split = events[:-2].split(b"\n\n")
+            keep = [self._observe(_data(event), now) for event in split]
+        else:
+            self.result.on_chunks(chunks, now, capture=self.capture)
+            if not strip_usage or b'"usage"' not in events:
+                return events
+            keep = [bool(c.get("choices")) or c.get("usage") is None for c in chunks]
+            if all(keep):
+                return events
+            if keep.index(False) == len(chunks) - 1:  # the usual: usage comes last
+                # (a one-line JSON payload never holds a raw line break)
+                cut = events.rfind(b"\n\ndata: {")
+                start = 0 if cut < 0 else cut + 2
+                return events[:start] + events[events.index(b"\n\n", start) + 2 :]
+            split = events[:-2].split(b"\n\n")
+            keep += [True] * (len(split) - len(chunks))  # the end marker
+        if not strip_usage or all(keep):
+            return events
+        return b"".join(event + b"\n\n" for event, kept in zip(split, keep, strict=True) if kept)
+
+    def _parse_plain(self, events: bytes) -> list[dict[str, Any]] | None:
+        """Parse a read of plain events (each one `data: {...}` line, then perhaps
+        `data: [DONE]`) in one parser call, their objects joined into one JSON array.
+        None for anything else, which `_observe` takes event by event."""
+        body = events[:-2]
+        if body[:7] != b"data: {":
+            return None
+        joined = body[6:].replace(b"}\n\ndata: {", b"},{")
+        done = joined.endswith(b"}\n\ndata: [DONE]")
+        if done:
+            joined = joined[:-14]
+        if b"\n" in joined:
+            return None
+        try:
+            parsed: list[dict[str, Any]] = orjson.loads(b"[" + joined + b"]")
+        except orjson.JSONDecodeError:
+            return None
+        if len(parsed) != events.count(b"\n\n") - done:
+            return None  # an event held more than one value: take them one by one
+        self.done = self.done or done
+        return parsed
+
+    def _observe(self, payload: bytes | None, now: float) -> bool:
+        """Account for one event's data; return False for a usage-only chunk."""
         if payload is None:
             return True
-        if payload == b"[DONE]":
+        if payload[:1] == b"[" and payload.rstrip() == b"[DONE]":
             self.done = True
             return True
         try:
@@ -129,8 +178,8 @@ class Stream:
             return True
         if not isinstance(chunk, dict):
             return True
-        self.result.on_chunk(chunk, capture=self.capture)
-        return bool(chunk.get("choices")) or "usage" not in chunk or chunk.get("usage") is None
+        self.result.on_chunks([chunk], now, capture=self.capture)
+        return _kept(chunk)
 
     async def drain(self) -> None:
         """Read the stream to the end, discarding it (the mirror's way)."""
@@ -139,7 +188,7 @@ class Stream:
 
 
 async def open_stream(
-    client: aiohttp.ClientSession,
+    client: Pool,
     route: RouteTarget,
     endpoint: str,
     body: bytes,
@@ -151,26 +200,24 @@ async def open_stream(
     otherwise, or None when the route could not be reached."""
     result = CallResult()
     try:
-        response = await client.post(upstream_url(route, endpoint), data=body, headers=headers)
+        response = await client.post(upstream_url(route, endpoint), body, headers)
     except TimeoutError as exc:
-        return None, result.fail(GenerationStatus.TIMEOUT, f"timeout: {type(exc).__name__}")
-    except aiohttp.ClientError as exc:
-        return None, result.fail(GenerationStatus.ERROR, f"{type(exc).__name__}: {exc}")
+        return None, result.fail(GenerationStatus.TIMEOUT, f"timeout: {exc}")
+    except UpstreamError as exc:
+        return None, result.fail(GenerationStatus.ERROR, str(exc))
     result.http_status = response.status
     if response.status == 200:
         return Stream(response, result, capture=capture), result
     try:
         content = await response.read()
-    except (aiohttp.ClientError, TimeoutError):
+    except (UpstreamError, TimeoutError):
         content = b""
-    finally:
-        response.release()
     result.fail(GenerationStatus.ERROR, f"upstream status {response.status}")
     return JsonReply(response.status, content, _content_type(response)), result
 
 
 async def drain_call(
-    client: aiohttp.ClientSession,
+    client: Pool,
     route: RouteTarget,
     endpoint: str,
     body: bytes,
@@ -195,13 +242,21 @@ def _require_done(stream: Stream) -> None:
         stream.result.error = "stream ended without [DONE]"
 
 
+def _kept(chunk: dict[str, Any]) -> bool:
+    """False for a usage-only chunk (no choices), which a client that did not ask for
+    usage must not see."""
+    return bool(chunk.get("choices")) or chunk.get("usage") is None
+
+
 def _data(event: bytes) -> bytes | None:
+    if event.startswith(b"data: ") and b"\n" not in event:  # the usual one-line event
+        return event[6:]
     lines = [line[5:].strip() for line in event.splitlines() if line.startswith(b"data:")]
     return b"\n".join(lines) if lines else None
 
 
-def _content_type(response: aiohttp.ClientResponse) -> str:
-    return str(response.headers.get("content-type", "application/json"))
+def _content_type(response: Response) -> str:
+    return response.headers.get("content-type", "application/json")
 
 
 def encode(body: dict[str, Any]) -> bytes:

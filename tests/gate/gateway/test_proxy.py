@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 
 import httpx
 import pytest
 
 from gate.db.enums import RolloutMode
 from gate.engines.sim import SimProfile
+from gate.gateway.proxy import new_id
 from gate.rollouts.states import Action
 from gate.routing import service as routing_service
 from gate.telemetry import attributes as A
@@ -259,3 +261,11 @@ def test_client_disconnect_cancels_the_primary_upstream_call(tmp_path):
         assert base.attributes[A.STATUS] == "error"
         assert "disconnected" in base.attributes[A.ERROR]
         assert wait_until(lambda: stack.baseline_log.cancelled == 1), "upstream call not cancelled"
+
+
+def test_request_and_pair_ids_are_distinct_version_4_uuids():
+    ids = [new_id() for _ in range(5000)]
+    assert len(set(ids)) == len(ids)
+    for text in ids[:500]:
+        parsed = uuid.UUID(text)
+        assert (parsed.version, parsed.variant, str(parsed)) == (4, uuid.RFC_4122, text)
