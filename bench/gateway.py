@@ -52,10 +52,13 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start(cmd: list[str], core: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+def start(
+    cmd: list[str], core: str, env: dict[str, str] | None = None, cwd: str | None = None
+) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         ["taskset", "-c", core, *cmd],
         env={**os.environ, **(env or {})},
+        cwd=cwd,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -198,11 +201,18 @@ def main() -> None:
         default="lean",
         help="primary upstream: bench/sse_upstream.py, or `specgate engine --model sim`",
     )
+    parser.add_argument(
+        "--before",
+        default=None,
+        help="another specgate checkout (e.g. a `git worktree` of an earlier commit): its "
+        "gateway runs as the target `specgate_before`, in the same run",
+    )
     parser.add_argument("--out", default="bench/results/gateway.json")
     args = parser.parse_args()
     os.sched_setaffinity(0, {int(LOAD_CORE)})
     work = Path(tempfile.mkdtemp(prefix="specgate-bench-"))
-    ports = {name: free_port() for name in ("up", "cand", "hang", "sink", "gw", "litellm")}
+    names = ("up", "cand", "hang", "sink", "gw", "before", "litellm")
+    ports = {name: free_port() for name in names}
     lean = [sys.executable, str(Path(__file__).with_name("sse_upstream.py")), str(ports["up"])]
     procs = [
         start(lean if args.upstream == "lean" else engine(ports["up"]), LOAD_CORE),
@@ -218,24 +228,14 @@ def main() -> None:
             wait_ready(f"http://127.0.0.1:{ports[name]}/v1/models")
         db = f"sqlite:///{work}/gw.db"
         seed_store(db, ports["up"], ports["cand"], ports["hang"])
-        procs.append(
-            start(
-                [
-                    sys.executable,
-                    "-m",
-                    "gate",
-                    "serve",
-                    "--port",
-                    str(ports["gw"]),
-                    "--otlp-endpoint",
-                    f"http://127.0.0.1:{ports['sink']}",
-                    "--database-url",
-                    db,
-                ],
-                PROXY_CORE,
-                {"SPECGATE_HOME": str(work), "SPECGATE_CONTROL_RATE": "0"},
-            )
-        )
+
+        def gateway_cmd(port: int) -> list[str]:
+            sink = f"http://127.0.0.1:{ports['sink']}"
+            serve = ["serve", "--port", str(port), "--otlp-endpoint", sink, "--database-url", db]
+            return [sys.executable, "-m", "gate", *serve]
+
+        env = {"SPECGATE_HOME": str(work), "SPECGATE_CONTROL_RATE": "0"}
+        procs.append(start(gateway_cmd(ports["gw"]), PROXY_CORE, env))
         wait_ready(f"http://127.0.0.1:{ports['gw']}/healthz")
         gateway = procs[-1]
         proxies = {
@@ -249,6 +249,13 @@ def main() -> None:
             "specgate_shadow10": (ports["gw"], "shadow"),
             "specgate_hanging_candidate": (ports["gw"], "hanging"),
         }
+        if args.before:
+            checkout = str(Path(args.before).resolve())
+            before_env = {**env, "PYTHONPATH": checkout}
+            procs.append(start(gateway_cmd(ports["before"]), PROXY_CORE, before_env, cwd=checkout))
+            wait_ready(f"http://127.0.0.1:{ports['before']}/healthz")
+            proxies["specgate_before"] = procs[-1]
+            targets["specgate_before"] = (ports["before"], "plain")
         if args.litellm:
             cfg = work / "litellm.yaml"
             litellm_config(cfg, ports["up"])

@@ -24,6 +24,10 @@ import httptools
 
 # A reader this far behind stops reading from its upstream until it catches up.
 HIGH_WATER_BYTES = 256 * 1024
+# A reused connection that fails this soon after the request was written, before any
+# answer, was being closed by the upstream as we wrote: the request is sent again. Later
+# failures are not retried (the upstream may have been generating all along).
+RETRY_WINDOW_S = 1.0
 
 
 class UpstreamError(Exception):
@@ -160,6 +164,7 @@ class _Connection(asyncio.Protocol):
         self._headers: dict[str, str] = {}
         self._response: Response | None = None
         self._got_bytes = False
+        self._sent_at = 0.0
         self._paused = False
 
     # asyncio.Protocol
@@ -224,6 +229,7 @@ class _Connection(asyncio.Protocol):
         head: asyncio.Future[Response] = loop.create_future()
         self._head = head
         self._headers, self._response, self._got_bytes = {}, None, False
+        self._sent_at = loop.time()
         self.transport.write(request)
         timer = loop.call_later(self.read_timeout_s, _expire, head)
         try:
@@ -253,15 +259,23 @@ class _Connection(asyncio.Protocol):
             self.transport.resume_reading()
 
     @property
+    def usable(self) -> bool:
+        """Open, as far as this side knows."""
+        return not self.closed and self.transport is not None and not self.transport.is_closing()
+
+    @property
     def fresh_failure(self) -> bool:
-        """The connection died before a byte of the answer: safe to retry elsewhere."""
-        return not self._got_bytes
+        """The connection died right after the request was written, before a byte of the
+        answer: the upstream was closing it, safe to retry elsewhere."""
+        elapsed = asyncio.get_running_loop().time() - self._sent_at
+        return not self._got_bytes and elapsed < RETRY_WINDOW_S
 
     def _until_eof(self) -> bool:
         """A response with neither length nor chunking ends when the connection closes."""
         headers = self._response.headers if self._response is not None else {}
-        return "content-length" not in headers and "chunked" not in headers.get(
-            "transfer-encoding", ""
+        return (
+            "content-length" not in headers
+            and "chunked" not in headers.get("transfer-encoding", "").lower()
         )
 
     def _fail(self, error: Exception) -> None:
@@ -341,11 +355,17 @@ class Pool:
         return origin, slash + path if slash else "/"
 
     def _reuse(self, origin: Origin) -> _Connection | None:
+        """The most recently used live connection to `origin`; connections idle past the
+        idle timeout (the oldest, at the left) or closed are closed and dropped."""
         idle = self._idle.get(origin)
+        if not idle:
+            return None
         horizon = time.monotonic() - self.idle_timeout_s
+        while idle and (idle[0].idle_since < horizon or not idle[0].usable):
+            idle.popleft()._abort()
         while idle:
             connection = idle.pop()
-            if not connection.closed and connection.idle_since >= horizon:
+            if connection.usable:
                 return connection
             connection._abort()
         return None
@@ -364,15 +384,24 @@ class Pool:
                 _, connection = await loop.create_connection(
                     lambda: _Connection(self, origin), origin.host, origin.port, ssl=context
                 )
+        except TimeoutError:  # an OSError too: keep it a timeout
+            raise TimeoutError(
+                f"no connection to {origin.host}:{origin.port} within {self.connect_timeout_s} s"
+            ) from None
         except OSError as exc:
             raise UpstreamError(f"cannot connect to {origin.host}:{origin.port}: {exc}") from exc
         return connection
 
 
 def _request_head(origin: Origin, path: str, length: int, headers: Mapping[str, str]) -> bytes:
+    if any(c in path for c in " \r\n"):
+        raise UpstreamError(f"the route path {path!r} holds a space or line break")
     lines = [f"POST {path} HTTP/1.1", f"host: {origin.host_header}", f"content-length: {length}"]
     for name, value in headers.items():
         if "\r" in value or "\n" in value or "\r" in name or "\n" in name:
             raise UpstreamError(f"header {name!r} holds a line break")
         lines.append(f"{name}: {value}")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    try:
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    except UnicodeEncodeError as exc:
+        raise UpstreamError(f"a request header or the route URL is not Latin-1: {exc}") from None

@@ -287,7 +287,16 @@ async def _serve_stream(
                 gw, call, call.routing.baseline, Cohort.BASELINE, canary=False
             )
         return _reply_or_error(opened if isinstance(opened, JsonReply) else None, result)
-    assert events is not None
+    assert events is not None and isinstance(opened, Stream)
+    stream: Stream = opened
+    released = False
+
+    def release() -> None:  # once, however the answer ends
+        nonlocal released
+        if not released:
+            released = True
+            gw.inflight[route.id] -= 1
+            _finish(gw, span, route, cohort, result, call.prompt, fallback=False)
 
     async def forward() -> AsyncIterator[bytes]:
         try:
@@ -299,10 +308,14 @@ async def _serve_stream(
             result.fail(GenerationStatus.ERROR, "client disconnected")
             raise
         finally:
-            gw.inflight[route.id] -= 1
-            _finish(gw, span, route, cohort, result, call.prompt, fallback=False)
+            release()
 
-    return EventStreamResponse(forward(), ended=lambda: isinstance(opened, Stream) and opened.ended)
+    def abandon() -> None:  # the response failed before forwarding began
+        stream.response.close()
+        result.fail(GenerationStatus.ERROR, "client disconnected")
+        release()
+
+    return EventStreamResponse(forward(), ended=lambda: stream.ended, abandon=abandon)
 
 
 async def _first_event(

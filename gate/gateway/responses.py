@@ -14,16 +14,25 @@ class EventStreamResponse:
     """Forward chunks as they come; a client disconnect cancels the upstream read.
 
     `ended()` tells, after a chunk, whether it was the last one: the end of the body is
-    then written with it, in one write instead of two."""
+    then written with it, in one write instead of two. `abandon()` releases what the
+    chunks hold if the response fails before the first of them is asked for."""
 
     def __init__(
-        self, chunks: AsyncIterator[bytes], ended: Callable[[], bool] = lambda: False
+        self,
+        chunks: AsyncIterator[bytes],
+        ended: Callable[[], bool] = lambda: False,
+        abandon: Callable[[], None] = lambda: None,
     ) -> None:
         self._chunks = chunks
         self._ended = ended
+        self._abandon = abandon
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
+        except BaseException:
+            self._abandon()
+            raise
         # The pump runs in this task; a watcher cancels it if the client leaves, which
         # closes the upstream stream (one task per response, not two and a wait).
         task = asyncio.current_task()
@@ -40,9 +49,9 @@ class EventStreamResponse:
         try:
             await self._pump(send)
         except asyncio.CancelledError:
-            if not gone:
+            # Ours (the client left) is absorbed; any other cancel still stands.
+            if not gone or task.uncancel() > 0:
                 raise
-            task.uncancel()
         finally:
             watcher.cancel()
 

@@ -9,8 +9,8 @@ from typing import Any
 import orjson
 from opentelemetry import trace
 from opentelemetry.context import Context
+from opentelemetry.propagate import inject
 from opentelemetry.trace import Span, SpanKind, Tracer
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from gate.db.enums import Cohort, GenerationStatus
 from gate.gateway.observe import CallResult
@@ -19,8 +19,6 @@ from gate.telemetry import attributes as A
 
 Redactor = Callable[[str], str]
 OPERATIONS = {"chat": "chat", "completions": "text_completion"}
-# Upstreams (vLLM's `llm_request` span) join the trace through W3C trace context.
-_TRACE_CONTEXT = TraceContextTextMapPropagator()
 _REQUEST_ATTRIBUTES = (
     ("temperature", A.GEN_AI_REQUEST_TEMPERATURE, float),
     ("top_p", A.GEN_AI_REQUEST_TOP_P, float),
@@ -113,7 +111,7 @@ class SpanEmitter:
             attributes=attributes,
         )
         headers: dict[str, str] = {}
-        _TRACE_CONTEXT.inject(headers, context=trace.set_span_in_context(span))
+        inject(headers, context=trace.set_span_in_context(span))
         return span, headers
 
     def end_call(

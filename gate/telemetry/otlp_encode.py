@@ -25,6 +25,7 @@ from opentelemetry.trace import SpanContext
 log = logging.getLogger(__name__)
 
 _INT64 = (-(2**63), 2**63)
+MAX_REQUEST_BYTES = 64 * 1024 * 1024  # the SDK exporter's default limit
 # Encodings kept per attribute key: the first 64 short values of each key. Keys with
 # ever-new values (request and pair ids) fill their share once and are encoded afresh.
 _CACHE_KEYS = 1024
@@ -242,5 +243,13 @@ class LeanOTLPSpanExporter(OTLPSpanExporter):
         except Exception:
             log.exception("span_encoding_failed")
             return super().export(spans)
+        limit = getattr(self, "_max_request_size", MAX_REQUEST_BYTES)
+        if 0 < limit < len(data):
+            log.warning("span batch of %d bytes over the %d-byte limit: dropped", len(data), limit)
+            return SpanExportResult.FAILURE
         result = self._client.export(data)
-        return SpanExportResult.SUCCESS if result.success else SpanExportResult.FAILURE
+        return (
+            SpanExportResult.SUCCESS
+            if getattr(result, "success", False)
+            else SpanExportResult.FAILURE
+        )

@@ -4,12 +4,13 @@ timeouts, broken and malformed answers, back-pressure, abandoned calls."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import Awaitable, Callable
 
 import pytest
 
-from gate.gateway.http1 import HIGH_WATER_BYTES, Pool, UpstreamError
+from gate.gateway.http1 import HIGH_WATER_BYTES, RETRY_WINDOW_S, Pool, UpstreamError
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -227,7 +228,7 @@ def test_an_unreachable_route_is_an_upstream_error():
 
 
 def test_a_slow_reader_pauses_the_upstream_and_loses_nothing():
-    body = bytes(range(256)) * (4 * HIGH_WATER_BYTES // 256)
+    body = bytes(range(256)) * (16 * HIGH_WATER_BYTES // 256)
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
@@ -240,10 +241,14 @@ def test_a_slow_reader_pauses_the_upstream_and_loses_nothing():
         client = pool()
         response = await client.post(f"{base}/x", b"", {})
         received = []
+        held = 0
         async for part in response.chunks():
             received.append(part)
             await asyncio.sleep(0.01)  # slower than the upstream
+            held = max(held, response._buffered)
         assert b"".join(received) == body
+        # paused: what waits in memory stays near the high-water mark, not the body
+        assert held <= 2 * HIGH_WATER_BYTES
         response.release()
         await client.close()
 
@@ -315,3 +320,59 @@ def test_an_interim_response_is_skipped():
         await client.close()
 
     asyncio.run(serving(handler, work))
+
+
+def test_a_connect_timeout_is_a_timeout():
+    async def run() -> None:
+        # A listener whose accept queue is full: the kernel drops further SYNs.
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(0)
+            port = listener.getsockname()[1]
+            fillers = []
+            for _ in range(3):
+                filler = socket.socket()
+                filler.setblocking(False)
+                filler.connect_ex(("127.0.0.1", port))
+                fillers.append(filler)
+            await asyncio.sleep(0.1)
+            client = Pool(connect_timeout_s=0.3, read_timeout_s=5.0)
+            with pytest.raises(TimeoutError, match="no connection"):
+                await client.post(f"http://127.0.0.1:{port}/x", b"", {})
+            for filler in fillers:
+                filler.close()
+
+    asyncio.run(run())
+
+
+def test_connections_idle_past_the_idle_timeout_are_not_reused():
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await read_request(reader)
+            writer.write(reply(b"{}"))
+
+    async def work(base: str) -> None:
+        client = pool(idle_timeout_s=0.2)
+        for pause in (0.0, 0.4, 0.0):  # reused, replaced, reused
+            await asyncio.sleep(pause)
+            assert await (await client.post(f"{base}/x", b"", {})).read() == b"{}"
+        await client.close()
+
+    assert asyncio.run(serving(handler, work)) == 2
+
+
+def test_a_reused_connection_that_dies_late_is_not_retried():
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(reply(b"{}"))
+        await read_request(reader)
+        await asyncio.sleep(RETRY_WINDOW_S + 0.3)  # "generating", then the upstream dies
+
+    async def work(base: str) -> None:
+        client = pool()
+        assert await (await client.post(f"{base}/x", b"", {})).read() == b"{}"
+        with pytest.raises(UpstreamError, match="closed"):
+            await client.post(f"{base}/x", b"", {})
+        await client.close()
+
+    assert asyncio.run(serving(handler, work)) == 1
