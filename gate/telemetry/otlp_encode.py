@@ -90,6 +90,7 @@ class SpanEncoder:
 
     def __init__(self) -> None:
         self._cache: dict[str, dict[tuple[type, Any], bytes]] = {}
+        self._names: dict[str, bytes] = {}
 
     def encode(self, spans: Sequence[ReadableSpan]) -> bytes:
         """Group spans by resource, then scope, as the SDK does, and encode the request."""
@@ -197,7 +198,7 @@ class SpanEncoder:
                     parts.append(tag + hit)
                     continue
             try:
-                encoded = _field(b"", _key_value(key, value))
+                encoded = self._key_value(key, kind, value)
             except (TypeError, ValueError, UnicodeEncodeError) as exc:
                 log.error("cannot encode span attribute %s: %s", key, exc)
                 continue
@@ -205,6 +206,25 @@ class SpanEncoder:
                 known[(kind, value)] = encoded
             parts.append(tag + encoded)
         return b"".join(parts)
+
+
+    def _key_value(self, key: str, kind: type, value: Any) -> bytes:
+        """A KeyValue with its length prefix; the key's own encoding is kept. Strings and
+        floats, the values that change from span to span, are written inline."""
+        name = self._names.get(key)
+        if name is None:
+            name = _text(b"\x0a", key)
+            if len(self._names) < _CACHE_KEYS:
+                self._names[key] = name
+        if kind is str:
+            text = value.encode()
+            encoded = b"\x0a" + _varint(len(text)) + text
+        elif kind is float:
+            encoded = b"\x21" + _double(value)
+        else:
+            encoded = _any_value(value)
+        pair = name + b"\x12" + _varint(len(encoded)) + encoded
+        return _varint(len(pair)) + pair
 
 
 def _status(span: ReadableSpan) -> bytes:

@@ -1,0 +1,143 @@
+"""CPU cost of the gateway's per-request parts, old way against new, on one core.
+
+    python bench/gateway_parts.py [--spans 2048] [--requests 3000]
+
+- OTLP encoding of gateway-shaped spans: the SDK's encoder against `SpanEncoder`;
+- accounting for one streamed answer (32 content chunks, the usage chunk, `[DONE]`, as
+  `bench/sse_upstream.py` writes them) arriving in one read: event by event (the fallback)
+  against the whole read parsed in one call (the usual path);
+- request ids: `uuid.uuid4()` against `new_id()`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sse_upstream import chunks, frame, sse
+
+from gate.db.enums import GenerationStatus
+from gate.gateway.observe import CallResult
+from gate.gateway.proxy import new_id
+from gate.gateway.upstream import Stream, _data
+from gate.telemetry.otlp_encode import SpanEncoder
+
+
+def gateway_spans(count: int) -> list[ReadableSpan]:
+    """Route-call spans with the gateway's attributes (start and outcome)."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "specgate-gateway"}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("specgate.gateway")
+    for i in range(count):
+        start = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": "vllm",
+            "gen_ai.request.model": "llama",
+            "specgate.cohort": "baseline",
+            "specgate.route.id": 1,
+            "specgate.route.name": "llama-base",
+            "specgate.route.fingerprint": "3f2a9c41d0b7e655",
+            "specgate.stream": True,
+            "specgate.request.id": str(uuid.uuid4()),
+            "specgate.segment": "chat",
+            "specgate.mode": "shadow",
+            "specgate.rollout.id": 1,
+            "specgate.rollout.stage": 0,
+        }
+        outcome = {
+            "specgate.status": "ok",
+            "specgate.fallback": False,
+            "specgate.ttft_s": 0.02 + i * 1e-6,
+            "specgate.tpot_s": 0.0001,
+            "specgate.e2e_s": 0.023,
+            "specgate.itl_max_s": 0.0002,
+            "gen_ai.usage.input_tokens": 12,
+            "gen_ai.usage.output_tokens": 32,
+            "gen_ai.response.id": f"chatcmpl-{i}",
+            "gen_ai.response.model": "llama",
+            "gen_ai.response.finish_reasons": ["length"],
+        }
+        span = tracer.start_span("chat llama", kind=SpanKind.CLIENT, attributes=start)
+        span.set_attributes(outcome)
+        span.end()
+    return list(memory.get_finished_spans())
+
+
+def per_call(work: Callable[[], Any], repeat: int) -> float:
+    """Best of five timings of `repeat` calls, in µs per call."""
+    best = float("inf")
+    for _ in range(5):
+        started = time.perf_counter()
+        for _ in range(repeat):
+            work()
+        best = min(best, time.perf_counter() - started)
+    return best / repeat * 1e6
+
+
+class Arrived:
+    """An answer that has fully arrived (Stream only asks whether it is at its end)."""
+
+    at_end = True
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spans", type=int, default=2048, help="spans per encoded batch")
+    parser.add_argument("--requests", type=int, default=3000)
+    args = parser.parse_args()
+
+    spans = gateway_spans(args.spans)
+    encoder = SpanEncoder()
+    assert encoder.encode(spans) == encode_spans(spans).SerializePartialToString()
+    sdk = per_call(lambda: encode_spans(spans).SerializePartialToString(), 1) / len(spans)
+    lean = per_call(lambda: encoder.encode(spans), 1) / len(spans)
+    print(f"OTLP encoding, µs per span: SDK {sdk:.1f}, lean {lean:.1f} ({sdk / lean:.1f}x)")
+
+    usage = {"prompt_tokens": 12, "completion_tokens": 32, "total_tokens": 44}
+    final = {"id": "b", "object": "chat.completion.chunk", "model": "sim", "choices": []}
+    events = b"".join(c.split(b"\r\n")[1] for c in chunks(32))
+    events += sse({**final, "usage": usage}) + b"data: [DONE]\n\n"
+    assert frame(b"x")  # the same writer as the benchmark's upstream
+
+    def one_by_one() -> None:
+        stream = Stream(Arrived(), CallResult(), capture=False)  # type: ignore[arg-type]
+        now = time.perf_counter()
+        for event in events[:-2].split(b"\n\n"):
+            stream._observe(_data(event), now)
+
+    def in_one_call() -> None:
+        stream = Stream(Arrived(), CallResult(), capture=False)  # type: ignore[arg-type]
+        stream._complete(events, strip_usage=True)
+
+    check = Stream(Arrived(), CallResult(), capture=False)  # type: ignore[arg-type]
+    check._complete(events, strip_usage=True)
+    assert check.result.content_chunks == 32 and check.result.output_tokens == 32
+    assert check.result.status is GenerationStatus.OK and check.done
+    slow = per_call(one_by_one, args.requests)
+    fast = per_call(in_one_call, args.requests)
+    print(
+        f"accounting for one streamed answer (34 events), µs: event by event {slow:.0f}, "
+        f"one read in one call {fast:.0f} ({slow / fast:.1f}x)"
+    )
+
+    old_id = per_call(lambda: str(uuid.uuid4()), 20 * args.requests)
+    new = per_call(new_id, 20 * args.requests)
+    print(f"request id, µs: uuid4 {old_id:.2f}, new_id {new:.2f}")
+
+
+if __name__ == "__main__":
+    main()
