@@ -217,7 +217,7 @@ class SpanEncoder:
             if len(self._names) < _CACHE_KEYS:
                 self._names[key] = name
         if kind is str:
-            text = value.encode()
+            text: bytes = value.encode()
             encoded = b"\x0a" + _varint(len(text)) + text
         elif kind is float:
             encoded = b"\x21" + _double(value)

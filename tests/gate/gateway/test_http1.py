@@ -4,9 +4,14 @@ timeouts, broken and malformed answers, back-pressure, abandoned calls."""
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 import socket
+import ssl
+import subprocess
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import pytest
 
@@ -376,3 +381,62 @@ def test_a_reused_connection_that_dies_late_is_not_retried():
         await client.close()
 
     assert asyncio.run(serving(handler, work)) == 1
+
+
+def self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key, made by the openssl command."""
+    if shutil.which("openssl") is None:
+        reason = "no openssl command (apt-get install -y openssl)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"{reason}: required when CI=true", pytrace=False)
+        pytest.skip(reason)
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
+def test_https_routes_are_verified_and_kept_alive(tmp_path):
+    cert, key = self_signed(tmp_path)
+    server_side = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_side.load_cert_chain(cert, key)
+    accepted = 0
+
+    async def run() -> None:
+        nonlocal accepted
+
+        async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal accepted
+            accepted += 1
+            try:
+                while True:
+                    await read_request(reader)
+                    writer.write(reply(b'{"tls":true}'))
+            except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
+                pass
+            finally:
+                writer.close()
+
+        server = await asyncio.start_server(on_connect, "127.0.0.1", 0, ssl=server_side)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            trusted = Pool(
+                connect_timeout_s=2.0,
+                read_timeout_s=5.0,
+                ssl_context=ssl.create_default_context(cafile=str(cert)),
+            )
+            for _ in range(2):
+                response = await trusted.post(f"https://127.0.0.1:{port}/x", b"", {})
+                assert await response.read() == b'{"tls":true}'
+            await trusted.close()
+            # the system's CA store does not know this certificate
+            with pytest.raises(UpstreamError, match="CERTIFICATE_VERIFY_FAILED"):
+                await pool().post(f"https://127.0.0.1:{port}/x", b"", {})
+
+    asyncio.run(run())
+    assert accepted == 1  # one kept-alive connection (the refused one never got past TLS)
