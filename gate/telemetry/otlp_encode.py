@@ -207,7 +207,6 @@ class SpanEncoder:
             parts.append(tag + encoded)
         return b"".join(parts)
 
-
     def _key_value(self, key: str, kind: type, value: Any) -> bytes:
         """A KeyValue with its length prefix; the key's own encoding is kept. Strings and
         floats, the values that change from span to span, are written inline."""
