@@ -95,8 +95,13 @@ class SpanEncoder:
     def encode(self, spans: Sequence[ReadableSpan]) -> bytes:
         """Group spans by resource, then scope, as the SDK does, and encode the request."""
         groups: dict[Any, dict[Any, list[bytes]]] = {}
+        # A Resource hashes through json.dumps of its attributes: find each resource
+        # object's group once per call, not once per span.
+        group_of: dict[int, dict[Any, list[bytes]]] = {}
         for span in spans:
-            scopes = groups.setdefault(span.resource, {})
+            scopes = group_of.get(id(span.resource))
+            if scopes is None:
+                scopes = group_of[id(span.resource)] = groups.setdefault(span.resource, {})
             scopes.setdefault(span.instrumentation_scope or None, []).append(self._span(span))
         out = []
         for resource, scopes in groups.items():
@@ -186,7 +191,9 @@ class SpanEncoder:
         if not attributes:
             return b""
         parts = []
-        for key, value in attributes.items():
+        # The SDK's BoundedAttributes iterate item by item through its lock; its plain
+        # dict, where it has one, is read directly (the span has ended: nothing writes).
+        for key, value in getattr(attributes, "_dict", attributes).items():
             kind = type(value)
             known = None
             if kind is bool or kind is int or (kind is str and len(value) <= _CACHE_STR_MAX):
