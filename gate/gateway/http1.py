@@ -104,16 +104,16 @@ class Response:
 
     def release(self) -> None:
         """Give the connection back for reuse if the body was read to its end, else close it."""
-        if self._finished:
-            return
-        self._finished = True
-        self._connection.finished(reusable=self._complete and self._error is None)
+        self._settle(reusable=self._complete and self._error is None)
 
     def close(self) -> None:
         """Close the connection (an abandoned answer: the upstream stops generating)."""
+        self._settle(reusable=False)
+
+    def _settle(self, *, reusable: bool) -> None:
         if not self._finished:
             self._finished = True
-            self._connection.finished(reusable=False)
+            self._connection.finished(reusable=reusable)
 
     async def _wait(self) -> None:
         loop = asyncio.get_running_loop()

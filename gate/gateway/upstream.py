@@ -127,7 +127,7 @@ class Stream:
             self.result.on_chunks(chunks, now, capture=self.capture)
             if not strip_usage or b'"usage"' not in events:
                 return events
-            keep = [bool(c.get("choices")) or c.get("usage") is None for c in chunks]
+            keep = [_kept(chunk) for chunk in chunks]
             if all(keep):
                 return events
             if keep.index(False) == len(chunks) - 1:  # the usual: usage comes last

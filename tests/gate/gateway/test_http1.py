@@ -43,6 +43,20 @@ def chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
+def answering(answer: bytes, *, every: bool = False) -> Handler:
+    """A handler that answers the first request (or `every` request) with `answer`."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await read_request(reader)
+            writer.write(answer)
+            await writer.drain()
+            if not every:
+                return
+
+    return handler
+
+
 async def serving(handler: Handler, work: Callable[[str], Awaitable[None]]) -> int:
     """Run `work(base_url)` against a server running `handler` per connection; return
     how many connections the server accepted."""
@@ -92,11 +106,6 @@ def test_posts_reuse_one_keep_alive_connection():
 
 
 def test_a_connection_the_upstream_closed_while_idle_is_replaced():
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(reply(b"{}"))  # keep-alive by default, but closed right after
-        await writer.drain()
-
     async def work(base: str) -> None:
         client = pool()
         for _ in range(3):
@@ -104,14 +113,12 @@ def test_a_connection_the_upstream_closed_while_idle_is_replaced():
             assert await response.read() == b"{}"
         await client.close()
 
-    assert asyncio.run(serving(handler, work)) == 3
+    # keep-alive by default, but closed right after each answer
+    assert asyncio.run(serving(answering(reply(b"{}")), work)) == 3
 
 
 def test_connection_close_and_bodies_that_end_with_the_connection():
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nall of it")
-        await writer.drain()
+    handler = answering(b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nall of it")
 
     async def work(base: str) -> None:
         client = pool()
@@ -205,11 +212,6 @@ def test_a_stream_that_stalls_mid_answer_times_out_and_is_closed():
     ids=["not-http", "cut-mid-body", "closed-at-once"],
 )
 def test_broken_answers_are_upstream_errors(answer, message):
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(answer)
-        await writer.drain()
-
     async def work(base: str) -> None:
         client = pool()
         with pytest.raises(UpstreamError, match=message):
@@ -217,7 +219,7 @@ def test_broken_answers_are_upstream_errors(answer, message):
             await response.read()
         await client.close()
 
-    asyncio.run(serving(handler, work))
+    asyncio.run(serving(answering(answer), work))
 
 
 def test_an_unreachable_route_is_an_upstream_error():
@@ -261,9 +263,7 @@ def test_a_slow_reader_pauses_the_upstream_and_loses_nothing():
 
 
 def test_error_statuses_come_back_with_their_body():
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(reply(b'{"error":"nope"}', status=400))
+    handler = answering(reply(b'{"error":"nope"}', status=400))
 
     async def work(base: str) -> None:
         client = pool()
@@ -299,10 +299,7 @@ def test_a_reused_connection_that_dies_before_answering_is_retried_once_on_a_new
 
 
 def test_bytes_after_a_complete_answer_drop_the_connection():
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            await read_request(reader)
-            writer.write(reply(b"{}") + reply(b'{"unasked":1}'))
+    handler = answering(reply(b"{}") + reply(b'{"unasked":1}'), every=True)
 
     async def work(base: str) -> None:
         client = pool()
@@ -314,9 +311,7 @@ def test_bytes_after_a_complete_answer_drop_the_connection():
 
 
 def test_an_interim_response_is_skipped():
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n" + reply(b"{}"))
+    handler = answering(b"HTTP/1.1 100 Continue\r\n\r\n" + reply(b"{}"))
 
     async def work(base: str) -> None:
         client = pool()
@@ -351,10 +346,7 @@ def test_a_connect_timeout_is_a_timeout():
 
 
 def test_connections_idle_past_the_idle_timeout_are_not_reused():
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            await read_request(reader)
-            writer.write(reply(b"{}"))
+    handler = answering(reply(b"{}"), every=True)
 
     async def work(base: str) -> None:
         client = pool(idle_timeout_s=0.2)
