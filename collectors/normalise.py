@@ -20,6 +20,7 @@ _COHORTS = frozenset(member.value for member in Cohort)
 _STATUSES = frozenset(member.value for member in GenerationStatus)
 _OK, _ERROR, _OPEN = GenerationStatus.OK.value, GenerationStatus.ERROR.value, PairState.OPEN.value
 _CONTROL = Cohort.CONTROL.value
+_MISSING = object()
 
 # Column order of a generation row (also the COPY column order on Postgres).
 GENERATION_COLUMNS = (
@@ -37,10 +38,35 @@ PAIR_SPAN_FIELDS = ("request_id", "is_control", "deadline", "created_at", "stage
 NewGeneration = tuple[int, uuid.UUID | None, str, str]
 # Generation fields vLLM's span can fill when the gateway's span did not carry them.
 ENGINE_FIELDS = ("queue_s", "input_tokens", "output_tokens")
-# Captured content a normalised row holds: the span's own copy is dropped, so prompts and
-# outputs are stored once (and purged once, by retention on `generations` and `requests`).
-ROUTE_CONTENT = (a.PROMPT, a.OUTPUT, a.OUTPUT_EXTRA)
-REQUEST_CONTENT = (a.REQUEST_BODY, a.REQUEST_INPUTS)
+# A normalised span is stored in `spans` without what its rows hold, so nothing is stored
+# twice. Captured content always goes: prompts and outputs are then purged once, by
+# retention on `generations` and `requests`. Any other attribute goes only where a column
+# holds it with the same type and value; a cut string, a UUID written another way or a
+# second finish reason stays in the span. The span and its rows together give back every
+# attribute the span came with.
+ROUTE_CONTENT = frozenset((a.PROMPT, a.OUTPUT, a.OUTPUT_EXTRA))
+REQUEST_CONTENT = frozenset((a.REQUEST_BODY, a.REQUEST_INPUTS))
+# Attributes of a route-call span and the `generations` columns that hold them.
+GENERATION_HELD = {
+    a.ROLLOUT_ID: "rollout_id", a.PAIR_ID: "pair_id", a.REQUEST_ID: "request_id",
+    a.COHORT: "cohort", a.ROUTE_ID: "route_id", a.ROUTE_FINGERPRINT: "route_fingerprint",
+    a.SEGMENT: "segment", a.GEN_AI_RESPONSE_MODEL: "model",
+    a.GEN_AI_REQUEST_TEMPERATURE: "temperature", a.GEN_AI_REQUEST_TOP_P: "top_p",
+    a.GEN_AI_REQUEST_MAX_TOKENS: "max_tokens", a.GEN_AI_REQUEST_SEED: "seed",
+    a.STREAM: "stream", a.TTFT_S: "ttft_s", a.TPOT_S: "tpot_s", a.E2E_S: "e2e_s",
+    a.QUEUE_S: "queue_s", a.GEN_AI_USAGE_INPUT_TOKENS: "input_tokens",
+    a.GEN_AI_USAGE_OUTPUT_TOKENS: "output_tokens", a.STATUS: "status", a.ERROR: "error",
+    a.SPEC_DRAFTS: "spec_drafts", a.SPEC_DRAFT_TOKENS: "spec_draft_tokens",
+    a.SPEC_ACCEPTED_TOKENS: "spec_accepted_tokens", a.GEN_AI_RESPONSE_ID: "response_id",
+}  # fmt: skip
+# Attributes of a pair span and the keys of its `pairs` and `requests` rows that hold them.
+# Not the rollout: a pair row first written from a route span keeps that span's rollout id.
+PAIR_SPAN_HELD = {
+    a.PAIR_ID: "id", a.REQUEST_ID: "request_id",
+    a.SEGMENT: "segment", a.ROLLOUT_STAGE: "stage", a.REQUEST_ENDPOINT: "endpoint",
+    a.TENANT: "tenant", a.INFLIGHT_BASELINE: "inflight_baseline",
+    a.INFLIGHT_CANDIDATE: "inflight_candidate",
+}  # fmt: skip
 
 
 class NormaliseError(ValueError):
@@ -69,8 +95,8 @@ def normalise(rows: list[SpanRow], *, pair_deadline_s: float) -> Normalised:
     out = Normalised()
     for row in rows:
         try:
-            moved = _normalise_one(out, row, pair_deadline_s)
-            out.spans.append(_without(row, moved) if moved else row)
+            kept = _normalise_one(out, row, pair_deadline_s)
+            out.spans.append(row if kept is None else row.with_attributes(kept))
         except NormaliseError as exc:
             out.spans.append(row)
             out.skipped += 1
@@ -87,17 +113,34 @@ def normalise(rows: list[SpanRow], *, pair_deadline_s: float) -> Normalised:
     return out
 
 
-def _without(row: SpanRow, keys: tuple[str, ...]) -> SpanRow:
-    """Return a copy of `row` without the attributes `keys` (the caller's row is kept whole:
-    a batch that fails is retried or spooled from it)."""
-    attributes = row.attributes
-    present = [key for key in keys if key in attributes]
-    if not present:
-        return row
-    attributes = attributes.copy()
-    for key in present:
-        del attributes[key]
-    return row.with_attributes(attributes)
+def _unheld(
+    attrs: dict[str, Any], content: frozenset[str], columns: dict[str, str], row: dict[str, Any]
+) -> dict[str, Any]:
+    """Return a copy of `attrs` without `content` and without the attributes whose value
+    `row` (through `columns`: attribute -> key) gives back exactly, of the same type: `True`
+    is not 1, nor 2.0 is 2. The caller's span is kept whole: a batch that fails is retried
+    or spooled from it, and its spans may then be stored raw."""
+    kept = {}
+    for key, value in attrs.items():
+        column = columns.get(key)
+        if column is None:
+            if key in content:
+                continue
+        elif value is not None:  # an empty value is kept: a NULL column does not say "empty"
+            stored = row.get(column, _MISSING)
+            # Mostly the very object: the conversions return a value of the right type as is.
+            # NaN is never equal to itself, so it stays (SQLite would store it as NULL).
+            if (stored is value or type(stored) is type(value)) and stored == value:
+                continue
+            if type(stored) is uuid.UUID and value == _uuid_text(stored):
+                continue
+        kept[key] = value
+    return kept
+
+
+@functools.lru_cache(maxsize=8192)
+def _uuid_text(value: uuid.UUID) -> str:
+    return str(value)
 
 
 def merge_engine_facts(generations: list[dict[str, Any]], facts: list[dict[str, Any]]) -> None:
@@ -113,25 +156,29 @@ def merge_engine_facts(generations: list[dict[str, Any]], facts: list[dict[str, 
                     generation[name] = fact[name]
 
 
-def _normalise_one(out: Normalised, row: SpanRow, pair_deadline_s: float) -> tuple[str, ...]:
-    """Add the rows of one span; return the content attributes they now hold."""
+def _normalise_one(out: Normalised, row: SpanRow, pair_deadline_s: float) -> dict[str, Any] | None:
+    """Add the rows of one span; return its attributes without what the rows hold (None:
+    no row holds any of them)."""
     attrs = row.attributes
     if row.name == a.PAIR_SPAN_NAME:
         request, pair = pair_rows(row, pair_deadline_s)
         out.pairs.append(pair)
-        if request is not None:
-            out.requests.append(request)
-            return REQUEST_CONTENT
-    elif a.COHORT in attrs:
+        if request is None:
+            return _unheld(attrs, frozenset(), PAIR_SPAN_HELD, pair)
+        out.requests.append(request)
+        # The pair's keys win: its "id" is the pair's, its "request_id" the request's "id".
+        return _unheld(attrs, REQUEST_CONTENT, PAIR_SPAN_HELD, {**request, **pair})
+    if a.COHORT in attrs:
         generation = generation_row(row)
         out.generations.append(generation)
         stub = pair_stub(row, generation, pair_deadline_s)
         if stub is not None:
             out.pair_stubs.append(stub)
-        return ROUTE_CONTENT
-    elif row.name == a.VLLM_SPAN_NAME and row.parent_span_id is not None:
+        return _unheld(attrs, ROUTE_CONTENT, GENERATION_HELD, generation)
+    if row.name == a.VLLM_SPAN_NAME and row.parent_span_id is not None:
+        # Kept whole: a gateway span landing later reads its facts from the stored span.
         out.engine_facts.append(engine_facts(row.trace_id, row.parent_span_id, attrs))
-    return ()
+    return None
 
 
 def pair_rows(row: SpanRow, deadline_s: float) -> tuple[dict[str, Any] | None, dict[str, Any]]:

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from collectors.normalise import normalise
+from collectors.normalise import GENERATION_HELD, normalise
 from collectors.store import SpanStore
 from gate.db.models import Generation, Pair, RequestRecord, SpanRecord
 from gate.telemetry import attributes as a
@@ -22,6 +22,11 @@ def stored(engine: Engine) -> tuple[list[RequestRecord], list[Pair], dict[str, G
         pairs = list(session.scalars(select(Pair)))
         generations = {g.cohort.value: g for g in session.scalars(select(Generation))}
     return requests, pairs, generations
+
+
+def as_attribute(stored: object) -> object:
+    """A column's value as the gateway wrote it in the span (UUIDs and enums as strings)."""
+    return str(stored) if isinstance(stored, uuid.UUID) else getattr(stored, "value", stored)
 
 
 def check_one_sampled_request(engine: Engine, ids: Ids) -> None:
@@ -58,12 +63,23 @@ def check_one_sampled_request(engine: Engine, ids: Ids) -> None:
     assert sorted(landed.generation_ids) == sorted([base.id, cand.id])
     assert landed.pair_ids == [pair_id] and landed.spans_new == 4
 
-    # Captured content is stored once, in the rows above; the spans keep everything else.
+    # Nothing is stored twice: a span keeps only what its rows do not hold, and the two
+    # together give back every attribute it came with.
     with Session(engine) as session:
         kept = {r.span_id: r.attributes for r in session.scalars(select(SpanRecord))}
-    assert not {a.REQUEST_BODY, a.REQUEST_INPUTS} & set(kept[pair_span.span_id])
-    assert not {a.PROMPT, a.OUTPUT, a.OUTPUT_EXTRA} & set(kept[candidate.span_id])
-    assert kept[pair_span.span_id][a.TENANT] == "acme" and kept[candidate.span_id][a.TTFT_S] == 0.12
+    assert kept[pair_span.span_id] == {
+        a.ROLLOUT_ID: ids.rollout, a.MODE: "shadow", a.PAIR_IS_CONTROL: False,
+        a.PAIR_DEADLINE_S: 60.0,
+    }  # fmt: skip
+    assert kept[candidate.span_id] == {
+        key: candidate.attributes[key]
+        for key in (a.GEN_AI_OPERATION_NAME, a.GEN_AI_PROVIDER_NAME, a.GEN_AI_REQUEST_MODEL,
+                    a.GEN_AI_RESPONSE_FINISH_REASONS, a.ROLLOUT_STAGE, a.MODE, a.ROUTE_NAME,
+                    a.ITL_MAX_S)
+    }  # fmt: skip
+    for key, value in candidate.attributes.items():
+        if key in GENERATION_HELD:
+            assert as_attribute(getattr(cand, GENERATION_HELD[key])) == value, key
     assert kept[spans[3].span_id] == spans[3].attributes  # vLLM's span is not normalised
     assert a.PROMPT in candidate.attributes  # the caller's rows are not modified
 
@@ -131,6 +147,27 @@ def test_a_span_breaking_the_contract_is_kept_raw_and_counted(pg_engine, pg_ids)
     with Session(pg_engine) as session:
         kept = session.get(SpanRecord, (spans[1].trace_id, spans[1].span_id))
         assert kept is not None and kept.attributes[a.PROMPT] == "fix this code"  # no row holds it
+
+
+def test_a_span_keeps_every_value_its_row_does_not_give_back_exactly(sqlite_ids):
+    _, baseline, candidate, _ = gateway_spans(sqlite_ids)
+    attrs = candidate.attributes
+    attrs[a.ROUTE_FINGERPRINT] = "f" * 80  # the column keeps 64 characters
+    attrs[a.PAIR_ID] = attrs[a.PAIR_ID].upper()  # the same UUID, written another way
+    attrs[a.TTFT_S] = 1  # an int: the column holds 1.0
+    attrs[a.STREAM] = "yes"  # the column holds True
+    attrs[a.SEGMENT] = ""  # the column holds "chat"
+    attrs[a.GEN_AI_RESPONSE_FINISH_REASONS] = ["stop", "length"]  # the column holds "stop"
+    attrs[a.ERROR] = None  # an empty value: the column's NULL would not say it was there
+    baseline.attributes[a.TPOT_S] = float("nan")  # NaN is not NaN
+    rows = normalise([baseline, candidate], pair_deadline_s=30)
+    changed = (a.ROUTE_FINGERPRINT, a.PAIR_ID, a.TTFT_S, a.STREAM, a.SEGMENT, a.ERROR)
+    assert {key: rows.spans[1].attributes[key] for key in changed} == {
+        key: attrs[key] for key in changed
+    }
+    assert rows.spans[1].attributes[a.GEN_AI_RESPONSE_FINISH_REASONS] == ["stop", "length"]
+    assert a.TPOT_S in rows.spans[0].attributes and a.TTFT_S not in rows.spans[0].attributes
+    assert a.E2E_S not in rows.spans[1].attributes  # still held exactly, so still dropped
 
 
 def test_control_pairs_and_error_calls_are_normalised(sqlite_ids):
