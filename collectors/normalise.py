@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+import orjson
+
 from collectors.spans import STATUS_ERROR, SpanRow
 from gate.db.enums import Cohort, GenerationStatus, PairState
 from gate.telemetry import attributes as a
@@ -46,6 +48,15 @@ ENGINE_FIELDS = ("queue_s", "input_tokens", "output_tokens")
 # attribute the span came with.
 ROUTE_CONTENT = frozenset((a.PROMPT, a.OUTPUT, a.OUTPUT_EXTRA))
 REQUEST_CONTENT = frozenset((a.REQUEST_BODY, a.REQUEST_INPUTS))
+
+
+class _Held:
+    """Attribute keys and, in the same order, the row keys that hold their values."""
+
+    def __init__(self, held: dict[str, str]) -> None:
+        self.keys, self.columns = tuple(held), tuple(held.values())
+
+
 # Attributes of a route-call span and the `generations` columns that hold them.
 GENERATION_HELD = {
     a.ROLLOUT_ID: "rollout_id", a.PAIR_ID: "pair_id", a.REQUEST_ID: "request_id",
@@ -67,6 +78,8 @@ PAIR_SPAN_HELD = {
     a.TENANT: "tenant", a.INFLIGHT_BASELINE: "inflight_baseline",
     a.INFLIGHT_CANDIDATE: "inflight_candidate",
 }  # fmt: skip
+
+_GENERATION_HELD, _PAIR_SPAN_HELD = _Held(GENERATION_HELD), _Held(PAIR_SPAN_HELD)
 
 
 class NormaliseError(ValueError):
@@ -114,28 +127,29 @@ def normalise(rows: list[SpanRow], *, pair_deadline_s: float) -> Normalised:
 
 
 def _unheld(
-    attrs: dict[str, Any], content: frozenset[str], columns: dict[str, str], row: dict[str, Any]
+    attrs: dict[str, Any], content: frozenset[str], held: _Held, row: dict[str, Any]
 ) -> dict[str, Any]:
     """Return a copy of `attrs` without `content` and without the attributes whose value
-    `row` (through `columns`: attribute -> key) gives back exactly, of the same type: `True`
-    is not 1, nor 2.0 is 2. The caller's span is kept whole: a batch that fails is retried
-    or spooled from it, and its spans may then be stored raw."""
-    kept = {}
-    for key, value in attrs.items():
-        column = columns.get(key)
-        if column is None:
-            if key in content:
-                continue
-        elif value is not None:  # an empty value is kept: a NULL column does not say "empty"
-            stored = row.get(column, _MISSING)
-            # Mostly the very object: the conversions return a value of the right type as is.
-            # NaN is never equal to itself, so it stays (SQLite would store it as NULL).
-            if (stored is value or type(stored) is type(value)) and stored == value:
-                continue
-            if type(stored) is uuid.UUID and value == _uuid_text(stored):
-                continue
-        kept[key] = value
+    `row` gives back exactly (through `held`), of the same type: `True` is not 1, nor 2.0
+    is 2. The caller's span is kept whole: a batch that fails is retried or spooled from
+    it, and its spans may then be stored raw."""
+    kept = attrs.copy()
+    for key in content:
+        kept.pop(key, None)
+    values, stored = map(attrs.get, held.keys), map(row.get, held.columns)
+    for key, value, column in zip(held.keys, values, stored, strict=True):
+        # An empty value stays: a NULL column does not say the attribute was there. Mostly
+        # the column holds the very object (a conversion returns a right value as is);
+        # NaN is never equal to itself, so it stays (SQLite would store it as NULL).
+        if value is not None and _gives_back(column, value):
+            del kept[key]
     return kept
+
+
+def _gives_back(column: Any, value: Any) -> bool:
+    if (column is value or type(column) is type(value)) and column == value:
+        return True
+    return type(column) is uuid.UUID and value == _uuid_text(column)
 
 
 @functools.lru_cache(maxsize=8192)
@@ -164,17 +178,17 @@ def _normalise_one(out: Normalised, row: SpanRow, pair_deadline_s: float) -> dic
         request, pair = pair_rows(row, pair_deadline_s)
         out.pairs.append(pair)
         if request is None:
-            return _unheld(attrs, frozenset(), PAIR_SPAN_HELD, pair)
+            return _unheld(attrs, frozenset(), _PAIR_SPAN_HELD, pair)
         out.requests.append(request)
         # The pair's keys win: its "id" is the pair's, its "request_id" the request's "id".
-        return _unheld(attrs, REQUEST_CONTENT, PAIR_SPAN_HELD, {**request, **pair})
+        return _unheld(attrs, REQUEST_CONTENT, _PAIR_SPAN_HELD, {**request, **pair})
     if a.COHORT in attrs:
         generation = generation_row(row)
         out.generations.append(generation)
         stub = pair_stub(row, generation, pair_deadline_s)
         if stub is not None:
             out.pair_stubs.append(stub)
-        return _unheld(attrs, ROUTE_CONTENT, GENERATION_HELD, generation)
+        return _unheld(attrs, ROUTE_CONTENT, _GENERATION_HELD, generation)
     if row.name == a.VLLM_SPAN_NAME and row.parent_span_id is not None:
         # Kept whole: a gateway span landing later reads its facts from the stored span.
         out.engine_facts.append(engine_facts(row.trace_id, row.parent_span_id, attrs))
@@ -308,7 +322,13 @@ def _unique(rows: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
 
 
 def _after(start: datetime, seconds: float) -> datetime:
-    return start + timedelta(seconds=seconds)
+    return start + _seconds(seconds)
+
+
+@functools.lru_cache(maxsize=64)
+def _seconds(seconds: float) -> timedelta:
+    # A handful of deadlines (the configured one, and what gateways send) recur.
+    return timedelta(seconds=seconds)
 
 
 def _uuid(value: Any, *, required: str | None = None) -> uuid.UUID | None:
@@ -364,6 +384,10 @@ def _json(value: Any) -> Any:
     if not isinstance(value, str):
         return value
     try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError:
+        pass
+    try:  # what orjson refuses and Python reads: NaN, Infinity, integers past 64 bits
         return json.loads(value)
     except ValueError:
         # Keep what the gateway sent rather than losing the row over a cut-off JSON string.
