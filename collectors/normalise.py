@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import re
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -22,7 +23,7 @@ _COHORTS = frozenset(member.value for member in Cohort)
 _STATUSES = frozenset(member.value for member in GenerationStatus)
 _OK, _ERROR, _OPEN = GenerationStatus.OK.value, GenerationStatus.ERROR.value, PairState.OPEN.value
 _CONTROL = Cohort.CONTROL.value
-_MISSING = object()
+_LONG_NUMBER = re.compile(r"\d{20}")
 
 # Column order of a generation row (also the COPY column order on Postgres).
 GENERATION_COLUMNS = (
@@ -383,11 +384,14 @@ def _json(value: Any) -> Any:
         return None
     if not isinstance(value, str):
         return value
+    # orjson reads an integer past 64 bits as a float, so a body with 20 digits in a row
+    # goes to the standard parser, as does what orjson refuses (NaN, Infinity).
+    if _LONG_NUMBER.search(value) is None:
+        try:
+            return orjson.loads(value)
+        except orjson.JSONDecodeError:
+            pass
     try:
-        return orjson.loads(value)
-    except orjson.JSONDecodeError:
-        pass
-    try:  # what orjson refuses and Python reads: NaN, Infinity, integers past 64 bits
         return json.loads(value)
     except ValueError:
         # Keep what the gateway sent rather than losing the row over a cut-off JSON string.

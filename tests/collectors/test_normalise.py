@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import uuid
 from datetime import timedelta
 
@@ -202,3 +203,20 @@ def test_a_pair_span_naming_no_request_keeps_its_body(pg_engine, pg_ids):
     with Session(pg_engine) as session:
         row = session.get(SpanRecord, (pair_span.trace_id, pair_span.span_id))
         assert row is not None and a.REQUEST_BODY in row.attributes  # no request row holds it
+
+
+@pytest.mark.parametrize(
+    ("body", "stored"),
+    [
+        ('{"max_tokens": 8}', {"max_tokens": 8}),
+        ('{"seed": 18446744073709551617}', {"seed": 2**64 + 1}),  # orjson: a float
+        ('{"temperature": NaN}', {"temperature": math.nan}),  # orjson refuses it
+        ('{"messages": [{"role": "us', {"unparsed": '{"messages": [{"role": "us'}),  # cut off
+    ],
+    ids=["json", "big-integer", "nan", "cut-off"],
+)
+def test_a_request_body_is_stored_as_json_whatever_parser_reads_it(sqlite_ids, body, stored):
+    pair_span = gateway_spans(sqlite_ids)[0]
+    pair_span.attributes[a.REQUEST_BODY] = body
+    parsed = normalise([pair_span], pair_deadline_s=30).requests[0]["body"]
+    assert repr(parsed) == repr(stored)  # the very types: 2**64 + 1 is not 1.8446744e19
