@@ -15,6 +15,10 @@ With `--server-log` (the local server's log file, readable here), every statemen
 is logged (`log_min_duration_statement = 0` on the throwaway database only) and summed
 per statement, as microseconds per span.
 
+`--normalise-only` times, in this process and without a database, what the writer does
+to an export before Postgres sees it: `normalise` and the JSON of each stored span's
+attributes (best of `--rounds`, µs per span).
+
 To compare with an earlier commit in the same run, put its checkout first on the path:
 `PYTHONPATH=/tmp/before .venv/bin/python bench/store_parts.py` (it prints which
 `collectors` it ran).
@@ -37,7 +41,9 @@ from ingest import database, seed
 from ingest_spans import fresh, template
 
 import collectors
+from collectors.normalise import normalise
 from collectors.otlp import decode_protobuf
+from collectors.pg_bulk import dump_json
 from collectors.store import SpanStore
 
 SCHEMAS = ("as migrated", "no generations FKs", "no generations FKs or indexes")
@@ -128,15 +134,35 @@ def run(admin_url: str, schema: str, batches: int, log: Path | None) -> dict[str
         database(admin_url, name, create=False)
 
 
+def normalise_only(batches: int, rounds: int) -> float:
+    """Best time per span of normalising an export and writing its spans' JSON."""
+    body, offsets = template({"rollout": 1, "baseline": 1, "candidate": 2}, False)
+    exports = [decode_protobuf(fresh(body, offsets)).rows for _ in range(batches)]
+    spans, best = sum(len(rows) for rows in exports), float("inf")
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for rows in exports:
+            for span in normalise(rows, pair_deadline_s=300).spans:
+                dump_json(span.attributes)
+        best = min(best, time.perf_counter() - start)
+    return best / spans * 1e6
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=40, help="510-span exports per run")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--schemas", type=int, default=len(SCHEMAS), help="the first N schemas")
     parser.add_argument("--server-log", type=Path, default=None)
+    parser.add_argument("--normalise-only", action="store_true")
+    parser.add_argument("--rounds", type=int, default=30, help="with --normalise-only")
     parser.add_argument("--admin-url", default="postgresql+psycopg://postgres@127.0.0.1/postgres")
     args = parser.parse_args()
     print(f"collectors from {Path(collectors.__file__).parent}", flush=True)
+    if args.normalise_only:
+        per_span = normalise_only(min(args.batches, 10), args.rounds)
+        print(f"normalise + the stored spans' JSON: {per_span:.2f} µs/span", flush=True)
+        return
     print("| schema | wall µs/span | writer CPU µs/span | Postgres CPU µs/span | spans B/row |")
     print("|---|---|---|---|---|")
     for _ in range(args.repeats):

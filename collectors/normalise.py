@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 import re
 import uuid
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ _COHORTS = frozenset(member.value for member in Cohort)
 _STATUSES = frozenset(member.value for member in GenerationStatus)
 _OK, _ERROR, _OPEN = GenerationStatus.OK.value, GenerationStatus.ERROR.value, PairState.OPEN.value
 _CONTROL = Cohort.CONTROL.value
-_LONG_NUMBER = re.compile(r"\d{20}")
+_LONG_NUMBER = re.compile(r"\d{19}")
 
 # Column order of a generation row (also the COPY column order on Postgres).
 GENERATION_COLUMNS = (
@@ -43,44 +44,28 @@ NewGeneration = tuple[int, uuid.UUID | None, str, str]
 ENGINE_FIELDS = ("queue_s", "input_tokens", "output_tokens")
 # A normalised span is stored in `spans` without what its rows hold, so nothing is stored
 # twice. Captured content always goes: prompts and outputs are then purged once, by
-# retention on `generations` and `requests`. Any other attribute goes only where a column
-# holds it with the same type and value; a cut string, a UUID written another way or a
-# second finish reason stays in the span. The span and its rows together give back every
-# attribute the span came with.
+# retention on `generations` and `requests`. A route-call span also drops the attributes
+# of GENERATION_HELD whose value its generation's column holds exactly (same type and
+# value: a cut string, a UUID written another way or NaN stays). Each of those columns is
+# NULL when the span lacks the attribute, so a column with a value means the span had
+# exactly that attribute: the span and its generation together give back every attribute.
+# Columns that a default, a fallback or vLLM's span can fill (status, segment, stream,
+# model, e2e, error, queue time, token counts) keep their attributes in the span too. A
+# pair span keeps everything but its content: the pair row is shared with the route
+# spans' stubs and the span's pair id is its only link to it.
 ROUTE_CONTENT = frozenset((a.PROMPT, a.OUTPUT, a.OUTPUT_EXTRA))
 REQUEST_CONTENT = frozenset((a.REQUEST_BODY, a.REQUEST_INPUTS))
-
-
-class _Held:
-    """Attribute keys and, in the same order, the row keys that hold their values."""
-
-    def __init__(self, held: dict[str, str]) -> None:
-        self.keys, self.columns = tuple(held), tuple(held.values())
-
-
 # Attributes of a route-call span and the `generations` columns that hold them.
 GENERATION_HELD = {
     a.ROLLOUT_ID: "rollout_id", a.PAIR_ID: "pair_id", a.REQUEST_ID: "request_id",
     a.COHORT: "cohort", a.ROUTE_ID: "route_id", a.ROUTE_FINGERPRINT: "route_fingerprint",
-    a.SEGMENT: "segment", a.GEN_AI_RESPONSE_MODEL: "model",
     a.GEN_AI_REQUEST_TEMPERATURE: "temperature", a.GEN_AI_REQUEST_TOP_P: "top_p",
     a.GEN_AI_REQUEST_MAX_TOKENS: "max_tokens", a.GEN_AI_REQUEST_SEED: "seed",
-    a.STREAM: "stream", a.TTFT_S: "ttft_s", a.TPOT_S: "tpot_s", a.E2E_S: "e2e_s",
-    a.QUEUE_S: "queue_s", a.GEN_AI_USAGE_INPUT_TOKENS: "input_tokens",
-    a.GEN_AI_USAGE_OUTPUT_TOKENS: "output_tokens", a.STATUS: "status", a.ERROR: "error",
-    a.SPEC_DRAFTS: "spec_drafts", a.SPEC_DRAFT_TOKENS: "spec_draft_tokens",
-    a.SPEC_ACCEPTED_TOKENS: "spec_accepted_tokens", a.GEN_AI_RESPONSE_ID: "response_id",
+    a.TTFT_S: "ttft_s", a.TPOT_S: "tpot_s", a.SPEC_DRAFTS: "spec_drafts",
+    a.SPEC_DRAFT_TOKENS: "spec_draft_tokens", a.SPEC_ACCEPTED_TOKENS: "spec_accepted_tokens",
+    a.GEN_AI_RESPONSE_ID: "response_id",
 }  # fmt: skip
-# Attributes of a pair span and the keys of its `pairs` and `requests` rows that hold them.
-# Not the rollout: a pair row first written from a route span keeps that span's rollout id.
-PAIR_SPAN_HELD = {
-    a.PAIR_ID: "id", a.REQUEST_ID: "request_id",
-    a.SEGMENT: "segment", a.ROLLOUT_STAGE: "stage", a.REQUEST_ENDPOINT: "endpoint",
-    a.TENANT: "tenant", a.INFLIGHT_BASELINE: "inflight_baseline",
-    a.INFLIGHT_CANDIDATE: "inflight_candidate",
-}  # fmt: skip
-
-_GENERATION_HELD, _PAIR_SPAN_HELD = _Held(GENERATION_HELD), _Held(PAIR_SPAN_HELD)
+_HELD_KEYS, _HELD_COLUMNS = tuple(GENERATION_HELD), tuple(GENERATION_HELD.values())
 
 
 class NormaliseError(ValueError):
@@ -127,29 +112,26 @@ def normalise(rows: list[SpanRow], *, pair_deadline_s: float) -> Normalised:
     return out
 
 
-def _unheld(
-    attrs: dict[str, Any], content: frozenset[str], held: _Held, row: dict[str, Any]
-) -> dict[str, Any]:
-    """Return a copy of `attrs` without `content` and without the attributes whose value
-    `row` gives back exactly (through `held`), of the same type: `True` is not 1, nor 2.0
-    is 2. The caller's span is kept whole: a batch that fails is retried or spooled from
-    it, and its spans may then be stored raw."""
+def _without_held(attrs: dict[str, Any], generation: dict[str, Any]) -> dict[str, Any]:
+    """Return a copy of a route-call span's attributes without its content and without what
+    its generation holds exactly. The caller's span is kept whole: a batch that fails is
+    retried or spooled from it, and its spans may then be stored raw."""
     kept = attrs.copy()
-    for key in content:
+    for key in ROUTE_CONTENT:
         kept.pop(key, None)
-    values, stored = map(attrs.get, held.keys), map(row.get, held.columns)
-    for key, value, column in zip(held.keys, values, stored, strict=True):
-        # An empty value stays: a NULL column does not say the attribute was there. Mostly
-        # the column holds the very object (a conversion returns a right value as is);
-        # NaN is never equal to itself, so it stays (SQLite would store it as NULL).
+    values, columns = map(attrs.get, _HELD_KEYS), map(generation.get, _HELD_COLUMNS)
+    for key, value, column in zip(_HELD_KEYS, values, columns, strict=True):
         if value is not None and _gives_back(column, value):
             del kept[key]
     return kept
 
 
 def _gives_back(column: Any, value: Any) -> bool:
+    """Whether a column's value is the attribute's value: `True` is not 1, nor 2.0 is 2.
+    Mostly the very object (a conversion returns a value of the right type as is). NaN is
+    never equal to itself, and -0.0 stays too: SQLite stores it as 0."""
     if (column is value or type(column) is type(value)) and column == value:
-        return True
+        return value != 0 or type(value) is not float or math.copysign(1.0, value) > 0
     return type(column) is uuid.UUID and value == _uuid_text(column)
 
 
@@ -179,17 +161,16 @@ def _normalise_one(out: Normalised, row: SpanRow, pair_deadline_s: float) -> dic
         request, pair = pair_rows(row, pair_deadline_s)
         out.pairs.append(pair)
         if request is None:
-            return _unheld(attrs, frozenset(), _PAIR_SPAN_HELD, pair)
+            return None
         out.requests.append(request)
-        # The pair's keys win: its "id" is the pair's, its "request_id" the request's "id".
-        return _unheld(attrs, REQUEST_CONTENT, _PAIR_SPAN_HELD, {**request, **pair})
+        return {key: value for key, value in attrs.items() if key not in REQUEST_CONTENT}
     if a.COHORT in attrs:
         generation = generation_row(row)
         out.generations.append(generation)
         stub = pair_stub(row, generation, pair_deadline_s)
         if stub is not None:
             out.pair_stubs.append(stub)
-        return _unheld(attrs, ROUTE_CONTENT, _GENERATION_HELD, generation)
+        return _without_held(attrs, generation)
     if row.name == a.VLLM_SPAN_NAME and row.parent_span_id is not None:
         # Kept whole: a gateway span landing later reads its facts from the stored span.
         out.engine_facts.append(engine_facts(row.trace_id, row.parent_span_id, attrs))
@@ -323,7 +304,10 @@ def _unique(rows: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
 
 
 def _after(start: datetime, seconds: float) -> datetime:
-    return start + _seconds(seconds)
+    try:
+        return start + _seconds(seconds)
+    except (ValueError, OverflowError):  # NaN, or past the datetime range
+        raise NormaliseError(f"a deadline {seconds!r} s after the start is out of range") from None
 
 
 @functools.lru_cache(maxsize=64)
@@ -356,7 +340,7 @@ def _int(value: Any, *, required: str | None = None) -> int | None:
         return None
     try:
         number = int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an infinite float
         raise NormaliseError(f"{value!r} is not an integer") from None
     if not -(2**31) <= number < 2**31:
         raise NormaliseError(f"{number} does not fit an integer column")
@@ -384,7 +368,7 @@ def _json(value: Any) -> Any:
         return None
     if not isinstance(value, str):
         return value
-    # orjson reads an integer past 64 bits as a float, so a body with 20 digits in a row
+    # orjson reads an integer outside 64 bits as a float, so a body with 19 digits in a row
     # goes to the standard parser, as does what orjson refuses (NaN, Infinity).
     if _LONG_NUMBER.search(value) is None:
         try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import uuid
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -103,7 +105,22 @@ def _generation_tuple(row: dict[str, Any]) -> tuple[Any, ...]:
 
 def dump_json(value: Any) -> str:
     """Return `value` as JSON text for a JSONB column (orjson: the hot path of every span)."""
-    return orjson.dumps(value).decode()
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        # orjson writes no integer outside 64 bits (a request body may hold one); JSONB
+        # takes any number. NaN is written as null, as orjson does.
+        return json.dumps(_finite(value))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
 
 
 def _insert_select(table: str, columns: Iterable[str], stage: str, key: Sequence[str]) -> str:

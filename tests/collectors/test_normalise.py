@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from collectors.normalise import GENERATION_HELD, normalise
+from collectors.normalise import GENERATION_HELD, REQUEST_CONTENT, ROUTE_CONTENT, normalise
 from collectors.store import SpanStore
 from gate.db.models import Generation, Pair, RequestRecord, SpanRecord
 from gate.telemetry import attributes as a
@@ -68,19 +68,14 @@ def check_one_sampled_request(engine: Engine, ids: Ids) -> None:
     # together give back every attribute it came with.
     with Session(engine) as session:
         kept = {r.span_id: r.attributes for r in session.scalars(select(SpanRecord))}
-    assert kept[pair_span.span_id] == {
-        a.ROLLOUT_ID: ids.rollout, a.MODE: "shadow", a.PAIR_IS_CONTROL: False,
-        a.PAIR_DEADLINE_S: 60.0,
-    }  # fmt: skip
+    pair_attributes = pair_span.attributes.items()
+    assert kept[pair_span.span_id] == {k: v for k, v in pair_attributes if k not in REQUEST_CONTENT}
+    route_attributes = candidate.attributes.items()
     assert kept[candidate.span_id] == {
-        key: candidate.attributes[key]
-        for key in (a.GEN_AI_OPERATION_NAME, a.GEN_AI_PROVIDER_NAME, a.GEN_AI_REQUEST_MODEL,
-                    a.GEN_AI_RESPONSE_FINISH_REASONS, a.ROLLOUT_STAGE, a.MODE, a.ROUTE_NAME,
-                    a.ITL_MAX_S)
-    }  # fmt: skip
-    for key, value in candidate.attributes.items():
-        if key in GENERATION_HELD:
-            assert as_attribute(getattr(cand, GENERATION_HELD[key])) == value, key
+        k: v for k, v in route_attributes if k not in GENERATION_HELD and k not in ROUTE_CONTENT
+    }
+    for key, column in GENERATION_HELD.items():  # NULL exactly where the span lacked it
+        assert as_attribute(getattr(cand, column)) == candidate.attributes.get(key), key
     assert kept[spans[3].span_id] == spans[3].attributes  # vLLM's span is not normalised
     assert a.PROMPT in candidate.attributes  # the caller's rows are not modified
 
@@ -156,19 +151,32 @@ def test_a_span_keeps_every_value_its_row_does_not_give_back_exactly(sqlite_ids)
     attrs[a.ROUTE_FINGERPRINT] = "f" * 80  # the column keeps 64 characters
     attrs[a.PAIR_ID] = attrs[a.PAIR_ID].upper()  # the same UUID, written another way
     attrs[a.TTFT_S] = 1  # an int: the column holds 1.0
-    attrs[a.STREAM] = "yes"  # the column holds True
-    attrs[a.SEGMENT] = ""  # the column holds "chat"
-    attrs[a.GEN_AI_RESPONSE_FINISH_REASONS] = ["stop", "length"]  # the column holds "stop"
-    attrs[a.ERROR] = None  # an empty value: the column's NULL would not say it was there
+    attrs[a.GEN_AI_REQUEST_TEMPERATURE] = -0.0  # SQLite would give back 0.0
+    attrs[a.GEN_AI_REQUEST_SEED] = None  # an empty value: the column's NULL would not say so
     baseline.attributes[a.TPOT_S] = float("nan")  # NaN is not NaN
     rows = normalise([baseline, candidate], pair_deadline_s=30)
-    changed = (a.ROUTE_FINGERPRINT, a.PAIR_ID, a.TTFT_S, a.STREAM, a.SEGMENT, a.ERROR)
-    assert {key: rows.spans[1].attributes[key] for key in changed} == {
-        key: attrs[key] for key in changed
-    }
-    assert rows.spans[1].attributes[a.GEN_AI_RESPONSE_FINISH_REASONS] == ["stop", "length"]
+    changed = (a.ROUTE_FINGERPRINT, a.PAIR_ID, a.TTFT_S, a.GEN_AI_REQUEST_TEMPERATURE)
+    stored = rows.spans[1].attributes
+    assert {key: stored[key] for key in changed} == {key: attrs[key] for key in changed}
+    assert math.copysign(1.0, stored[a.GEN_AI_REQUEST_TEMPERATURE]) == -1.0
+    assert a.GEN_AI_REQUEST_SEED in stored and stored[a.GEN_AI_REQUEST_SEED] is None
     assert a.TPOT_S in rows.spans[0].attributes and a.TTFT_S not in rows.spans[0].attributes
-    assert a.E2E_S not in rows.spans[1].attributes  # still held exactly, so still dropped
+    assert a.TPOT_S not in stored  # still held exactly, so still dropped
+    # A default or a fallback could fill these columns: the span keeps them.
+    assert {a.STATUS, a.STREAM, a.SEGMENT, a.E2E_S, a.GEN_AI_USAGE_OUTPUT_TOKENS} <= set(stored)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [(a.PAIR_DEADLINE_S, float("nan")), (a.PAIR_DEADLINE_S, 1e300), (a.ROLLOUT_STAGE, math.inf)],
+    ids=["nan-deadline", "deadline-past-datetime", "infinite-stage"],
+)
+def test_an_out_of_range_number_skips_its_span_not_the_batch(sqlite_ids, key, value):
+    pair_span, baseline, _, _ = gateway_spans(sqlite_ids)
+    pair_span.attributes[key] = value
+    rows = normalise([pair_span, baseline], pair_deadline_s=30)
+    assert rows.skipped == 1 and rows.pairs == [] and len(rows.generations) == 1
+    assert rows.spans[0] is pair_span  # kept whole
 
 
 def test_control_pairs_and_error_calls_are_normalised(sqlite_ids):
@@ -210,13 +218,23 @@ def test_a_pair_span_naming_no_request_keeps_its_body(pg_engine, pg_ids):
     [
         ('{"max_tokens": 8}', {"max_tokens": 8}),
         ('{"seed": 18446744073709551617}', {"seed": 2**64 + 1}),  # orjson: a float
+        ('{"seed": -9223372036854775809}', {"seed": -(2**63) - 1}),  # 19 digits, the same
         ('{"temperature": NaN}', {"temperature": math.nan}),  # orjson refuses it
         ('{"messages": [{"role": "us', {"unparsed": '{"messages": [{"role": "us'}),  # cut off
     ],
-    ids=["json", "big-integer", "nan", "cut-off"],
+    ids=["json", "big-integer", "big-negative-integer", "nan", "cut-off"],
 )
 def test_a_request_body_is_stored_as_json_whatever_parser_reads_it(sqlite_ids, body, stored):
     pair_span = gateway_spans(sqlite_ids)[0]
     pair_span.attributes[a.REQUEST_BODY] = body
     parsed = normalise([pair_span], pair_deadline_s=30).requests[0]["body"]
     assert repr(parsed) == repr(stored)  # the very types: 2**64 + 1 is not 1.8446744e19
+
+
+@pytest.mark.postgres
+def test_a_body_with_an_integer_past_64_bits_lands_exactly(pg_engine, pg_ids):
+    spans = gateway_spans(pg_ids)
+    spans[0].attributes[a.REQUEST_BODY] = '{"seed": 18446744073709551617, "top_p": NaN}'
+    landed = SpanStore(pg_engine, pair_deadline_s=300).write(spans)  # orjson cannot write it
+    requests, _, _ = stored(pg_engine)
+    assert requests[0].body == {"seed": 2**64 + 1, "top_p": None} and landed.spans_new == 4
