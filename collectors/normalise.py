@@ -6,13 +6,10 @@ import functools
 import json
 import logging
 import math
-import re
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
-
-import orjson
 
 from collectors.spans import STATUS_ERROR, SpanRow
 from gate.db.enums import Cohort, GenerationStatus, PairState
@@ -24,7 +21,6 @@ _COHORTS = frozenset(member.value for member in Cohort)
 _STATUSES = frozenset(member.value for member in GenerationStatus)
 _OK, _ERROR, _OPEN = GenerationStatus.OK.value, GenerationStatus.ERROR.value, PairState.OPEN.value
 _CONTROL = Cohort.CONTROL.value
-_LONG_NUMBER = re.compile(r"\d{19}")
 
 # Column order of a generation row (also the COPY column order on Postgres).
 GENERATION_COLUMNS = (
@@ -114,25 +110,32 @@ def normalise(rows: list[SpanRow], *, pair_deadline_s: float) -> Normalised:
 
 def _without_held(attrs: dict[str, Any], generation: dict[str, Any]) -> dict[str, Any]:
     """Return a copy of a route-call span's attributes without its content and without what
-    its generation holds exactly. The caller's span is kept whole: a batch that fails is
-    retried or spooled from it, and its spans may then be stored raw."""
-    kept = attrs.copy()
-    for key in ROUTE_CONTENT:
-        kept.pop(key, None)
+    its generation holds exactly: the same type and value (`True` is not 1, nor 2.0 is 2;
+    NaN is never equal to itself; -0.0 stays, as SQLite stores it as 0). The caller's span
+    is kept whole: a batch that fails is retried or spooled from it, maybe stored raw."""
+    kept = _without(attrs, ROUTE_CONTENT)
     values, columns = map(attrs.get, _HELD_KEYS), map(generation.get, _HELD_COLUMNS)
     for key, value, column in zip(_HELD_KEYS, values, columns, strict=True):
-        if value is not None and _gives_back(column, value):
+        if value is None:
+            continue
+        # Mostly the very object: a conversion returns a value of the right type as is.
+        if column is value or type(column) is type(value):
+            if column == value and (value or type(value) is not float or _positive(value)):
+                del kept[key]
+        elif type(column) is uuid.UUID and value == _uuid_text(column):
             del kept[key]
     return kept
 
 
-def _gives_back(column: Any, value: Any) -> bool:
-    """Whether a column's value is the attribute's value: `True` is not 1, nor 2.0 is 2.
-    Mostly the very object (a conversion returns a value of the right type as is). NaN is
-    never equal to itself, and -0.0 stays too: SQLite stores it as 0."""
-    if (column is value or type(column) is type(value)) and column == value:
-        return value != 0 or type(value) is not float or math.copysign(1.0, value) > 0
-    return type(column) is uuid.UUID and value == _uuid_text(column)
+def _without(attrs: dict[str, Any], keys: frozenset[str]) -> dict[str, Any]:
+    kept = attrs.copy()
+    for key in keys:
+        kept.pop(key, None)
+    return kept
+
+
+def _positive(zero: float) -> bool:
+    return math.copysign(1.0, zero) > 0
 
 
 @functools.lru_cache(maxsize=8192)
@@ -163,7 +166,7 @@ def _normalise_one(out: Normalised, row: SpanRow, pair_deadline_s: float) -> dic
         if request is None:
             return None
         out.requests.append(request)
-        return {key: value for key, value in attrs.items() if key not in REQUEST_CONTENT}
+        return _without(attrs, REQUEST_CONTENT)
     if a.COHORT in attrs:
         generation = generation_row(row)
         out.generations.append(generation)
@@ -368,13 +371,6 @@ def _json(value: Any) -> Any:
         return None
     if not isinstance(value, str):
         return value
-    # orjson reads an integer outside 64 bits as a float, so a body with 19 digits in a row
-    # goes to the standard parser, as does what orjson refuses (NaN, Infinity).
-    if _LONG_NUMBER.search(value) is None:
-        try:
-            return orjson.loads(value)
-        except orjson.JSONDecodeError:
-            pass
     try:
         return json.loads(value)
     except ValueError:
