@@ -51,10 +51,12 @@ RECONNECT_EVERY = 20  # exports per sender connection
 
 
 class Sender:
-    """Client threads posting exports; every `DUPLICATE_EVERY`th one repeats an earlier one."""
+    """Client threads posting exports; every `duplicate_every`th one repeats an earlier one
+    (0: none)."""
 
-    def __init__(self, url: str, body: bytes, offsets: Offsets) -> None:
+    def __init__(self, url: str, body: bytes, offsets: Offsets, duplicate_every: int) -> None:
         self.url, self.body, self.offsets = url, body, offsets
+        self.duplicate_every = duplicate_every
         self.spans_per_export = GROUPS_PER_EXPORT * 3
         self.lock = threading.Lock()
         self.unique = self.duplicates = self.exports = 0
@@ -81,7 +83,8 @@ class Sender:
             on_connection += 1
             with self.lock:
                 self.exports += 1
-                duplicate = self.exports % DUPLICATE_EVERY == 0 and bool(self.sent)
+                every = self.duplicate_every
+                duplicate = every > 0 and self.exports % every == 0 and bool(self.sent)
                 body = random.choice(self.sent) if duplicate else None
             body = body or fresh(self.body, self.offsets)
             connection.request("POST", target.path, body=body, headers=headers)
@@ -153,7 +156,7 @@ def measure_pipeline(
     base: str, body: bytes, offsets: Offsets, args: argparse.Namespace, collector_pid: int
 ) -> dict[str, float]:
     """Send for `args.duration` seconds; return counts and end-to-end rates."""
-    sender = Sender(f"{base}/v1/traces", body, offsets)
+    sender = Sender(f"{base}/v1/traces", body, offsets, args.duplicate_every)
     threads = [threading.Thread(target=sender.run, daemon=True) for _ in range(args.clients)]
     started, cpu_before = time.perf_counter(), cpu_seconds(collector_pid)
     for thread in threads:
@@ -298,6 +301,12 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=2, help="sender threads")
     parser.add_argument(
         "--collector-workers", type=int, default=1, help="collector processes (--workers)"
+    )
+    parser.add_argument(
+        "--duplicate-every",
+        type=int,
+        default=DUPLICATE_EVERY,
+        help="re-send every Nth export unchanged, picked from the last 50 (0: none)",
     )
     parser.add_argument("--raw", action="store_true", help="spans with nothing to normalise")
     parser.add_argument("--decode-only", action="store_true", help="parse+convert rate only")
