@@ -52,25 +52,23 @@ _DURATION = re.compile(r"duration: ([0-9.]+) ms\s+(?:statement|execute [^:]*|bin
 
 def strip(conn: Connection, schema: str) -> None:
     """Drop what `schema` leaves out of the `generations` table."""
-    if schema == SCHEMAS[0]:
-        return
-    names = conn.execute(
-        text(
+    if schema != SCHEMAS[0]:
+        keys = (
             "SELECT conname FROM pg_constraint "
             "WHERE contype = 'f' AND conrelid = 'generations'::regclass"
         )
-    ).scalars()
-    for name in list(names):
-        conn.execute(text(f'ALTER TABLE generations DROP CONSTRAINT "{name}"'))
+        _drop_each(conn, keys, 'ALTER TABLE generations DROP CONSTRAINT "{}"')
     if schema == SCHEMAS[2]:
-        indexes = conn.execute(
-            text(
-                "SELECT indexname FROM pg_indexes WHERE tablename = 'generations' "
-                "AND indexname NOT LIKE '%pkey' AND indexdef NOT LIKE '%UNIQUE%'"
-            )
-        ).scalars()
-        for name in list(indexes):
-            conn.execute(text(f'DROP INDEX "{name}"'))
+        indexes = (
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'generations' "
+            "AND indexname NOT LIKE '%pkey' AND indexdef NOT LIKE '%UNIQUE%'"
+        )
+        _drop_each(conn, indexes, 'DROP INDEX "{}"')
+
+
+def _drop_each(conn: Connection, names: str, drop: str) -> None:
+    for name in list(conn.execute(text(names)).scalars()):
+        conn.execute(text(drop.format(name)))
 
 
 def backend_cpu(pid: int) -> float:

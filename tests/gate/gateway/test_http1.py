@@ -83,6 +83,20 @@ def pool(**kwargs: float) -> Pool:
     return Pool(connect_timeout_s=2.0, read_timeout_s=kwargs.pop("read_timeout_s", 5.0), **kwargs)
 
 
+def answer_to_one_post(answer: bytes) -> tuple[int, bytes]:
+    """Post once to a server that answers with `answer`; return the status and body."""
+    got: list[tuple[int, bytes]] = []
+
+    async def work(base: str) -> None:
+        client = pool()
+        response = await client.post(f"{base}/x", b"", {})
+        got.append((response.status, await response.read()))
+        await client.close()
+
+    asyncio.run(serving(answering(answer), work))
+    return got[0]
+
+
 def test_posts_reuse_one_keep_alive_connection():
     seen: list[bytes] = []
 
@@ -263,15 +277,8 @@ def test_a_slow_reader_pauses_the_upstream_and_loses_nothing():
 
 
 def test_error_statuses_come_back_with_their_body():
-    handler = answering(reply(b'{"error":"nope"}', status=400))
-
-    async def work(base: str) -> None:
-        client = pool()
-        response = await client.post(f"{base}/x", b"", {})
-        assert (response.status, await response.read()) == (400, b'{"error":"nope"}')
-        await client.close()
-
-    asyncio.run(serving(handler, work))
+    answer = reply(b'{"error":"nope"}', status=400)
+    assert answer_to_one_post(answer) == (400, b'{"error":"nope"}')
 
 
 def test_header_values_cannot_smuggle_lines():
@@ -311,15 +318,8 @@ def test_bytes_after_a_complete_answer_drop_the_connection():
 
 
 def test_an_interim_response_is_skipped():
-    handler = answering(b"HTTP/1.1 100 Continue\r\n\r\n" + reply(b"{}"))
-
-    async def work(base: str) -> None:
-        client = pool()
-        response = await client.post(f"{base}/x", b"", {})
-        assert (response.status, await response.read()) == (200, b"{}")
-        await client.close()
-
-    asyncio.run(serving(handler, work))
+    answer = b"HTTP/1.1 100 Continue\r\n\r\n" + reply(b"{}")
+    assert answer_to_one_post(answer) == (200, b"{}")
 
 
 def test_a_connect_timeout_is_a_timeout():
