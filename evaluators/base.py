@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Protocol
 
 # A side in one of these states produced no usable answer: it fails every evaluator, so
@@ -17,13 +18,30 @@ from typing import Any, Protocol
 FAILED_STATUSES = frozenset({"error", "timeout", "dropped"})
 
 
+class NotEvaluable(StrEnum):
+    """Why an evaluator could not judge: neither a pass nor a fail."""
+
+    TRUNCATED = "truncated"
+    MISSING_INPUT = "missing_input"
+    NO_SANDBOX = "no_sandbox"
+
+
 @dataclass(frozen=True)
 class EvalResult:
-    """One evaluator's verdict on one generation (or on a pair, for pair evaluators)."""
+    """One evaluator's verdict on one generation (or on a pair, for pair evaluators).
+
+    `passed` is None exactly when `not_evaluable` names why the evaluator could not judge.
+    """
 
     score: float | None
-    passed: bool
+    passed: bool | None
     details: dict[str, Any] = field(default_factory=dict)
+    not_evaluable: NotEvaluable | None = None
+
+    @classmethod
+    def unevaluable(cls, reason: NotEvaluable, **details: Any) -> EvalResult:
+        """Return the result of an evaluator that could not judge, with its reason."""
+        return cls(score=None, passed=None, details=details, not_evaluable=reason)
 
 
 @dataclass(frozen=True)

@@ -129,6 +129,7 @@ def _store(session: Session, item: Scored) -> Scored:
         "version": item.version,
         "score": item.result.score,
         "passed": item.result.passed,
+        "not_evaluable": item.result.not_evaluable,
         "details": item.result.details,
     }
     dialect = session.get_bind().dialect.name

@@ -36,12 +36,49 @@ class Cohort(StrEnum):
     CONTROL = "control"
 
 
+class Outcome(StrEnum):
+    """What a generation's status means: the one definition every surface reads."""
+
+    OK = "ok"
+    # The route gave no usable answer: fails every evaluator, counts in the failure guardrail.
+    ROUTE_FAILURE = "route_failure"
+    # Neither route is to blame (the gateway's own bounds, or the client left): excluded from
+    # evaluators and latency guardrails, counted in the gate's data-quality line.
+    NOT_ATTRIBUTABLE = "not_attributable"
+
+
 class GenerationStatus(StrEnum):
     OK = "ok"
     ERROR = "error"
     TIMEOUT = "timeout"
     FALLBACK = "fallback"
     DROPPED = "dropped"
+    CANCELLED = "cancelled"
+
+    @property
+    def outcome(self) -> Outcome:
+        """Return the outcome class of this status."""
+        return _OUTCOMES[self]
+
+
+_OUTCOMES = {
+    GenerationStatus.OK: Outcome.OK,
+    GenerationStatus.ERROR: Outcome.ROUTE_FAILURE,
+    GenerationStatus.TIMEOUT: Outcome.ROUTE_FAILURE,
+    GenerationStatus.FALLBACK: Outcome.ROUTE_FAILURE,
+    GenerationStatus.DROPPED: Outcome.NOT_ATTRIBUTABLE,
+    GenerationStatus.CANCELLED: Outcome.NOT_ATTRIBUTABLE,
+}
+
+
+def statuses_of(outcome: Outcome) -> frozenset[str]:
+    """Return the status values (strings, for SQL and JSON) in one outcome class."""
+    return frozenset(status.value for status in GenerationStatus if status.outcome is outcome)
+
+
+def sql_statuses(outcome: Outcome) -> str:
+    """Return the statuses of one outcome class as a SQL `IN` list body, sorted."""
+    return ", ".join(f"'{value}'" for value in sorted(statuses_of(outcome)))
 
 
 class Decision(StrEnum):

@@ -53,6 +53,8 @@ def summarise(session: Session, *, rollout_id: int) -> list[SegmentRow]:
     ).all()
     passed: dict[int, dict[str, bool]] = defaultdict(dict)
     for generation_id, name, ok in evaluations:
+        if ok is None:  # not evaluable: neither a pass nor a fail
+            continue
         passed[generation_id][name] = ok
     by_segment: dict[str, list[Generation]] = defaultdict(list)
     for g in rows:

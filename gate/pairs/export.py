@@ -72,6 +72,8 @@ def _records(session: Session, pairs: Sequence[Pair]) -> Iterator[dict[str, Any]
             Evaluation.generation_id.in_(ids)
         )
     ):
+        if passed is None:  # not evaluable: neither a pass nor a fail
+            continue
         # Several versions of one evaluator: it passes only if all of them passed.
         evals[generation_id][name] = evals[generation_id].get(name, True) and passed
     feedback: dict[int, int] = {}

@@ -35,7 +35,9 @@ class Evaluation(Base):
     evaluator: Mapped[str] = mapped_column(String(64))
     version: Mapped[str] = mapped_column(String(32))
     score: Mapped[float | None] = mapped_column(Float)
-    passed: Mapped[bool] = mapped_column(Boolean)
+    # NULL when the evaluator could not judge; `not_evaluable` then says why.
+    passed: Mapped[bool | None] = mapped_column(Boolean)
+    not_evaluable: Mapped[str | None] = mapped_column(String(32))
     details: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
