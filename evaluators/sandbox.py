@@ -1,11 +1,11 @@
-"""Run untrusted Python against tests in a child process with limits and no network.
+"""Run untrusted Python against tests, boxed by bubblewrap (see `evaluators.jail`).
 
-Containment, in layers: a fresh network namespace (`unshare -n`, or `unshare -rn`
-without root) when the host allows one; an audit hook in the child that refuses sockets
-and starting programs; rlimits on address space, CPU time, file size and open files; a
-wall-clock deadline that kills the whole process group; an empty temporary directory as
-cwd and HOME; a clean environment; `python -I`. The audit hook alone is not a security
-boundary (native code can bypass it): run workers where the namespace is available.
+Fail closed: without a working jail nothing runs and the result says `unavailable`;
+the weaker `unsafe-local` mode (a `python -I` child with rlimits and an audit hook, no
+namespaces) runs only when a policy names it. Inside the jail the harness applies rlimits
+(CPU, address space, file size, open files, processes) before the answer runs; the
+worker kills the whole box at the wall-clock deadline. What is kept of a run (errors,
+stderr) is size-bounded and scrubbed of the process's configured secrets.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,23 +21,57 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from evaluators.jail import Probe, probe
+from evaluators.secrets import scrub
+
 HARNESS = Path(__file__).with_name("sandbox_child.py")
 _TAIL = 2000
+_ERROR_CHARS = 500
+
+
+class SandboxMode(StrEnum):
+    """How code is contained: the real jail, or the weak mode a policy must name."""
+
+    BWRAP = "bwrap"
+    UNSAFE_LOCAL = "unsafe-local"
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Resource limits for one run; `namespace=None` uses one when the host allows it."""
+    """Resource limits for one run."""
 
     timeout_s: float = 10.0
     memory_mb: int = 512
     max_file_mb: int = 16
-    namespace: bool | None = None
-    audit_hook: bool = True
+    work_mb: int = 64
+    max_processes: int = 32
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    """This process's sandbox settings: the bwrap binary, the uid, what to scrub."""
+
+    bwrap: str = "bwrap"
+    uid: int = 65534
+    secrets: tuple[str, ...] = ()
+
+
+class _Config:
+    current = SandboxConfig()
+
+
+def configure(config: SandboxConfig) -> None:
+    """Set this process's sandbox settings (worker start-up, from `Settings`)."""
+    _Config.current = config
+
+
+def current_config() -> SandboxConfig:
+    """Return this process's sandbox settings."""
+    return _Config.current
 
 
 @dataclass(frozen=True)
@@ -58,7 +91,7 @@ class SandboxResult:
     solution_error: str | None = None
     stderr_tail: str = ""
     duration_s: float = 0.0
-    isolation: tuple[str, ...] = ()
+    isolation: str = ""
 
     @property
     def passed_count(self) -> int:
@@ -66,102 +99,127 @@ class SandboxResult:
         return sum(1 for t in self.tests if t.get("passed"))
 
 
-@lru_cache(maxsize=1)
-def namespace_prefix() -> tuple[str, ...] | None:
-    """Return the command prefix that gives a child its own empty network, if any works."""
-    unshare = shutil.which("unshare")
-    if unshare is None:
-        return None
-    for prefix in ((unshare, "-n"), (unshare, "-r", "-n")):
-        try:
-            subprocess.run([*prefix, "true"], capture_output=True, timeout=10, check=True)
-        except (OSError, subprocess.SubprocessError):
-            continue
-        return prefix
-    return None
+def sandbox_probe(config: SandboxConfig | None = None) -> Probe:
+    """Return the (cached) probe for this process's settings: a working jail, or why not."""
+    config = config or current_config()
+    return probe(config.bwrap, config.uid)
 
 
-def run_python(solution: str, tests: Sequence[CodeTest], limits: Limits) -> SandboxResult:
+def run_python(
+    solution: str,
+    tests: Sequence[CodeTest],
+    limits: Limits,
+    mode: SandboxMode = SandboxMode.BWRAP,
+) -> SandboxResult:
     """Run `solution` then each test in a contained child; never raises for bad code."""
-    prefix = namespace_prefix() if limits.namespace is not False else None
-    if limits.namespace and prefix is None:
-        return SandboxResult("unavailable", solution_error="no network namespace on this host")
-    isolation = (("namespace",) if prefix else ()) + (("audit_hook",) if limits.audit_hook else ())
-    nonce = secrets.token_hex(16)
-    job = {
-        "nonce": nonce,
-        "audit": limits.audit_hook,
-        "rlimits": _rlimits(limits),
+    config = current_config()
+    if mode is SandboxMode.UNSAFE_LOCAL:
+        command: list[str] = [sys.executable, "-I", "-c", HARNESS.read_text()]
+        popen: dict[str, Any] = {}
+    else:
+        found = sandbox_probe(config)
+        if found.jail is None:
+            return SandboxResult("unavailable", solution_error=found.detail)
+        jail = found.jail
+        argv = ("-I", "-S", "-c", HARNESS.read_text())
+        command = jail.command(work_bytes=limits.work_mb << 20, argv=argv)
+        popen = jail.popen_user()
+    job = _job(solution, tests, limits, audit=mode is SandboxMode.UNSAFE_LOCAL)
+    return _run(command, popen, job, limits, mode, config.secrets)
+
+
+def _job(
+    solution: str, tests: Sequence[CodeTest], limits: Limits, *, audit: bool
+) -> dict[str, Any]:
+    return {
+        "nonce": secrets.token_hex(16),
+        "audit": audit,
+        "rlimits": _rlimits(limits, nproc=not audit),
         "solution": solution,
         "tests": [{"name": t.name, "code": t.code} for t in tests],
     }
-    with tempfile.TemporaryDirectory(prefix="specgate-sandbox-") as workdir:
+
+
+def _run(
+    command: list[str],
+    popen: dict[str, Any],
+    job: dict[str, Any],
+    limits: Limits,
+    mode: SandboxMode,
+    hidden: tuple[str, ...],
+) -> SandboxResult:
+    with tempfile.TemporaryDirectory(prefix="specgate-sandbox-") as outdir:
         started = time.monotonic()
-        timed_out, crashed = _execute([*(prefix or ()), *_python()], job, limits, Path(workdir))
-        duration = time.monotonic() - started
-        stdout = Path(workdir, ".stdout").read_text(errors="replace")
-        stderr = Path(workdir, ".stderr").read_text(errors="replace")[-_TAIL:]
+        timed_out, exit_detail = _execute(command, popen, job, limits, Path(outdir))
+        duration = round(time.monotonic() - started, 4)
+        stdout = Path(outdir, "stdout").read_text(errors="replace")
+        stderr = scrub(Path(outdir, "stderr").read_text(errors="replace")[-_TAIL:], hidden)
 
     def result(status: str, **extra: Any) -> SandboxResult:
         return SandboxResult(
-            status, stderr_tail=stderr, duration_s=round(duration, 4), isolation=isolation, **extra
+            status, stderr_tail=stderr, duration_s=duration, isolation=mode.value, **extra
         )
 
     if timed_out:
         return result("timeout")
-    results = _results(stdout, nonce)
+    results = _results(stdout, job["nonce"])
     if results is None:
-        return result("crashed", solution_error=f"child exited without results ({crashed})")
-    ok = results["solution_error"] is None and all(t["passed"] for t in results["tests"])
-    return result(
-        "passed" if ok else "failed",
-        tests=results["tests"],
-        solution_error=results["solution_error"],
-    )
+        return result("crashed", solution_error=f"child exited without results ({exit_detail})")
+    tests = [{**t, "error": _clean(t["error"], hidden)} for t in results["tests"]]
+    error = _clean(results["solution_error"], hidden)
+    ok = error is None and all(t["passed"] for t in tests)
+    return result("passed" if ok else "failed", tests=tests, solution_error=error)
 
 
-def _python() -> list[str]:
-    # -I: ignore PYTHON* variables and user site-packages, and keep cwd off sys.path.
-    return [sys.executable, "-I", str(HARNESS)]
+def _clean(text: str | None, hidden: tuple[str, ...]) -> str | None:
+    return None if text is None else scrub(str(text)[:_ERROR_CHARS], hidden)
 
 
 def _execute(
-    command: list[str], job: dict[str, Any], limits: Limits, workdir: Path
+    command: list[str], popen: dict[str, Any], job: dict[str, Any], limits: Limits, outdir: Path
 ) -> tuple[bool, str]:
-    home = str(workdir)
-    env = {"PATH": "/usr/bin:/bin", "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8"}
-    with open(workdir / ".stdout", "wb") as out, open(workdir / ".stderr", "wb") as err:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(outdir), "TMPDIR": str(outdir), "LANG": "C.UTF-8"}
+    with open(outdir / "stdout", "wb") as out, open(outdir / "stderr", "wb") as err:
+        # Its own process group, so the deadline kills bwrap (and with it the box) or,
+        # in unsafe-local mode, the child and what it started in that group.
         child = subprocess.Popen(
             command,
             stdin=subprocess.PIPE,
             stdout=out,
             stderr=err,
-            cwd=workdir,
+            cwd=outdir,
             env=env,
             start_new_session=True,
+            **popen,
         )
         try:
             child.communicate(json.dumps(job).encode(), timeout=limits.timeout_s)
         except subprocess.TimeoutExpired:
-            _kill_group(child)
             return True, "timeout"
+        finally:
+            _kill_group(child)
     return False, f"exit status {child.returncode}"
 
 
-def _rlimits(limits: Limits) -> dict[str, int]:
+def _rlimits(limits: Limits, *, nproc: bool) -> dict[str, int]:
     # Applied by the harness itself before the answer runs: a preexec_fn would do the
     # same between fork and exec, but is unsafe in a caller that has threads.
-    return {
+    rlimits = {
         "RLIMIT_AS": limits.memory_mb * 1024 * 1024,
         "RLIMIT_CPU": int(limits.timeout_s) + 1,
         "RLIMIT_FSIZE": limits.max_file_mb * 1024 * 1024,
         "RLIMIT_NOFILE": 64,
         "RLIMIT_CORE": 0,
     }
+    # Counted per user namespace and uid: inside the jail, this box's processes only.
+    # Outside it the count would be the worker's own uid, so unsafe-local goes without.
+    if nproc:
+        rlimits["RLIMIT_NPROC"] = limits.max_processes
+    return rlimits
 
 
 def _kill_group(child: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(child.pid, signal.SIGKILL)
     child.wait()
 
@@ -169,6 +227,7 @@ def _kill_group(child: subprocess.Popen[bytes]) -> None:
 def _results(stdout: str, nonce: str) -> dict[str, Any] | None:
     for line in reversed(stdout.splitlines()):
         if line.startswith(nonce + " "):
-            parsed: dict[str, Any] = json.loads(line[len(nonce) + 1 :])
-            return parsed
+            with contextlib.suppress(ValueError):
+                parsed: dict[str, Any] = json.loads(line[len(nonce) + 1 :])
+                return parsed
     return None

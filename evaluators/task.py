@@ -2,7 +2,9 @@
 
 `inputs.tests` runs the code in the answer against Python tests in the sandbox. It is a
 string (one test), a list of strings or `{"name", "code"}` mappings, or a mapping with
-`cases` and optional `language`, `timeout_s`, `memory_mb`.
+`cases` and optional `language`, `timeout_s`, `memory_mb`. Without a working sandbox the
+evaluation is not evaluable (no sandbox) and no code runs; the policy option
+`sandbox: unsafe-local` runs it with weaker isolation instead, and says so in the details.
 """
 
 from __future__ import annotations
@@ -12,12 +14,18 @@ from collections.abc import Mapping
 from dataclasses import asdict, replace
 from typing import Any
 
-from evaluators.base import EvalResult, GenerationView, RequestView
+from prometheus_client import Counter
+
+from evaluators.base import EvalResult, GenerationView, NotEvaluable, RequestView
 from evaluators.checks import declared_checks, run_check
-from evaluators.sandbox import CodeTest, Limits, run_python
+from evaluators.sandbox import CodeTest, Limits, SandboxMode, run_python, sandbox_probe
 
 _CODE_BLOCK = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)```", re.DOTALL)
 _PYTHON_TAGS = frozenset({"", "python", "python3", "py"})
+NOT_RUN = Counter(
+    "specgate_sandbox_unavailable_total",
+    "Code-tested evaluations recorded not evaluable because no working sandbox exists.",
+)
 
 
 def extract_code(answer: str) -> str:
@@ -61,15 +69,27 @@ class TaskEvaluator:
     name = "task"
     version = "1"
 
-    def __init__(self, limits: Limits | None = None, *, run_code: bool = True) -> None:
+    def __init__(
+        self,
+        limits: Limits | None = None,
+        *,
+        run_code: bool = True,
+        sandbox: SandboxMode = SandboxMode.BWRAP,
+    ) -> None:
         self.limits = limits or Limits()
         self.run_code = run_code
+        self.sandbox = sandbox
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> TaskEvaluator:
-        """Build from policy options: `run_code` and the sandbox `Limits` fields."""
-        limits = {k: v for k, v in options.items() if k != "run_code"}
-        return cls(Limits(**limits), run_code=bool(options.get("run_code", True)))
+        """Build from policy options: `run_code`, `sandbox` and the `Limits` fields."""
+        limits = {k: v for k, v in options.items() if k not in ("run_code", "sandbox")}
+        try:
+            mode = SandboxMode(options.get("sandbox", SandboxMode.BWRAP))
+        except ValueError:
+            known = ", ".join(m.value for m in SandboxMode)
+            raise TypeError(f"sandbox must be one of {known}") from None
+        return cls(Limits(**limits), run_code=bool(options.get("run_code", True)), sandbox=mode)
 
     def applies(self, request: RequestView) -> bool:
         """Apply when the request declared a reference, checks or tests."""
@@ -84,6 +104,12 @@ class TaskEvaluator:
         total, passed = len(outcomes), sum(o["passed"] for o in outcomes)
         cases, settings = declared_tests(request.inputs)
         if self.run_code and request.inputs.get("tests"):
+            found = sandbox_probe() if self.sandbox is SandboxMode.BWRAP else None
+            if found is not None and found.jail is None:
+                NOT_RUN.inc()
+                return EvalResult.unevaluable(
+                    NotEvaluable.NO_SANDBOX, **details, sandbox=found.detail
+                )
             execution = self._execute(generation.output, cases, settings)
             details["execution"] = execution
             total += max(len(cases), 1)
@@ -107,7 +133,7 @@ class TaskEvaluator:
             timeout_s=min(float(settings.get("timeout_s", self.limits.timeout_s)), 60.0),
             memory_mb=min(int(settings.get("memory_mb", self.limits.memory_mb)), 4096),
         )
-        result = run_python(code, cases, limits)
+        result = run_python(code, cases, limits, self.sandbox)
         return {
             "status": result.status,
             "passed_tests": result.passed_count,
@@ -115,5 +141,5 @@ class TaskEvaluator:
             "solution_error": result.solution_error,
             "stderr_tail": result.stderr_tail[-500:],
             "duration_s": result.duration_s,
-            "isolation": list(result.isolation),
+            "isolation": result.isolation,
         }
