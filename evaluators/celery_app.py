@@ -18,6 +18,8 @@ from celery.schedules import crontab
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
+from evaluators.sandbox import SandboxConfig, configure
+from evaluators.secrets import configured_secrets
 from gate.db.engine import engine_from_settings, session_factory
 from gate.errors import DatabaseUnavailable
 from gate.settings import Settings
@@ -41,6 +43,9 @@ def make_celery(settings: Settings, *, visibility_timeout_s: float = 3600.0) -> 
     """Build the app; without a Redis URL tasks run eagerly in the calling process."""
     _Runtime.settings = settings
     sessions.cache_clear()
+    configure(
+        SandboxConfig(settings.sandbox_bwrap, settings.sandbox_uid, configured_secrets(settings))
+    )
     app = Celery("specgate", include=["evaluators.tasks", "gate.tasks"], set_as_current=True)
     app.conf.update(
         task_acks_late=True,

@@ -153,7 +153,8 @@ def _run(
         timed_out, exit_detail = _execute(command, popen, job, limits, Path(outdir))
         duration = round(time.monotonic() - started, 4)
         stdout = Path(outdir, "stdout").read_text(errors="replace")
-        stderr = scrub(Path(outdir, "stderr").read_text(errors="replace")[-_TAIL:], hidden)
+        # Scrubbed whole, then cut: a cut first could leave part of a secret behind.
+        stderr = scrub(Path(outdir, "stderr").read_text(errors="replace"), hidden)[-_TAIL:]
 
     def result(status: str, **extra: Any) -> SandboxResult:
         return SandboxResult(
@@ -172,7 +173,7 @@ def _run(
 
 
 def _clean(text: str | None, hidden: tuple[str, ...]) -> str | None:
-    return None if text is None else scrub(str(text)[:_ERROR_CHARS], hidden)
+    return None if text is None else scrub(str(text), hidden)[:_ERROR_CHARS]
 
 
 def _execute(

@@ -3,7 +3,9 @@
 It reads one JSON job from stdin (nonce, solution, tests, rlimits, whether to install
 the audit hook), applies the rlimits, runs the solution once and each test in a copy of
 its namespace, and prints one line `<nonce> <json results>` on the original stdout. The
-nonce keeps output the solution prints from being taken for results.
+nonce keeps output the solution prints from being taken for results. The audit hook is
+for the `unsafe-local` mode only: inside the jail the namespaces are the boundary.
+It runs as `python -I -S -c <this file>`, under whatever Python 3 the jail found.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ def _refuse_escapes(event: str, _args: tuple[Any, ...]) -> None:
 
 
 def _describe(exc: BaseException) -> str:
+    # Generous: the worker scrubs secrets out of the whole text before it keeps 500
+    # characters, so no cut here can leave a piece of a secret in what is stored.
     last = traceback.format_exception_only(type(exc), exc)[-1].strip()
-    return last[:500]
+    return last[:65536]
 
 
 def _run(job: dict[str, Any]) -> dict[str, Any]:

@@ -58,6 +58,11 @@ class Settings(BaseSettings):
     scrape_interval_s: float = Field(15.0, gt=0)
     purge_interval_s: float = Field(3600.0, gt=0)
 
+    # Task-completion sandbox: the bubblewrap binary, and the uid a root worker drops
+    # to before starting it (a worker that is not root keeps its own).
+    sandbox_bwrap: str = Field("bwrap", description="bubblewrap binary (name on PATH or path).")
+    sandbox_uid: int = Field(65534, gt=0, description="Unprivileged uid for sandboxes.")
+
     @field_validator("database_url")
     @classmethod
     def _strip(cls, value: str) -> str:

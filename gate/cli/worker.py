@@ -30,12 +30,15 @@ def worker(
     """Run Celery evaluator workers (needs SPECGATE_REDIS_URL)."""
     # Imported here: Celery is only loaded by the command that needs it.
     from evaluators.celery_app import QUEUE, make_celery
+    from evaluators.secrets import make_non_dumpable
 
     settings = settings_with(database_url)
     if not settings.redis_url:
         raise ConfigError(
             "specgate worker needs SPECGATE_REDIS_URL; without Redis, evaluations run in-process"
         )
+    # Before the pool forks: its children inherit it, and they hold the secrets too.
+    make_non_dumpable()
     celery = make_celery(settings, visibility_timeout_s=visibility_timeout)
     argv = [
         "worker",
