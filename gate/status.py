@@ -70,3 +70,9 @@ def store_status(session: Session, *, max_requeues: int) -> StoreStatus:
         oldest_awaiting_s=age,
         requeues_exhausted=exhausted or 0,
     )
+
+
+def unsandboxed_evaluations(session: Session) -> int:
+    """Count evaluations recorded not evaluable because no sandbox could run their code."""
+    query = select(func.count()).where(Evaluation.not_evaluable == "no_sandbox")
+    return session.scalar(query) or 0

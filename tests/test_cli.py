@@ -64,6 +64,15 @@ def test_the_readme_main_command_on_a_fresh_directory(fresh_dir):
     assert status.returncode == 0, status.stderr
     assert "rollouts by state: none yet" in status.stdout
     assert "The store is empty" in status.stdout
+    assert "sandbox  ok: bubblewrap" in status.stdout
+
+
+def test_status_says_loudly_when_code_tests_cannot_run(fresh_dir):
+    specgate("db", "upgrade", cwd=fresh_dir)
+    env = {"SPECGATE_SANDBOX_BWRAP": str(fresh_dir / "no-bwrap")}
+    status = specgate("status", cwd=fresh_dir, env=env)
+    assert status.returncode == 0, status.stderr
+    assert "sandbox  UNAVAILABLE  code tests are not run: bubblewrap not found" in status.stdout
 
 
 def test_db_downgrade_and_current(fresh_dir):

@@ -11,7 +11,8 @@ from gate.db import migrate
 from gate.db.engine import make_engine, session_factory
 from gate.errors import ConfigError
 from gate.health import redis_health
-from gate.status import store_status
+from gate.settings import Settings
+from gate.status import store_status, unsandboxed_evaluations
 
 
 def status(database_url: DatabaseOption = None) -> None:
@@ -26,11 +27,13 @@ def status(database_url: DatabaseOption = None) -> None:
     engine = make_engine(url)
     with session_factory(engine)() as session:
         summary = store_status(session, max_requeues=settings.pair_requeue_max)
+        unsandboxed = unsandboxed_evaluations(session)
     engine.dispose()
     console = Console()
     console.print(f"store  {migrate.describe(url)}  (schema {revision})")
     broker = redis_health(settings.redis_url)
     console.print(f"redis  {broker.detail}" + ("" if broker.ok else "  [red]DOWN[/red]"))
+    _print_sandbox(console, settings, unsandboxed)
     table = Table("table", "rows")
     for name, count in summary.counts.items():
         table.add_row(name, str(count))
@@ -49,3 +52,16 @@ def status(database_url: DatabaseOption = None) -> None:
         console.print(line)
     if summary.empty:
         typer.echo("The store is empty: register routes and a rollout to start collecting.")
+
+
+def _print_sandbox(console: Console, settings: Settings, unsandboxed: int) -> None:
+    # Probed on this host: run `specgate status` where the workers run to judge theirs.
+    from evaluators.jail import probe
+
+    found = probe(settings.sandbox_bwrap, settings.sandbox_uid)
+    if found.jail is not None:
+        console.print(f"sandbox  ok: {found.detail}", markup=False, highlight=False)
+    else:
+        console.print(f"sandbox  [red]UNAVAILABLE[/red]  code tests are not run: {found.detail}")
+    if unsandboxed:
+        console.print(f"evaluations not evaluable (no sandbox): {unsandboxed}")

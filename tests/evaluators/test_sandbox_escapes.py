@@ -93,7 +93,8 @@ def worker_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def bomb(token: str) -> str:
     """Python source for a command line that forks for ever and carries `token`."""
-    loop = f"import os\\nwhile True:\\n    try:\\n        os.fork()\\n    except OSError:\\n        pass  # {token}"
+    loop = "import os\\nwhile True:\\n    try:\\n        os.fork()\\n"
+    loop += f"    except OSError:\\n        pass  # {token}"
     return f"['/proc/self/exe', '-c', '{loop}']"
 
 
@@ -152,7 +153,8 @@ def test_nothing_outside_the_work_dir_can_be_written_and_host_tmp_is_untouched(t
     code = f"""
     import os
     refused = []
-    for path in ("/etc/{token}", "/usr/lib/{token}", "/{token}", "/proc/{token}", "{os.getcwd()}/x"):
+    for path in ("/etc/{token}", "/usr/lib/{token}", "/{token}", "/proc/{token}",
+                 "{os.getcwd()}/{token}"):
         try:
             open(path, "w").write("x")
         except OSError:
@@ -189,7 +191,8 @@ def test_the_worker_processes_files_and_secrets_are_out_of_sight():
     """
     result = evaluate(code)
     assert result.passed, report(result)
-    assert SECRET not in json.dumps(result.details) and DB_PASSWORD not in json.dumps(result.details)
+    stored = json.dumps(result.details)
+    assert SECRET not in stored and DB_PASSWORD not in stored
 
 
 @pytest.mark.parametrize("port", [5432, 6379])
@@ -249,8 +252,8 @@ TaskEvaluator(Limits(timeout_s=60)).evaluate(GenerationView("candidate", output=
 
 
 def test_no_sandbox_process_survives_a_sigkilled_worker(token):
-    code = f"import os, sys, time\nos.posix_spawn(sys.executable, {sleeper(token)}, {{}}, setsid=True)"
-    code += "\ntime.sleep(10**6)"
+    spawn = f"os.posix_spawn(sys.executable, {sleeper(token)}, {{}}, setsid=True)"
+    code = f"import os, sys, time\n{spawn}\ntime.sleep(10**6)"
     worker = subprocess.Popen([sys.executable, "-c", WORKER, code], start_new_session=True)
     try:
         assert wait_until(lambda: bool(processes_with(token)), 60), "the sandbox never started"
