@@ -64,7 +64,17 @@ def policy_entries(policy: Mapping[str, Any] | None) -> list[tuple[str, dict[str
 def build_evaluators(policy: Mapping[str, Any] | None) -> EvaluatorSet:
     """Build the evaluators a policy configures; unknown names or options are errors."""
     # Cached on the entries' JSON: workers build each rollout's set once, not per task.
-    return _build(json.dumps(policy_entries(policy), sort_keys=True))
+    return _build(json.dumps(_with_sandbox(policy, policy_entries(policy)), sort_keys=True))
+
+
+def _with_sandbox(
+    policy: Mapping[str, Any] | None, entries: list[tuple[str, dict[str, Any]]]
+) -> list[tuple[str, dict[str, Any]]]:
+    # The policy's top-level `sandbox` reaches the task evaluator unless its options say.
+    mode = (policy or {}).get("sandbox")
+    if mode is None:
+        return entries
+    return [(n, {"sandbox": mode, **o} if n == "task" else o) for n, o in entries]
 
 
 @lru_cache(maxsize=64)
@@ -83,3 +93,13 @@ def _build(entries_json: str) -> EvaluatorSet:
         except TypeError as exc:
             raise ConfigError(f"bad options for evaluator {name!r}: {exc}") from None
     return EvaluatorSet(tuple(side), tuple(pair))
+
+
+def code_sandbox(policy: Mapping[str, Any] | None) -> str | None:
+    """Return how the policy's task evaluator contains code (`bwrap`, `unsafe-local`)."""
+    try:
+        entries = _with_sandbox(policy, policy_entries(policy))
+    except ConfigError:
+        return None
+    modes = [str(options.get("sandbox", "bwrap")) for name, options in entries if name == "task"]
+    return modes[0] if modes else None

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
+from evaluators.registry import code_sandbox
 from gate.db.enums import Cohort, Decision, GenerationStatus, RolloutState
 from gate.db.models import Generation, Route
 from gate.reports import queries
@@ -41,6 +42,8 @@ class RolloutRow(BaseModel):
     baseline_route: str
     candidate_route: str
     latest_verdict: VerdictBrief | None
+    # How the task evaluator contains code: `/ui` flags `unsafe-local` next to the mode.
+    sandbox: str | None = None
 
 
 class LatencyPoint(BaseModel):
@@ -131,6 +134,7 @@ def overview(session: Session) -> list[RolloutRow]:
                 latest_verdict=VerdictBrief.model_validate(verdict, from_attributes=True)
                 if verdict
                 else None,
+                sandbox=code_sandbox(r.policy),
             )
         )
     return rows

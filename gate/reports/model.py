@@ -145,6 +145,8 @@ class RolloutWeek:
     current: RolloutStats
     previous: RolloutStats
     verdicts: dict[str, int]
+    # How the task evaluator contained code; the report flags `unsafe-local`.
+    sandbox: str | None = None
 
 
 @dataclass(frozen=True)

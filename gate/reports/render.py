@@ -118,6 +118,7 @@ def markdown(report: WeeklyReport) -> str:
     lines += ["", "## Verdicts", "", *_md_table(_verdict_table(report))]
     for week in report.rollouts:
         lines += [f"## {week.name} ({week.alias}), now {week.state}", ""]
+        lines += [_weak_sandbox(week), ""] if _weak_sandbox(week) else []
         for table in _tables(week, previous):
             lines += _md_table(table)
     return "\n".join(lines).rstrip() + "\n"
@@ -169,7 +170,15 @@ def html(report: WeeklyReport) -> str:
         parts.append(
             f"<h2>{escape(week.name)} ({escape(week.alias)}), now {escape(week.state)}</h2>"
         )
+        if _weak_sandbox(week):
+            parts.append(f"<p><strong>{escape(_weak_sandbox(week))}</strong></p>")
         parts += [_html_table(t) for t in _tables(week, previous)]
         for kind in ("latency", "acceptance", "quality"):
             parts.append(_img(f"{kind}-{week.rollout_id}.png", f"{kind} of {week.name}"))
     return "\n".join([*parts, "</body></html>"]) + "\n"
+
+
+def _weak_sandbox(week: RolloutWeek) -> str:
+    if week.sandbox != "unsafe-local":
+        return ""
+    return "Code tests ran with sandbox: unsafe-local (no namespaces: weaker isolation)."

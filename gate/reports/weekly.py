@@ -7,6 +7,7 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
+from evaluators.registry import code_sandbox
 from gate.db.enums import Cohort, GenerationStatus
 from gate.db.models import Generation
 from gate.reports import findings, plots, queries, render, store
@@ -59,6 +60,7 @@ def compute_weekly(session: Session, week: Week) -> WeeklyReport:
             current=rollout_stats(session, queries.Window(r.id, week.start, week.end)),
             previous=rollout_stats(session, queries.Window(r.id, before.start, before.end)),
             verdicts=dict(Counter(v.decision.value for v in verdict_rows if v.rollout_id == r.id)),
+            sandbox=code_sandbox(r.policy),
         )
         for r in rollouts
     ]

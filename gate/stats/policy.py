@@ -129,6 +129,9 @@ class Policy(_Model):
     max_dropped_share: float = Field(0.05, gt=0.0, le=1.0)
     max_cohort_imbalance: float = Field(0.10, gt=0.0)
     auto_kill: bool = True
+    # How the task evaluator contains the code it runs. `unsafe-local` (no namespaces,
+    # for a laptop without bubblewrap) only when named; /ui and the report flag it.
+    sandbox: Literal["bwrap", "unsafe-local"] = "bwrap"
 
     @model_validator(mode="after")
     def _check(self) -> Policy:

@@ -178,6 +178,8 @@ def test_the_sandbox_is_the_default_and_unsafe_local_only_by_name():
     assert result.passed and result.details["execution"]["isolation"] == "unsafe-local"
     with pytest.raises(ConfigError, match="sandbox must be one of"):
         build_evaluators({"evaluators": {"task": {"sandbox": "none"}}})
+    (task,) = [e for e in build_evaluators({"sandbox": "unsafe-local"}).side if e.name == "task"]
+    assert task.sandbox is SandboxMode.UNSAFE_LOCAL
     # The old switches that fell back silently are gone.
     with pytest.raises(ConfigError, match="namespace"):
         build_evaluators({"evaluators": {"task": {"namespace": False}}})

@@ -128,7 +128,10 @@
     for (const r of state.rollouts) {
       const row = el("tr");
       row.dataset.rolloutId = r.id;
-      row.append(el("td", r.id), el("td", r.name), el("td", r.alias), el("td", r.mode));
+      const mode = el("td", r.mode);
+      // Code tests run with weaker isolation only when the policy names it: say so.
+      if (r.sandbox === "unsafe-local") mode.append(" ", el("span", "sandbox: unsafe-local", "badge warn"));
+      row.append(el("td", r.id), el("td", r.name), el("td", r.alias), mode);
       const cell = el("td");
       cell.append(el("span", r.state, `badge state ${r.state}`));
       row.append(cell, el("td", r.stage), el("td", r.sample_rate));

@@ -11,7 +11,7 @@ from matplotlib import image
 from sqlalchemy import func, select
 
 from gate.db.enums import Decision
-from gate.db.models import Report
+from gate.db.models import Report, Rollout
 from gate.reports.model import Week
 from gate.reports.plots import HEIGHT_PX, WIDTH_PX
 from gate.reports.weekly import build_weekly
@@ -162,6 +162,19 @@ def test_numbers_match_the_database(seeded, tmp_path):
     assert [(k["rollout"], k["actor"], k["reason"]) for k in summary["kills"]] == [
         ("fast", "key:ops", "acceptance collapsed in code")
     ]
+
+
+def test_a_rollout_whose_code_ran_without_the_sandbox_says_so(seeded, tmp_path):
+    db, _records, ids = seeded
+    db.get(Rollout, ids["slow"]).policy = {"sandbox": "unsafe-local"}
+    db.flush()
+    report = build_weekly(db, "2026-W40", out_dir=tmp_path)
+    slow = report.markdown.split("## slow")[1].split("## fast")[0]
+    assert (
+        "sandbox: unsafe-local" in slow
+        and "sandbox: unsafe-local" not in report.markdown.split("## slow")[0]
+    )
+    assert "unsafe-local" in (tmp_path / "report.html").read_text()
 
 
 def test_regressions_come_first_and_name_what_got_worse(seeded, tmp_path):

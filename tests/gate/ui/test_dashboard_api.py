@@ -98,6 +98,22 @@ def test_overview_shows_the_latest_verdict(live):
         "hold",
     )
     assert (row["baseline_route"], row["candidate_route"]) == ("live-base", "live-spec")
+    assert row["sandbox"] == "bwrap"
+
+
+@pytest.mark.postgres
+def test_overview_flags_a_policy_that_runs_code_without_the_sandbox(pg_committing, pg_url):
+    with pg_committing() as db, db.begin():
+        factories.rollout(db, name="laptop", policy={"sandbox": "unsafe-local"})
+        factories.rollout(db, name="server")
+    tokens = make_keys(pg_committing)
+    with TestClient(control_app(pg_url, pg_committing)) as client:
+        rows = client.get("/v1/dashboard/rollouts", headers=bearer(tokens["read"])).json()
+        routes = {"baseline_route": "server-base", "candidate_route": "server-spec"}
+        bad = {"name": "bad", "alias": "bad", **routes, "policy": {"sandbox": "none"}}
+        refused = client.post("/v1/rollouts", json=bad, headers=bearer(tokens["admin"]))
+    assert {r["name"]: r["sandbox"] for r in rows} == {"laptop": "unsafe-local", "server": "bwrap"}
+    assert refused.status_code in (400, 422) and "sandbox" in refused.text
 
 
 @pytest.mark.postgres
