@@ -37,6 +37,7 @@ RUN /opt/specgate/bin/pip install --no-cache-dir ".${EXTRAS:+[${EXTRAS}]}" \
 FROM ${PYTHON_IMAGE} AS runtime
 ARG EXTRAS=""
 ARG LIBGOMP_VERSION=12.2.0-14+deb12u1
+ARG BUBBLEWRAP_VERSION=0.8.0-2+deb12u1
 LABEL org.opencontainers.image.title="specgate" \
       org.opencontainers.image.description="Rollout gate and observability for LLM speculative decoding" \
       org.opencontainers.image.licenses="Apache-2.0"
@@ -46,12 +47,15 @@ ENV PATH=/opt/specgate/bin:$PATH \
     SPECGATE_HOME=/var/lib/specgate \
     SPECGATE_MODEL_CACHE=/opt/specgate/models \
     HEALTHCHECK_URL=http://127.0.0.1:8080/healthz
-# llama.cpp (EXTRAS=engines) links OpenMP's runtime, which the slim image lacks.
-RUN case ",${EXTRAS}," in \
-      *,engines,*) apt-get update \
-        && apt-get install -y --no-install-recommends "libgomp1=${LIBGOMP_VERSION}" \
-        && rm -rf /var/lib/apt/lists/* ;; \
-    esac
+# bubblewrap boxes the code the task-completion evaluator runs (without it, code tests are
+# recorded "not evaluable (no sandbox)"); llama.cpp (EXTRAS=engines) links OpenMP's
+# runtime, which the slim image lacks.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends "bubblewrap=${BUBBLEWRAP_VERSION}" \
+ && case ",${EXTRAS}," in \
+      *,engines,*) apt-get install -y --no-install-recommends "libgomp1=${LIBGOMP_VERSION}" ;; \
+    esac \
+ && rm -rf /var/lib/apt/lists/*
 RUN groupadd --system --gid 10001 specgate \
  && useradd --system --uid 10001 --gid specgate --home-dir /var/lib/specgate \
       --shell /usr/sbin/nologin specgate \

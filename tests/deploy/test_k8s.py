@@ -150,7 +150,7 @@ def test_every_secret_reference_is_satisfied(overlay):
             ref = env.get("valueFrom", {}).get("secretKeyRef")
             if not ref:
                 continue
-            if name == "prod":
+            if name.startswith("prod"):
                 assert ref["name"] == "specgate"  # brought by the operator, not the repo
                 continue
             if ref.get("optional"):
@@ -245,3 +245,14 @@ def test_specgate_pods_run_unprivileged(overlay):
             assert context["allowPrivilegeEscalation"] is False, workload
             assert context["capabilities"]["drop"] == ["ALL"], workload
             assert "memory" in container["resources"]["limits"], workload
+
+
+@pytest.mark.parametrize(
+    ("overlay_name", "field", "value"),
+    [("prod-gvisor", "runtimeClassName", "gvisor"), ("prod-userns", "hostUsers", False)],
+)
+def test_sandbox_overlays_open_user_namespaces_to_evaluator_pods_only(overlay_name, field, value):
+    docs = render(K8S / "overlays" / overlay_name)
+    for workload, template in pod_templates(docs):
+        evaluates = workload.endswith(("-worker", "-beat"))
+        assert (template["spec"].get(field) == value) is evaluates, workload
