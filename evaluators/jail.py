@@ -58,7 +58,8 @@ class Jail:
             *("--unshare-all", "--unshare-user", "--disable-userns"),
             *("--uid", "65534", "--gid", "65534", "--hostname", "sandbox"),
             *mounts,
-            *("--proc", "/proc", "--dev", "/dev"),
+            # bwrap's /dev is a tmpfs of its own, unbounded: read-only, its devices still work.
+            *("--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev"),
             *("--size", str(work_bytes), "--tmpfs", WORKDIR, "--remount-ro", "/"),
             *("--die-with-parent", "--new-session", "--cap-drop", "ALL"),
             *("--clearenv", "--setenv", "HOME", WORKDIR, "--setenv", "TMPDIR", WORKDIR),

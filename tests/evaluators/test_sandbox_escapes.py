@@ -154,13 +154,14 @@ def test_nothing_outside_the_work_dir_can_be_written_and_host_tmp_is_untouched(t
     import os
     refused = []
     for path in ("/etc/{token}", "/usr/lib/{token}", "/{token}", "/proc/{token}",
-                 "{os.getcwd()}/{token}"):
+                 "/dev/{token}", "/dev/shm/{token}", "{os.getcwd()}/{token}"):
         try:
             open(path, "w").write("x")
         except OSError:
             refused.append(path)
     open("{marker}", "w").write("inside")
-    OK, REPORT = len(refused) == 5, refused
+    open("/dev/null", "w").write("devices still work")
+    OK, REPORT = len(refused) == 7, refused
     """
     result = evaluate(code)
     assert result.passed, report(result)
