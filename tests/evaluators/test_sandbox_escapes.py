@@ -246,7 +246,7 @@ from evaluators.secrets import make_non_dumpable
 from evaluators.task import TaskEvaluator
 
 make_non_dumpable()
-answer = "```python\\n" + sys.argv[1] + "\\n```"
+answer = "```python\\n" + sys.stdin.read() + "\\n```"
 request = RequestView(inputs={"tests": {"cases": ["pass"], "timeout_s": 60}})
 TaskEvaluator(Limits(timeout_s=60)).evaluate(GenerationView("candidate", output=answer), request)
 """
@@ -255,7 +255,13 @@ TaskEvaluator(Limits(timeout_s=60)).evaluate(GenerationView("candidate", output=
 def test_no_sandbox_process_survives_a_sigkilled_worker(token):
     spawn = f"os.posix_spawn(sys.executable, {sleeper(token)}, {{}}, setsid=True)"
     code = f"import os, sys, time\n{spawn}\ntime.sleep(10**6)"
-    worker = subprocess.Popen([sys.executable, "-c", WORKER, code], start_new_session=True)
+    # The code goes in on stdin: on the command line, the token would mark the worker too.
+    worker = subprocess.Popen(
+        [sys.executable, "-c", WORKER], stdin=subprocess.PIPE, start_new_session=True
+    )
+    assert worker.stdin is not None
+    worker.stdin.write(code.encode())
+    worker.stdin.close()
     try:
         assert wait_until(lambda: bool(processes_with(token)), 60), "the sandbox never started"
     finally:
