@@ -121,7 +121,9 @@ def _jail(bwrap: str, python: str, host_uid: int | None) -> Jail:
     paths = _python_paths(python)
     trees = [p for p in (paths.get("stdlib"), paths.get("platstdlib"), paths.get("libdir")) if p]
     binds = [d for d in _LIBRARY_DIRS if os.path.lexists(d)]
-    binds += [t for t in trees if not any(_inside(t, b) for b in binds)]
+    for tree in sorted(trees, key=len):  # a parent first: what lies inside it comes along
+        if not any(_inside(tree, b) for b in binds):
+            binds.append(tree)
     if not any(_inside(python, b) for b in binds):
         binds.append(python)
     masks = [p for p in (paths.get("purelib"), paths.get("platlib")) if p and os.path.isdir(p)]
