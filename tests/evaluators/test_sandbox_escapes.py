@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import uuid
@@ -287,33 +289,62 @@ def test_no_sandbox_process_survives_a_sigkilled_worker(token):
         worker.wait()
 
 
-def test_without_bubblewrap_no_code_runs_and_it_is_not_evaluable(tmp_path, monkeypatch, caplog):
+def escapes(token: str, marker: Path, port: int) -> list[str]:
+    """Every attempt above, each also leaving a trace on the host if it ran at all."""
+    trace = f"open({str(marker)!r}, 'a').write('ran')\n"
+    trace += f"socket.create_connection(('127.0.0.1', {port}), timeout=2).close()\n"
+    attempts = [
+        f"os.posix_spawn(sys.executable, {bomb(token)}, {{}})",
+        f"os.posix_spawn(sys.executable, {sleeper(token)}, {{}}, setsid=True)",
+        f"open('/tmp/{token}', 'w').write('x')",
+        "print([open(p, 'rb').read() for p in glob.glob('/proc/*/environ')])",
+        "socket.create_connection(('127.0.0.1', 5432), timeout=2).close()",
+        "hog = bytearray(2 * 1024 ** 3)",
+        "open('fill', 'wb').write(b'x' * 100 * 1024 * 1024)",
+    ]
+    return [f"import glob, os, socket, sys\n{trace}{attempt}" for attempt in attempts]
+
+
+@pytest.fixture
+def fake_bwraps(tmp_path: Path) -> Iterator[list[SandboxConfig]]:
+    """bwrap missing (a path, then not on PATH), and one that the kernel refuses."""
+    # Where the sandbox uid can run it: a root worker starts bwrap as that uid.
+    folder = Path(tempfile.mkdtemp(prefix="specgate-fake-bwrap-"))
+    folder.chmod(0o755)
+    refused = folder / "bwrap"
+    refused.write_text(
+        "#!/bin/sh\necho 'bwrap: No permissions to create a new namespace' >&2\nexit 1\n"
+    )
+    refused.chmod(0o755)
+    missing = SandboxConfig(bwrap=str(tmp_path / "bwrap"))
+    yield [missing, SandboxConfig(bwrap="bwrap"), SandboxConfig(bwrap=str(refused))]
+    shutil.rmtree(folder)
+
+
+def test_without_a_working_sandbox_nothing_runs_and_it_is_not_evaluable(
+    token, tmp_path, monkeypatch, caplog, fake_bwraps
+):
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(8)
     listener.setblocking(False)
-    port = listener.getsockname()[1]
     marker = tmp_path / "ran"
-    code = f"""
-    import socket
-    open("{marker}", "w").write("ran")
-    socket.create_connection(("127.0.0.1", {port}), timeout=2).close()
-    OK, REPORT = True, ''
-    """
+    attempts = escapes(token, marker, listener.getsockname()[1])
     before = NOT_RUN._value.get()
-    for config in (SandboxConfig(bwrap=str(tmp_path / "bwrap")), SandboxConfig(bwrap="bwrap")):
-        monkeypatch.setenv("PATH", str(tmp_path))  # the second: bwrap is not on PATH
+    monkeypatch.setenv("PATH", str(tmp_path))  # bwrap is not on PATH
+    for config in fake_bwraps:
         probe.cache_clear()
         configure(config)
-        for _ in range(2):
+        for code in attempts:
             result = evaluate(code)
             assert result.not_evaluable is NotEvaluable.NO_SANDBOX and result.passed is None
-            assert "bubblewrap not found" in result.details["sandbox"]
+        assert result.details["sandbox"].startswith(("bubblewrap not found", "bubblewrap does"))
     probe.cache_clear()
-    assert NOT_RUN._value.get() == before + 4
+    assert "No permissions to create a new namespace" in result.details["sandbox"]
+    assert NOT_RUN._value.get() == before + len(fake_bwraps) * len(attempts)
     # Loud once per process and setting, not once per evaluation.
-    assert sum("sandbox_unavailable" in r.getMessage() for r in caplog.records) == 2
-    assert not marker.exists()
+    assert sum("sandbox_unavailable" in r.getMessage() for r in caplog.records) == 3
+    assert not marker.exists() and not Path(f"/tmp/{token}").exists()
     with pytest.raises(BlockingIOError):
         listener.accept()
     listener.close()
