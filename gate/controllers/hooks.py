@@ -118,15 +118,12 @@ def answer_argo(
     actor: str,
     publisher: Publisher | None,
 ) -> Answer:
-    """Act on an Argo Rollouts notification: an abort kills, a completion promotes."""
+    """Act on an Argo Rollouts notification: an abort kills, a completion ends mirroring."""
     reason = f"Argo Rollouts {note.event.value} {note.controller_rollout} {note.message}".strip()
     if note.event is ArgoEvent.ABORTED:
         _act(session, rollout, Action.KILL, actor, reason, publisher)
         return Answer(True, "killed")
-    if rollout.state is RolloutState.RUNNING:
-        _act(session, rollout, Action.PROMOTE, actor, reason, publisher)
-        return Answer(True, f"promote applied: now {rollout.state.value}")
-    return Answer(True, f"nothing to do: rollout is {rollout.state.value}")
+    return Answer(True, _finish(session, rollout, actor, reason, publisher))
 
 
 def _report(
@@ -160,6 +157,17 @@ def _report(
             )
         return Answer(True, f"recorded: rollout is {rollout.state.value}")
     return Answer(True, f"recorded phase {payload.phase or 'none'}")
+
+
+def _finish(
+    session: Session, rollout: Rollout, actor: str, reason: str, publisher: Publisher | None
+) -> str:
+    # The controller promoted: its stable Service (specgate's baseline route) now serves the
+    # new revision and the canary one empties, so stop mirroring; never route to the canary.
+    if rollout.state is not RolloutState.RUNNING:
+        return f"nothing to do: rollout is {rollout.state.value}"
+    _act(session, rollout, Action.HOLD, actor, f"controller promoted: {reason}", publisher)
+    return "held: the controller promoted; the baseline route now serves the new revision"
 
 
 def _ready(rollout: Rollout, routes: list[Route], probe: Probe) -> Answer:

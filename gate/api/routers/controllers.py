@@ -131,7 +131,7 @@ def flagger_hook(
 def argo_notification(
     note: ArgoNotification, db: SessionDep, svc: ServicesDep, who: Operator
 ) -> HookOut:
-    """An Argo Rollouts notification (`on-rollout-aborted` kills, `-completed` promotes)."""
+    """An Argo Rollouts notification: `on-rollout-aborted` kills, `-completed` ends mirroring."""
     rollout = db.scalars(select(Rollout).where(Rollout.name == note.rollout)).first()
     if rollout is None:
         raise NotFound(f"rollout {note.rollout!r} not found")
