@@ -146,16 +146,8 @@ def _report(
         )
         return Answer(True, "killed: Flagger reported the canary failed")
     if hook is FlaggerHook.POST_ROLLOUT and payload.phase == "Succeeded":
-        if rollout.state is RolloutState.RUNNING:
-            _act(
-                session,
-                rollout,
-                Action.PROMOTE,
-                actor,
-                "Flagger post-rollout: Succeeded",
-                publisher,
-            )
-        return Answer(True, f"recorded: rollout is {rollout.state.value}")
+        reason = "Flagger post-rollout: Succeeded"
+        return Answer(True, _finish(session, rollout, actor, reason, publisher))
     return Answer(True, f"recorded phase {payload.phase or 'none'}")
 
 

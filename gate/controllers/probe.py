@@ -6,7 +6,8 @@ import httpx
 
 from gate.db.models import Route
 
-TIMEOUT_S = 2.0
+# Two probes must fit in the 15 s the example Canary gives each hook.
+TIMEOUT_S = 5.0
 
 
 def route_problem(route: Route) -> str | None:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Depends, Path, Query
 from pydantic import BaseModel, Field
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 from starlette.responses import JSONResponse
 
-from gate.api.deps import Admin, Operator, Reader, ServicesDep, SessionDep
+from gate.api.deps import Admin, Operator, Reader, ServicesDep, session
 from gate.controllers import links
 from gate.controllers.analysis import AnalysisOut, analysis
 from gate.controllers.hooks import (
@@ -25,6 +26,9 @@ from gate.errors import BadRequest, Conflict, NotFound
 from gate.rollouts import service
 
 router = APIRouter(prefix="/v1", tags=["controllers"])
+# The commit runs before the answer is sent: a controller acts on a 2xx at once (a kill it
+# reported, a rollout a hook started), so the answer must be a committed change.
+SessionDep = Annotated[Session, Depends(session, scope="function")]
 RolloutId = Annotated[int, Path(ge=1, le=2**31 - 1)]
 Token = Annotated[str, Path(min_length=8, max_length=128, description="The rollout's hook token.")]
 

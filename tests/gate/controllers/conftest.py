@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -76,6 +77,12 @@ class Specgate:
             headers=self.auth("operate"),
         )
         assert response.status_code == 200, response.text
+        # The rollouts router still commits after answering (its session is request-scoped),
+        # so wait for the kill to be visible before playing the controller's next check.
+        deadline = time.monotonic() + 10
+        while self.state() is not RolloutState.KILLED:
+            assert time.monotonic() < deadline, "the kill never became visible"
+            time.sleep(0.01)
 
     def state(self) -> RolloutState:
         with self.sessions() as db:
