@@ -5,13 +5,32 @@ from __future__ import annotations
 import logging
 import re
 
-HOOK_PATH = re.compile(r"(/v1/hooks/flagger/[^/\s?]+/)[^/\s?\"]+")
-REDACTED = r"\1***"
+PREFIX = "/v1/hooks/flagger/"
+HOOK_PATH = re.compile(re.escape(PREFIX) + r"([^\s?\"]*)")
+HOOKS = frozenset(
+    {
+        "confirm-rollout",
+        "pre-rollout",
+        "rollout",
+        "confirm-traffic-increase",
+        "confirm-promotion",
+        "post-rollout",
+        "rollback",
+        "event",
+    }
+)
+
+
+def _mask(match: re.Match[str]) -> str:
+    # Keep a known hook name; everything else after the prefix may be a token (a URL wired
+    # wrongly can carry it in any segment).
+    hook, slash, _ = match.group(1).partition("/")
+    return PREFIX + (f"{hook}/***" if hook in HOOKS and slash else "***")
 
 
 def redact(text: str) -> str:
     """Replace every hook token in `text`."""
-    return HOOK_PATH.sub(REDACTED, text)
+    return HOOK_PATH.sub(_mask, text)
 
 
 class RedactTokens(logging.Filter):

@@ -109,3 +109,13 @@ def test_an_abort_notification_kills_the_rollout_in_specgate(specgate):
     )
     assert answer.status_code == 200, answer.text
     assert specgate.state() is RolloutState.KILLED
+
+
+def test_linking_a_controller_needs_an_admin_key(specgate):
+    url = f"/v1/rollouts/{specgate.rollout_id}/controller"
+    body = {"controller": "argo-rollouts"}
+    for scope, status in (("read", 403), ("operate", 403), ("admin", 200)):
+        assert (
+            specgate.client.post(url, json=body, headers=specgate.auth(scope)).status_code == status
+        )
+    assert specgate.client.post(url, json=body).status_code == 401

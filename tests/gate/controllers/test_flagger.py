@@ -144,3 +144,13 @@ def test_the_token_is_stored_as_an_hmac_and_never_logged(specgate, access_log):
     hook_lines = [line for line in access_log if "/v1/hooks/flagger/" in line]
     assert len(hook_lines) >= 3, access_log
     assert all(token not in line and "/***" in line for line in hook_lines), hook_lines
+
+
+def test_a_token_in_a_miswired_url_is_masked_too(specgate, access_log):
+    token = str(specgate.link("flagger")["hook_token"])
+    payload = {"name": "vllm-llama-8b", "namespace": "llm"}
+    for path in (f"/v1/hooks/flagger/{token}", f"/v1/hooks/flagger/{token}/rollback",
+                 f"/v1/hooks/flagger/roll-back/{token}?x=1"):  # fmt: skip
+        assert specgate.client.post(path, json=payload).status_code in (404, 405, 422)
+    hook_lines = [line for line in access_log if "/v1/hooks/flagger/" in line]
+    assert len(hook_lines) == 3 and not any(token in line for line in hook_lines), hook_lines
