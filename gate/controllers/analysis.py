@@ -93,9 +93,13 @@ def decision_of(rollout: Rollout, verdict: Verdict | None) -> Decision:
     """Return what the controller should do: the state's meaning, else the last verdict's."""
     if rollout.state in BY_STATE:
         return BY_STATE[rollout.state]
-    if rollout.state is RolloutState.RUNNING and verdict is not None:
-        return verdict.decision
-    return Decision.CONTINUE
+    if rollout.state is not RolloutState.RUNNING or verdict is None:
+        return Decision.CONTINUE
+    # With `auto_kill: false` a person decides on proven harm: the controller must not
+    # abort on its own either, so it reads hold (Inconclusive) until someone kills.
+    if verdict.decision is Decision.KILL and not load_policy(rollout.policy).auto_kill:
+        return Decision.HOLD
+    return verdict.decision
 
 
 def analysis(session: Session, *, rollout: Rollout) -> AnalysisOut:

@@ -56,7 +56,8 @@ def link_rollout(
     link.poll_interval_s = poll_interval_s
     link.missed_polls = missed_polls
     link.token_hash = token_digest(secret_key, token) if token else None
-    link.last_polled_at = None
+    # Silence is counted from the (re)link, never from an older link's time.
+    link.created_at, link.last_polled_at = utcnow(), None
     session.add(link)
     session.flush()
     audit.record(

@@ -9,7 +9,8 @@ import httpx
 import pytest
 
 from gate.db.enums import RolloutState
-from tests.gate.controllers.conftest import NAME
+from gate.db.models import Rollout
+from tests.gate.controllers.conftest import NAME, POLICY
 from tests.gate.controllers.harness import ArgoMetric, manifest, rollout_outcome
 from tests.servers import closed_port
 
@@ -119,3 +120,16 @@ def test_linking_a_controller_needs_an_admin_key(specgate):
             specgate.client.post(url, json=body, headers=specgate.auth(scope)).status_code == status
         )
     assert specgate.client.post(url, json=body).status_code == 401
+
+
+def test_without_auto_kill_proven_harm_waits_for_a_person(specgate):
+    with specgate.sessions() as db, db.begin():
+        db.get(Rollout, specgate.rollout_id).policy = {**POLICY, "auto_kill": False}
+    specgate.start()
+    specgate.seed(600, candidate_pass=0.60, baseline_pass=0.85)
+    specgate.judge()
+    assert specgate.state() is RolloutState.RUNNING  # the gate did not act on its own
+    run = metric(specgate)
+    assert run.step(specgate.client) == "Running" and run.values == ["hold"]
+    specgate.kill("confirmed by on-call")
+    assert run.step(specgate.client) == "Failed"
