@@ -19,6 +19,7 @@ from gate.periodic import judge_running
 from gate.rollouts import service
 from gate.rollouts.states import Action
 from gate.routing.pubsub import LocalBus
+from gate.routing.sync import db_loader
 from gate.settings import Settings
 from tests import factories
 from tests.servers import serving
@@ -83,6 +84,10 @@ class Specgate:
         while self.state() is not RolloutState.KILLED:
             assert time.monotonic() < deadline, "the kill never became visible"
             time.sleep(0.01)
+
+    def candidate_traffic(self) -> bool:
+        """Whether the gateways' routing (as they load it) sends anything to the candidate."""
+        return db_loader(self.sessions)().by_alias[NAME].plan.candidate_traffic
 
     def state(self) -> RolloutState:
         with self.sessions() as db:

@@ -103,6 +103,7 @@ def test_the_analysis_needs_a_read_key(specgate):
 
 def test_an_abort_notification_kills_the_rollout_in_specgate(specgate):
     specgate.start()
+    assert specgate.candidate_traffic()
     body = {"event": "rollout-aborted", "rollout": NAME, "controller_rollout": "llm/vllm-llama-8b"}
     assert specgate.client.post("/v1/hooks/argo-rollouts", json=body).status_code == 401
     answer = specgate.client.post(
@@ -110,6 +111,7 @@ def test_an_abort_notification_kills_the_rollout_in_specgate(specgate):
     )
     assert answer.status_code == 200, answer.text
     assert specgate.state() is RolloutState.KILLED
+    assert not specgate.candidate_traffic()  # mirroring stopped
 
 
 def test_linking_a_controller_needs_an_admin_key(specgate):

@@ -89,10 +89,11 @@ def test_flaggers_own_rollback_kills_the_rollout_in_specgate(specgate):
     token = str(specgate.link("flagger")["hook_token"])
     flagger = canary(specgate, token)
     begin(flagger)
-    assert specgate.state() is RolloutState.RUNNING
+    assert specgate.state() is RolloutState.RUNNING and specgate.candidate_traffic()
     flagger.failed_checks = int(flagger.analysis["threshold"])  # e.g. its own metric failed
     assert flagger.tick() == "Failed"
     assert specgate.state() is RolloutState.KILLED
+    assert not specgate.candidate_traffic()  # mirroring stopped
     with specgate.sessions() as db:
         kill = db.scalars(select(AuditEvent).where(AuditEvent.action == "kill")).one()
     assert kill.actor == "flagger:llm/vllm-llama-8b" and "Failed" in kill.reason
