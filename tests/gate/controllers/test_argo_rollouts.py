@@ -58,6 +58,9 @@ def test_a_gate_kill_fails_the_analysis_on_the_next_check(specgate):
         "/v1/analysis", params={"name": NAME}, headers=specgate.auth("read")
     ).json()
     assert document["harmful"] and document["killed"] and document["decision"] == "kill"
+    assert document["schema"] == "specgate.analysis/v1" and document["policy_version"]
+    assert document["pairs"]["seen"] > 0 and document["pairs"]["needed"] == 300
+    assert {e["metric"] for e in document["estimates"]} >= {"tpot"}
 
 
 def test_a_person_killing_in_specgate_fails_the_analysis(specgate):

@@ -12,8 +12,9 @@ import pytest
 from sqlalchemy import select
 
 from gate.db.enums import RolloutState
-from gate.db.models import AuditEvent, ControllerLink
+from gate.db.models import AuditEvent, ControllerLink, Rollout
 from tests.gate.controllers.harness import FlaggerCanary, manifest
+from tests.servers import closed_port
 
 pytestmark = pytest.mark.postgres
 
@@ -155,3 +156,14 @@ def test_a_token_in_a_miswired_url_is_masked_too(specgate, access_log):
         assert specgate.client.post(path, json=payload).status_code in (404, 405, 422)
     hook_lines = [line for line in access_log if "/v1/hooks/flagger/" in line]
     assert len(hook_lines) == 3 and not any(token in line for line in hook_lines), hook_lines
+
+
+def test_pre_rollout_waits_for_the_canary_service_to_answer(specgate):
+    with specgate.sessions() as db, db.begin():
+        rollout = db.get(Rollout, specgate.rollout_id)
+        rollout.candidate_route.base_url = f"http://127.0.0.1:{closed_port()}/v1"
+    token = str(specgate.link("flagger")["hook_token"])
+    flagger = canary(specgate, token)
+    assert flagger.tick() == "Progressing"  # confirm-rollout needs only the baseline
+    assert flagger.calls[-1] == ("pre-rollout", 409) and flagger.failed_checks == 1
+    assert specgate.state() is RolloutState.PENDING  # no mirroring to a canary that is not up
