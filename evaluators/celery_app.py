@@ -83,6 +83,7 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
     """The periodic tasks `specgate worker --beat` sends (names from `gate.tasks`)."""
     every = {
         "specgate.gate_all": settings.gate_interval_s,
+        "specgate.controller_watch": settings.gate_interval_s,
         "specgate.sweep_pairs": settings.pair_sweep_interval_s,
         "specgate.scrape": settings.scrape_interval_s,
         "specgate.purge": settings.purge_interval_s,

@@ -44,6 +44,17 @@ def judge_running(sessions: sessionmaker[Session], publisher: Publisher | None) 
     return len(ids)
 
 
+def watch_controllers(sessions: sessionmaker[Session], publisher: Publisher | None) -> int:
+    """Hold running rollouts whose controller stopped checking in; return how many."""
+    from gate.controllers.links import hold_silent
+
+    with transaction(sessions) as session:
+        held = hold_silent(session, publisher=publisher)
+    for rollout_id in held:
+        log.warning("controller_silent_hold rollout=%d", rollout_id)
+    return len(held)
+
+
 def sweep_pairs(sessions: sessionmaker[Session], enqueue: Enqueue, settings: Settings) -> int:
     """Drop pairs past their deadline (completing those whose completion was missed) and
     enqueue again evaluations that never ran; return how many pairs were dropped."""
@@ -92,6 +103,11 @@ def jobs(
     """Return the periodic jobs of a process, with their intervals."""
     return [
         Job("gate", settings.gate_interval_s, lambda: judge_running(sessions, publisher)),
+        Job(
+            "controller_watch",
+            settings.gate_interval_s,
+            lambda: watch_controllers(sessions, publisher),
+        ),
         Job(
             "sweep_pairs",
             settings.pair_sweep_interval_s,

@@ -6,13 +6,14 @@ from celery import current_app
 
 from evaluators.celery_app import pair_enqueuer, runtime_settings, sessions, specgate_task
 from gate.cli.common import publisher
-from gate.periodic import judge_running, purge, scrape, sweep_pairs
+from gate.periodic import judge_running, purge, scrape, sweep_pairs, watch_controllers
 
 GATE_ALL = "specgate.gate_all"
 SWEEP_PAIRS = "specgate.sweep_pairs"
 SCRAPE = "specgate.scrape"
 WEEKLY_REPORT = "specgate.weekly_report"
 PURGE = "specgate.purge"
+CONTROLLER_WATCH = "specgate.controller_watch"
 
 
 @specgate_task(GATE_ALL)
@@ -45,3 +46,9 @@ def weekly_report_task() -> int:
 def purge_task() -> int:
     """Purge content and spans past their retention."""
     return purge(runtime_settings())
+
+
+@specgate_task(CONTROLLER_WATCH)
+def controller_watch_task() -> int:
+    """Hold running rollouts whose Kubernetes controller stopped checking in."""
+    return watch_controllers(sessions(), publisher(runtime_settings()))

@@ -6,14 +6,16 @@ from fastapi import FastAPI
 
 from gate.api import problems
 from gate.api.deps import Services
-from gate.api.routers import browse, dashboard, misc, reports, rollouts, ui
+from gate.api.routers import browse, controllers, dashboard, misc, reports, rollouts, ui
+from gate.controllers import redact
 
 
 def install_control_api(app: FastAPI, services: Services) -> None:
     """Add the control endpoints, their error rendering and their services to `app`."""
     app.state.services = services
     problems.install(app)
-    for module in (rollouts, browse, misc, dashboard, reports, ui):
+    redact.install()
+    for module in (rollouts, controllers, browse, misc, dashboard, reports, ui):
         app.include_router(module.router)
 
 

@@ -12,6 +12,7 @@ from rich.table import Table
 from sqlalchemy import select
 
 from gate.cli.common import DatabaseOption, cli_actor, publisher, settings_with, transaction
+from gate.cli.controller import controller
 from gate.cli.routes_launch import launch
 from gate.db.enums import RolloutMode, RouteRole
 from gate.db.models import Rollout, Route
@@ -24,6 +25,7 @@ from gate.routing import service as routing
 app = typer.Typer(help="Create, inspect and steer rollouts.", no_args_is_help=True)
 routes_app = typer.Typer(help="Register and list routes.", no_args_is_help=True)
 Reason = Annotated[str, typer.Option("--reason", "-r", help="Why; kept in the audit trail.")]
+app.command("controller")(controller)
 
 
 @routes_app.command("add")

@@ -64,8 +64,10 @@ def test_beat_schedules_the_gate_tasks(tmp_path):
     app = make_celery(settings)
     schedule = app.conf.beat_schedule
     assert schedule["specgate.gate_all"]["schedule"] == 42
+    assert schedule["specgate.controller_watch"]["schedule"] == 42
     for name in (
         "specgate.gate_all",
+        "specgate.controller_watch",
         "specgate.sweep_pairs",
         "specgate.scrape",
         "specgate.weekly_report",

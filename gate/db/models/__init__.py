@@ -2,6 +2,7 @@
 
 from gate.db.base import Base
 from gate.db.models.control import ApiKey, AuditEvent, IdempotencyKey, Rollout, Route
+from gate.db.models.controllers import ControllerKind, ControllerLink
 from gate.db.models.quality import Evaluation, Feedback, GateFold, Report, Verdict
 from gate.db.models.telemetry import EngineSample, Generation, Pair, RequestRecord, SpanRecord
 
@@ -9,6 +10,8 @@ __all__ = [
     "ApiKey",
     "AuditEvent",
     "Base",
+    "ControllerKind",
+    "ControllerLink",
     "EngineSample",
     "Evaluation",
     "Feedback",

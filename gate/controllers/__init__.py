@@ -1,0 +1,1 @@
+"""Kubernetes progressive-delivery controllers: Argo Rollouts analysis and Flagger webhooks."""

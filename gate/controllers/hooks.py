@@ -1,0 +1,189 @@
+"""Flagger webhooks and Argo Rollouts notifications, answered by their protocols' meaning.
+
+Flagger reads any 2xx as "go on", except for `rollback`, where 2xx means "roll back now":
+so `rollback` answers 2xx only when the rollout is killed in specgate. Every answer other
+than 2xx names why, so a waiting canary shows the reason in Flagger's events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, Field
+from sqlalchemy.orm import Session
+
+from gate.controllers.analysis import decision_of, latest_verdict
+from gate.db.enums import Decision, RolloutState
+from gate.db.models import Rollout, Route
+from gate.rollouts.states import Action
+from gate.routing import service as routing
+from gate.routing.pubsub import Publisher
+
+# Returns None when the route answers, else why not.
+Probe = Callable[[Route], str | None]
+
+
+class FlaggerHook(StrEnum):
+    CONFIRM_ROLLOUT = "confirm-rollout"
+    PRE_ROLLOUT = "pre-rollout"
+    ROLLOUT = "rollout"
+    CONFIRM_TRAFFIC_INCREASE = "confirm-traffic-increase"
+    CONFIRM_PROMOTION = "confirm-promotion"
+    POST_ROLLOUT = "post-rollout"
+    ROLLBACK = "rollback"
+    EVENT = "event"
+
+
+class FlaggerPayload(BaseModel):
+    """What Flagger POSTs to a webhook (extra fields are ignored)."""
+
+    name: str = Field(max_length=253)
+    namespace: str = Field(max_length=253)
+    phase: str = Field("", max_length=64)
+    checksum: str | None = Field(None, max_length=256)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class ArgoEvent(StrEnum):
+    ABORTED = "rollout-aborted"
+    COMPLETED = "rollout-completed"
+
+
+class ArgoNotification(BaseModel):
+    """The body specgate's Argo Rollouts notification template sends."""
+
+    event: ArgoEvent
+    rollout: str = Field(min_length=1, max_length=128, description="specgate rollout name.")
+    controller_rollout: str = Field("", max_length=512, description="namespace/name in k8s.")
+    message: str = Field("", max_length=2000)
+
+
+@dataclass(frozen=True)
+class Answer:
+    ok: bool
+    detail: str
+
+
+def flagger_actor(payload: FlaggerPayload) -> str:
+    """Return the audit actor for a Flagger call."""
+    return f"flagger:{payload.namespace}/{payload.name}"
+
+
+def answer_flagger(
+    session: Session,
+    *,
+    rollout: Rollout,
+    hook: FlaggerHook,
+    payload: FlaggerPayload,
+    publisher: Publisher | None,
+    probe: Probe,
+) -> Answer:
+    """Answer one Flagger hook for `rollout`, acting on aborts and promotions it reports."""
+    if hook in (FlaggerHook.POST_ROLLOUT, FlaggerHook.EVENT):
+        return _report(session, rollout, hook, payload, publisher)
+    if hook is FlaggerHook.CONFIRM_ROLLOUT:
+        return _ready(rollout, [rollout.baseline_route], probe)
+    if hook is FlaggerHook.PRE_ROLLOUT:
+        ready = _ready(rollout, [rollout.baseline_route, rollout.candidate_route], probe)
+        if ready.ok and rollout.state is RolloutState.PENDING:
+            _act(
+                session,
+                rollout,
+                Action.START,
+                flagger_actor(payload),
+                "Flagger pre-rollout",
+                publisher,
+            )
+        return ready
+    if hook is FlaggerHook.ROLLBACK:
+        killed = rollout.state is RolloutState.KILLED
+        return Answer(killed, "killed in specgate: roll back" if killed else "not killed")
+    decision = decision_of(rollout, latest_verdict(session, rollout))
+    wanted = {
+        FlaggerHook.ROLLOUT: {Decision.CONTINUE, Decision.PROMOTE, Decision.HOLD},
+        FlaggerHook.CONFIRM_TRAFFIC_INCREASE: {Decision.CONTINUE, Decision.PROMOTE},
+        FlaggerHook.CONFIRM_PROMOTION: {Decision.PROMOTE},
+    }[hook]
+    return Answer(decision in wanted, f"gate decision: {decision.value}")
+
+
+def answer_argo(
+    session: Session,
+    *,
+    rollout: Rollout,
+    note: ArgoNotification,
+    actor: str,
+    publisher: Publisher | None,
+) -> Answer:
+    """Act on an Argo Rollouts notification: an abort kills, a completion ends mirroring."""
+    reason = f"Argo Rollouts {note.event.value} {note.controller_rollout} {note.message}".strip()
+    if note.event is ArgoEvent.ABORTED:
+        _act(session, rollout, Action.KILL, actor, reason, publisher)
+        return Answer(True, "killed")
+    return Answer(True, _finish(session, rollout, actor, reason, publisher))
+
+
+def _report(
+    session: Session,
+    rollout: Rollout,
+    hook: FlaggerHook,
+    payload: FlaggerPayload,
+    publisher: Publisher | None,
+) -> Answer:
+    actor = flagger_actor(payload)
+    if payload.phase == "Failed":
+        message = str(payload.metadata.get("eventMessage", ""))[:500]
+        _act(
+            session,
+            rollout,
+            Action.KILL,
+            actor,
+            f"Flagger {hook.value}: Failed {message}".strip(),
+            publisher,
+        )
+        return Answer(True, "killed: Flagger reported the canary failed")
+    if hook is FlaggerHook.POST_ROLLOUT and payload.phase == "Succeeded":
+        reason = "Flagger post-rollout: Succeeded"
+        return Answer(True, _finish(session, rollout, actor, reason, publisher))
+    return Answer(True, f"recorded phase {payload.phase or 'none'}")
+
+
+def _finish(
+    session: Session, rollout: Rollout, actor: str, reason: str, publisher: Publisher | None
+) -> str:
+    # The controller promoted: its stable Service (specgate's baseline route) now serves the
+    # new revision and the canary one empties, so stop mirroring; never route to the canary.
+    if rollout.state is not RolloutState.RUNNING:
+        return f"nothing to do: rollout is {rollout.state.value}"
+    _act(session, rollout, Action.HOLD, actor, f"controller promoted: {reason}", publisher)
+    return "held: the controller promoted; the baseline route now serves the new revision"
+
+
+def _ready(rollout: Rollout, routes: list[Route], probe: Probe) -> Answer:
+    if rollout.state in (RolloutState.KILLED, RolloutState.PROMOTED):
+        return Answer(
+            False, f"rollout is {rollout.state.value}: create a new one for this revision"
+        )
+    problems = [f"{route.name}: {why}" for route in routes if (why := probe(route)) is not None]
+    return Answer(not problems, "; ".join(problems) or "routes reachable")
+
+
+def _act(
+    session: Session,
+    rollout: Rollout,
+    action: Action,
+    actor: str,
+    reason: str,
+    publisher: Publisher | None,
+) -> None:
+    routing.change_state(
+        session,
+        rollout_id=rollout.id,
+        action=action,
+        actor=actor,
+        reason=reason,
+        publisher=publisher,
+    )

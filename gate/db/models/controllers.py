@@ -1,0 +1,33 @@
+"""How a Kubernetes progressive-delivery controller is tied to a rollout."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from sqlalchemy import Float, ForeignKey, Integer, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from gate.db.base import Base, UTCDateTime, utcnow
+from gate.db.models.control import str_enum
+
+
+class ControllerKind(StrEnum):
+    ARGO_ROLLOUTS = "argo-rollouts"
+    FLAGGER = "flagger"
+
+
+class ControllerLink(Base):
+    __tablename__ = "controller_links"
+
+    rollout_id: Mapped[int] = mapped_column(
+        ForeignKey("rollouts.id", ondelete="CASCADE"), primary_key=True
+    )
+    controller: Mapped[ControllerKind] = mapped_column(str_enum(ControllerKind, "controller_kind"))
+    # HMAC of the hook token under the server secret; the token itself is shown once.
+    token_hash: Mapped[str | None] = mapped_column(String(64), unique=True)
+    # How often the controller checks in, and how many missed checks make specgate hold.
+    poll_interval_s: Mapped[float] = mapped_column(Float)
+    missed_polls: Mapped[int] = mapped_column(Integer)
+    last_polled_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

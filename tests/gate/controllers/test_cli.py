@@ -1,0 +1,27 @@
+"""`specgate rollout controller` on the embedded store: a Flagger link prints its hook token
+once, and only its HMAC is stored."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+
+from gate.db.engine import make_engine, session_factory
+from gate.db.models import ControllerLink
+from tests.test_cli_operators import run, store  # noqa: F401 (the fixture)
+
+
+def test_linking_a_rollout_to_flagger_prints_the_token_once(store):  # noqa: F811
+    for name, role in (("stable", "baseline"), ("canary", "candidate")):
+        run("routes", "add", "--name", name, "--base-url", "http://127.0.0.1:9/v1",
+            "--model", "m", "--role", role, cwd=store)  # fmt: skip
+    run("rollout", "create", "--name", "r", "--alias", "m", "--baseline", "stable",
+        "--candidate", "canary", cwd=store)  # fmt: skip
+    out = run("rollout", "controller", "1", "--controller", "flagger", cwd=store).stdout
+    token = out.strip().splitlines()[-1]
+    assert token.startswith("sgh_") and "shown once" in out
+    sessions = session_factory(make_engine(f"sqlite:///{store}/.specgate/specgate.db"))
+    with sessions() as db:
+        stored = db.scalars(select(ControllerLink.token_hash)).one()
+    assert stored and token not in stored
+    again = run("rollout", "controller", "1", "--controller", "argo-rollouts", cwd=store).stdout
+    assert "sgh_" not in again

@@ -1,0 +1,169 @@
+"""Flagger against a running specgate: the shipped Canary's webhooks, called by Flagger's
+documented analysis loop. Promotion waits for the gate's promote; a kill in specgate makes
+the rollback hook answer 2xx; Flagger's own rollback reaches specgate; hook tokens are
+checked, stored only as HMACs and never written to the access log."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import select
+
+from gate.db.enums import RolloutState
+from gate.db.models import AuditEvent, ControllerLink, Rollout
+from tests.gate.controllers.harness import FlaggerCanary, manifest
+from tests.servers import closed_port
+
+pytestmark = pytest.mark.postgres
+
+
+def canary(specgate, token: str) -> FlaggerCanary:
+    spec = manifest("flagger", "canary.yaml")
+    for hook in spec["spec"]["analysis"]["webhooks"]:
+        hook["url"] = hook["url"].replace("${SPECGATE_HOOK_TOKEN}", token)
+    return FlaggerCanary(spec=spec, base=specgate.base, client=specgate.client)
+
+
+def begin(flagger: FlaggerCanary) -> None:
+    """Ticks until pre-rollout passed (Flagger calls it again each interval until it does)."""
+    for _ in range(int(flagger.analysis["threshold"])):
+        flagger.tick()
+        if flagger.started:
+            return
+    raise AssertionError(f"pre-rollout never passed: {flagger.calls}")
+
+
+def run_iterations(flagger: FlaggerCanary) -> None:
+    """Ticks until Flagger has done its iterations and asks for promotion."""
+    for _ in range(int(flagger.analysis["iterations"]) + 2):
+        flagger.tick()
+        if flagger.phase != "Progressing":
+            return
+
+
+def test_promotion_is_confirmed_only_once_the_gate_says_promote(specgate):
+    token = str(specgate.link("flagger")["hook_token"])
+    flagger = canary(specgate, token)
+    begin(flagger)
+    assert specgate.state() is RolloutState.RUNNING  # pre-rollout found both routes up
+    run_iterations(flagger)
+    assert flagger.phase == "WaitingPromotion"  # the gate has said nothing yet
+    specgate.judge()  # no evaluated pairs yet: the gate's verdict is continue
+    for _ in range(3):
+        assert flagger.tick() == "WaitingPromotion"  # continue is not promote
+    specgate.seed(1500, tpot_ratio=0.6)
+    specgate.judge()
+    assert flagger.tick() == "Succeeded"
+    assert ("confirm-promotion", 200) in flagger.calls and ("post-rollout", 200) in flagger.calls
+    # Flagger promoted: its primary (the baseline route) serves the new revision; mirroring ends.
+    assert specgate.state() is RolloutState.HELD
+
+
+def test_a_specgate_kill_makes_the_rollback_hook_answer_2xx(specgate):
+    token = str(specgate.link("flagger")["hook_token"])
+    flagger = canary(specgate, token)
+    begin(flagger)
+    for _ in range(2):
+        flagger.tick()
+    assert flagger.phase == "Progressing"
+    assert {status for kind, status in flagger.calls if kind == "rollback"} == {409}
+    specgate.kill("acceptance collapsed on tool calls")
+    assert flagger.tick() == "Failed"
+    assert flagger.calls[-2:] == [("rollback", 200), ("post-rollout", 200)]
+    assert specgate.state() is RolloutState.KILLED
+
+
+def test_a_gate_kill_fails_the_rollout_hook_and_rolls_back(specgate):
+    token = str(specgate.link("flagger")["hook_token"])
+    flagger = canary(specgate, token)
+    begin(flagger)
+    assert specgate.state() is RolloutState.RUNNING
+    specgate.seed(600, candidate_pass=0.60, baseline_pass=0.85)
+    specgate.judge()
+    assert specgate.state() is RolloutState.KILLED
+    assert flagger.tick() == "Failed"  # the rollback hook now says roll back
+
+
+def test_flaggers_own_rollback_kills_the_rollout_in_specgate(specgate):
+    token = str(specgate.link("flagger")["hook_token"])
+    flagger = canary(specgate, token)
+    begin(flagger)
+    assert specgate.state() is RolloutState.RUNNING and specgate.candidate_traffic()
+    flagger.failed_checks = int(flagger.analysis["threshold"])  # e.g. its own metric failed
+    assert flagger.tick() == "Failed"
+    assert specgate.state() is RolloutState.KILLED
+    assert not specgate.candidate_traffic()  # mirroring stopped
+    with specgate.sessions() as db:
+        kill = db.scalars(select(AuditEvent).where(AuditEvent.action == "kill")).one()
+    assert kill.actor == "flagger:llm/vllm-llama-8b" and "Failed" in kill.reason
+
+
+def test_a_wrong_token_is_refused_and_never_rolls_back(specgate):
+    specgate.link("flagger")
+    flagger = canary(specgate, "sgh_not-the-token-at-all")
+    assert flagger.tick() == "Waiting"  # confirm-rollout refused: Flagger does not start
+    assert flagger.calls == [("confirm-rollout", 401)]
+    assert flagger.call("rollback") is False
+    assert specgate.state() is RolloutState.PENDING
+
+
+def test_a_token_names_one_rollout(specgate):
+    token = str(specgate.link("flagger")["hook_token"])
+    payload = {"name": "other", "namespace": "llm", "phase": "Progressing",
+               "metadata": {"rollout": "someone-else"}}  # fmt: skip
+    answer = specgate.client.post(f"/v1/hooks/flagger/rollback/{token}", json=payload)
+    assert answer.status_code == 409
+
+
+@pytest.fixture
+def access_log() -> Iterator[list[str]]:
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    logger = logging.getLogger("uvicorn.access")
+    handler, level = Keep(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    yield lines
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+
+
+def test_the_token_is_stored_as_an_hmac_and_never_logged(specgate, access_log):
+    token = str(specgate.link("flagger")["hook_token"])
+    flagger = canary(specgate, token)
+    begin(flagger)
+    flagger.call("rollback")
+    with specgate.sessions() as db:
+        stored = db.scalars(select(ControllerLink.token_hash)).one()
+        audit = " ".join(str(e.details) + e.reason for e in db.scalars(select(AuditEvent)))
+    assert stored and token not in stored and token not in audit
+    hook_lines = [line for line in access_log if "/v1/hooks/flagger/" in line]
+    assert len(hook_lines) >= 3, access_log
+    assert all(token not in line and "/***" in line for line in hook_lines), hook_lines
+
+
+def test_a_token_in_a_miswired_url_is_masked_too(specgate, access_log):
+    token = str(specgate.link("flagger")["hook_token"])
+    payload = {"name": "vllm-llama-8b", "namespace": "llm"}
+    for path in (f"/v1/hooks/flagger/{token}", f"/v1/hooks/flagger/{token}/rollback",
+                 f"/v1/hooks/flagger/roll-back/{token}?x=1"):  # fmt: skip
+        assert specgate.client.post(path, json=payload).status_code in (404, 405, 422)
+    hook_lines = [line for line in access_log if "/v1/hooks/flagger/" in line]
+    assert len(hook_lines) == 3 and not any(token in line for line in hook_lines), hook_lines
+
+
+def test_pre_rollout_waits_for_the_canary_service_to_answer(specgate):
+    with specgate.sessions() as db, db.begin():
+        rollout = db.get(Rollout, specgate.rollout_id)
+        rollout.candidate_route.base_url = f"http://127.0.0.1:{closed_port()}/v1"
+    token = str(specgate.link("flagger")["hook_token"])
+    flagger = canary(specgate, token)
+    assert flagger.tick() == "Progressing"  # confirm-rollout needs only the baseline
+    assert flagger.calls[-1] == ("pre-rollout", 409) and flagger.failed_checks == 1
+    assert specgate.state() is RolloutState.PENDING  # no mirroring to a canary that is not up
