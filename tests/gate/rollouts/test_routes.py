@@ -1,0 +1,73 @@
+"""Route registration a deploy job can re-run, and removal of unused routes (real Postgres)."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import func, insert, select
+
+from gate.db.base import utcnow
+from gate.db.enums import RouteRole
+from gate.db.models import AuditEvent, EngineSample, Route
+from gate.errors import Conflict, NotFound
+from gate.rollouts import routes
+from gate.rollouts.routes import Registered
+from gate.rollouts.schemas import RouteIn
+from tests import factories
+
+pytestmark = pytest.mark.postgres
+SPEC = RouteIn(
+    name="llama-spec-0123abcd",
+    base_url="http://spec:8000/v1/",
+    model="llama-8b",
+    role=RouteRole.CANDIDATE,
+    metrics_url="http://spec:8000/metrics",
+    spec_method="ngram",
+)
+
+
+def test_the_same_spec_again_is_a_no_op(pg_session):
+    first, done = routes.register_route(pg_session, spec=SPEC, actor="ci")
+    again, done_again = routes.register_route(pg_session, spec=SPEC, actor="ci")
+    assert (done, done_again) == (Registered.CREATED, Registered.UNCHANGED)
+    assert again.id == first.id and again.base_url == "http://spec:8000/v1"
+    assert pg_session.scalar(select(func.count()).select_from(Route)) == 1
+
+
+def test_another_spec_under_the_name_is_refused_with_what_differs(pg_session):
+    routes.register_route(pg_session, spec=SPEC, actor="ci")
+    other = SPEC.model_copy(update={"spec_method": "eagle3", "base_url": "http://b:8000/v1"})
+    with pytest.raises(Conflict, match=r"another base_url, spec_method; .*--update"):
+        routes.register_route(pg_session, spec=other, actor="ci")
+    route, done = routes.register_route(pg_session, spec=other, actor="ci", update=True)
+    assert done is Registered.UPDATED
+    assert (route.spec_method, route.base_url) == ("eagle3", "http://b:8000/v1")
+    actions = pg_session.scalars(select(AuditEvent.action).order_by(AuditEvent.id)).all()
+    assert actions == ["route.create", "route.update"]
+
+
+def test_a_route_a_rollout_uses_is_neither_updated_nor_removed(pg_session):
+    rollout = factories.rollout(pg_session, name="used")
+    spec = RouteIn(
+        name="used-spec", base_url="http://elsewhere:1/v1", model="m", role=RouteRole.CANDIDATE
+    )
+    with pytest.raises(Conflict, match=r"cannot update route 'used-spec': 1 rollout\(s\) use it"):
+        routes.register_route(pg_session, spec=spec, actor="ci", update=True)
+    with pytest.raises(Conflict, match=r"cannot remove route 'used-base'.*\(used\)"):
+        routes.remove_route(pg_session, name="used-base", actor="ci")
+    assert pg_session.get(Route, rollout.baseline_route_id) is not None
+
+
+def test_an_unused_route_is_removed_with_its_engine_samples(pg_session):
+    route, _ = routes.register_route(pg_session, spec=SPEC, actor="ci")
+    pg_session.execute(
+        insert(EngineSample),
+        [{"route_id": route.id, "metric": "m", "value": 1.0, "labels": {}, "scraped_at": utcnow()}],
+    )
+    routes.remove_route(pg_session, name=SPEC.name, actor="ci")
+    pg_session.expire_all()
+    assert pg_session.scalar(select(func.count()).select_from(Route)) == 0
+    assert pg_session.scalar(select(func.count()).select_from(EngineSample)) == 0
+    with pytest.raises(NotFound):
+        routes.remove_route(pg_session, name=SPEC.name, actor="ci")
+    # Removed, the name is free for a new registration.
+    assert routes.register_route(pg_session, spec=SPEC, actor="ci")[1] is Registered.CREATED
