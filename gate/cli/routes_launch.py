@@ -22,9 +22,11 @@ A route file (YAML) names the model alias clients ask the gateway for and the tw
 Both servers get `--enable-per-request-metrics` and `--otlp-traces-endpoint`; only the
 speculative one gets `--speculative-config` and `--per-request-spec-decode-metrics summary`
 (vLLM refuses to start with that flag and no speculative config). The gateway forwards the
-client's body as it is, so both servers must answer to the alias: that is why it is their
-served model name. A route's `url` replaces the derived `http://advertise_host:port/v1`
-(Compose and Kubernetes, where each server has its own host name).
+client's body as it is, so both servers must answer to the alias; each is served as
+`--served-model-name <route name> <alias>`: vLLM answers to either name and labels its
+metrics with the first (`model_name`), so dashboards tell the baseline from the candidate.
+A route's `url` replaces the derived `http://advertise_host:port/v1` (Compose and
+Kubernetes, where each server has its own host name).
 
 `--no-start` starts nothing and registers servers that already run (the Compose stack's
 registration job); `--dry-run` prints the two commands. Registration is idempotent: a route
@@ -133,7 +135,8 @@ def vllm_args(routes: RouteFile, role: RouteRole, otlp_endpoint: str | None) -> 
     """Return the `vllm serve` arguments of one route (everything after `vllm`)."""
     entry = routes.candidate if role is RouteRole.CANDIDATE else routes.baseline
     args = ["serve", entry.model, "--host", routes.host, "--port", str(entry.port)]
-    args += ["--served-model-name", routes.alias, "--enable-per-request-metrics"]
+    # The route's own name first: vLLM labels its metrics with the first served name.
+    args += ["--served-model-name", entry.name, routes.alias, "--enable-per-request-metrics"]
     if otlp_endpoint:
         args += ["--otlp-traces-endpoint", otlp_endpoint]
     if entry.speculative_config:
