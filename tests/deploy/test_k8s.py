@@ -18,7 +18,14 @@ import yaml
 from collectors.settings import CollectorSettings
 from gate.settings import Settings
 from tests.deploy.compose import ROOT
-from tests.deploy.tools import assert_cli_command, missing, run, tool
+from tests.deploy.tools import (
+    HEARTBEATS,
+    assert_cli_command,
+    assert_heartbeat_check,
+    missing,
+    run,
+    tool,
+)
 
 K8S = ROOT / "deploy" / "k8s"
 BASE = K8S / "base"
@@ -245,3 +252,14 @@ def test_specgate_pods_run_unprivileged(overlay):
             assert context["allowPrivilegeEscalation"] is False, workload
             assert context["capabilities"]["drop"] == ["ALL"], workload
             assert "memory" in container["resources"]["limits"], workload
+
+
+def test_worker_and_beat_have_heartbeat_liveness(overlay):
+    _, docs = overlay
+    deployments = by_kind(docs, "Deployment")
+    for component, components in HEARTBEATS.items():
+        (container,) = deployments[f"specgate-{component}"]["spec"]["template"]["spec"][
+            "containers"
+        ]
+        for probe in ("startupProbe", "livenessProbe"):
+            assert_heartbeat_check(container[probe]["exec"]["command"], components)
