@@ -13,7 +13,7 @@ from evaluators.heartbeat import beat, heartbeat_path
 HOME_KEY = "specgate_home"
 
 
-class HeartbeatScheduler(PersistentScheduler):
+class HeartbeatScheduler(PersistentScheduler):  # type: ignore[misc]  # celery is untyped
     """A persistent schedule whose every tick also proves the beat alive."""
 
     def tick(self, *args: Any, **kwargs: Any) -> float:

@@ -145,9 +145,7 @@ def _same_rollout(rollout: Rollout, spec: RolloutIn) -> None:
     }
     differs = [key for key in have if have[key] != wanted[key]]
     if differs:
-        raise Conflict(
-            f"rollout {rollout.name!r} already exists with another {', '.join(differs)}"
-        )
+        raise Conflict(f"rollout {rollout.name!r} already exists with another {', '.join(differs)}")
 
 
 @app.command("list")
