@@ -71,3 +71,21 @@ def test_an_unused_route_is_removed_with_its_engine_samples(pg_session):
         routes.remove_route(pg_session, name=SPEC.name, actor="ci")
     # Removed, the name is free for a new registration.
     assert routes.register_route(pg_session, spec=SPEC, actor="ci")[1] is Registered.CREATED
+
+
+def test_the_cli_adds_again_updates_and_removes(sqlite_url):
+    from typer.testing import CliRunner
+
+    from gate.cli import app
+
+    def routes_cli(*args: str):
+        return CliRunner().invoke(app, ["routes", *args, "--database-url", sqlite_url])
+
+    add = ["add", "--name", "c1", "--model", "m", "--role", "candidate", "--base-url"]
+    assert "[created]" in routes_cli(*add, "http://a:1/v1").output
+    assert "[unchanged]" in routes_cli(*add, "http://a:1/v1").output
+    refused = routes_cli(*add, "http://b:1/v1")
+    assert isinstance(refused.exception, Conflict) and "another base_url" in str(refused.exception)
+    assert "[updated]" in routes_cli(*add, "http://b:1/v1", "--update").output
+    assert routes_cli("remove", "c1").output.strip() == "route c1 removed"
+    assert "c1" not in routes_cli("list").output
