@@ -30,7 +30,7 @@ Kubernetes, where each server has its own host name).
 
 `--no-start` starts nothing and registers servers that already run (the Compose stack's
 registration job); `--dry-run` prints the two commands. Registration is idempotent: a route
-already registered with the same URL, model, role and speculative config is kept.
+already registered with the same spec is kept, another spec under its name is refused.
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from gate.cli.common import DatabaseOption, cli_actor, settings_with, transaction
 from gate.cli.gatecheck import parse_duration
 from gate.db.enums import RouteRole
-from gate.errors import BadRequest, ConfigError, Conflict
-from gate.rollouts import repository, service
+from gate.errors import BadRequest, ConfigError
+from gate.rollouts import routes
 from gate.rollouts.schemas import RouteIn
 
 VLLM_INSTALL = "pip install 'specgate[vllm]'"
@@ -178,18 +178,10 @@ def _root(base_url: str) -> str:
 def register(spec: RouteIn, database_url: str | None) -> str:
     """Register a route, or keep the identical one already there; return what happened."""
     with transaction(settings_with(database_url)) as db:
-        existing = repository.get_route_by_name(db, spec.name)
-        if existing is None:
-            route = service.create_route(db, spec=spec, actor=cli_actor())
+        route, done = routes.register_route(db, spec=spec, actor=cli_actor())
+        if done is routes.Registered.CREATED:
             return f"route {route.id} {route.name} ({route.role.value}) -> {route.base_url}"
-        wanted = (str(spec.base_url).rstrip("/"), spec.model, spec.role, spec.spec_config)
-        have = (existing.base_url, existing.model, existing.role, existing.spec_config)
-        if wanted != have:
-            raise Conflict(
-                f"route {spec.name!r} is already registered with another URL, model, role or "
-                "speculative config; give this one a new name"
-            )
-        return f"route {existing.id} {existing.name} already registered -> {existing.base_url}"
+        return f"route {route.id} {route.name} already registered -> {route.base_url}"
 
 
 def _vllm_executable() -> str:
