@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
-from sqlalchemy import func, insert, select
+from sqlalchemy import func, insert, select, text
 
 from gate.db.base import utcnow
 from gate.db.enums import RouteRole
@@ -89,3 +92,36 @@ def test_the_cli_adds_again_updates_and_removes(sqlite_url):
     assert "[updated]" in routes_cli(*add, "http://b:1/v1", "--update").output
     assert routes_cli("remove", "c1").output.strip() == "route c1 removed"
     assert "c1" not in routes_cli("list").output
+
+
+def test_two_jobs_registering_the_same_route_at_once_both_succeed(pg_committing, pg_engine):
+    """The second insert waits on the first's unique key, fails when it commits, and then
+    finds the same spec: unchanged, not an error."""
+    first = pg_committing()
+    first.begin()
+    routes.register_route(first, spec=SPEC, actor="ci-1")
+    outcome: list[object] = []
+
+    def second() -> None:
+        try:
+            with pg_committing() as db, db.begin():
+                outcome.append(routes.register_route(db, spec=SPEC, actor="ci-2")[1])
+        except Exception as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=second)
+    thread.start()
+    deadline = time.monotonic() + 30
+    with pg_engine.connect() as watcher:
+        while not watcher.scalar(WAITING_ON_A_LOCK) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    first.commit()
+    first.close()
+    thread.join(30)
+    assert outcome == [Registered.UNCHANGED]
+
+
+WAITING_ON_A_LOCK = text(
+    "SELECT count(*) FROM pg_stat_activity "
+    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+)
