@@ -17,7 +17,10 @@ ENV PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
 RUN python -m venv /opt/specgate
-COPY pyproject.toml README.md ./
+COPY constraints.txt pyproject.toml README.md ./
+# Every pip install below, and the isolated build of specgate itself (setuptools), takes
+# the exact versions of constraints.txt: the same image from the same commit, every time.
+ENV PIP_CONSTRAINT=/src/constraints.txt
 COPY gate ./gate
 COPY collectors ./collectors
 COPY evaluators ./evaluators

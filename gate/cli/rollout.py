@@ -16,14 +16,14 @@ from gate.cli.controller import controller
 from gate.cli.routes_launch import launch
 from gate.db.enums import RolloutMode, RouteRole
 from gate.db.models import Rollout, Route
-from gate.errors import BadRequest
-from gate.rollouts import repository, service
+from gate.errors import BadRequest, Conflict
+from gate.rollouts import repository, routes, service
 from gate.rollouts.schemas import RolloutIn, RouteIn
 from gate.rollouts.states import Action
 from gate.routing import service as routing
 
 app = typer.Typer(help="Create, inspect and steer rollouts.", no_args_is_help=True)
-routes_app = typer.Typer(help="Register and list routes.", no_args_is_help=True)
+routes_app = typer.Typer(help="Register, list and remove routes.", no_args_is_help=True)
 Reason = Annotated[str, typer.Option("--reason", "-r", help="Why; kept in the audit trail.")]
 app.command("controller")(controller)
 
@@ -37,9 +37,17 @@ def add_route(
     metrics_url: Annotated[str | None, typer.Option(help="Prometheus /metrics URL.")] = None,
     spec_method: Annotated[str | None, typer.Option(help="ngram, eagle3, draft_model...")] = None,
     spec_tokens: Annotated[int | None, typer.Option(help="num_speculative_tokens.")] = None,
+    update: Annotated[
+        bool,
+        typer.Option(
+            "--update",
+            help="Change a registered route that differs (refused while a rollout uses it).",
+        ),
+    ] = False,
     database_url: DatabaseOption = None,
 ) -> None:
-    """Register a route."""
+    """Register a route; the same spec again is a no-op, a different one an error unless
+    --update."""
     spec = RouteIn(
         name=name,
         base_url=base_url,
@@ -50,8 +58,17 @@ def add_route(
         spec_tokens=spec_tokens,
     )
     with transaction(settings_with(database_url)) as db:
-        route = service.create_route(db, spec=spec, actor=cli_actor())
-        typer.echo(f"route {route.id} {route.name} ({route.role.value}) -> {route.base_url}")
+        route, done = routes.register_route(db, spec=spec, actor=cli_actor(), update=update)
+        line = f"route {route.id} {route.name} ({route.role.value}) -> {route.base_url}"
+    typer.echo(f"{line} [{done.value}]")
+
+
+@routes_app.command("remove")
+def remove_route(name: str, database_url: DatabaseOption = None) -> None:
+    """Remove a route that no rollout uses."""
+    with transaction(settings_with(database_url)) as db:
+        routes.remove_route(db, name=name, actor=cli_actor())
+    typer.echo(f"route {name} removed")
 
 
 @routes_app.command("list")
@@ -76,6 +93,14 @@ def create(
     mode: Annotated[RolloutMode, typer.Option()] = RolloutMode.SHADOW,
     sample_rate: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.1,
     policy: Annotated[Path | None, typer.Option(help="Policy YAML file.", exists=True)] = None,
+    exists_ok: Annotated[
+        bool,
+        typer.Option(
+            "--exists-ok",
+            help="A rollout of this name and the same spec already there is reused, in "
+            "whatever state it is (a re-run deploy job); a different one is still an error.",
+        ),
+    ] = False,
     database_url: DatabaseOption = None,
 ) -> None:
     """Create a pending rollout."""
@@ -92,8 +117,37 @@ def create(
         policy=loaded,
     )
     with transaction(settings_with(database_url)) as db:
-        rollout = service.create_rollout(db, spec=spec, actor=cli_actor())
-        typer.echo(f"rollout {rollout.id} {rollout.name} created (pending)")
+        existing = repository.get_rollout_by_name(db, name) if exists_ok else None
+        if existing is not None:
+            _same_rollout(existing, spec)
+            line = f"rollout {existing.id} {existing.name} exists ({existing.state.value})"
+        else:
+            rollout = service.create_rollout(db, spec=spec, actor=cli_actor())
+            line = f"rollout {rollout.id} {rollout.name} created (pending)"
+    typer.echo(line)
+
+
+def _same_rollout(rollout: Rollout, spec: RolloutIn) -> None:
+    """Refuse to reuse a rollout whose spec differs from the one asked for."""
+    have = {
+        "alias": rollout.alias,
+        "baseline": rollout.baseline_route.name,
+        "candidate": rollout.candidate_route.name,
+        "mode": rollout.mode,
+        "sample rate": rollout.sample_rate,
+        "policy": rollout.policy,
+    }
+    wanted = {
+        "alias": spec.alias,
+        "baseline": spec.baseline_route,
+        "candidate": spec.candidate_route,
+        "mode": spec.mode,
+        "sample rate": spec.sample_rate,
+        "policy": spec.policy,
+    }
+    differs = [key for key in have if have[key] != wanted[key]]
+    if differs:
+        raise Conflict(f"rollout {rollout.name!r} already exists with another {', '.join(differs)}")
 
 
 @app.command("list")

@@ -22,13 +22,15 @@ A route file (YAML) names the model alias clients ask the gateway for and the tw
 Both servers get `--enable-per-request-metrics` and `--otlp-traces-endpoint`; only the
 speculative one gets `--speculative-config` and `--per-request-spec-decode-metrics summary`
 (vLLM refuses to start with that flag and no speculative config). The gateway forwards the
-client's body as it is, so both servers must answer to the alias: that is why it is their
-served model name. A route's `url` replaces the derived `http://advertise_host:port/v1`
-(Compose and Kubernetes, where each server has its own host name).
+client's body as it is, so both servers must answer to the alias; each is served as
+`--served-model-name <route name> <alias>`: vLLM answers to either name and labels its
+metrics with the first (`model_name`), so dashboards tell the baseline from the candidate.
+A route's `url` replaces the derived `http://advertise_host:port/v1` (Compose and
+Kubernetes, where each server has its own host name).
 
 `--no-start` starts nothing and registers servers that already run (the Compose stack's
 registration job); `--dry-run` prints the two commands. Registration is idempotent: a route
-already registered with the same URL, model, role and speculative config is kept.
+already registered with the same spec is kept, another spec under its name is refused.
 """
 
 from __future__ import annotations
@@ -57,8 +59,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from gate.cli.common import DatabaseOption, cli_actor, settings_with, transaction
 from gate.cli.gatecheck import parse_duration
 from gate.db.enums import RouteRole
-from gate.errors import BadRequest, ConfigError, Conflict
-from gate.rollouts import repository, service
+from gate.errors import BadRequest, ConfigError
+from gate.rollouts import routes
 from gate.rollouts.schemas import RouteIn
 
 VLLM_INSTALL = "pip install 'specgate[vllm]'"
@@ -133,7 +135,8 @@ def vllm_args(routes: RouteFile, role: RouteRole, otlp_endpoint: str | None) -> 
     """Return the `vllm serve` arguments of one route (everything after `vllm`)."""
     entry = routes.candidate if role is RouteRole.CANDIDATE else routes.baseline
     args = ["serve", entry.model, "--host", routes.host, "--port", str(entry.port)]
-    args += ["--served-model-name", routes.alias, "--enable-per-request-metrics"]
+    # The route's own name first: vLLM labels its metrics with the first served name.
+    args += ["--served-model-name", entry.name, routes.alias, "--enable-per-request-metrics"]
     if otlp_endpoint:
         args += ["--otlp-traces-endpoint", otlp_endpoint]
     if entry.speculative_config:
@@ -175,18 +178,10 @@ def _root(base_url: str) -> str:
 def register(spec: RouteIn, database_url: str | None) -> str:
     """Register a route, or keep the identical one already there; return what happened."""
     with transaction(settings_with(database_url)) as db:
-        existing = repository.get_route_by_name(db, spec.name)
-        if existing is None:
-            route = service.create_route(db, spec=spec, actor=cli_actor())
+        route, done = routes.register_route(db, spec=spec, actor=cli_actor())
+        if done is routes.Registered.CREATED:
             return f"route {route.id} {route.name} ({route.role.value}) -> {route.base_url}"
-        wanted = (str(spec.base_url).rstrip("/"), spec.model, spec.role, spec.spec_config)
-        have = (existing.base_url, existing.model, existing.role, existing.spec_config)
-        if wanted != have:
-            raise Conflict(
-                f"route {spec.name!r} is already registered with another URL, model, role or "
-                "speculative config; give this one a new name"
-            )
-        return f"route {existing.id} {existing.name} already registered -> {existing.base_url}"
+        return f"route {route.id} {route.name} already registered -> {route.base_url}"
 
 
 def _vllm_executable() -> str:

@@ -25,11 +25,22 @@ def worker(
     beat: Annotated[
         bool, typer.Option(help="Also run the beat: gate, pair sweeps, scrapes (one per site).")
     ] = False,
+    heartbeat_s: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Seconds between heartbeats: the worker's, and the longest the beat sleeps "
+            "between ticks. Each writes a file under SPECGATE_HOME that liveness checks "
+            "read (`python -m evaluators.heartbeat worker beat`).",
+        ),
+    ] = 10,
     database_url: DatabaseOption = None,
 ) -> None:
     """Run Celery evaluator workers (needs SPECGATE_REDIS_URL)."""
     # Imported here: Celery is only loaded by the command that needs it.
+    from evaluators.beat import HOME_KEY, HeartbeatScheduler
     from evaluators.celery_app import QUEUE, make_celery
+    from evaluators.heartbeat import install_worker_heartbeat
     from evaluators.secrets import make_non_dumpable
 
     settings = settings_with(database_url)
@@ -40,6 +51,14 @@ def worker(
     # Before the pool forks: its children inherit it, and they hold the secrets too.
     make_non_dumpable()
     celery = make_celery(settings, visibility_timeout_s=visibility_timeout)
+    celery.conf.update({HOME_KEY: str(settings.home), "beat_max_loop_interval": heartbeat_s})
+    # The beat's schedule and the heartbeats live there; a beat that cannot open its
+    # schedule dies while the worker runs on.
+    settings.home.mkdir(parents=True, exist_ok=True)
+    install_worker_heartbeat(settings.home)
+    scheduler = f"{HeartbeatScheduler.__module__}:{HeartbeatScheduler.__name__}"
+    schedule = settings.home / "celerybeat-schedule"
+    embedded_beat = ["--beat", f"--schedule={schedule}", f"--scheduler={scheduler}"]
     argv = [
         "worker",
         f"--concurrency={concurrency}",
@@ -48,7 +67,8 @@ def worker(
         "--pool=prefork",
         "--without-gossip",
         "--without-mingle",
-        *(["--beat", f"--schedule={settings.home / 'celerybeat-schedule'}"] if beat else []),
+        f"--heartbeat-interval={heartbeat_s}",
+        *(embedded_beat if beat else []),
     ]
     celery.worker_main([*argv, f"--hostname={hostname}"] if hostname else argv)
 

@@ -44,3 +44,8 @@ def live_rollout_for_alias(session: Session, alias: str) -> Rollout | None:
         .limit(1)
     )
     return session.scalars(statement).one_or_none()
+
+
+def get_rollout_by_name(session: Session, name: str) -> Rollout | None:
+    """Return the rollout called `name`, if any."""
+    return session.scalars(select(Rollout).where(Rollout.name == name)).one_or_none()

@@ -25,7 +25,7 @@ from gate.db.enums import RouteRole
 from gate.settings import Settings
 from tests.conftest import create_database, drop_database
 from tests.deploy import compose
-from tests.deploy.tools import assert_cli_command, run, tool
+from tests.deploy.tools import HEARTBEATS, assert_cli_command, assert_heartbeat_check, run, tool
 
 EXAMPLE_ENV = compose.COMPOSE_DIR / ".env.example"
 PROMETHEUS = compose.ROOT / "deploy" / "prometheus" / "prometheus.yml"
@@ -122,7 +122,9 @@ def test_health_checks_probe_each_service_s_own_port(services):
     for name, service in specgate_services(services).items():
         port = compose.listen_port(service["command"])
         url = (service.get("environment") or {}).get("HEALTHCHECK_URL")
-        if port is None:  # no HTTP: the image's check (the gateway's URL) must be off
+        if name in HEARTBEATS:  # no HTTP: the heartbeat check instead of the image's
+            assert_heartbeat_check(service["healthcheck"]["test"][1:], HEARTBEATS[name])
+        elif port is None:  # no HTTP: the image's check (the gateway's URL) must be off
             assert service["healthcheck"] == {"disable": True}, name
         else:
             assert url and url.startswith(f"http://127.0.0.1:{port}/"), name

@@ -73,7 +73,9 @@ def test_dry_run_prints_the_two_vllm_commands(path):
     for argv, entry in ((baseline, routes["baseline"]), (candidate, routes["candidate"])):
         assert argv[:3] == ["vllm", "serve", entry["model"]]
         assert argv[argv.index("--port") + 1] == str(entry["port"])
-        assert argv[argv.index("--served-model-name") + 1] == routes["alias"]
+        # The route's name first (vLLM's metrics label), then the alias the gateway asks for.
+        at = argv.index("--served-model-name")
+        assert argv[at + 1 : at + 3] == [entry["name"], routes["alias"]]
         assert "--enable-per-request-metrics" in argv
         if routes.get("otlp_traces_endpoint"):
             at = argv.index("--otlp-traces-endpoint")

@@ -9,10 +9,13 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
+
+from evaluators import heartbeat
 
 BIN = Path(sys.executable).parent
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -81,3 +84,16 @@ def assert_cli_command(args: list[str], where: str) -> None:
         if arg.startswith("--"):
             option = arg.split("=", 1)[0]
             assert option in text, f"{where}: `specgate {' '.join(words)}` has no {option}"
+
+
+# The liveness a worker and the beat must prove (evaluators/heartbeat.py), by service name.
+HEARTBEATS = {"worker": ["worker"], "beat": ["worker", "beat"]}
+
+
+def assert_heartbeat_check(command: list[str], components: list[str]) -> None:
+    """The check runs the heartbeat module on exactly these components, with valid options."""
+    assert command[:3] == ["python", "-m", "evaluators.heartbeat"], command
+    args = command[3:]
+    assert [a for a in args if not a.startswith("-")] == components, command
+    with tempfile.TemporaryDirectory() as home:  # it parses, and finds no heartbeat there
+        assert heartbeat.main([*args, "--home", home]) == 1

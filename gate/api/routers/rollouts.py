@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Path, Query, Request
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from sqlalchemy import select
 
 from gate.api.deps import Admin, Operator, Reader, ServicesDep, SessionDep, require
@@ -20,7 +20,7 @@ from gate.api.schemas import (
 )
 from gate.db.models import AuditEvent, Route, Verdict
 from gate.keys.service import Principal, Scope
-from gate.rollouts import repository, service
+from gate.rollouts import repository, routes, service
 from gate.rollouts.schemas import RolloutIn, RouteIn
 from gate.rollouts.states import Action
 from gate.routing import service as routing
@@ -38,10 +38,25 @@ def list_routes(db: SessionDep, _: Reader) -> list[Route]:
     return list(db.scalars(select(Route).order_by(Route.id)))
 
 
-@router.post("/routes", response_model=RouteOut, status_code=201)
-def create_route(spec: RouteIn, db: SessionDep, who: Admin) -> Route:
-    """Register a route."""
-    return service.create_route(db, spec=spec, actor=who.actor)
+@router.post(
+    "/routes",
+    response_model=RouteOut,
+    status_code=201,
+    responses={200: {"model": RouteOut, "description": "Already registered with this spec."}},
+)
+def create_route(spec: RouteIn, db: SessionDep, who: Admin, response: Response) -> Route:
+    """Register a route: 201 when created, 200 when the same spec is already there, 409 when
+    another spec holds the name."""
+    route, done = routes.register_route(db, spec=spec, actor=who.actor)
+    if done is not routes.Registered.CREATED:
+        response.status_code = 200
+    return route
+
+
+@router.delete("/routes/{name}", status_code=204, response_class=Response)
+def remove_route(name: Annotated[str, Path(max_length=128)], db: SessionDep, who: Admin) -> None:
+    """Remove a route that no rollout uses (409 while one does)."""
+    routes.remove_route(db, name=name, actor=who.actor)
 
 
 @router.get("/rollouts", response_model=list[RolloutOut])

@@ -35,6 +35,7 @@ ENDPOINTS = [
         },
         "admin",
     ),
+    ("DELETE", "/v1/routes/no-such-route", None, "admin"),
     ("PATCH", "/v1/rollouts/{id}", {"version": 1, "sample_rate": 0.5}, "admin"),
     ("POST", "/v1/rollouts/{id}/start", REASON, "admin"),
     ("POST", "/v1/rollouts/{id}/promote", REASON, "admin"),

@@ -131,3 +131,22 @@ def test_generations_page_with_a_cursor(api, pg_committing):
     assert seen == sorted(made, reverse=True)
     bad = api.client.get("/v1/generations?cursor=%%%", headers=api.headers("read"))
     assert bad.status_code == 400
+
+
+def test_route_registration_is_idempotent_and_unused_routes_can_be_removed(api):
+    spec = {"name": "rerun", "base_url": "http://spec:8000/v1", "model": "m", "role": "candidate"}
+    created = post(api, "/v1/routes", spec)
+    again = post(api, "/v1/routes", spec)
+    assert (created.status_code, again.status_code) == (201, 200)
+    assert again.json()["id"] == created.json()["id"]
+    other = post(api, "/v1/routes", {**spec, "base_url": "http://other:8000/v1"})
+    assert other.status_code == 409 and "another base_url" in other.json()["detail"]
+    assert other.headers["content-type"] == "application/problem+json"
+    admin = api.headers("admin")
+    used = api.client.delete("/v1/routes/secret-rollout-base", headers=admin)
+    assert used.status_code == 409 and "secret-rollout" in used.json()["detail"]
+    assert used.headers["content-type"] == "application/problem+json"
+    assert api.client.delete("/v1/routes/rerun", headers=admin).status_code == 204
+    assert api.client.delete("/v1/routes/rerun", headers=admin).status_code == 404
+    names = {r["name"] for r in api.client.get("/v1/routes", headers=admin).json()}
+    assert "rerun" not in names and "secret-rollout-base" in names
