@@ -197,6 +197,27 @@ class ContextIndex:
     # The same text without one-letter words, so "Richard Nixon" matches "Richard M. Nixon".
     joined_loose: str
 
+    def fragments(self, tokens: Sequence[str]) -> list[int]:
+        """Return the lengths of the answer's runs copied from the context.
+
+        A run is a stretch of tokens whose every adjacent pair occurs in the context (a
+        cheap stand-in for the longest common substring); a lone token counts as a run of
+        one when the context holds it, and not at all otherwise.
+        """
+        runs: list[int] = []
+        length = 0
+        for index, token in enumerate(tokens):
+            linked = index > 0 and (tokens[index - 1], token) in self.bigrams
+            if linked and length:
+                length += 1
+                continue
+            if length:
+                runs.append(length)
+            length = 1 if token in self.vocabulary else 0
+        if length:
+            runs.append(length)
+        return runs
+
     def contains_phrase(self, phrase: tuple[str, ...], *, loose: bool = False) -> bool:
         """Return whether the token sequence occurs contiguously in the context."""
         if loose:
