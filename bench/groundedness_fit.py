@@ -7,6 +7,7 @@ development rows' right answers. Validation and reserved rows are never seen her
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,10 @@ from evaluators.grounding_score import FEATURES
 KIND = {"qa": "qa", "summarization": "summary", "dialogue": "dialogue"}
 FALSE_FAIL_QUANTILE = 0.08
 L2 = 0.01
+# Copied runs are what HaluEval's right QA answers are made of, not what a correct
+# paraphrase or a reply built from a tool result looks like: with them the QA fit failed
+# faithful paraphrases, so they are reported but carry no weight.
+COPY_FEATURES = frozenset({"bigram_coverage", "fragment_coverage", "fragment_density"})
 # More support may only raise the score, more misses only lower it: a fit may not learn
 # that a dataset's right answers happen to carry more unfound names (its summaries do).
 SIGN = {
@@ -46,7 +51,8 @@ def fit_calibrations(
         fitted[KIND[split]] = {
             "bias": round(bias, 4),
             "weights": [round(float(w), 4) for w in weights],
-            "threshold": round(float(np.quantile(scores, FALSE_FAIL_QUANTILE)), 3),
+            # Rounded down: right answers often tie at the quantile, and must stay passing.
+            "threshold": math.floor(1000 * float(np.quantile(scores, FALSE_FAIL_QUANTILE))) / 1000,
             "rows": len(labels),
         }
     return fitted
@@ -63,6 +69,12 @@ def _features(evaluator: Evaluator, rows: list[Row]) -> tuple[np.ndarray, np.nda
     return np.asarray(matrix, float), np.asarray(labels)
 
 
+def _bound(name: str) -> tuple[float | None, float | None]:
+    if name in COPY_FEATURES:
+        return (0.0, 0.0)
+    return (0.0, None) if SIGN[name] > 0 else (None, 0.0)
+
+
 def _logistic(x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
     # Standardised for the fit, so the L2 penalty treats every feature alike.
     mean, scale = x.mean(axis=0), x.std(axis=0) + 1e-9
@@ -76,7 +88,7 @@ def _logistic(x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
         grad[:-1] += 2 * L2 * w[:-1]
         return float(value + L2 * np.sum(w[:-1] ** 2)), grad
 
-    bounds = [(0, None) if SIGN[name] > 0 else (None, 0) for name in FEATURES] + [(None, None)]
+    bounds = [_bound(name) for name in FEATURES] + [(None, None)]
     w = minimize(loss, np.zeros(z.shape[1]), jac=True, method="L-BFGS-B", bounds=bounds).x
     weights = w[:-1] / scale
     return float(w[-1] - np.sum(weights * mean)), weights
