@@ -35,6 +35,8 @@ SIGN = {
     "fragment_coverage": 1,
     "fragment_density": 1,
     "novel_tokens": -1,
+    "sentence_coverage": 1,
+    "sentence_misses": -1,
 }
 
 

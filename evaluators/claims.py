@@ -196,6 +196,13 @@ class ContextIndex:
     joined: str
     # The same text without one-letter words, so "Richard Nixon" matches "Richard M. Nixon".
     joined_loose: str
+    # Each context sentence's tokens: a claim should be supported by one place, not by
+    # words gathered from all over a long document.
+    sentences: tuple[frozenset[str], ...] = ()
+
+    def sentence_support(self, content: Sequence[str]) -> int:
+        """Return how many of the claim's content tokens its best context sentence holds."""
+        return max((sum(t in s for t in content) for s in self.sentences), default=0)
 
     def fragments(self, tokens: Sequence[str]) -> list[int]:
         """Return the lengths of the answer's runs copied from the context.
@@ -235,7 +242,9 @@ def index_context(sources: tuple[str, ...]) -> ContextIndex:
     vocabulary: set[str] = set()
     bigrams: set[tuple[str, str]] = set()
     joined, loose = [], []
+    sentences: list[frozenset[str]] = []
     for source in sources:
+        sentences += [frozenset(tokens(s)) for s in split_sentences(source)]
         normal = tokens(source)
         vocabulary.update(normal)
         bigrams.update(itertools.pairwise(normal))
@@ -248,4 +257,5 @@ def index_context(sources: tuple[str, ...]) -> ContextIndex:
         numbers,
         f" {' | '.join(joined)} ",
         f" {' | '.join(loose)} ",
+        tuple(sentences),
     )
