@@ -126,7 +126,13 @@ def quality(evaluator: Evaluator, rows: list[Row]) -> dict[str, Any]:
         "answer_length_alone": auc_table([-len(r.answer.split()) for r in rows], rows),
         "false_fail_right": 1 - sum(map(bool, right)) / max(len(right), 1),
         "pass_rate_hallucinated": sum(map(bool, wrong)) / max(len(wrong), 1),
+        # Answers whose optional judge call failed (kept at their deterministic score).
+        "judge_errors": sum(_judge_failed(r) for r in results),
     }
+
+
+def _judge_failed(result: EvalResult) -> bool:
+    return any("judge_error" in c["signals"] for c in result.details.get("per_claim", []))
 
 
 def make_pairs(
@@ -240,12 +246,16 @@ def render(report: dict[str, Any]) -> str:
                 f"| {split} | {q['answers']} | {name} | {_fmt(t['overall'])} | "
                 f"{_fmt(t['within_strata'])} |"
             )
-    lines += ["", "| split | false-fail of right answers | hallucinated passing | answers/s |"]
-    lines.append("|---|---|---|---|")
+    lines += [
+        "",
+        "| split | false-fail of right answers | hallucinated passing | answers/s | judge errors |",
+        "|---|---|---|---|---|",
+    ]
     for split, q in report["quality"].items():
         lines.append(
             f"| {split} | {100 * q['false_fail_right']:.1f} % | "
-            f"{100 * q['pass_rate_hallucinated']:.1f} % | {q['answers_per_s']:.0f} |"
+            f"{100 * q['pass_rate_hallucinated']:.1f} % | {q['answers_per_s']:.1f} | "
+            f"{q['judge_errors']} |"
         )
     if "throughput" in report:
         lines += ["", *_render_throughput(report["throughput"])]

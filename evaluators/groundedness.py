@@ -154,7 +154,11 @@ class GroundednessEvaluator:
         ngram_cov = _bigram_coverage(claim.tokens, context, default=token_cov)
         soft = opts.token_weight * token_cov + (1.0 - opts.token_weight) * ngram_cov
         numbers = sorted({n for n in claim.numbers if n not in context.numbers})
-        entities = [text for text, e in claim.entities if not _entity_found(e, context)]
+        entities = [
+            text
+            for text, e in claim.entities
+            if not _entity_found(e, context, opening=claim.text.startswith(text))
+        ]
         quotes = [text for text, q in claim.quotes if not context.contains_phrase(q)]
         hard = len(numbers) + len(entities) + len(quotes)
         return ClaimSupport(
@@ -221,7 +225,10 @@ def _bigram_coverage(tokens: tuple[str, ...], context: ContextIndex, *, default:
     return sum(p in context.bigrams for p in pairs) / len(pairs)
 
 
-def _entity_found(entity: tuple[str, ...], context: ContextIndex) -> bool:
+def _entity_found(entity: tuple[str, ...], context: ContextIndex, *, opening: bool) -> bool:
     # A name must occur as written: "Amy Johnson" is not "Amy Jo Johnson", and "Brooks
-    # Garth" is not "Garth Brooks". Middle initials are the one slack allowed.
-    return context.contains_phrase(entity) or context.contains_phrase(entity, loose=True)
+    # Garth" is not "Garth Brooks". Middle initials are the one slack allowed, and so is
+    # a capitalised word that only opens the sentence ("Actually Drew Brees ...").
+    if context.contains_phrase(entity) or context.contains_phrase(entity, loose=True):
+        return True
+    return opening and len(entity) > 2 and context.contains_phrase(entity[1:])

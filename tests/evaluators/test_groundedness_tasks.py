@@ -98,3 +98,10 @@ def test_the_bench_scores_any_jsonl_of_rows_blind(tmp_path: Path):
     report = json.loads((tmp_path / "r.json").read_text())["quality"]["rows"]
     assert report["answers"] == 80 and report["groundedness"]["overall"] == 1.0
     assert report["false_fail_right"] == 0.0 and "| rows | 80 | groundedness |" in out.stdout
+
+
+def test_a_word_that_only_opens_the_sentence_is_not_part_of_the_name():
+    reply = scored("Actually Robert Downey Jr. was in Zodiac.", DIALOGUE)
+    assert reply.details["per_claim"][0]["missing_entities"] == []
+    invented = scored("Actually Tom Hanks was in Zodiac.", DIALOGUE)
+    assert invented.details["per_claim"][0]["missing_entities"] == ["Actually Tom Hanks"]
