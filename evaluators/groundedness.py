@@ -78,14 +78,16 @@ def _document_text(document: Any) -> str:
 class GroundednessOptions:
     """Thresholds and weights (defaults measured on HaluEval: BENCHMARKS.md, "Evaluators").
 
-    `threshold` sets one pass threshold for every task kind; `thresholds` sets it per
-    kind (`qa`, `summary`, `dialogue`), over the measured defaults. `task` forces the
-    kind instead of inferring it from the request.
+    `threshold` sets one pass threshold for every request; `thresholds` sets it per
+    segment (the request's declared `segment`) or per task kind (`qa`, `summary`,
+    `dialogue`), a segment's entry first, over the measured defaults. `task` forces the
+    task kind of every request and `tasks` that of a segment, instead of inferring it.
     """
 
     threshold: float | None = None
     thresholds: Mapping[str, float] | None = None
     task: str | None = None
+    tasks: Mapping[str, str] | None = None
     claim_threshold: float = 0.6
     max_unsupported_claims: int = 0
     token_weight: float = 0.7
@@ -98,7 +100,8 @@ class GroundednessEvaluator:
     """Scores how much of the answer the context supports, claim by claim."""
 
     name = "groundedness"
-    version = "1"
+    # 2: the score is a calibrated probability per task kind (issue 30), not a coverage.
+    version = "2"
 
     def __init__(
         self,
@@ -113,16 +116,20 @@ class GroundednessEvaluator:
         """Build from policy options; `embedding` and `judge` switch on the extras."""
         extras = {k: options[k] for k in ("embedding", "judge") if options.get(k)}
         plain = {k: v for k, v in options.items() if k not in ("embedding", "judge")}
-        unknown = set(plain.get("thresholds") or {}) - set(TASK_KINDS)
-        if unknown or plain.get("task") not in (None, *TASK_KINDS):
+        kinds = [plain.get("task"), *(plain.get("tasks") or {}).values()]
+        if any(k not in (None, *TASK_KINDS) for k in kinds):
             raise TypeError(f"task kinds are {', '.join(TASK_KINDS)}")
+        cutoffs = [plain.get("threshold"), *(plain.get("thresholds") or {}).values()]
+        if any(c is not None and not 0.0 <= float(c) <= 1.0 for c in cutoffs):
+            raise TypeError("thresholds are scores between 0 and 1")
         return cls(GroundednessOptions(**plain), build_signals(extras))
 
-    def threshold(self, kind: str) -> float:
-        """Return the pass threshold of a task kind: policy first, then the measured default."""
-        per_kind = self.options.thresholds or {}
-        if kind in per_kind:
-            return float(per_kind[kind])
+    def threshold(self, kind: str, segment: str | None = None) -> float:
+        """Return the pass threshold: the segment's, the kind's, the policy's, or measured."""
+        per_key = self.options.thresholds or {}
+        for key in (segment, kind):
+            if key is not None and key in per_key:
+                return float(per_key[key])
         if self.options.threshold is not None:
             return self.options.threshold
         return DEFAULT_CALIBRATIONS[kind].threshold
@@ -144,7 +151,11 @@ class GroundednessEvaluator:
         adjusted = supports
         for signal in self.signals:
             adjusted = signal.adjust(adjusted, sources)
-        return self._result(task_kind(request, opts.task), features, supports, adjusted)
+        segment = request.inputs.get("segment")
+        segment = segment if isinstance(segment, str) else None
+        kind = task_kind(request, opts.task or (opts.tasks or {}).get(segment or ""))
+        threshold = self.threshold(kind, segment)
+        return self._result(kind, threshold, features, supports, adjusted)
 
     def support(self, claim: Claim, context: ContextIndex) -> ClaimSupport:
         """Return the deterministic support of one claim."""
@@ -176,6 +187,7 @@ class GroundednessEvaluator:
     def _result(
         self,
         kind: str,
+        threshold: float,
         features: dict[str, float],
         supports: list[ClaimSupport],
         adjusted: list[ClaimSupport],
@@ -188,7 +200,6 @@ class GroundednessEvaluator:
         unsupported = [s for s in adjusted if not s.supported]
         rejected = [s for s in adjusted if s.signals.get("judge_supported") is False]
         strict_ok = len(unsupported) <= self.options.max_unsupported_claims
-        threshold = self.threshold(kind)
         passed = score >= threshold and not rejected and (strict_ok or not calibration.strict)
         details = {
             "task": kind,

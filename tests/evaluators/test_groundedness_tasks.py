@@ -71,14 +71,14 @@ def test_the_score_is_a_calibrated_probability_that_falls_with_unsupported_conte
     assert 0.0 < invented.score < faithful < 1.0
 
 
-def test_the_policy_sets_thresholds_per_kind_and_rejects_unknown_kinds():
+def test_the_policy_sets_thresholds_per_kind_and_rejects_unknown_kinds_of_task():
     req = request("Summarise the news.")
     text = "The council approved a budget of 4.2 million dollars."
     strict = GroundednessEvaluator.from_options({"thresholds": {"summary": 0.999}})
     assert scored(text, req).passed and not scored(text, req, strict).passed
     assert scored(text, req, strict).details["threshold"] == 0.999
     with pytest.raises(ConfigError):
-        build_evaluators({"evaluators": {"groundedness": {"thresholds": {"poems": 0.5}}}})
+        build_evaluators({"evaluators": {"groundedness": {"task": "poems"}}})
 
 
 def test_the_bench_scores_any_jsonl_of_rows_blind(tmp_path: Path):
@@ -105,3 +105,14 @@ def test_a_word_that_only_opens_the_sentence_is_not_part_of_the_name():
     assert reply.details["per_claim"][0]["missing_entities"] == []
     invented = scored("Actually Tom Hanks was in Zodiac.", DIALOGUE)
     assert invented.details["per_claim"][0]["missing_entities"] == ["Actually Tom Hanks"]
+
+
+def test_a_segment_can_carry_its_own_task_kind_and_threshold():
+    req = request("How many bridges?", segment="news-digest")
+    text = "The council approved a budget of 4.2 million dollars."
+    policy = {"tasks": {"news-digest": "summary"}, "thresholds": {"news-digest": 0.42}}
+    result = scored(text, req, GroundednessEvaluator.from_options(policy))
+    assert result.details["task"] == "summary" and result.details["threshold"] == 0.42
+    assert scored(text, req).details["task"] == "qa"
+    with pytest.raises(ConfigError):
+        build_evaluators({"evaluators": {"groundedness": {"thresholds": {"qa": 1.5}}}})
