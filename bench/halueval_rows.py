@@ -94,7 +94,9 @@ def read_rows(path: Path) -> list[Row]:
 
 def request_for(row: Row) -> RequestView:
     """Return the request a client would send: context declared, the conversation as turns."""
-    return RequestView(body={"messages": conversation(row.question)}, inputs={"context": [row.context]})
+    return RequestView(
+        body={"messages": conversation(row.question)}, inputs={"context": [row.context]}
+    )
 
 
 def conversation(question: str) -> list[dict[str, str]]:

@@ -81,8 +81,10 @@ def answer_features(
     numbers = {n for s in supports for n in s.missing_numbers}
     held = [context.sentence_support(c.content) for c in claims]
     return {
-        "coverage": sum(w * s.token_coverage for w, s in zip(weights, supports)) / total,
-        "bigram_coverage": sum(w * s.ngram_coverage for w, s in zip(weights, supports)) / total,
+        "coverage": sum(w * s.token_coverage for w, s in zip(weights, supports, strict=True))
+        / total,
+        "bigram_coverage": sum(w * s.ngram_coverage for w, s in zip(weights, supports, strict=True))
+        / total,
         "min_claim_coverage": min(s.token_coverage for s in supports),
         "missing_entities": math.log1p(entities),
         "missing_numbers": math.log1p(len(numbers)),

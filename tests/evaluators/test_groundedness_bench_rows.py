@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "bench"))
-from halueval_rows import conversation, load_split, reserved_lines  # noqa: E402
+from halueval_rows import conversation, load_split, reserved_lines
 
 
 def test_reserved_lines_are_never_parsed_and_the_split_is_fixed(tmp_path: Path):
@@ -23,7 +23,9 @@ def test_reserved_lines_are_never_parsed_and_the_split_is_fixed(tmp_path: Path):
     seen = {r.line for r in dev} | {r.line for r in val}
     assert seen == set(range(20)) - {3, 7}
     assert not {r.line for r in dev} & {r.line for r in val}
-    assert [r.line for r in dev] == [r.line for r in load_split(tmp_path, "summarization", reserved)[0]]
+    assert [r.line for r in dev] == [
+        r.line for r in load_split(tmp_path, "summarization", reserved)[0]
+    ]
     assert {r.label for r in dev} == {0, 1}
 
 

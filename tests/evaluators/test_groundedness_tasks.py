@@ -16,7 +16,9 @@ from evaluators.grounding_score import task_kind
 from evaluators.registry import build_evaluators
 from gate.errors import ConfigError
 
-KNOWLEDGE = "Iron Man is starring Robert Downey Jr. Zodiac is a crime film starring Jake Gyllenhaal."
+KNOWLEDGE = (
+    "Iron Man is starring Robert Downey Jr. Zodiac is a crime film starring Jake Gyllenhaal."
+)
 HISTORY = [
     {"role": "user", "content": "Do you like Iron Man?"},
     {"role": "assistant", "content": "Sure do! Robert Downey Jr. is a favourite."},
@@ -93,7 +95,10 @@ def test_the_bench_scores_any_jsonl_of_rows_blind(tmp_path: Path):
     bench = Path(__file__).parents[2] / "bench" / "groundedness_halueval.py"
     out = subprocess.run(
         [sys.executable, str(bench), "--rows", str(rows), "--json", str(tmp_path / "r.json")],
-        capture_output=True, text=True, check=True, env={**os.environ},
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ},
     )
     report = json.loads((tmp_path / "r.json").read_text())["quality"]["rows"]
     assert report["answers"] == 80 and report["groundedness"]["overall"] == 1.0
