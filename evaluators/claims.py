@@ -73,6 +73,8 @@ class ClaimSupport:
     signals: dict[str, Any] = field(default_factory=dict)
 
 
+# Cached: the same few thousand word forms recur across every context and answer.
+@lru_cache(maxsize=65536)
 def normalise_token(raw: str) -> str:
     """Lower-case a token and reduce it to a light stem (possessive, plural, number form)."""
     token = raw.lower().replace("\u2019", "'")
