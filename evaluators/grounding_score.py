@@ -106,14 +106,13 @@ def calibrated_score(features: Mapping[str, float], calibration: Calibration) ->
 
 
 def task_kind(request: RequestView, declared: str | None = None) -> str:
-    """Return the request's task kind: declared (policy, then `inputs.task`) or inferred.
+    """Return the request's task kind: as the policy declares it, else inferred.
 
     Inferred: an earlier assistant turn makes a dialogue; a last user message that asks
     for a summary, or none at all, makes a summary; anything else is question answering.
     """
-    kind = declared or request.inputs.get("task")
-    if isinstance(kind, str) and kind in TASK_KINDS:
-        return kind
+    if declared in TASK_KINDS:
+        return str(declared)
     # Assistant turns that said something (not bare tool calls) make it a conversation.
     if any(m.get("role") == "assistant" and message_text(m).strip() for m in request.messages):
         return "dialogue"

@@ -42,12 +42,11 @@ def scored(text: str, req: RequestView, evaluator: GroundednessEvaluator | None 
     return (evaluator or GroundednessEvaluator()).evaluate(GenerationView("c", output=text), req)
 
 
-def test_the_task_kind_comes_from_the_policy_the_request_or_the_conversation():
+def test_the_task_kind_comes_from_the_policy_or_the_request():
     assert task_kind(DIALOGUE) == "dialogue"
     assert task_kind(request("Summarise this for me.")) == "summary"
     assert task_kind(request("How many bridges?")) == "qa"
-    assert task_kind(request("How many bridges?", task="summary")) == "summary"
-    assert task_kind(request("How many bridges?", task="summary"), "dialogue") == "dialogue"
+    assert task_kind(request("How many bridges?"), "dialogue") == "dialogue"
 
 
 def test_a_dialogue_reply_is_grounded_in_the_knowledge_and_an_invented_co_star_scores_lower():
