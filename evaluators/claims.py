@@ -73,6 +73,8 @@ class ClaimSupport:
     signals: dict[str, Any] = field(default_factory=dict)
 
 
+# Cached: the same few thousand word forms recur across every context and answer.
+@lru_cache(maxsize=65536)
 def normalise_token(raw: str) -> str:
     """Lower-case a token and reduce it to a light stem (possessive, plural, number form)."""
     token = raw.lower().replace("\u2019", "'")
@@ -196,6 +198,34 @@ class ContextIndex:
     joined: str
     # The same text without one-letter words, so "Richard Nixon" matches "Richard M. Nixon".
     joined_loose: str
+    # Each context sentence's tokens: a claim should be supported by one place, not by
+    # words gathered from all over a long document.
+    sentences: tuple[frozenset[str], ...] = ()
+
+    def sentence_support(self, content: Sequence[str]) -> int:
+        """Return how many of the claim's content tokens its best context sentence holds."""
+        return max((sum(t in s for t in content) for s in self.sentences), default=0)
+
+    def fragments(self, tokens: Sequence[str]) -> list[int]:
+        """Return the lengths of the answer's runs copied from the context.
+
+        A run is a stretch of tokens whose every adjacent pair occurs in the context (a
+        cheap stand-in for the longest common substring); a lone token counts as a run of
+        one when the context holds it, and not at all otherwise.
+        """
+        runs: list[int] = []
+        length = 0
+        for index, token in enumerate(tokens):
+            linked = index > 0 and (tokens[index - 1], token) in self.bigrams
+            if linked and length:
+                length += 1
+                continue
+            if length:
+                runs.append(length)
+            length = 1 if token in self.vocabulary else 0
+        if length:
+            runs.append(length)
+        return runs
 
     def contains_phrase(self, phrase: tuple[str, ...], *, loose: bool = False) -> bool:
         """Return whether the token sequence occurs contiguously in the context."""
@@ -214,7 +244,9 @@ def index_context(sources: tuple[str, ...]) -> ContextIndex:
     vocabulary: set[str] = set()
     bigrams: set[tuple[str, str]] = set()
     joined, loose = [], []
+    sentences: list[frozenset[str]] = []
     for source in sources:
+        sentences += [frozenset(tokens(s)) for s in split_sentences(source)]
         normal = tokens(source)
         vocabulary.update(normal)
         bigrams.update(itertools.pairwise(normal))
@@ -227,4 +259,5 @@ def index_context(sources: tuple[str, ...]) -> ContextIndex:
         numbers,
         f" {' | '.join(joined)} ",
         f" {' | '.join(loose)} ",
+        tuple(sentences),
     )

@@ -1,10 +1,13 @@
 """Groundedness: is each claim of the answer supported by the request's context?
 
 Deterministic signals per claim (sentence): content-token coverage and bigram coverage
-against the context, and hard checks that numbers, quoted spans and capitalised named
-entities appear in it. A claim with a missing number, quote or entity is unsupported
-however fluent the rest of it is. The optional embedding and LLM-judge signals live in
-`evaluators.grounding_extras` and are off unless the policy names them.
+against the context, and checks that numbers, quoted spans and capitalised named
+entities appear in it. The answer's score is calibrated per task kind (question
+answering, summary, dialogue; `evaluators.grounding_score`): the estimated probability
+that it is grounded. For question answering a claim with a missing number, quote or
+entity also fails the answer outright; summaries and dialogue replies paraphrase, so
+there those misses only lower the score. The optional embedding and LLM-judge signals
+live in `evaluators.grounding_extras` and are off unless the policy names them.
 """
 
 from __future__ import annotations
@@ -24,6 +27,13 @@ from evaluators.claims import (
     index_context,
 )
 from evaluators.grounding_extras import ClaimSignal, build_signals
+from evaluators.grounding_score import (
+    DEFAULT_CALIBRATIONS,
+    TASK_KINDS,
+    answer_features,
+    calibrated_score,
+    task_kind,
+)
 
 # Bigram pairs of two function words say nothing about the context ("of the").
 _STOP_PAIR_TOKENS = frozenset({"the", "a", "an", "of", "in", "on", "to", "and", "is", "was"})
@@ -66,9 +76,18 @@ def _document_text(document: Any) -> str:
 
 @dataclass(frozen=True)
 class GroundednessOptions:
-    """Thresholds and weights (defaults checked on HaluEval QA: BENCHMARKS.md, "Evaluators")."""
+    """Thresholds and weights (defaults measured on HaluEval: BENCHMARKS.md, "Evaluators").
 
-    threshold: float = 0.7
+    `threshold` sets one pass threshold for every request; `thresholds` sets it per
+    segment (the request's declared `segment`) or per task kind (`qa`, `summary`,
+    `dialogue`), a segment's entry first, over the measured defaults. `task` forces the
+    task kind of every request and `tasks` that of a segment, instead of inferring it.
+    """
+
+    threshold: float | None = None
+    thresholds: Mapping[str, float] | None = None
+    task: str | None = None
+    tasks: Mapping[str, str] | None = None
     claim_threshold: float = 0.6
     max_unsupported_claims: int = 0
     token_weight: float = 0.7
@@ -81,7 +100,8 @@ class GroundednessEvaluator:
     """Scores how much of the answer the context supports, claim by claim."""
 
     name = "groundedness"
-    version = "1"
+    # 2: the score is a calibrated probability per task kind (issue 30), not a coverage.
+    version = "2"
 
     def __init__(
         self,
@@ -96,7 +116,23 @@ class GroundednessEvaluator:
         """Build from policy options; `embedding` and `judge` switch on the extras."""
         extras = {k: options[k] for k in ("embedding", "judge") if options.get(k)}
         plain = {k: v for k, v in options.items() if k not in ("embedding", "judge")}
+        kinds = [plain.get("task"), *(plain.get("tasks") or {}).values()]
+        if any(k not in (None, *TASK_KINDS) for k in kinds):
+            raise TypeError(f"task kinds are {', '.join(TASK_KINDS)}")
+        cutoffs = [plain.get("threshold"), *(plain.get("thresholds") or {}).values()]
+        if any(c is not None and not 0.0 <= float(c) <= 1.0 for c in cutoffs):
+            raise TypeError("thresholds are scores between 0 and 1")
         return cls(GroundednessOptions(**plain), build_signals(extras))
+
+    def threshold(self, kind: str, segment: str | None = None) -> float:
+        """Return the pass threshold: the segment's, the kind's, the policy's, or measured."""
+        per_key = self.options.thresholds or {}
+        for key in (segment, kind):
+            if key is not None and key in per_key:
+                return float(per_key[key])
+        if self.options.threshold is not None:
+            return self.options.threshold
+        return DEFAULT_CALIBRATIONS[kind].threshold
 
     def applies(self, request: RequestView) -> bool:
         """Apply only where the request gave the model something to be grounded in."""
@@ -111,9 +147,15 @@ class GroundednessEvaluator:
         context = index_context(sources)
         claims = extract_claims(answer_prose(generation.output))
         supports = [self.support(claim, context) for claim in claims]
+        features = answer_features(claims, supports, context) if claims else {}
+        adjusted = supports
         for signal in self.signals:
-            supports = signal.adjust(supports, sources)
-        return self._result(supports)
+            adjusted = signal.adjust(adjusted, sources)
+        segment = request.inputs.get("segment")
+        segment = segment if isinstance(segment, str) else None
+        kind = task_kind(request, opts.task or (opts.tasks or {}).get(segment or ""))
+        threshold = self.threshold(kind, segment)
+        return self._result(kind, threshold, features, supports, adjusted)
 
     def support(self, claim: Claim, context: ContextIndex) -> ClaimSupport:
         """Return the deterministic support of one claim."""
@@ -123,7 +165,11 @@ class GroundednessEvaluator:
         ngram_cov = _bigram_coverage(claim.tokens, context, default=token_cov)
         soft = opts.token_weight * token_cov + (1.0 - opts.token_weight) * ngram_cov
         numbers = sorted({n for n in claim.numbers if n not in context.numbers})
-        entities = [text for text, e in claim.entities if not _entity_found(e, context)]
+        entities = [
+            text
+            for text, e in claim.entities
+            if not _entity_found(e, context, opening=claim.text.startswith(text))
+        ]
         quotes = [text for text, q in claim.quotes if not context.contains_phrase(q)]
         hard = len(numbers) + len(entities) + len(quotes)
         return ClaimSupport(
@@ -138,24 +184,45 @@ class GroundednessEvaluator:
             missing_quotes=quotes,
         )
 
-    def _result(self, supports: list[ClaimSupport]) -> EvalResult:
-        unsupported = [s for s in supports if not s.supported]
-        weights = [max(1, len(s.text.split())) for s in supports]
-        score = (
-            sum(w * s.score for w, s in zip(weights, supports, strict=True)) / sum(weights)
-            if supports
-            else 1.0
-        )
-        passed = (
-            score >= self.options.threshold
-            and len(unsupported) <= self.options.max_unsupported_claims
-        )
+    def _result(
+        self,
+        kind: str,
+        threshold: float,
+        features: dict[str, float],
+        supports: list[ClaimSupport],
+        adjusted: list[ClaimSupport],
+    ) -> EvalResult:
+        calibration = DEFAULT_CALIBRATIONS[kind]
+        score = calibrated_score(features, calibration) if supports else 1.0
+        # An extra signal (embedding, judge) scales the score by how much it moved the
+        # claims' lexical support, and a claim it rejects fails the answer.
+        score *= _signal_factor(supports, adjusted)
+        unsupported = [s for s in adjusted if not s.supported]
+        rejected = [s for s in adjusted if s.signals.get("judge_supported") is False]
+        strict_ok = len(unsupported) <= self.options.max_unsupported_claims
+        passed = score >= threshold and not rejected and (strict_ok or not calibration.strict)
         details = {
-            "claims": len(supports),
+            "task": kind,
+            "threshold": threshold,
+            "claims": len(adjusted),
+            "lexical_score": round(_weighted(adjusted), 6),
+            "features": {k: round(v, 6) for k, v in features.items()},
             "unsupported": [s.text for s in unsupported],
-            "per_claim": [asdict(s) for s in supports],
+            "per_claim": [asdict(s) for s in adjusted],
         }
         return EvalResult(score=round(score, 6), passed=passed, details=details)
+
+
+def _weighted(supports: Sequence[ClaimSupport]) -> float:
+    weights = [max(1, len(s.text.split())) for s in supports]
+    if not supports:
+        return 1.0
+    return sum(w * s.score for w, s in zip(weights, supports, strict=True)) / sum(weights)
+
+
+def _signal_factor(supports: Sequence[ClaimSupport], adjusted: Sequence[ClaimSupport]) -> float:
+    before = _weighted(supports)
+    return min(1.0, _weighted(adjusted) / before) if before > 0 else 1.0
 
 
 def _bigram_coverage(tokens: tuple[str, ...], context: ContextIndex, *, default: float) -> float:
@@ -169,7 +236,10 @@ def _bigram_coverage(tokens: tuple[str, ...], context: ContextIndex, *, default:
     return sum(p in context.bigrams for p in pairs) / len(pairs)
 
 
-def _entity_found(entity: tuple[str, ...], context: ContextIndex) -> bool:
+def _entity_found(entity: tuple[str, ...], context: ContextIndex, *, opening: bool) -> bool:
     # A name must occur as written: "Amy Johnson" is not "Amy Jo Johnson", and "Brooks
-    # Garth" is not "Garth Brooks". Middle initials are the one slack allowed.
-    return context.contains_phrase(entity) or context.contains_phrase(entity, loose=True)
+    # Garth" is not "Garth Brooks". Middle initials are the one slack allowed, and so is
+    # a capitalised word that only opens the sentence ("Actually Drew Brees ...").
+    if context.contains_phrase(entity) or context.contains_phrase(entity, loose=True):
+        return True
+    return opening and len(entity) > 2 and context.contains_phrase(entity[1:])

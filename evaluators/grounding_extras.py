@@ -97,10 +97,13 @@ class JudgeSignal:
         api_key_env: str | None = None,
         timeout_s: float = 30.0,
         penalty: float = 0.5,
+        max_tokens: int = 256,
         client: httpx.Client | None = None,
     ) -> None:
         self.model = model
         self.penalty = penalty
+        # Bounded: a verdict list is short, and a rambling judge must not hold a worker.
+        self.max_tokens = max_tokens
         # The key is read from the environment: policies are stored and shown, keys not.
         key = os.environ.get(api_key_env, "") if api_key_env else ""
         headers = {"Authorization": f"Bearer {key}"} if key else {}
@@ -132,6 +135,7 @@ class JudgeSignal:
         body = {
             "model": self.model,
             "temperature": 0,
+            "max_tokens": self.max_tokens,
             "response_format": {"type": "json_object"},
             "messages": [
                 {"role": "user", "content": _JUDGE_PROMPT.format(context=context, claims=numbered)}

@@ -24,7 +24,7 @@ CONTEXT = [
         ),
     },
 ]
-QUESTION = "Summarise Acme Robotics' recent results."
+QUESTION = "What are Acme Robotics' recent results?"
 REQUEST = RequestView(
     body={"messages": [{"role": "user", "content": QUESTION}], "temperature": 0},
     inputs={"context": CONTEXT},
@@ -38,15 +38,24 @@ FAITHFUL = (
 )
 
 
+# The same documents asked for a summary: paraphrase is expected, so misses lower the
+# calibrated score instead of failing the answer outright.
+SUMMARY_REQUEST = RequestView(
+    body={"messages": [{"role": "user", "content": "Summarise Acme Robotics' results."}]},
+    inputs={"context": CONTEXT},
+)
+
+
 def answer(text: str, **extra) -> GenerationView:
     return GenerationView(cohort="candidate", output=text, **extra)
 
 
-def test_a_faithful_multi_sentence_answer_passes_with_every_claim_supported():
-    result = GroundednessEvaluator().evaluate(answer(FAITHFUL), REQUEST)
+def test_a_faithful_multi_sentence_summary_passes_with_every_claim_supported():
+    result = GroundednessEvaluator().evaluate(answer(FAITHFUL), SUMMARY_REQUEST)
     assert result.passed, result.details["unsupported"]
+    assert result.details["task"] == "summary"
     assert result.details["claims"] == 4 and result.details["unsupported"] == []
-    assert result.score is not None and result.score > 0.9
+    assert result.score is not None and result.score > 0.8
 
 
 def test_one_changed_number_in_an_otherwise_fluent_answer_is_flagged():
@@ -60,6 +69,7 @@ def test_one_changed_number_in_an_otherwise_fluent_answer_is_flagged():
     assert flagged[0]["missing_numbers"] == ["52.3"]
     faithful_score = GroundednessEvaluator().evaluate(answer(FAITHFUL), REQUEST).score
     assert result.score < faithful_score
+    assert result.details["task"] == "qa"
 
 
 def test_a_swapped_name_is_flagged_even_when_every_word_occurs_in_the_context():
