@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
 import zlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from fastapi import APIRouter, Request, Response
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -14,6 +16,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from collectors.otlp import Decoded, MalformedPayload, decode_json, decode_protobuf
+from collectors.receipt import Receipt, Settled
 from collectors.spans import SpanRow
 
 log = logging.getLogger(__name__)
@@ -22,7 +25,16 @@ PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 _PROTOBUF_TYPES = frozenset({PROTOBUF, "application/protobuf"})
 
-Enqueue = Callable[[Sequence[SpanRow]], int]
+Submit = Callable[[Sequence[SpanRow], Settled | None], Receipt]
+
+
+@dataclass(frozen=True, slots=True)
+class Acknowledge:
+    """When a success is sent: once spans are durable (or on receipt), and the 503's terms."""
+
+    durable: bool = True
+    timeout_s: float = 10.0
+    retry_after_s: int = 5
 
 
 class Refused(Exception):
@@ -36,13 +48,15 @@ class Refused(Exception):
 
 def create_router(
     *,
-    enqueue: Enqueue,
+    submit: Submit,
     max_body_bytes: int,
     token: str | None = None,
+    acknowledge: Acknowledge | None = None,
     on_rejected: Callable[[int], None] | None = None,
 ) -> APIRouter:
-    """Return a router with `POST /v1/traces`; `enqueue` returns how many spans it dropped."""
+    """Return a router with `POST /v1/traces`, handing decoded spans to `submit`."""
     router = APIRouter(tags=["otlp"])
+    terms = acknowledge or Acknowledge()
 
     @router.post("/v1/traces", include_in_schema=False)
     async def export_traces(request: Request) -> Response:
@@ -50,20 +64,55 @@ def create_router(
         try:
             _authorise(request, token)
             decoded = _decode(media, await _read_body(request, max_body_bytes))
+            if decoded.rows:
+                await _hand_over(decoded, submit, terms)
         except Refused as refusal:
             log.warning(
                 "collector.request_refused status=%d reason=%r", refusal.status, refusal.message
             )
-            return _status_response(media, refusal.status, refusal.message, refusal.status == 401)
-        dropped = enqueue(decoded.rows) if decoded.rows else 0
-        if dropped:
-            decoded.rejected += dropped
-            decoded.error = decoded.error or "collector overloaded: queue and spool are full"
+            headers = _refusal_headers(refusal.status, terms)
+            return _status_response(media, refusal.status, refusal.message, headers)
         if decoded.rejected and on_rejected is not None:
             on_rejected(decoded.rejected)
         return _success_response(media, decoded)
 
     return router
+
+
+async def _hand_over(decoded: Decoded, submit: Submit, terms: Acknowledge) -> None:
+    """Submit the spans and, when acknowledging durable spans, wait until they are."""
+    loop = asyncio.get_running_loop()
+    settled: asyncio.Future[None] = loop.create_future()
+
+    def wake(_: Receipt) -> None:
+        loop.call_soon_threadsafe(_resolve, settled)
+
+    receipt = submit(decoded.rows, wake if terms.durable else None)
+    if terms.durable:
+        try:
+            await asyncio.wait_for(settled, terms.timeout_s)
+        except TimeoutError:
+            # Still queued: the sender retries, and spans stored meanwhile are stored once.
+            raise Refused(503, f"spans not durable within {terms.timeout_s:g} s") from None
+    if receipt.refused:
+        # Some spans may be durable already; a retry of the whole request stores them once.
+        raise Refused(503, receipt.reason or "collector overloaded")
+    if receipt.failed:
+        decoded.rejected += receipt.failed
+        decoded.error = decoded.error or receipt.reason
+
+
+def _resolve(settled: asyncio.Future[None]) -> None:
+    if not settled.done():  # a request that timed out has cancelled it
+        settled.set_result(None)
+
+
+def _refusal_headers(status: int, terms: Acknowledge) -> dict[str, str] | None:
+    if status == 401:
+        return {"WWW-Authenticate": "Bearer"}
+    if status in (429, 503):
+        return {"Retry-After": str(terms.retry_after_s)}
+    return None
 
 
 def _authorise(request: Request, token: str | None) -> None:
@@ -143,8 +192,9 @@ def _success_response(media: str, decoded: Decoded) -> Response:
     return Response(reply.SerializeToString(), media_type=PROTOBUF)
 
 
-def _status_response(media: str, status: int, message: str, challenge: bool) -> Response:
-    headers = {"WWW-Authenticate": "Bearer"} if challenge else None
+def _status_response(
+    media: str, status: int, message: str, headers: dict[str, str] | None
+) -> Response:
     if media == JSON:
         body = json.dumps({"code": status, "message": message})
         return Response(body, status_code=status, media_type=JSON, headers=headers)
