@@ -28,6 +28,9 @@ class CollectorMetrics:
         self.normalise_failed = self._counter(
             "normalise_failed", "Spans stored raw because their rows could not be written."
         )
+        self.nul_removed = self._counter(
+            "nul_removed", "NUL characters removed from spans (Postgres cannot store them)."
+        )
         self.generations = self._counter("generations_landed", "New generation rows.")
         self.batches = self._counter("batches", "Batches committed.")
         # With several workers (multiprocess mode): queue and spool summed over the live

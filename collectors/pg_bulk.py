@@ -7,6 +7,7 @@ import math
 import uuid
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 import orjson
@@ -106,14 +107,39 @@ def _generation_tuple(row: dict[str, Any]) -> tuple[Any, ...]:
 def dump_json(value: Any) -> str:
     """Return `value` as JSON text for a JSONB column (orjson: the hot path of every span)."""
     try:
-        return orjson.dumps(value).decode()
+        text = orjson.dumps(value)
+    except TypeError:  # an integer outside 64 bits (a request body may hold one)
+        return _dump_exact(value)
+    # JSONB keeps a number's digits, not its notation: `1e+16` would come back as the
+    # integer 10000000000000000. Rare (a double of 1e16 or more), so checked on the text.
+    return _dump_exact(value) if b"e+" in text else text.decode()
+
+
+def _dump_exact(value: Any) -> str:
+    try:
+        return orjson.dumps(_exact(value)).decode()
     except TypeError:
-        # orjson writes no integer outside 64 bits (a request body may hold one); JSONB
-        # takes any number. NaN is written as null, as orjson does.
         return json.dumps(_finite(value))
 
 
+def _exact(value: Any) -> Any:
+    """Return `value` with large doubles written with a fraction, and big integers whole."""
+    if isinstance(value, float):
+        if math.isfinite(value) and abs(value) >= 1e16:
+            # The shortest round-trip digits, written out: `10000000000000000.0` stays a double.
+            return orjson.Fragment(f"{Decimal(repr(value)):f}.0")
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if -(2**63) <= value < 2**64 else orjson.Fragment(str(value))
+    if isinstance(value, dict):
+        return {key: _exact(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_exact(item) for item in value]
+    return value
+
+
 def _finite(value: Any) -> Any:
+    # What orjson cannot write at all goes through `json`, with NaN as null as orjson does.
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):

@@ -118,8 +118,10 @@ def _refusal_headers(status: int, terms: Acknowledge) -> dict[str, str] | None:
 def _authorise(request: Request, token: str | None) -> None:
     if token is None:
         return
-    given = request.headers.get("authorization", "")
-    if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+    # Auth schemes are case-insensitive (RFC 9110, section 11.1): "bearer x" is "Bearer x".
+    scheme, _, credentials = request.headers.get("authorization", "").strip().partition(" ")
+    matches = hmac.compare_digest(credentials.strip().encode(), token.encode())
+    if scheme.lower() != "bearer" or not matches:
         raise Refused(401, "missing or wrong bearer token")
 
 
@@ -149,16 +151,27 @@ async def _read_body(request: Request, limit: int) -> bytes:
 
 
 def _gunzip(body: bytes, limit: int) -> bytes:
-    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    try:
-        data = inflater.decompress(body, limit + 1)
-    except zlib.error as exc:
-        raise Refused(400, f"body is not valid gzip: {exc}") from None
-    if len(data) > limit or inflater.unconsumed_tail:
-        raise Refused(413, f"decompressed body exceeds the limit of {limit} bytes")
-    if not inflater.eof:
-        raise Refused(400, "gzip body is truncated")
-    return data
+    """Inflate every member of a gzip body (RFC 1952 allows several); refuse anything after."""
+    members: list[bytes] = []
+    size = 0
+    rest = body
+    while True:
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            data = inflater.decompress(rest, limit - size + 1)
+        except zlib.error as exc:
+            raise Refused(400, f"body is not valid gzip: {exc}") from None
+        size += len(data)
+        if size > limit or inflater.unconsumed_tail:
+            raise Refused(413, f"decompressed body exceeds the limit of {limit} bytes")
+        if not inflater.eof:
+            raise Refused(400, "gzip body is truncated")
+        members.append(data)
+        rest = inflater.unused_data
+        if not rest:
+            return b"".join(members)
+        if not rest.startswith(b"\x1f\x8b"):
+            raise Refused(400, f"{len(rest)} bytes of garbage after the last gzip member")
 
 
 def _decode(media: str, body: bytes) -> Decoded:

@@ -26,6 +26,8 @@ LandedCallback = Callable[[list[int], list[uuid.UUID]], None]
 # How many spooled segments one loop turn replays before serving the queue again.
 _REPLAY_PER_TURN = 4
 _CONFLICT_RETRIES = 4
+# How a span that fails in its batch is tried alone: as is, without NUL, then raw only.
+_AS_IS, _SCRUBBED, _RAW = 0, 1, 2
 OVERLOADED = "collector overloaded: queue and spool are full"
 
 
@@ -251,11 +253,12 @@ class BatchWriter:
     def _store(self, rows: list[SpanRow], failed: list[SpanRow]) -> list[SpanRow]:
         """Write rows, splitting failing batches (spans refused alone go to `failed`); return
         the rows left when the database is down."""
-        pending: list[tuple[list[SpanRow], bool]] = [(rows, True)]
+        pending: list[tuple[list[SpanRow], int]] = [(rows, _AS_IS)]
         while pending:
-            part, full = pending.pop()
+            part, stage = pending.pop()
             try:
-                landed = self._write(part if full else [scrub(part[0])], full)
+                written = part if stage == _AS_IS else [self._scrubbed(part[0])]
+                landed = self._write(written, full=stage != _RAW)
             except Exception as exc:
                 conflict = is_conflict(exc)  # still deadlocking after its retries
                 if conflict or is_transient(exc):
@@ -263,13 +266,24 @@ class BatchWriter:
                     if not conflict:
                         self._went_down(exc)
                     return part + [row for rest, _ in reversed(pending) for row in rest]
-                pending.extend(self._split(part, full, exc, failed))
+                pending.extend(self._split(part, stage, exc, failed))
                 continue
             self._came_up()
-            self._landed(landed, raw_only=not full)
+            self._landed(landed, raw_only=stage == _RAW)
         return []
 
-    def _write(self, rows: list[SpanRow], full: bool) -> Landed:
+    def _scrubbed(self, row: SpanRow) -> SpanRow:
+        clean, removed = scrub(row)
+        if removed:
+            # Postgres text and JSONB cannot hold NUL: removed, counted, and said on the span.
+            self.metrics.nul_removed.inc(removed)
+            log.warning(
+                "collector.nul_removed trace_id=%s span_id=%s count=%d",
+                row.trace_id, row.span_id, removed,
+            )  # fmt: skip
+        return clean
+
+    def _write(self, rows: list[SpanRow], *, full: bool) -> Landed:
         for attempt in range(_CONFLICT_RETRIES):
             try:
                 with self.metrics.batch_seconds.time():
@@ -285,13 +299,14 @@ class BatchWriter:
         raise AssertionError("unreachable")
 
     def _split(
-        self, part: list[SpanRow], full: bool, exc: Exception, failed: list[SpanRow]
-    ) -> list[tuple[list[SpanRow], bool]]:
+        self, part: list[SpanRow], stage: int, exc: Exception, failed: list[SpanRow]
+    ) -> list[tuple[list[SpanRow], int]]:
         if len(part) > 1:
             middle = len(part) // 2
-            return [(part[middle:], True), (part[:middle], True)]
-        if full:
-            return [(part, False)]  # keep the raw span even if its rows cannot be written
+            return [(part[middle:], _AS_IS), (part[:middle], _AS_IS)]
+        if stage != _RAW:
+            # Alone, without NUL characters; then the raw span even if its rows cannot land.
+            return [(part, stage + 1)]
         self.metrics.failed.inc()
         failed.append(part[0])
         log.error(

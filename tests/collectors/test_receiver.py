@@ -67,6 +67,26 @@ def test_gzip_bodies_are_accepted(body):
     assert response.status_code == 200 and len(sink.rows) == 9
 
 
+def test_every_member_of_a_multi_member_gzip_body_is_read():
+    first, second = (encode_spans(record_requests(IDS, n)) for n in (1, 1))
+    # Two gzip members whose inflated bytes concatenate into one protobuf message (the
+    # repeated resource_spans of both), as `cat a.gz b.gz` gives.
+    content = gzip.compress(first.SerializeToString()) + gzip.compress(second.SerializeToString())
+    sink = Sink()
+    headers = {**PROTOBUF, "Content-Encoding": "gzip"}
+    response = client(sink).post("/v1/traces", content=content, headers=headers)
+    assert response.status_code == 200 and len(sink.rows) == 6
+
+
+def test_garbage_after_the_last_gzip_member_is_refused(body):
+    sink = Sink()
+    headers = {**PROTOBUF, "Content-Encoding": "gzip"}
+    content = gzip.compress(body) + b"trailing"
+    response = client(sink).post("/v1/traces", content=content, headers=headers)
+    assert response.status_code == 400 and b"8 bytes of garbage" in response.content
+    assert sink.rows == []
+
+
 def test_json_bodies_use_hex_ids_and_get_json_replies():
     document = {
         "resourceSpans": [
@@ -183,6 +203,16 @@ def test_a_configured_token_is_required(body):
         "/v1/traces", content=body, headers={**PROTOBUF, "Authorization": "Bearer s3cret"}
     )
     assert ok.status_code == 200 and len(sink.rows) == 9
+    # The scheme is case-insensitive; the token is not.
+    lower = guarded.post(
+        "/v1/traces", content=body, headers={**PROTOBUF, "Authorization": "bearer s3cret"}
+    )
+    assert lower.status_code == 200 and len(sink.rows) == 18
+    for wrong in ("bearer S3CRET", "Basic s3cret", "Bearers3cret"):
+        response = guarded.post(
+            "/v1/traces", content=body, headers={**PROTOBUF, "Authorization": wrong}
+        )
+        assert response.status_code == 401
 
 
 def test_json_errors_are_json():
