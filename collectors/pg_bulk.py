@@ -18,11 +18,12 @@ from collectors.spans import SpanRow
 
 SPAN_COLUMNS = (
     "trace_id", "span_id", "parent_span_id", "name", "kind", "service", "start_time",
-    "end_time", "status_code", "status_message", "attributes", "resource", "received_at",
+    "end_time", "status_code", "status_message", "attributes", "resource", "extra",
+    "received_at",
 )  # fmt: skip
 _SPAN_TYPES = (
     "text", "text", "text", "text", "int4", "text", "timestamptz",
-    "timestamptz", "int4", "text", "text", "text", "timestamptz",
+    "timestamptz", "int4", "text", "text", "text", "text", "timestamptz",
 )  # fmt: skip
 _GENERATION_TYPES = {
     "rollout_id": "int4", "pair_id": "uuid", "request_id": "uuid", "route_id": "int4",
@@ -33,7 +34,7 @@ _GENERATION_TYPES = {
     "started_at": "timestamptz",
 }  # fmt: skip
 _EXTRA = GENERATION_COLUMNS.index("output_extra")
-_JSON_COLUMNS = frozenset({"attributes", "resource", "output_extra"})
+_JSON_COLUMNS = frozenset({"attributes", "resource", "extra", "output_extra"})
 
 _KEY = ("trace_id", "span_id")
 _SPANS_STAGE = "specgate_spans_stage"
@@ -93,6 +94,7 @@ def _span_tuple(row: SpanRow, received_at: datetime, resources: dict[int, str]) 
         row.status_message,
         dump_json(row.attributes),
         resource,
+        None if row.extra is None else dump_json(row.extra),
         received_at,
     )
 

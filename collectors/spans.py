@@ -35,6 +35,9 @@ class SpanRow:
     attributes: dict[str, Any]
     resource: dict[str, Any]
     service: str | None
+    # OTLP fields beyond the columns (scope, trace state, flags, events, links): see
+    # `collectors.extra`.
+    extra: dict[str, Any] | None = None
 
     def with_attributes(self, attributes: dict[str, Any]) -> SpanRow:
         """Return a copy holding `attributes` (built directly: `dataclasses.replace` costs
@@ -42,7 +45,7 @@ class SpanRow:
         return SpanRow(
             self.trace_id, self.span_id, self.parent_span_id, self.name, self.kind,
             self.start_time, self.end_time, self.status_code, self.status_message,
-            attributes, self.resource, self.service,
+            attributes, self.resource, self.service, self.extra,
         )  # fmt: skip
 
     @property
@@ -93,6 +96,7 @@ def scrub(row: SpanRow) -> tuple[SpanRow, int]:
         attributes=attributes,
         resource=_scrub(row.resource, removed),
         service=_scrub(row.service, removed),
+        extra=_scrub(row.extra, removed),
     )
     if removed[0]:
         clean.attributes = {**attributes, NUL_REMOVED: removed[0]}

@@ -132,7 +132,7 @@ def test_span_values_past_the_toast_threshold_are_stored_with_lz4(
             {"ids": [span.span_id for span in spans]},
         ).scalars()
         assert list(stored) == ["lz4"] * len(spans)
-        # Migration 0004 set every per-span column, not only the one this test filled.
+        # Migrations 0004 and 0005 set every per-span column, not only the one this test filled.
         methods = connection.exec_driver_sql(
             "SELECT attrelid::regclass::text, attname, attcompression FROM pg_attribute "
             "WHERE attrelid IN ('spans'::regclass, 'requests'::regclass, "
@@ -141,7 +141,7 @@ def test_span_values_past_the_toast_threshold_are_stored_with_lz4(
     lz4 = sorted(f"{table}.{column}" for table, column, method in methods if method == "l")
     assert lz4 == [
         "generations.output", "generations.output_extra", "generations.prompt",
-        "requests.body", "requests.inputs", "spans.attributes", "spans.resource",
+        "requests.body", "requests.inputs", "spans.attributes", "spans.extra", "spans.resource",
     ]  # fmt: skip
 
 
