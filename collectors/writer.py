@@ -70,6 +70,7 @@ class BatchWriter:
         self._retry_at = 0.0
         self._backoff = self.limits.retry_initial_s
         self._stopping = threading.Event()
+        self._spool_full = False
         self._stop_deadline = 0.0
         self._threads: list[threading.Thread] = []
         # Spans accepted by `enqueue` and spans fully handled, for `flush`.
@@ -338,12 +339,19 @@ class BatchWriter:
             stored = False
         if stored:
             self.metrics.spooled.inc(len(rows))
-            log.warning("collector.spooled spans=%d reason=%s", len(rows), reason)
+            # During an outage every batch is spooled: `database_down` said so once already.
+            level = logging.DEBUG if reason == "database_down" else logging.WARNING
+            log.log(level, "collector.spooled spans=%d reason=%s", len(rows), reason)
+            if self._spool_full:
+                self._spool_full = False
+                log.info("collector.spool_has_room spool_bytes=%d", self.spool.bytes)
             return True
-        log.error(
-            "collector.spool_full spans=%d reason=%s queue=%d spool_bytes=%d",
-            len(rows), reason, len(self.queue), self.spool.bytes,
-        )  # fmt: skip
+        if not self._spool_full:  # once per change of state; spans_refused_total counts them
+            log.error(
+                "collector.spool_full spans=%d reason=%s queue=%d spool_bytes=%d",
+                len(rows), reason, len(self.queue), self.spool.bytes,
+            )  # fmt: skip
+        self._spool_full = True
         return False
 
     def _went_down(self, exc: Exception) -> None:

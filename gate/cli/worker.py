@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from gate import logs
 from gate.cli.common import DatabaseOption, settings_with
 from gate.errors import ConfigError, GateError
 
@@ -16,7 +17,12 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 @app.callback(invoke_without_command=True)
 def worker(
     concurrency: Annotated[int, typer.Option(help="Worker processes.")] = 2,
-    loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "INFO",
+    loglevel: Annotated[
+        str | None,
+        typer.Option(
+            help="Log level (default: SPECGATE_LOG_LEVEL, else INFO).", show_default=False
+        ),
+    ] = None,
     visibility_timeout: Annotated[
         float,
         typer.Option(help="Seconds before a message whose worker died is delivered again."),
@@ -29,6 +35,8 @@ def worker(
 ) -> None:
     """Run Celery evaluator workers (needs SPECGATE_REDIS_URL)."""
     # Imported here: Celery is only loaded by the command that needs it.
+    from celery.signals import setup_logging
+
     from evaluators.celery_app import QUEUE, make_celery
 
     settings = settings_with(database_url)
@@ -37,10 +45,14 @@ def worker(
             "specgate worker needs SPECGATE_REDIS_URL; without Redis, evaluations run in-process"
         )
     celery = make_celery(settings, visibility_timeout_s=visibility_timeout)
+    level = (loglevel or settings.log_level).upper()
+    # Celery asks this signal's receivers before setting up logging its own way: specgate's
+    # one format then holds for the worker and its pool processes too.
+    setup_logging.connect(lambda **_: logs.configure(level), weak=False)
     argv = [
         "worker",
         f"--concurrency={concurrency}",
-        f"--loglevel={loglevel}",
+        f"--loglevel={level}",
         f"--queues={QUEUE}",
         "--pool=prefork",
         "--without-gossip",

@@ -88,7 +88,8 @@ def test_when_queue_and_spool_are_full_drops_are_counted_and_logged(pg_ids, tmp_
     with caplog.at_level(logging.ERROR, logger="collectors.writer"):
         dropped = sum(pipeline.writer.enqueue(gateway_spans(pg_ids)) for _ in range(20))
         pipeline.close()
-    assert dropped > 0 and value(registry, "spans_dropped") >= dropped
+    # Refused at once (queue and spool full) or later by the writer (the spool filled up).
+    assert value(registry, "spans_dropped") > 0 and value(registry, "spans_dropped") >= dropped
     assert value(registry, "spans_spooled") + value(registry, "spans_dropped") == 80
     assert pipeline.writer.spool.bytes <= 6_000
     assert "collector.dropped spans=" in caplog.text
