@@ -33,7 +33,7 @@ class Acknowledge:
     """When a success is sent: once spans are durable (or on receipt), and the 503's terms."""
 
     durable: bool = True
-    timeout_s: float = 10.0
+    timeout_s: float = 5.0
     retry_after_s: int = 5
 
 

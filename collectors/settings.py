@@ -36,7 +36,7 @@ class CollectorSettings(BaseSettings):
     collector_acknowledge: Literal["durable", "received"] = "durable"
     # How long a request waits for its spans to be durable before a 503 (retry; re-sent
     # spans are stored once), and the Retry-After of every 503.
-    collector_ack_timeout_s: float = Field(10.0, gt=0)
+    collector_ack_timeout_s: float = Field(5.0, gt=0)
     collector_retry_after_s: int = Field(5, ge=1)
     # Retention: captured content goes sooner than raw spans; generations' numbers stay.
     retention_content_days: float = Field(7.0, gt=0)

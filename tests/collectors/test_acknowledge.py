@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import threading
 import time
 
 import httpx
@@ -64,19 +65,37 @@ def test_spans_acknowledged_before_a_sigkill_are_in_postgres_after_restart(
     }
     collector = start_collector(port, pg_url, tmp_path, env)
     acknowledged: set[tuple[str, str]] = set()
-    try:
-        exporter = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{port}/v1/traces")
-        for _ in range(10):  # a burst: the last export is answered just before the kill
+    lock, stop = threading.Lock(), threading.Event()
+
+    def export() -> None:  # one exporter: one export in flight, as the SDK's processor
+        exporter = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{port}/v1/traces", timeout=2)
+        while not stop.is_set():
             spans = record_requests(pg_ids, 10)
-            assert exporter.export(spans) is SpanExportResult.SUCCESS
-            acknowledged |= keys_of(spans)
+            if exporter.export(spans) is SpanExportResult.SUCCESS:
+                with lock:
+                    acknowledged.update(keys_of(spans))
         exporter.shutdown()
+
+    exporters = [threading.Thread(target=export) for _ in range(4)]
+    for thread in exporters:
+        thread.start()
+    deadline = time.monotonic() + 60
+    try:
+        # A burst; the kill comes while the other exporters' requests are in flight.
+        while len(acknowledged) < 600:
+            assert time.monotonic() < deadline and collector.poll() is None
+            time.sleep(0.01)
     finally:
         collector.send_signal(signal.SIGKILL)
         collector.wait(30)
+        with lock:
+            answered = set(acknowledged)
+        stop.set()
+        for thread in exporters:
+            thread.join(30)
     restarted = start_collector(port, pg_url, tmp_path, {})  # replays what was spooled
     try:
-        assert wait_until_stored(pg_engine, acknowledged) == set()
+        assert wait_until_stored(pg_engine, answered) == set()
     finally:
         restarted.terminate()
         restarted.wait(60)
