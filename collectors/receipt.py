@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
+
+log = logging.getLogger(__name__)
 
 Settled = Callable[["Receipt"], None]
 
@@ -63,5 +66,9 @@ class Receipt:
             self._finish()
 
     def _finish(self) -> None:
-        if self._on_settled is not None:
+        if self._on_settled is None:
+            return
+        try:
             self._on_settled(self)
+        except Exception:  # e.g. the sender's event loop already closed: not the writer's fault
+            log.exception("collector.receipt_callback_failed refused=%d", self.refused)
