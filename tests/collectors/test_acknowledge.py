@@ -47,7 +47,7 @@ def wait_until_stored(engine: Engine, wanted: set, timeout: float = 60.0) -> set
 def start_collector(port: int, pg_url: str, home, env: dict[str, str]) -> subprocess.Popen[str]:
     args = ("--port", str(port), "--database-url", pg_url)
     collector = run_collect(*args, home=home, env_extra=env, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 90  # a loaded host starts a process slowly
     while not ready(f"http://127.0.0.1:{port}"):
         assert collector.poll() is None and time.monotonic() < deadline, "no start"
         time.sleep(0.05)

@@ -55,7 +55,7 @@ def test_two_workers_store_every_span_once_each_with_its_own_spool(
     collector = run_collect(*args, home=tmp_path, stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 90  # two spawned workers start slowly on a loaded host
         while not ready(base):
             assert collector.poll() is None and time.monotonic() < deadline, "no start"
             time.sleep(0.1)
