@@ -56,6 +56,21 @@ def span_extra(
     return extra or None
 
 
+def plain_extra(scope: Extra | None, flags: int, start_ns: int, end_ns: int) -> Extra | None:
+    """Return the extra fields of a span with only a scope, flags and times (the common
+    case, kept cheap: it runs for every span)."""
+    extra: Extra = {}
+    if scope:
+        extra["scope"] = scope
+    if flags:
+        extra["flags"] = flags
+    if start_ns % 1000:
+        extra["start_time_unix_nano"] = start_ns
+    if end_ns % 1000:
+        extra["end_time_unix_nano"] = end_ns
+    return extra or None
+
+
 def scope_extra(name: str, version: str, attributes: dict[str, Any], dropped: int) -> Extra | None:
     """Return an instrumentation scope's fields, or None for an empty scope."""
     scope = compact(

@@ -13,7 +13,14 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from collectors import otlp_json
-from collectors.extra import Extra, event_extra, link_extra, scope_extra, span_extra
+from collectors.extra import (
+    Extra,
+    event_extra,
+    link_extra,
+    plain_extra,
+    scope_extra,
+    span_extra,
+)
 from collectors.spans import (
     MAX_NAME,
     SpanRow,
@@ -116,6 +123,10 @@ def _add_span(
 
 
 def _extra(span: Span, scope: Extra | None) -> Extra | None:
+    start, end = span.start_time_unix_nano, span.end_time_unix_nano
+    dropped = (span.dropped_attributes_count, span.dropped_events_count, span.dropped_links_count)
+    if not (span.events or span.links or span.trace_state or any(dropped)):
+        return plain_extra(scope, span.flags, start, end)
     events = [
         event_extra(
             event.time_unix_nano,
@@ -142,13 +153,9 @@ def _extra(span: Span, scope: Extra | None) -> Extra | None:
         flags=span.flags,
         events=events,
         links=links,
-        dropped=(
-            span.dropped_attributes_count,
-            span.dropped_events_count,
-            span.dropped_links_count,
-        ),
-        start_ns=span.start_time_unix_nano,
-        end_ns=span.end_time_unix_nano,
+        dropped=dropped,
+        start_ns=start,
+        end_ns=end,
     )
 
 
