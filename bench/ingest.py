@@ -1,6 +1,7 @@
 """End-to-end span ingestion: OTLP/HTTP protobuf in -> rows in Postgres, vs row-by-row ORM.
 
     .venv/bin/python bench/ingest.py --duration 60 --row-by-row-duration 20
+    .venv/bin/python bench/ingest.py --compare --exporters 1,4 --duration 30
 
 Creates a throwaway database (built by the migrations) on the server named by
 `--admin-url`, starts `collectors.app` under uvicorn in a subprocess (`--collector-workers
@@ -10,6 +11,11 @@ gateway-shaped spans (a `specgate.pair` span and two route calls per sampled req
 5% of the exports unchanged as duplicates. The clock stops when every span sent has
 been written (or recognised as a duplicate) and committed. Then the same spans go in
 row by row through the ORM, one commit per span, for comparison.
+
+`--compare` instead measures, in one run, a collector that answers once spans are
+received (the old behaviour, `SPECGATE_COLLECTOR_ACKNOWLEDGE=received`) against one that
+answers once they are durable (the default), with each `--exporters` count: each sender
+thread keeps one export in flight, as the SDK's BatchSpanProcessor does per exporter.
 """
 
 from __future__ import annotations
@@ -59,7 +65,8 @@ class Sender:
         self.duplicate_every = duplicate_every
         self.spans_per_export = GROUPS_PER_EXPORT * 3
         self.lock = threading.Lock()
-        self.unique = self.duplicates = self.exports = 0
+        self.unique = self.duplicates = self.exports = self.refused = 0
+        self.waits: list[float] = []  # seconds from sending an export to its answer
         self.sent: list[bytes] = []
         self.stop = threading.Event()
         self.paused = threading.Event()
@@ -87,12 +94,20 @@ class Sender:
                 duplicate = every > 0 and self.exports % every == 0 and bool(self.sent)
                 body = random.choice(self.sent) if duplicate else None
             body = body or fresh(self.body, self.offsets)
-            connection.request("POST", target.path, body=body, headers=headers)
-            response = connection.getresponse()
-            response.read()
+            sent_at = time.perf_counter()
+            while True:  # as the SDK does: a 503 or 429 is sent again after a pause
+                connection.request("POST", target.path, body=body, headers=headers)
+                response = connection.getresponse()
+                response.read()
+                if response.status not in (429, 503):
+                    break
+                with self.lock:
+                    self.refused += 1
+                time.sleep(0.05)
             if response.status != 200:
                 raise RuntimeError(f"collector answered {response.status}")
             with self.lock:
+                self.waits.append(time.perf_counter() - sent_at)
                 if duplicate:
                     self.duplicates += self.spans_per_export
                 else:
@@ -152,6 +167,13 @@ def collector_counts(base: str) -> dict[str, float]:
     return values
 
 
+def answer_times(waits: list[float]) -> dict[str, float]:
+    """Return the median and 99th percentile of the exports' answer times, in ms."""
+    ordered = sorted(waits) or [0.0]
+    pick = lambda q: 1000 * ordered[min(int(q * len(ordered)), len(ordered) - 1)]  # noqa: E731
+    return {"answer_p50_ms": pick(0.5), "answer_p99_ms": pick(0.99)}
+
+
 def measure_pipeline(
     base: str, body: bytes, offsets: Offsets, args: argparse.Namespace, collector_pid: int
 ) -> dict[str, float]:
@@ -182,6 +204,7 @@ def measure_pipeline(
         **{f"cpu_us_per_span_{k}": 1e6 * v / total for k, v in cpu.items()},
         "elapsed_s": elapsed, "spans": total, "unique": sender.unique,
         "duplicates": sender.duplicates, "spans_per_s": total / elapsed,
+        "refused_exports": sender.refused, **answer_times(sender.waits),
         "rows_per_s": sender.unique / elapsed, "deepest_queue": deepest, **counts,
     }  # fmt: skip
 
@@ -274,12 +297,13 @@ def table_counts(url: str) -> dict[str, int]:
     return counts
 
 
-def serve(url: str, port: int, home: str, workers: int) -> None:
+def serve(url: str, port: int, home: str, workers: int, acknowledge: str) -> None:
     """Run the collector app as `specgate collect [--workers N]` does (without its pair
     lifecycle, whose evaluations are not part of ingestion)."""
     from collectors.workers import serve as serve_collector
 
     os.environ["SPECGATE_DATABASE_URL"], os.environ["SPECGATE_HOME"] = url, home
+    os.environ["SPECGATE_COLLECTOR_ACKNOWLEDGE"] = acknowledge
     serve_collector(
         collector_app, workers=workers, host="127.0.0.1", port=port, log_level="warning"
     )
@@ -292,6 +316,62 @@ def collector_app() -> Any:
     from gate.settings import load_settings
 
     return create_app(load_settings(), load_collector_settings())
+
+
+def run_collector(
+    args: argparse.Namespace, acknowledge: str, clients: int
+) -> tuple[str, str, bytes, Offsets, dict[str, float], dict[str, int]]:
+    """Measure one collector on a fresh database; return (name, url, body, offsets, rates,
+    stored rows). The database is left for the caller to use, then drop."""
+    name = f"specgate_bench_{os.getpid()}"
+    url = database(args.admin_url, name, create=True)
+    body, offsets = template(seed(url), args.raw)
+    home = tempfile.mkdtemp(prefix="specgate-bench-")
+    command = [
+        *(sys.executable, __file__, "--serve", url, "--port", str(args.port), "--home", home),
+        *("--collector-workers", str(args.collector_workers), "--acknowledge", acknowledge),
+    ]
+    server = subprocess.Popen(command)
+    base = f"http://127.0.0.1:{args.port}"
+    try:
+        for _ in range(600):
+            try:
+                httpx.get(f"{base}/healthz").raise_for_status()
+                break
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        args.clients = clients
+        ours = measure_pipeline(base, body, offsets, args, server.pid)
+    finally:
+        server.terminate()
+        server.wait(60)
+        shutil.rmtree(home, ignore_errors=True)
+    return name, url, body, offsets, ours, table_counts(url)
+
+
+def compare(args: argparse.Namespace) -> bool:
+    """Acknowledge on receipt (the old behaviour) against acknowledge on durable, with each
+    number of exporters, in one run; print a table and the JSON; return the checks' result."""
+    runs = []
+    for acknowledge in ("received", "durable"):
+        for clients in args.exporters:
+            name, _, _, _, ours, stored = run_collector(args, acknowledge, clients)
+            database(args.admin_url, name, create=False)
+            runs.append({"acknowledge": acknowledge, "exporters": clients, "pipeline": ours,
+                         "stored": stored, "ok": stored["spans"] == ours["unique"]})  # fmt: skip
+    report = {
+        "mode": "raw spans" if args.raw else "gateway spans, normalised",
+        "duration_s": args.duration, "collector_workers": args.collector_workers,
+        "cpus": os.cpu_count(), "load_average_1m": os.getloadavg()[0], "runs": runs,
+    }  # fmt: skip
+    print(json.dumps(report, indent=2, default=str))
+    print("acknowledge  exporters  spans/s  answer p50 ms  answer p99 ms  503s  stored once")
+    for run in runs:
+        line = run["pipeline"]
+        print(f"{run['acknowledge']:<12} {run['exporters']:>9} {line['spans_per_s']:>8,.0f} "
+              f"{line['answer_p50_ms']:>14.1f} {line['answer_p99_ms']:>14.1f} "
+              f"{line['refused_exports']:>5} {run['ok']!s:>12}")  # fmt: skip
+    return all(run["ok"] for run in runs)
 
 
 def main() -> None:
@@ -314,9 +394,26 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=14318)
     parser.add_argument("--serve", metavar="DATABASE_URL", help=argparse.SUPPRESS)
     parser.add_argument("--home", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--acknowledge",
+        choices=("durable", "received"),
+        default="durable",
+        help="when the collector answers: spans durable (default) or received (the old way)",
+    )
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="measure received against durable with each --exporters count, in one run",
+    )
+    parser.add_argument(
+        "--exporters",
+        type=lambda text: [int(part) for part in text.split(",")],
+        default=[1, 4],
+        help="exporter counts for --compare (one export in flight each), e.g. 1,4",
+    )
     args = parser.parse_args()
     if args.serve:
-        serve(args.serve, args.port, args.home, args.collector_workers)
+        serve(args.serve, args.port, args.home, args.collector_workers, args.acknowledge)
         return
     if args.decode_only:
         body, offsets = template({"rollout": 1, "baseline": 1, "candidate": 2}, args.raw)
@@ -325,39 +422,9 @@ def main() -> None:
         spans = sum(len(decode_protobuf(item).rows) for item in bodies)
         print(f"parse+convert: {spans / (time.process_time() - started):,.0f} spans/s per core")
         return
-    name = f"specgate_bench_{os.getpid()}"
-    url = database(args.admin_url, name, create=True)
-    ids = seed(url)
-    body, offsets = template(ids, args.raw)
-    home = tempfile.mkdtemp(prefix="specgate-bench-")
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            __file__,
-            "--serve",
-            url,
-            "--port",
-            str(args.port),
-            "--home",
-            home,
-            "--collector-workers",
-            str(args.collector_workers),
-        ]
-    )
-    base = f"http://127.0.0.1:{args.port}"
-    try:
-        for _ in range(200):
-            try:
-                httpx.get(f"{base}/healthz").raise_for_status()
-                break
-            except httpx.HTTPError:
-                time.sleep(0.05)
-        ours = measure_pipeline(base, body, offsets, args, server.pid)
-    finally:
-        server.terminate()
-        server.wait(60)
-        shutil.rmtree(home, ignore_errors=True)
-    stored = table_counts(url)
+    if args.compare:
+        sys.exit(0 if compare(args) else 1)
+    name, url, body, offsets, ours, stored = run_collector(args, args.acknowledge, args.clients)
     slow = row_by_row(url, body, offsets, args.row_by_row_duration)
     database(args.admin_url, name, create=False)
     report = {

@@ -10,7 +10,8 @@ from fastapi import FastAPI, Request, Response
 from prometheus_client import CollectorRegistry
 
 from collectors.pipeline import Pipeline, open_pipeline
-from collectors.receiver import create_router
+from collectors.receipt import Receipt, Settled
+from collectors.receiver import Acknowledge, create_router
 from collectors.settings import CollectorSettings, load_collector_settings
 from collectors.spans import SpanRow
 from collectors.writer import LandedCallback
@@ -40,9 +41,9 @@ def create_app(
 
     app = FastAPI(title="specgate collector", lifespan=lifespan, docs_url=None, redoc_url=None)
 
-    def enqueue(rows: Sequence[SpanRow]) -> int:
+    def submit(rows: Sequence[SpanRow], on_settled: Settled | None) -> Receipt:
         pipeline: Pipeline = app.state.pipeline
-        return pipeline.writer.enqueue(rows)
+        return pipeline.writer.submit(rows, on_settled=on_settled)
 
     def rejected(count: int) -> None:
         pipeline: Pipeline = app.state.pipeline
@@ -51,9 +52,14 @@ def create_app(
     token = collector.collector_token.get_secret_value() if collector.collector_token else None
     app.include_router(
         create_router(
-            enqueue=enqueue,
+            submit=submit,
             max_body_bytes=collector.collector_max_body_bytes,
             token=token,
+            acknowledge=Acknowledge(
+                durable=collector.collector_acknowledge == "durable",
+                timeout_s=collector.collector_ack_timeout_s,
+                retry_after_s=collector.collector_retry_after_s,
+            ),
             on_rejected=rejected,
         )
     )

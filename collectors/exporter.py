@@ -11,7 +11,11 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from collectors.extra import Extra, event_extra, link_extra, scope_extra, span_extra
 from collectors.spans import MAX_NAME, SpanRow, from_unix_nano, service_of
+
+# OTLP `SpanFlags`: whether the parent's remoteness is known, and whether it is remote.
+_HAS_IS_REMOTE, _IS_REMOTE = 0x100, 0x200
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +68,7 @@ class SinkSpanExporter(SpanExporter):
             attributes=plain(span.attributes or {}),
             resource=resource,
             service=service,
+            extra=sdk_extra(span),
         )
 
     def _resource_of(self, resource: Resource) -> tuple[dict[str, Any], str | None]:
@@ -73,6 +78,46 @@ class SinkSpanExporter(SpanExporter):
             converted = plain(resource.attributes)
             cached = self._resource = (resource, converted, service_of(converted))
         return cached[1], cached[2]
+
+
+def sdk_extra(span: ReadableSpan) -> Extra | None:
+    """Return what the OTLP encoder would send beyond the columns, as `collectors.extra`."""
+    context = span.context
+    scope = span.instrumentation_scope
+    events = [
+        event_extra(event.timestamp, event.name, plain(event.attributes or {}),
+                    event.dropped_attributes)
+        for event in span.events
+    ]  # fmt: skip
+    links = [
+        link_extra(
+            f"{link.context.trace_id:032x}", f"{link.context.span_id:016x}",
+            _trace_state(link.context.trace_state), plain(link.attributes or {}),
+            link.dropped_attributes, _flags(link.context),
+        )
+        for link in span.links
+    ]  # fmt: skip
+    start = span.start_time or 0
+    return span_extra(
+        scope=None
+        if scope is None
+        else scope_extra(scope.name, scope.version or "", plain(scope.attributes or {}), 0),
+        trace_state=_trace_state(context.trace_state) if context is not None else "",
+        flags=_flags(span.parent),
+        events=events,
+        links=links,
+        dropped=(span.dropped_attributes, span.dropped_events, span.dropped_links),
+        start_ns=start,
+        end_ns=span.end_time or start,
+    )
+
+
+def _trace_state(state: Any) -> str:
+    return ",".join(f"{key}={value}" for key, value in state.items()) if state else ""
+
+
+def _flags(parent: Any) -> int:
+    return _HAS_IS_REMOTE | (_IS_REMOTE if parent is not None and parent.is_remote else 0)
 
 
 def plain(attributes: Mapping[str, Any]) -> dict[str, Any]:

@@ -18,10 +18,18 @@ class CollectorMetrics:
         self.failed = self._counter("spans_failed", "Spans refused by the database, alone.")
         self.spooled = self._counter("spans_spooled", "Spans written to the on-disk spool.")
         self.replayed = self._counter("spans_replayed", "Spooled spans committed on replay.")
-        self.dropped = self._counter("spans_dropped", "Spans lost: queue and spool both full.")
+        self.dropped = self._counter(
+            "spans_dropped", "Spans acknowledged on receipt, then lost: queue and spool full."
+        )
+        self.refused = self._counter(
+            "spans_refused", "Spans refused with 503 (sender retries): queue and spool full."
+        )
         self.rejected = self._counter("spans_rejected", "Spans refused by the receiver.")
         self.normalise_failed = self._counter(
             "normalise_failed", "Spans stored raw because their rows could not be written."
+        )
+        self.nul_removed = self._counter(
+            "nul_removed", "NUL characters removed from spans (Postgres cannot store them)."
         )
         self.generations = self._counter("generations_landed", "New generation rows.")
         self.batches = self._counter("batches", "Batches committed.")

@@ -13,6 +13,14 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from collectors import otlp_json
+from collectors.extra import (
+    Extra,
+    event_extra,
+    link_extra,
+    plain_extra,
+    scope_extra,
+    span_extra,
+)
 from collectors.spans import (
     MAX_NAME,
     SpanRow,
@@ -53,8 +61,15 @@ def decode_protobuf(body: bytes) -> Decoded:
         resource = attributes_of(resource_spans.resource.attributes)
         service = service_of(resource)
         for scope_spans in resource_spans.scope_spans:
+            pb_scope = scope_spans.scope
+            scope = scope_extra(
+                pb_scope.name,
+                pb_scope.version,
+                attributes_of(pb_scope.attributes),
+                pb_scope.dropped_attributes_count,
+            )
             for span in scope_spans.spans:
-                _add_span(decoded, span, resource, service)
+                _add_span(decoded, span, resource, service, scope)
     return decoded
 
 
@@ -75,7 +90,13 @@ def decode_json(body: bytes) -> Decoded:
     return decoded
 
 
-def _add_span(decoded: Decoded, span: Span, resource: dict[str, Any], service: str | None) -> None:
+def _add_span(
+    decoded: Decoded,
+    span: Span,
+    resource: dict[str, Any],
+    service: str | None,
+    scope: Extra | None,
+) -> None:
     trace_id = span.trace_id.hex()
     span_id = span.span_id.hex()
     parent = span.parent_span_id
@@ -96,7 +117,45 @@ def _add_span(decoded: Decoded, span: Span, resource: dict[str, Any], service: s
             attributes=attributes_of(span.attributes),
             resource=resource,
             service=service,
+            extra=_extra(span, scope),
         )
+    )
+
+
+def _extra(span: Span, scope: Extra | None) -> Extra | None:
+    start, end = span.start_time_unix_nano, span.end_time_unix_nano
+    dropped = (span.dropped_attributes_count, span.dropped_events_count, span.dropped_links_count)
+    if not (span.events or span.links or span.trace_state or any(dropped)):
+        return plain_extra(scope, span.flags, start, end)
+    events = [
+        event_extra(
+            event.time_unix_nano,
+            event.name,
+            attributes_of(event.attributes),
+            event.dropped_attributes_count,
+        )
+        for event in span.events
+    ]
+    links = [
+        link_extra(
+            link.trace_id.hex(),
+            link.span_id.hex(),
+            link.trace_state,
+            attributes_of(link.attributes),
+            link.dropped_attributes_count,
+            link.flags,
+        )
+        for link in span.links
+    ]
+    return span_extra(
+        scope=scope,
+        trace_state=span.trace_state,
+        flags=span.flags,
+        events=events,
+        links=links,
+        dropped=dropped,
+        start_ns=start,
+        end_ns=end,
     )
 
 

@@ -8,6 +8,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from collectors.extra import Extra, event_extra, link_extra, scope_extra, span_extra
 from collectors.spans import MAX_NAME, SpanRow, from_unix_nano, service_of, valid_ids
 
 _KINDS = {
@@ -38,15 +39,29 @@ def iter_spans(document: Any, reject: Callable[[str], None]) -> list[SpanRow]:
         resource = attributes_of(_list(_object(resource_doc, "resource"), "attributes"))
         service = service_of(resource)
         for scope_spans in _list(resource_spans, "scopeSpans", "scope_spans"):
-            for span in _list(_object(scope_spans, "scopeSpans item"), "spans"):
+            scope_spans = _object(scope_spans, "scopeSpans item")
+            try:
+                scope = _scope(_object(_get(scope_spans, "scope") or {}, "scope"))
+            except (TypeError, ValueError) as exc:
+                raise BadShape(f"unreadable scope: {exc}") from None
+            for span in _list(scope_spans, "spans"):
                 try:
-                    rows.append(_span(span, resource, service))
+                    rows.append(_span(span, resource, service, scope))
                 except BadSpan as exc:
                     reject(str(exc))
     return rows
 
 
-def _span(span: Any, resource: dict[str, Any], service: str | None) -> SpanRow:
+def _scope(scope: dict[str, Any]) -> Extra | None:
+    return scope_extra(
+        str(scope.get("name") or ""),
+        str(scope.get("version") or ""),
+        attributes_of(_list(scope, "attributes")),
+        _count(scope, "droppedAttributesCount", "dropped_attributes_count"),
+    )
+
+
+def _span(span: Any, resource: dict[str, Any], service: str | None, scope: Extra | None) -> SpanRow:
     if not isinstance(span, dict):
         raise BadSpan("span is not a JSON object")
     try:
@@ -56,24 +71,74 @@ def _span(span: Any, resource: dict[str, Any], service: str | None) -> SpanRow:
             raise BadSpan("span with an invalid trace id or span id")
         parent = _hex(_get(span, "parentSpanId", "parent_span_id"))
         status = _get(span, "status") or {}
+        start_ns = int(_get(span, "startTimeUnixNano", "start_time_unix_nano"))
+        end_ns = int(_get(span, "endTimeUnixNano", "end_time_unix_nano"))
         return SpanRow(
             trace_id=trace_id,
             span_id=span_id,
             parent_span_id=_parent(parent),
             name=str(span.get("name", ""))[:MAX_NAME],
             kind=_enum(span.get("kind", 0), _KINDS),
-            start_time=from_unix_nano(int(_get(span, "startTimeUnixNano", "start_time_unix_nano"))),
-            end_time=from_unix_nano(int(_get(span, "endTimeUnixNano", "end_time_unix_nano"))),
+            start_time=from_unix_nano(start_ns),
+            end_time=from_unix_nano(end_ns),
             status_code=_enum(status.get("code", 0), _STATUS),
             status_message=status.get("message") or None,
             attributes=attributes_of(_list(span, "attributes")),
             resource=resource,
             service=service,
+            extra=span_extra(
+                scope=scope,
+                trace_state=str(_get(span, "traceState", "trace_state") or ""),
+                flags=_count(span, "flags"),
+                events=[_event(_object(item, "event")) for item in _list(span, "events")],
+                links=[_link(_object(item, "link")) for item in _list(span, "links")],
+                dropped=(
+                    _count(span, "droppedAttributesCount", "dropped_attributes_count"),
+                    _count(span, "droppedEventsCount", "dropped_events_count"),
+                    _count(span, "droppedLinksCount", "dropped_links_count"),
+                ),
+                start_ns=start_ns,
+                end_ns=end_ns,
+            ),
         )
     except BadSpan:
         raise
     except (BadShape, TypeError, ValueError, AttributeError) as exc:
         raise BadSpan(f"unreadable span: {exc}") from None
+
+
+def _event(event: dict[str, Any]) -> Extra:
+    return event_extra(
+        _count(event, "timeUnixNano", "time_unix_nano"),
+        str(event.get("name") or ""),
+        attributes_of(_list(event, "attributes")),
+        _count(event, "droppedAttributesCount", "dropped_attributes_count"),
+    )
+
+
+def _link(link: dict[str, Any]) -> Extra:
+    trace_id, span_id = (
+        _hex(_get(link, "traceId", "trace_id")),
+        _hex(_get(link, "spanId", "span_id")),
+    )
+    if not valid_ids(trace_id, span_id):
+        raise BadSpan("link with an invalid trace id or span id")
+    return link_extra(
+        trace_id,
+        span_id,
+        str(_get(link, "traceState", "trace_state") or ""),
+        attributes_of(_list(link, "attributes")),
+        _count(link, "droppedAttributesCount", "dropped_attributes_count"),
+        _count(link, "flags"),
+    )
+
+
+def _count(document: dict[str, Any], *names: str) -> int:
+    """Return an unsigned integer field (int64 fields arrive as strings), 0 when absent."""
+    value = int(_get(document, *names) or 0)
+    if value < 0:
+        raise BadSpan(f"{names[0]} must not be negative")
+    return value
 
 
 def _parent(parent: str) -> str | None:

@@ -7,6 +7,7 @@ import math
 import uuid
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 import orjson
@@ -17,11 +18,12 @@ from collectors.spans import SpanRow
 
 SPAN_COLUMNS = (
     "trace_id", "span_id", "parent_span_id", "name", "kind", "service", "start_time",
-    "end_time", "status_code", "status_message", "attributes", "resource", "received_at",
+    "end_time", "status_code", "status_message", "attributes", "resource", "extra",
+    "received_at",
 )  # fmt: skip
 _SPAN_TYPES = (
     "text", "text", "text", "text", "int4", "text", "timestamptz",
-    "timestamptz", "int4", "text", "text", "text", "timestamptz",
+    "timestamptz", "int4", "text", "text", "text", "text", "timestamptz",
 )  # fmt: skip
 _GENERATION_TYPES = {
     "rollout_id": "int4", "pair_id": "uuid", "request_id": "uuid", "route_id": "int4",
@@ -32,7 +34,7 @@ _GENERATION_TYPES = {
     "started_at": "timestamptz",
 }  # fmt: skip
 _EXTRA = GENERATION_COLUMNS.index("output_extra")
-_JSON_COLUMNS = frozenset({"attributes", "resource", "output_extra"})
+_JSON_COLUMNS = frozenset({"attributes", "resource", "extra", "output_extra"})
 
 _KEY = ("trace_id", "span_id")
 _SPANS_STAGE = "specgate_spans_stage"
@@ -92,6 +94,7 @@ def _span_tuple(row: SpanRow, received_at: datetime, resources: dict[int, str]) 
         row.status_message,
         dump_json(row.attributes),
         resource,
+        None if row.extra is None else dump_json(row.extra),
         received_at,
     )
 
@@ -106,14 +109,39 @@ def _generation_tuple(row: dict[str, Any]) -> tuple[Any, ...]:
 def dump_json(value: Any) -> str:
     """Return `value` as JSON text for a JSONB column (orjson: the hot path of every span)."""
     try:
-        return orjson.dumps(value).decode()
+        text = orjson.dumps(value)
+    except TypeError:  # an integer outside 64 bits (a request body may hold one)
+        return _dump_exact(value)
+    # JSONB keeps a number's digits, not its notation: `1e+16` would come back as the
+    # integer 10000000000000000. Rare (a double of 1e16 or more), so checked on the text.
+    return _dump_exact(value) if b"e+" in text else text.decode()
+
+
+def _dump_exact(value: Any) -> str:
+    try:
+        return orjson.dumps(_exact(value)).decode()
     except TypeError:
-        # orjson writes no integer outside 64 bits (a request body may hold one); JSONB
-        # takes any number. NaN is written as null, as orjson does.
         return json.dumps(_finite(value))
 
 
+def _exact(value: Any) -> Any:
+    """Return `value` with large doubles written with a fraction, and big integers whole."""
+    if isinstance(value, float):
+        if math.isfinite(value) and abs(value) >= 1e16:
+            # The shortest round-trip digits, written out: `10000000000000000.0` stays a double.
+            return orjson.Fragment(f"{Decimal(repr(value)):f}.0")
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if -(2**63) <= value < 2**64 else orjson.Fragment(str(value))
+    if isinstance(value, dict):
+        return {key: _exact(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_exact(item) for item in value]
+    return value
+
+
 def _finite(value: Any) -> Any:
+    # What orjson cannot write at all goes through `json`, with NaN as null as orjson does.
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):

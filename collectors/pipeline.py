@@ -56,6 +56,7 @@ def open_pipeline(
         retry_max_s=collector.collector_retry_max_s,
         # SQLite takes one writer at a time: a second thread would only wait on its lock.
         threads=1 if engine.dialect.name == "sqlite" else collector.collector_writer_threads,
+        group_commit=collector.collector_acknowledge == "durable",
     )
     writer = BatchWriter(
         SpanStore(engine, pair_deadline_s=settings.pair_deadline_s),

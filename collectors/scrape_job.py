@@ -64,8 +64,8 @@ def store_scrape(session: Session, route_id: int, current: scraper.Snapshot, now
 
 
 def previous_snapshot(session: Session, route_id: int) -> scraper.Snapshot | None:
-    """Return the cumulative counters of the route's latest stored scrape, if any."""
-    counters = list(scraper.COUNTERS)
+    """Return the per-series cumulative counters of the route's latest stored scrape, if any."""
+    counters = list(scraper.SERIES_COUNTERS)
     latest = session.scalar(
         select(func.max(EngineSample.scraped_at)).where(
             EngineSample.route_id == route_id, EngineSample.metric.in_(counters)
@@ -82,7 +82,8 @@ def previous_snapshot(session: Session, route_id: int) -> scraper.Snapshot | Non
     )
     snapshot = scraper.Snapshot()
     for metric, labels, value in rows:
-        snapshot.counters[(metric, tuple(sorted(labels.items())))] = value
+        key = (metric.removesuffix(scraper.SERIES), tuple(sorted(labels.items())))
+        snapshot.series[key] = value
     return snapshot
 
 

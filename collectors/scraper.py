@@ -22,6 +22,10 @@ SPEC_ACCEPTANCE_RATE = "spec_acceptance_rate"
 SPEC_MEAN_ACCEPTANCE_LENGTH = "spec_mean_acceptance_length"
 SPEC_ACCEPTANCE_RATE_PER_POS = "spec_acceptance_rate_per_pos"
 WINDOW = "_window"  # suffix of values computed over the last scrape interval
+# Suffix of one exposed counter series' cumulative value, under all its labels (`engine`
+# included): window deltas are taken per series, then summed, so that one engine restarting
+# among several reads as a reset of that engine rather than a bend in the sum.
+SERIES = "_series"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,22 +66,26 @@ SOURCES: dict[str, Source] = {
         for part in ("sum", "count")
     },
 }
-# Labels that distinguish series worth keeping; the rest (engine, model_name) are summed over.
+# Labels that distinguish values worth keeping; the rest (engine, model_name) are summed over.
 KEPT_LABELS = frozenset({"position", "finished_reason"})
 COUNTERS = frozenset(source.canonical for source in SOURCES.values() if source.kind == "counter")
+SERIES_COUNTERS = frozenset(name + SERIES for name in COUNTERS)
 
 
 @dataclass(slots=True)
 class Snapshot:
-    """Canonical values of one scrape: counters (cumulative) and gauges."""
+    """Canonical values of one scrape: counters (cumulative, summed over engines), the same
+    counters per exposed series, and gauges."""
 
     counters: dict[SeriesKey, float] = field(default_factory=dict)
     gauges: dict[SeriesKey, float] = field(default_factory=dict)
+    series: dict[SeriesKey, float] = field(default_factory=dict)
 
 
 def parse(text: str) -> Snapshot:
     """Parse Prometheus exposition text into canonical series, summing over engines."""
     counters: dict[SeriesKey, float] = defaultdict(float)
+    series: dict[SeriesKey, float] = defaultdict(float)
     gauges: dict[SeriesKey, list[float]] = defaultdict(list)
     combine: dict[SeriesKey, str] = {}
     for family in text_string_to_metric_families(text):
@@ -88,17 +96,23 @@ def parse(text: str) -> Snapshot:
             source = SOURCES.get(name.removesuffix("_total"))
             if source is None:
                 continue
-            labels = tuple(sorted((k, v) for k, v in sample.labels.items() if k in KEPT_LABELS))
-            key = (source.canonical, labels)
+            key = (source.canonical, kept(tuple(sorted(sample.labels.items()))))
             if source.kind == "counter":
                 counters[key] += sample.value
+                series[(source.canonical, tuple(sorted(sample.labels.items())))] += sample.value
             else:
                 gauges[key].append(sample.value)
                 combine[key] = source.combine
     return Snapshot(
         counters=dict(counters),
         gauges={key: _combine(values, combine[key]) for key, values in gauges.items()},
+        series=dict(series),
     )
+
+
+def kept(labels: Labels) -> Labels:
+    """Return the labels worth keeping once engines are summed over."""
+    return tuple((name, value) for name, value in labels if name in KEPT_LABELS)
 
 
 def _combine(values: list[float], how: str) -> float:
@@ -115,13 +129,13 @@ def counter_delta(previous: float | None, current: float) -> float | None:
 def deltas(
     previous: Mapping[SeriesKey, float], current: Mapping[SeriesKey, float]
 ) -> dict[SeriesKey, float]:
-    """Return per-series increases for series seen in both scrapes."""
-    out: dict[SeriesKey, float] = {}
-    for key, value in current.items():
-        delta = counter_delta(previous.get(key), value)
+    """Return increases per exposed series seen in both scrapes, summed over engines."""
+    out: dict[SeriesKey, float] = defaultdict(float)
+    for (name, labels), value in current.items():
+        delta = counter_delta(previous.get((name, labels)), value)
         if delta is not None:
-            out[key] = delta
-    return out
+            out[(name, kept(labels))] += delta
+    return dict(out)
 
 
 def derived(window: Mapping[SeriesKey, float]) -> dict[SeriesKey, float]:
@@ -148,12 +162,14 @@ def derived(window: Mapping[SeriesKey, float]) -> dict[SeriesKey, float]:
 
 
 def window_samples(previous: Snapshot | None, current: Snapshot) -> dict[SeriesKey, float]:
-    """Return every value to store for this scrape: cumulative, gauges, window deltas, derived."""
+    """Return every value to store for this scrape: cumulative (summed and per series),
+    gauges, window deltas and derived values."""
     out = dict(current.counters)
     out.update(current.gauges)
-    if previous is None:
+    out.update({(name + SERIES, labels): value for (name, labels), value in current.series.items()})
+    if previous is None or not previous.series:
         return out
-    window = deltas(previous.counters, current.counters)
+    window = deltas(previous.series, current.series)
     for key in ((SPEC_DRAFTS, ()), (SPEC_DRAFT_TOKENS, ()), (SPEC_ACCEPTED_TOKENS, ())):
         if key in window:
             out[(key[0] + WINDOW, ())] = window[key]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -29,6 +30,14 @@ class CollectorSettings(BaseSettings):
     # OTLP/HTTP receiver.
     collector_max_body_bytes: int = Field(8 * 1024 * 1024, gt=0)
     collector_token: SecretStr | None = None
+    # "durable": an OTLP success is sent once the spans are committed or fsynced into the
+    # spool. "received" (the old behaviour, kept to measure against): success on receipt,
+    # so spans still queued in memory are lost if the process dies.
+    collector_acknowledge: Literal["durable", "received"] = "durable"
+    # How long a request waits for its spans to be durable before a 503 (retry; re-sent
+    # spans are stored once), and the Retry-After of every 503.
+    collector_ack_timeout_s: float = Field(5.0, gt=0)
+    collector_retry_after_s: int = Field(5, ge=1)
     # Retention: captured content goes sooner than raw spans; generations' numbers stay.
     retention_content_days: float = Field(7.0, gt=0)
     retention_spans_days: float = Field(14.0, gt=0)

@@ -15,6 +15,8 @@ STATUS_UNSET, STATUS_OK, STATUS_ERROR = 0, 1, 2
 # Column limits of the `spans` table; longer values are cut rather than failing the batch.
 MAX_NAME = 256
 MAX_SERVICE = 128
+# Set by the collector on a span it had to remove NUL characters from: how many.
+NUL_REMOVED = "specgate.collector.nul_removed"
 
 
 @dataclass(slots=True)
@@ -33,6 +35,9 @@ class SpanRow:
     attributes: dict[str, Any]
     resource: dict[str, Any]
     service: str | None
+    # OTLP fields beyond the columns (scope, trace state, flags, events, links): see
+    # `collectors.extra`.
+    extra: dict[str, Any] | None = None
 
     def with_attributes(self, attributes: dict[str, Any]) -> SpanRow:
         """Return a copy holding `attributes` (built directly: `dataclasses.replace` costs
@@ -40,7 +45,7 @@ class SpanRow:
         return SpanRow(
             self.trace_id, self.span_id, self.parent_span_id, self.name, self.kind,
             self.start_time, self.end_time, self.status_code, self.status_message,
-            attributes, self.resource, self.service,
+            attributes, self.resource, self.service, self.extra,
         )  # fmt: skip
 
     @property
@@ -73,29 +78,40 @@ def valid_ids(trace_id: str, span_id: str) -> bool:
     )
 
 
-def scrub(row: SpanRow) -> SpanRow:
-    """Return a copy without NUL characters, which Postgres text and JSONB refuse."""
-    return SpanRow(
+def scrub(row: SpanRow) -> tuple[SpanRow, int]:
+    """Return a copy without NUL characters, which Postgres text and JSONB refuse, and how
+    many were removed; a copy that lost any says so in its `NUL_REMOVED` attribute."""
+    removed = [0]
+    attributes = _scrub(row.attributes, removed)
+    clean = SpanRow(
         trace_id=row.trace_id,
         span_id=row.span_id,
         parent_span_id=row.parent_span_id,
-        name=row.name.replace("\x00", ""),
+        name=_scrub(row.name, removed),
         kind=row.kind,
         start_time=row.start_time,
         end_time=row.end_time,
         status_code=row.status_code,
-        status_message=_scrub(row.status_message),
-        attributes=_scrub(row.attributes),
-        resource=_scrub(row.resource),
-        service=_scrub(row.service),
+        status_message=_scrub(row.status_message, removed),
+        attributes=attributes,
+        resource=_scrub(row.resource, removed),
+        service=_scrub(row.service, removed),
+        extra=_scrub(row.extra, removed),
     )
+    if removed[0]:
+        clean.attributes = {**attributes, NUL_REMOVED: removed[0]}
+    return clean, removed[0]
 
 
-def _scrub(value: Any) -> Any:
+def _scrub(value: Any, removed: list[int]) -> Any:
     if isinstance(value, str):
+        count = value.count("\x00")
+        if not count:
+            return value
+        removed[0] += count
         return value.replace("\x00", "")
     if isinstance(value, dict):
-        return {_scrub(key): _scrub(item) for key, item in value.items()}
+        return {_scrub(key, removed): _scrub(item, removed) for key, item in value.items()}
     if isinstance(value, list):
-        return [_scrub(item) for item in value]
+        return [_scrub(item, removed) for item in value]
     return value

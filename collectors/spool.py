@@ -197,6 +197,7 @@ def encode(rows: Sequence[SpanRow]) -> bytes:
             row.attributes,
             row.resource,
             row.service,
+            row.extra,
         ]
         for row in rows
     ]
@@ -217,6 +218,7 @@ def _row(item: list[Any]) -> SpanRow:
         attributes=item[9],
         resource=item[10],
         service=item[11],
+        extra=item[12] if len(item) > 12 else None,  # segments spooled before `extra`
     )
 
 

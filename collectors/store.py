@@ -125,6 +125,7 @@ def _sqlite_insert_spans(conn: Connection, rows: Sequence[SpanRow], received_at:
             "status_message": row.status_message,
             "attributes": row.attributes,
             "resource": row.resource,
+            "extra": row.extra,
             "received_at": received_at,
         }
         for row in rows

@@ -22,6 +22,7 @@ from typing import Any
 
 import uvicorn
 
+from gate import logs
 from gate.errors import ConfigError
 from gate.telemetry.prometheus import use_multiprocess_mode, worker_exited
 
@@ -38,7 +39,10 @@ def serve(factory: AppFactory, *, workers: int, host: str, port: int, log_level:
     settings come from the environment); return the exit code."""
     if workers == 1:
         # No access log: OTLP senders post every few seconds and would drown the events.
-        uvicorn.run(factory(), host=host, port=port, log_level=log_level, access_log=False)
+        uvicorn.run(
+            factory(), host=host, port=port, log_level=log_level,
+            log_config=logs.dict_config(), access_log=False,
+        )  # fmt: skip
         return 0
     use_multiprocess_mode()
     return serve_workers(factory, workers=workers, host=host, port=port, log_level=log_level)
@@ -112,12 +116,20 @@ def _exit_code(exitcode: int | None) -> int:
 
 
 def _serve_one(factory: AppFactory, host: str, port: int, log_level: str, parent: int) -> None:
+    logs.configure()  # a spawned process: nothing is configured yet
     sock = socket.socket(_family(host), socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
     server = uvicorn.Server(
-        uvicorn.Config(factory(), host=host, port=port, log_level=log_level, access_log=False)
+        uvicorn.Config(
+            factory(),
+            host=host,
+            port=port,
+            log_level=log_level,
+            log_config=logs.dict_config(),
+            access_log=False,
+        )
     )
     threading.Thread(target=_exit_with, args=(parent, server), daemon=True).start()
     server.run(sockets=[sock])

@@ -7,12 +7,14 @@ import random
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from collectors import spool as spool_io
 from collectors.metrics import CollectorMetrics
-from collectors.span_queue import SpanQueue
+from collectors.receipt import Receipt, Settled
+from collectors.span_queue import Batch, SpanQueue
 from collectors.spans import SpanRow, scrub
 from collectors.spool import Spool
 from collectors.store import Landed, SpanStore, is_conflict, is_transient
@@ -24,6 +26,9 @@ LandedCallback = Callable[[list[int], list[uuid.UUID]], None]
 # How many spooled segments one loop turn replays before serving the queue again.
 _REPLAY_PER_TURN = 4
 _CONFLICT_RETRIES = 4
+# How a span that fails in its batch is tried alone: as is, without NUL, then raw only.
+_AS_IS, _SCRUBBED, _RAW = 0, 1, 2
+OVERLOADED = "collector overloaded: queue and spool are full"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +42,10 @@ class WriterLimits:
     retry_max_s: float = 10.0
     # Two threads overlap one batch's Python work with the other's database round trips.
     threads: int = 2
+    # Group commit: a free thread takes whatever is queued at once, because every queued
+    # span has a sender waiting for it to be durable. Off, a thread waits up to
+    # `flush_interval_s` for a full batch (spans acknowledged on receipt).
+    group_commit: bool = True
 
 
 class BatchWriter:
@@ -61,6 +70,7 @@ class BatchWriter:
         self._retry_at = 0.0
         self._backoff = self.limits.retry_initial_s
         self._stopping = threading.Event()
+        self._spool_full = False
         self._stop_deadline = 0.0
         self._threads: list[threading.Thread] = []
         # Spans accepted by `enqueue` and spans fully handled, for `flush`.
@@ -83,19 +93,27 @@ class BatchWriter:
         )
 
     def enqueue(self, rows: Sequence[SpanRow]) -> int:
-        """Queue spans for writing (spooling what does not fit); return how many were dropped."""
+        """Queue spans nobody waits for; return how many could be neither queued nor spooled."""
+        return self.submit(rows).refused
+
+    def submit(self, rows: Sequence[SpanRow], *, on_settled: Settled | None = None) -> Receipt:
+        """Queue spans (spooling them if the queue is full); `on_settled` runs once every
+        span is durable, refused for lack of room, or failed."""
+        receipt = Receipt(len(rows), on_settled=on_settled)
         if not rows:
-            return 0
+            return receipt
         self.metrics.received.inc(len(rows))
-        overflow = rows if self._stopping.is_set() else self.queue.put(rows)
+        stopping = self._stopping.is_set()
+        queued = not stopping and self.queue.put(rows, receipt, min_rows=self._min_rows)
         self.metrics.queue_depth.set(len(self.queue))
-        with self._progress:
-            self._accepted += len(rows) - len(overflow)
-        if not overflow:
-            return 0
-        if self._spool(overflow, reason="queue_full"):
-            return 0
-        return len(overflow)
+        if queued:
+            with self._progress:
+                self._accepted += len(rows)
+        else:
+            overflow = Batch()
+            overflow.add(rows, receipt)
+            self._keep(overflow, reason="shutdown" if stopping else "queue_full")
+        return receipt
 
     def flush(self, timeout: float = 30.0) -> bool:
         """Wait until every span queued so far is stored or spooled; return False on timeout."""
@@ -119,8 +137,8 @@ class BatchWriter:
         for thread in self._threads:
             thread.join(max(self._stop_deadline - time.monotonic(), 0) + 5.0)
         # Spans that raced in while the thread was finishing.
-        while leftover := self.queue.take(0):
-            self._spool(leftover, reason="shutdown")
+        while leftover := self.queue.take(0, min_rows=0):
+            self._keep(leftover, reason="shutdown")
         log.info("collector.writer_stopped spool_bytes=%d", self.spool.bytes)
 
     def _publish(self) -> None:
@@ -133,7 +151,7 @@ class BatchWriter:
     def _run(self, replays: bool) -> None:
         # One thread replays the spool, so segments land in the order they were written.
         while True:
-            batch = self.queue.take(self.limits.flush_interval_s)
+            batch = self.queue.take(self.limits.flush_interval_s, min_rows=self._min_rows)
             self._publish()  # at least every flush interval
             stopping = self._stopping.is_set()
             if replays and not stopping:
@@ -147,26 +165,69 @@ class BatchWriter:
             if not batch and stopping and not len(self.queue):
                 return
 
-    def _deliver(self, batch: list[SpanRow], *, spool_only: bool) -> None:
+    @property
+    def _min_rows(self) -> int:
+        return 1 if self.limits.group_commit else self.limits.batch_max_spans
+
+    def _deliver(self, batch: Batch, *, spool_only: bool) -> None:
         try:
             if spool_only or not self._may_try():
-                self._spool(batch, reason="database_down" if not spool_only else "shutdown")
+                self._keep(batch, reason="database_down" if not spool_only else "shutdown")
                 return
+            failed: list[SpanRow] = []
             try:
-                leftover = self._store(batch)
+                leftover = self._store(batch.rows, failed)
             except Exception:  # a bug must not stop the writer: keep the spans for a replay
                 log.exception("collector.writer_error spans=%d", len(batch))
-                self._spool(batch, reason="writer_error")
+                self._keep(batch, reason="writer_error")
                 return
-            if leftover:
-                # Kept whole: the database is down, or the batch still deadlocked.
-                self._spool(
-                    leftover, reason="database_down" if not self.database_up else "conflict"
-                )
+            self._settle(batch, leftover, failed)
         finally:
             with self._progress:
                 self._handled += len(batch)
                 self._progress.notify_all()
+
+    def _settle(self, batch: Batch, leftover: list[SpanRow], failed: list[SpanRow]) -> None:
+        """Tell each receipt what became of its spans in `batch`."""
+        if not leftover and not failed:
+            for receipt, count in batch.shares:
+                receipt.durable(count)
+            return
+        # Kept whole: the database is down, or the batch still deadlocked.
+        reason = "database_down" if not self.database_up else "conflict"
+        spooled = self._spool(leftover, reason=reason) if leftover else True
+        left, bad = {id(row) for row in leftover}, {id(row) for row in failed}
+        durable: Counter[Receipt] = Counter()
+        refused: Counter[Receipt] = Counter()
+        for row, receipt in batch.owners():
+            if id(row) in bad:
+                receipt.fail(1, "the database refuses this span even alone")
+            elif id(row) in left and not spooled:
+                refused[receipt] += 1
+            else:
+                durable[receipt] += 1
+        for receipt, count in durable.items():
+            receipt.durable(count)
+        for receipt, count in refused.items():
+            self._refuse(receipt, count)
+
+    def _keep(self, batch: Batch, *, reason: str) -> None:
+        """Spool a batch; settle its receipts as durable, or refused when it does not fit."""
+        spooled = self._spool(batch.rows, reason=reason)
+        for receipt, count in batch.shares:
+            if spooled:
+                receipt.durable(count)
+            else:
+                self._refuse(receipt, count)
+
+    def _refuse(self, receipt: Receipt, count: int) -> None:
+        # A waiting sender hears 503 and retries; spans acknowledged on receipt are lost.
+        if receipt.waited:
+            self.metrics.refused.inc(count)
+        else:
+            self.metrics.dropped.inc(count)
+            log.error("collector.dropped spans=%d queue=%d", count, len(self.queue))
+        receipt.refuse(count, OVERLOADED)
 
     def _replay(self) -> None:
         for _ in range(_REPLAY_PER_TURN):
@@ -181,7 +242,7 @@ class BatchWriter:
                 )
                 self.spool.quarantine(segment)
                 continue
-            if self._store(rows):
+            if self._store(rows, []):
                 return  # down again; the segment stays and is retried (inserts are idempotent)
             self.spool.remove(segment)
             self.metrics.replayed.inc(len(rows))
@@ -190,13 +251,15 @@ class BatchWriter:
     def _may_try(self) -> bool:
         return self.database_up or time.monotonic() >= self._retry_at
 
-    def _store(self, rows: list[SpanRow]) -> list[SpanRow]:
-        """Write rows, splitting failing batches; return the rows left when the database is down."""
-        pending: list[tuple[list[SpanRow], bool]] = [(rows, True)]
+    def _store(self, rows: list[SpanRow], failed: list[SpanRow]) -> list[SpanRow]:
+        """Write rows, splitting failing batches (spans refused alone go to `failed`); return
+        the rows left when the database is down."""
+        pending: list[tuple[list[SpanRow], int]] = [(rows, _AS_IS)]
         while pending:
-            part, full = pending.pop()
+            part, stage = pending.pop()
             try:
-                landed = self._write(part if full else [scrub(part[0])], full)
+                written = part if stage == _AS_IS else [self._scrubbed(part[0])]
+                landed = self._write(written, full=stage != _RAW)
             except Exception as exc:
                 conflict = is_conflict(exc)  # still deadlocking after its retries
                 if conflict or is_transient(exc):
@@ -204,13 +267,24 @@ class BatchWriter:
                     if not conflict:
                         self._went_down(exc)
                     return part + [row for rest, _ in reversed(pending) for row in rest]
-                pending.extend(self._split(part, full, exc))
+                pending.extend(self._split(part, stage, exc, failed))
                 continue
             self._came_up()
-            self._landed(landed, raw_only=not full)
+            self._landed(landed, raw_only=stage == _RAW)
         return []
 
-    def _write(self, rows: list[SpanRow], full: bool) -> Landed:
+    def _scrubbed(self, row: SpanRow) -> SpanRow:
+        clean, removed = scrub(row)
+        if removed:
+            # Postgres text and JSONB cannot hold NUL: removed, counted, and said on the span.
+            self.metrics.nul_removed.inc(removed)
+            log.warning(
+                "collector.nul_removed trace_id=%s span_id=%s count=%d",
+                row.trace_id, row.span_id, removed,
+            )  # fmt: skip
+        return clean
+
+    def _write(self, rows: list[SpanRow], *, full: bool) -> Landed:
         for attempt in range(_CONFLICT_RETRIES):
             try:
                 with self.metrics.batch_seconds.time():
@@ -226,14 +300,16 @@ class BatchWriter:
         raise AssertionError("unreachable")
 
     def _split(
-        self, part: list[SpanRow], full: bool, exc: Exception
-    ) -> list[tuple[list[SpanRow], bool]]:
+        self, part: list[SpanRow], stage: int, exc: Exception, failed: list[SpanRow]
+    ) -> list[tuple[list[SpanRow], int]]:
         if len(part) > 1:
             middle = len(part) // 2
-            return [(part[middle:], True), (part[:middle], True)]
-        if full:
-            return [(part, False)]  # keep the raw span even if its rows cannot be written
+            return [(part[middle:], _AS_IS), (part[:middle], _AS_IS)]
+        if stage != _RAW:
+            # Alone, without NUL characters; then the raw span even if its rows cannot land.
+            return [(part, stage + 1)]
         self.metrics.failed.inc()
+        failed.append(part[0])
         log.error(
             "collector.span_failed trace_id=%s span_id=%s error=%r",
             part[0].trace_id, part[0].span_id, _first_line(exc),
@@ -263,13 +339,19 @@ class BatchWriter:
             stored = False
         if stored:
             self.metrics.spooled.inc(len(rows))
-            log.warning("collector.spooled spans=%d reason=%s", len(rows), reason)
+            # During an outage every batch is spooled: `database_down` said so once already.
+            level = logging.DEBUG if reason == "database_down" else logging.WARNING
+            log.log(level, "collector.spooled spans=%d reason=%s", len(rows), reason)
+            if self._spool_full:
+                self._spool_full = False
+                log.info("collector.spool_has_room spool_bytes=%d", self.spool.bytes)
             return True
-        self.metrics.dropped.inc(len(rows))
-        log.error(
-            "collector.dropped spans=%d reason=%s queue=%d spool_bytes=%d",
-            len(rows), reason, len(self.queue), self.spool.bytes,
-        )  # fmt: skip
+        if not self._spool_full:  # once per change of state; spans_refused_total counts them
+            log.error(
+                "collector.spool_full spans=%d reason=%s queue=%d spool_bytes=%d",
+                len(rows), reason, len(self.queue), self.spool.bytes,
+            )  # fmt: skip
+        self._spool_full = True
         return False
 
     def _went_down(self, exc: Exception) -> None:

@@ -17,6 +17,7 @@ import httpx
 from sqlalchemy.orm import Session, sessionmaker
 
 from gate.db.engine import transaction
+from gate.logs import FailureLog
 from gate.pairs.service import Enqueue, requeue_unevaluated, sweep_deadlines
 from gate.routing.pubsub import Publisher
 from gate.settings import Settings
@@ -123,6 +124,9 @@ class PeriodicLoop:
 
     def __init__(self, job_list: list[Job]) -> None:
         self._jobs = job_list
+        # A job failing every turn (the database is down) is logged when it starts failing,
+        # when its error changes and when it recovers, not once per turn.
+        self._failures = FailureLog(log)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="specgate-periodic", daemon=True)
 
@@ -144,8 +148,10 @@ class PeriodicLoop:
                     due[job.name] = now + job.every_s
                     try:
                         job.run()
-                    except Exception:
-                        log.exception("periodic_job_failed job=%s", job.name)
+                    except Exception as exc:
+                        self._failures.failed(job.name, "periodic_job_failed", exc)
+                    else:
+                        self._failures.succeeded(job.name, "periodic_job_recovered")
             self._stop.wait(max(0.05, min(due.values()) - time.monotonic()))
 
 

@@ -6,6 +6,7 @@ import sys
 
 import typer
 
+from gate import logs
 from gate.cli import (
     advise,
     collect,
@@ -30,6 +31,14 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def _logging() -> None:
+    # One logging setup for every command (SPECGATE_LOG_LEVEL, SPECGATE_LOG_FORMAT).
+    logs.configure()
+
+
 app.add_typer(db.app, name="db")
 app.add_typer(keys.app, name="keys")
 app.add_typer(rollout.app, name="rollout")

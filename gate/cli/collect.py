@@ -44,7 +44,11 @@ def collect(
         ),
     ] = None,
 ) -> None:
-    """Receive OTLP/HTTP spans on POST /v1/traces and write them to the database."""
+    """Receive OTLP/HTTP spans on POST /v1/traces and write them to the database.
+
+    A success is sent once the spans are committed or fsynced into the spool; 503
+    with Retry-After when queue and spool are full.
+    """
     settings = settings_with(database_url)
     overrides: dict[str, object] = {"collector_token": token} if token else {}
     collector = load_collector_settings(**overrides)

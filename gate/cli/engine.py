@@ -9,6 +9,7 @@ from typing import Annotated, cast
 import typer
 import uvicorn
 
+from gate import logs
 from gate.engines.local import BACKENDS, build_backend
 from gate.engines.model import SERVED_NAME
 from gate.engines.server import create_engine_app
@@ -105,7 +106,10 @@ def engine(
     mode = f"ngram k={spec.num_speculative_tokens}" if spec else "plain"
     typer.echo(f"specgate engine ({name}, {backend}, {mode}) on http://{host}:{port}/v1")
     app = create_engine_app(lambda: loaded, model=name)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    uvicorn.run(
+        app, host=host, port=port, log_level="warning", log_config=logs.dict_config(),
+        access_log=False,
+    )  # fmt: skip
 
 
 def _spec(kind: str, k: int, n_min: int, n_max: int) -> NgramConfig | None:
@@ -135,5 +139,6 @@ def _pin(cpus: str) -> None:
 def _serve_sim(host: str, port: int, profile: SimProfile) -> None:
     typer.echo(f"specgate engine (sim) on http://{host}:{port}/v1")
     uvicorn.run(
-        create_sim_app(profile), host=host, port=port, log_level="warning", access_log=False
-    )
+        create_sim_app(profile), host=host, port=port, log_level="warning",
+        log_config=logs.dict_config(), access_log=False,
+    )  # fmt: skip

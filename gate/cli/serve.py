@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 import uvicorn
 
+from gate import logs
 from gate.cli.common import DatabaseOption, settings_with
 from gate.db import migrate
 from gate.errors import ConfigError
@@ -47,5 +48,6 @@ def serve(
         port=port,
         workers=count,
         log_level="warning",
+        log_config=logs.dict_config(),
         access_log=False,
     )

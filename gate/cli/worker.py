@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from gate import logs
 from gate.cli.common import DatabaseOption, settings_with
 from gate.errors import ConfigError, GateError
 
@@ -16,7 +17,12 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 @app.callback(invoke_without_command=True)
 def worker(
     concurrency: Annotated[int, typer.Option(help="Worker processes.")] = 2,
-    loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "INFO",
+    loglevel: Annotated[
+        str | None,
+        typer.Option(
+            help="Log level (default: SPECGATE_LOG_LEVEL, else INFO).", show_default=False
+        ),
+    ] = None,
     visibility_timeout: Annotated[
         float,
         typer.Option(help="Seconds before a message whose worker died is delivered again."),
@@ -38,6 +44,8 @@ def worker(
 ) -> None:
     """Run Celery evaluator workers (needs SPECGATE_REDIS_URL)."""
     # Imported here: Celery is only loaded by the command that needs it.
+    from celery.signals import setup_logging
+
     from evaluators.beat import HOME_KEY, HeartbeatScheduler
     from evaluators.celery_app import QUEUE, make_celery
     from evaluators.heartbeat import install_worker_heartbeat
@@ -59,10 +67,14 @@ def worker(
     scheduler = f"{HeartbeatScheduler.__module__}:{HeartbeatScheduler.__name__}"
     schedule = settings.home / "celerybeat-schedule"
     embedded_beat = ["--beat", f"--schedule={schedule}", f"--scheduler={scheduler}"]
+    level = (loglevel or settings.log_level).upper()
+    # Celery asks this signal's receivers before setting up logging its own way: specgate's
+    # one format then holds for the worker and its pool processes too.
+    setup_logging.connect(lambda **_: logs.configure(level), weak=False)
     argv = [
         "worker",
         f"--concurrency={concurrency}",
-        f"--loglevel={loglevel}",
+        f"--loglevel={level}",
         f"--queues={QUEUE}",
         "--pool=prefork",
         "--without-gossip",

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import uvicorn
 
+from gate import logs
 from gate.errors import ConfigError
 
 
@@ -82,6 +83,7 @@ class ServerThread:
             host="127.0.0.1",
             port=self.port,
             log_level="warning",
+            log_config=logs.dict_config(),
             access_log=False,
             timeout_graceful_shutdown=5,
         )

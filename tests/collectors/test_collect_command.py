@@ -35,10 +35,13 @@ def test_collect_is_a_typer_command_with_host_port_and_token():
         assert option in result.output
 
 
-def run_collect(*args: str, home: Path, **popen: object) -> subprocess.Popen[str]:
+def run_collect(
+    *args: str, home: Path, env_extra: dict[str, str] | None = None, **popen: object
+) -> subprocess.Popen[str]:
     unset = ("SPECGATE_REDIS_URL", "SPECGATE_DATABASE_URL", "SPECGATE_COLLECTOR_WORKERS")
     env = {k: v for k, v in os.environ.items() if k not in unset}
     env |= {"SPECGATE_HOME": str(home), "SPECGATE_COLLECTOR_FLUSH_INTERVAL_S": "0.05"}
+    env |= env_extra or {}
     command = [sys.executable, "-m", "gate", "collect", *args]
     return subprocess.Popen(command, env=env, text=True, **popen)  # type: ignore[call-overload]
 
@@ -52,7 +55,7 @@ def test_two_workers_store_every_span_once_each_with_its_own_spool(
     collector = run_collect(*args, home=tmp_path, stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 90  # two spawned workers start slowly on a loaded host
         while not ready(base):
             assert collector.poll() is None and time.monotonic() < deadline, "no start"
             time.sleep(0.1)

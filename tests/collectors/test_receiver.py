@@ -11,7 +11,8 @@ from fastapi.testclient import TestClient
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from collectors.receiver import create_router
+from collectors.receipt import Receipt
+from collectors.receiver import Acknowledge, create_router
 from tests.collectors.factory import Ids
 from tests.collectors.sdk import record_requests
 
@@ -20,19 +21,25 @@ IDS = Ids(rollout=1, baseline_route=1, candidate_route=2)
 
 
 class Sink:
-    def __init__(self, drop: int = 0) -> None:
+    """Settles every span at once: `fail` of them refused by the database, `refuse` for room."""
+
+    def __init__(self, fail: int = 0, refuse: int = 0) -> None:
         self.rows: list = []
-        self.drop = drop
+        self.fail, self.refuse = fail, refuse
 
-    def __call__(self, rows) -> int:
+    def __call__(self, rows, on_settled) -> Receipt:
         self.rows.extend(rows)
-        return self.drop
+        receipt = Receipt(len(rows), on_settled=on_settled)
+        receipt.fail(self.fail, "refused by the database")
+        receipt.refuse(self.refuse, "collector overloaded: queue and spool are full")
+        receipt.durable(len(rows) - self.fail - self.refuse)
+        return receipt
 
 
-def client(sink: Sink, **options) -> TestClient:
+def client(sink, **options) -> TestClient:
     app = FastAPI()
     app.include_router(
-        create_router(enqueue=sink, max_body_bytes=options.pop("limit", 1 << 20), **options)
+        create_router(submit=sink, max_body_bytes=options.pop("limit", 1 << 20), **options)
     )
     return TestClient(app)
 
@@ -58,6 +65,26 @@ def test_gzip_bodies_are_accepted(body):
     headers = {**PROTOBUF, "Content-Encoding": "gzip"}
     response = client(sink).post("/v1/traces", content=gzip.compress(body), headers=headers)
     assert response.status_code == 200 and len(sink.rows) == 9
+
+
+def test_every_member_of_a_multi_member_gzip_body_is_read():
+    first, second = (encode_spans(record_requests(IDS, n)) for n in (1, 1))
+    # Two gzip members whose inflated bytes concatenate into one protobuf message (the
+    # repeated resource_spans of both), as `cat a.gz b.gz` gives.
+    content = gzip.compress(first.SerializeToString()) + gzip.compress(second.SerializeToString())
+    sink = Sink()
+    headers = {**PROTOBUF, "Content-Encoding": "gzip"}
+    response = client(sink).post("/v1/traces", content=content, headers=headers)
+    assert response.status_code == 200 and len(sink.rows) == 6
+
+
+def test_garbage_after_the_last_gzip_member_is_refused(body):
+    sink = Sink()
+    headers = {**PROTOBUF, "Content-Encoding": "gzip"}
+    content = gzip.compress(body) + b"trailing"
+    response = client(sink).post("/v1/traces", content=content, headers=headers)
+    assert response.status_code == 400 and b"8 bytes of garbage" in response.content
+    assert sink.rows == []
 
 
 def test_json_bodies_use_hex_ids_and_get_json_replies():
@@ -108,11 +135,31 @@ def test_json_bodies_use_hex_ids_and_get_json_replies():
     assert row.start_time.isoformat() == "2018-12-13T14:51:00+00:00" and row.service == "vllm"
 
 
-def test_spans_the_writer_drops_are_reported_as_partial_success(body):
-    response = client(Sink(drop=4)).post("/v1/traces", content=body, headers=PROTOBUF)
+def test_spans_the_database_refuses_alone_are_reported_as_partial_success(body):
+    response = client(Sink(fail=4)).post("/v1/traces", content=body, headers=PROTOBUF)
     reply = ExportTraceServiceResponse.FromString(response.content)
     assert response.status_code == 200 and reply.partial_success.rejected_spans == 4
-    assert "queue and spool are full" in reply.partial_success.error_message
+    assert "refused by the database" in reply.partial_success.error_message
+
+
+def test_spans_without_room_get_a_503_with_retry_after(body):
+    terms = Acknowledge(retry_after_s=7)
+    response = client(Sink(refuse=4), acknowledge=terms).post(
+        "/v1/traces", content=body, headers=PROTOBUF
+    )
+    assert response.status_code == 503 and response.headers["retry-after"] == "7"
+    assert b"queue and spool are full" in response.content
+
+
+def test_a_request_waits_for_its_spans_to_be_durable(body):
+    class Never:
+        def __call__(self, rows, on_settled) -> Receipt:
+            return Receipt(len(rows), on_settled=on_settled)  # never settled
+
+    terms = Acknowledge(timeout_s=0.2, retry_after_s=1)
+    response = client(Never(), acknowledge=terms).post("/v1/traces", content=body, headers=PROTOBUF)
+    assert response.status_code == 503 and response.headers["retry-after"] == "1"
+    assert b"not durable within 0.2 s" in response.content
 
 
 @pytest.mark.parametrize(
@@ -156,6 +203,16 @@ def test_a_configured_token_is_required(body):
         "/v1/traces", content=body, headers={**PROTOBUF, "Authorization": "Bearer s3cret"}
     )
     assert ok.status_code == 200 and len(sink.rows) == 9
+    # The scheme is case-insensitive; the token is not.
+    lower = guarded.post(
+        "/v1/traces", content=body, headers={**PROTOBUF, "Authorization": "bearer s3cret"}
+    )
+    assert lower.status_code == 200 and len(sink.rows) == 18
+    for wrong in ("bearer S3CRET", "Basic s3cret", "Bearers3cret"):
+        response = guarded.post(
+            "/v1/traces", content=body, headers={**PROTOBUF, "Authorization": wrong}
+        )
+        assert response.status_code == 401
 
 
 def test_json_errors_are_json():

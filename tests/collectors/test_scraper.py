@@ -115,6 +115,27 @@ def test_a_counter_that_goes_down_restarted():
     assert scraper.counter_delta(None, 5.0) is None and scraper.counter_delta(5.0, 5.0) == 0
 
 
+def spec_window(first: str, second: str) -> tuple[float, float]:
+    values = scraper.window_samples(scraper.parse(first), scraper.parse(second))
+    return values[("spec_draft_tokens_window", ())], values[("spec_acceptance_rate_window", ())]
+
+
+def test_one_engine_restarting_among_several_is_a_reset_of_that_engine_only():
+    before = vllm_text({"0": (100, 400, 150, [90]), "1": (50, 200, 50, [40])})
+    # Engine 1 restarted (its counters began again); engine 0 went on.
+    after = vllm_text({"0": (200, 800, 330, [170]), "1": (10, 40, 8, [8])})
+    tokens, rate = spec_window(before, after)
+    assert tokens == 400 + 40 and rate == pytest.approx((180 + 8) / (400 + 40))
+
+
+def test_a_reset_hidden_by_another_engines_growth_is_still_a_reset():
+    before = vllm_text({"0": (100, 400, 150, [90]), "1": (500, 2000, 1000, [600])})
+    # Every sum over engines grew, although engine 1 restarted.
+    after = vllm_text({"0": (900, 3600, 1650, [900]), "1": (20, 80, 10, [10])})
+    tokens, rate = spec_window(before, after)
+    assert tokens == 3200 + 80 and rate == pytest.approx((1500 + 10) / (3200 + 80))
+
+
 def test_sglang_and_tensorrt_llm_map_to_the_same_names():
     sglang = scraper.parse(
         '# TYPE sglang:spec_accept_length gauge\nsglang:spec_accept_length{model_name="m"} 2.5\n'
@@ -161,3 +182,28 @@ def test_scrape_routes_stores_samples_and_windows(pg_committing: sessionmaker[Se
     assert latest[("spec_drafts", ())] == 290
     assert latest[("spec_acceptance_rate_window", ())] == pytest.approx(230 / 560)
     assert latest[("requests_finished", (("finished_reason", "stop"),))] == 12
+    one_engine = (("engine", "1"), ("model_name", "llama"))
+    assert latest[("spec_drafts_series", one_engine)] == 90
+
+
+@pytest.mark.postgres
+def test_stored_windows_take_a_hidden_engine_reset_as_a_reset(pg_committing):
+    with pg_committing() as session, session.begin():
+        ids = make_rollout(session)
+        session.get(Route, ids.candidate_route).metrics_url = "http://spec:8000/metrics"
+    pages = iter(
+        [
+            vllm_text({"0": (100, 400, 150, [90]), "1": (500, 2000, 1000, [600])}),
+            vllm_text({"0": (900, 3600, 1650, [900]), "1": (20, 80, 10, [10])}),
+        ]
+    )
+    handler = lambda request: httpx.Response(200, text=next(pages))  # noqa: E731
+    start = datetime(2026, 11, 20, tzinfo=UTC)
+    with httpx.Client(transport=httpx.MockTransport(handler)) as client:
+        for turn in range(2):
+            scrape_routes(pg_committing, client, now=start + timedelta(seconds=15 * turn))
+    with pg_committing() as session:
+        rate = session.scalar(
+            select(EngineSample.value).where(EngineSample.metric == "spec_acceptance_rate_window")
+        )
+    assert rate == pytest.approx((1500 + 10) / (3200 + 80))

@@ -42,6 +42,9 @@ class SpanRecord(Base):
     status_message: Mapped[str | None] = mapped_column(Text)
     attributes: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
     resource: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    # What OTLP carries beyond the columns above (scope, trace state, flags, events, links,
+    # dropped counts); NULL when a span has none of them.
+    extra: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     received_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 

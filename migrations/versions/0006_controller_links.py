@@ -1,6 +1,6 @@
 """Controller links: a rollout driven by Argo Rollouts or Flagger, its hook token and check-ins.
 
-Revision ID: 0006_i28
+Revision ID: 0006
 Revises: 0005
 Create Date: 2026-12-03 09:00:00.000000
 """
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0006_i28"
+revision: str = "0006"
 down_revision: str | None = "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
