@@ -30,11 +30,20 @@ from gate.gateway.observe import CallResult
 from gate.gateway.responses import EventStreamResponse
 from gate.gateway.sampling import Assignment, assign, sticky_key
 from gate.gateway.spans import CallContext, SpanEmitter
-from gate.gateway.upstream import JsonReply, Stream, call_json, drain_call, encode, open_stream
+from gate.gateway.upstream import (
+    FIRST_BYTE_TIMEOUT,
+    JsonReply,
+    Stream,
+    call_json,
+    drain_call,
+    encode,
+    open_stream,
+)
 from gate.rollouts.states import Primary, RoutingPlan
 from gate.routing.snapshot import RolloutRouting, RouteTarget
 from gate.routing.sync import RoutingState
 from gate.settings import Settings
+from gate.telemetry import attributes as A
 
 # Ids need to be unique, not unpredictable: a per-process PRNG (reseeded in forked
 # children) costs a fraction of uuid4's getrandom call on every request.
@@ -184,14 +193,16 @@ def _schedule_mirrors(gw: Gateway, call: Call, assignment: Assignment) -> None:
 
 
 def _mirror(gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort) -> None:
-    async def run() -> None:
+    async def run(waited_s: float) -> None:
         try:
-            await call_route()
+            await call_route(waited_s)
         finally:
             gw.metrics.mirror_inflight.dec()
 
-    async def call_route() -> None:
+    async def call_route(waited_s: float) -> None:
         span, headers = gw.spans.start_call(call.ctx, route, cohort, call.body, parent=call.parent)
+        span.set_attribute(A.MIRROR_QUEUE_S, waited_s)
+        gw.metrics.mirror_queue_wait.observe(waited_s)
         result = CallResult()
         gw.inflight[route.id] = gw.inflight.get(route.id, 0) + 1
         try:
@@ -218,7 +229,7 @@ def _mirror(gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort) -> None
 
     def queue_timeout() -> None:
         gw.metrics.mirror_inflight.dec()
-        dropped("mirror waited past its deadline in the queue")
+        dropped("mirror could not start within its deadline (gateway queue full)")
 
     if gw.mirror.submit(run, queue_timeout):
         gw.metrics.mirror_inflight.inc()
@@ -233,7 +244,7 @@ async def _serve_json(
     gw.inflight[route.id] = gw.inflight.get(route.id, 0) + 1
     result = CallResult()
     try:
-        reply, result = await _unless_disconnected(
+        reply, _ = await _unless_disconnected(
             call.request,
             call_json(
                 gw.client,
@@ -242,11 +253,13 @@ async def _serve_json(
                 call.payload,
                 _headers(headers),
                 capture=call.prompt is not None,
+                result=result,
+                head_by=_first_byte_deadline(gw) if canary else None,
             ),
         )
     except ClientGone:
-        result.fail(GenerationStatus.ERROR, "client disconnected")
-        reply = None
+        _finish(gw, span, route, cohort, result.fail(*_CANCELLED), call.prompt, fallback=False)
+        raise GateError("the client disconnected", status_code=499) from None
     finally:
         gw.inflight[route.id] -= 1
     fallback = canary and _failed_before_answer(reply, result)
@@ -261,20 +274,18 @@ async def _serve_stream(
 ) -> Response | EventStreamResponse:
     span, headers = gw.spans.start_call(call.ctx, route, cohort, call.body, parent=call.parent)
     gw.inflight[route.id] = gw.inflight.get(route.id, 0) + 1
-    opened, result = await open_stream(
-        gw.client,
-        route,
-        call.endpoint,
-        call.payload,
-        _headers(headers),
-        capture=call.prompt is not None,
-    )
-    events: AsyncIterator[bytes] | None = None
-    first: list[bytes] = []
-    if isinstance(opened, Stream):
-        events = opened.events(strip_usage=call.strip_usage)
-        if canary:
-            first = await _first_event(gw, events, result)
+    result = CallResult()
+    opening = _open(gw, call, route, _headers(headers), result, canary=canary)
+    try:
+        # A canary waits for its first event before answering: a client that leaves
+        # meanwhile is gone, and no fallback is made for it.
+        opened, events, first = await (
+            _unless_disconnected(call.request, opening) if canary else opening
+        )
+    except ClientGone:
+        gw.inflight[route.id] -= 1
+        _finish(gw, span, route, cohort, result.fail(*_CANCELLED), call.prompt, fallback=False)
+        raise GateError("the client disconnected", status_code=499) from None
     failed = not isinstance(opened, Stream) or (canary and not first)
     if failed:
         gw.inflight[route.id] -= 1
@@ -287,7 +298,7 @@ async def _serve_stream(
                 gw, call, call.routing.baseline, Cohort.BASELINE, canary=False
             )
         return _reply_or_error(opened if isinstance(opened, JsonReply) else None, result)
-    assert events is not None and isinstance(opened, Stream)
+    assert isinstance(opened, Stream) and events is not None
     stream: Stream = opened
     released = False
 
@@ -305,30 +316,72 @@ async def _serve_stream(
             async for event in events:
                 yield event
         except BaseException:
-            result.fail(GenerationStatus.ERROR, "client disconnected")
+            result.fail(*_CANCELLED)
             raise
         finally:
             release()
 
     def abandon() -> None:  # the response failed before forwarding began
         stream.response.close()
-        result.fail(GenerationStatus.ERROR, "client disconnected")
+        result.fail(*_CANCELLED)
         release()
 
     return EventStreamResponse(forward(), ended=lambda: stream.ended, abandon=abandon)
 
 
+_CANCELLED = (GenerationStatus.CANCELLED, "client disconnected")
+
+
+def _first_byte_deadline(gw: Gateway) -> float:
+    """The event-loop time by which a canary call must have answered: from its start."""
+    return asyncio.get_running_loop().time() + gw.settings.canary_first_byte_timeout_s
+
+
+async def _open(
+    gw: Gateway,
+    call: Call,
+    route: RouteTarget,
+    headers: dict[str, str],
+    result: CallResult,
+    *,
+    canary: bool,
+) -> tuple[Stream | JsonReply | None, AsyncIterator[bytes] | None, list[bytes]]:
+    """Open a streamed call: the reply, its events and those already read. A canary's
+    first event must come by its deadline (connect, head and first event together,
+    counted from the call's start)."""
+    deadline = _first_byte_deadline(gw) if canary else None
+    opened, _ = await open_stream(
+        gw.client,
+        route,
+        call.endpoint,
+        call.payload,
+        headers,
+        capture=call.prompt is not None,
+        result=result,
+        head_by=deadline,
+    )
+    if not isinstance(opened, Stream):
+        return opened, None, []
+    events = opened.events(strip_usage=call.strip_usage)
+    if deadline is None:
+        return opened, events, []
+    return opened, events, await _first_event(events, result, deadline)
+
+
 async def _first_event(
-    gw: Gateway, events: AsyncIterator[bytes], result: CallResult
+    events: AsyncIterator[bytes], result: CallResult, deadline: float
 ) -> list[bytes]:
-    """Wait for the candidate's first event within the canary's first-byte timeout."""
+    """Wait for the candidate's first event until the canary's first-byte deadline."""
     try:
-        async with asyncio.timeout(gw.settings.canary_first_byte_timeout_s):
+        async with asyncio.timeout_at(deadline):
             return [await anext(events)]
-    except (TimeoutError, StopAsyncIteration):
+    except TimeoutError:
         await events.aclose()  # type: ignore[attr-defined]
-        result.fail(GenerationStatus.TIMEOUT, "no first byte within the canary timeout")
-        return []
+        result.fail(GenerationStatus.TIMEOUT, FIRST_BYTE_TIMEOUT)
+    except StopAsyncIteration:
+        if result.status is GenerationStatus.OK:
+            result.fail(GenerationStatus.ERROR, "the stream ended before its first event")
+    return []
 
 
 def _failed_before_answer(reply: JsonReply | None, result: CallResult) -> bool:

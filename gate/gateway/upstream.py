@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -31,6 +32,26 @@ class JsonReply:
     content_type: str
 
 
+FIRST_BYTE_TIMEOUT = "no first byte within the canary timeout"
+
+
+async def _post(
+    client: Pool, url: str, body: bytes, headers: dict[str, str], head_by: float | None
+) -> Response:
+    """POST and wait for the response head; `head_by` (event-loop time) bounds connect,
+    write and head together."""
+    if head_by is None:
+        return await client.post(url, body, headers)
+    async with asyncio.timeout_at(head_by):
+        return await client.post(url, body, headers)
+
+
+def _timed_out(result: CallResult, exc: TimeoutError, head_by: float | None) -> CallResult:
+    if head_by is not None and asyncio.get_running_loop().time() >= head_by:
+        return result.fail(GenerationStatus.TIMEOUT, FIRST_BYTE_TIMEOUT)
+    return result.fail(GenerationStatus.TIMEOUT, f"timeout: {exc}")
+
+
 async def call_json(
     client: Pool,
     route: RouteTarget,
@@ -39,15 +60,18 @@ async def call_json(
     headers: dict[str, str],
     *,
     capture: bool,
+    result: CallResult | None = None,
+    head_by: float | None = None,
 ) -> tuple[JsonReply | None, CallResult]:
-    """Make a non-streaming call; a transport failure returns (None, failed result)."""
-    result = CallResult()
+    """Make a non-streaming call; a transport failure returns (None, failed result).
+    `head_by` (event-loop time) bounds the wait for the response head, not the body."""
+    result = result or CallResult()
     try:
-        response = await client.post(upstream_url(route, endpoint), body, headers)
+        response = await _post(client, upstream_url(route, endpoint), body, headers, head_by)
         content = await response.read()
         reply = JsonReply(response.status, content, _content_type(response))
     except TimeoutError as exc:
-        return None, result.fail(GenerationStatus.TIMEOUT, f"timeout: {exc}")
+        return None, _timed_out(result, exc, head_by)
     except UpstreamError as exc:
         return None, result.fail(GenerationStatus.ERROR, str(exc))
     result.finish()
@@ -195,14 +219,16 @@ async def open_stream(
     headers: dict[str, str],
     *,
     capture: bool,
+    result: CallResult | None = None,
+    head_by: float | None = None,
 ) -> tuple[Stream | JsonReply | None, CallResult]:
     """Start a streaming call. Returns the open Stream on HTTP 200, the error reply
-    otherwise, or None when the route could not be reached."""
-    result = CallResult()
+    otherwise, or None when the route could not be reached (or sent no head by `head_by`)."""
+    result = result or CallResult()
     try:
-        response = await client.post(upstream_url(route, endpoint), body, headers)
+        response = await _post(client, upstream_url(route, endpoint), body, headers, head_by)
     except TimeoutError as exc:
-        return None, result.fail(GenerationStatus.TIMEOUT, f"timeout: {exc}")
+        return None, _timed_out(result, exc, head_by)
     except UpstreamError as exc:
         return None, result.fail(GenerationStatus.ERROR, str(exc))
     result.http_status = response.status
