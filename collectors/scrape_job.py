@@ -14,6 +14,7 @@ from collectors.settings import CollectorSettings
 from gate.db.base import utcnow
 from gate.db.engine import engine_from_settings, session_factory, transaction
 from gate.db.models import EngineSample, Route
+from gate.routing.credentials import route_headers
 from gate.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -36,13 +37,13 @@ def scrape_routes(
     now = now or utcnow()
     with factory() as session:
         routes = [
-            (route.id, route.name, route.metrics_url)
+            (route.id, route.name, route.metrics_url, route.auth)
             for route in session.scalars(select(Route).where(Route.metrics_url.is_not(None)))
             if route.metrics_url
         ]
     written: dict[str, int] = {}
-    for route_id, name, url in routes:
-        snapshot = _scrape(client, name, url)
+    for route_id, name, url, auth in routes:
+        snapshot = _scrape(client, name, url, route_headers(name, auth))
         if snapshot is None:
             continue
         with transaction(factory) as session:
@@ -86,9 +87,11 @@ def previous_snapshot(session: Session, route_id: int) -> scraper.Snapshot | Non
     return snapshot
 
 
-def _scrape(client: httpx.Client, name: str, url: str) -> scraper.Snapshot | None:
+def _scrape(
+    client: httpx.Client, name: str, url: str, headers: dict[str, str]
+) -> scraper.Snapshot | None:
     try:
-        response = client.get(url)
+        response = client.get(url, headers=headers)
         response.raise_for_status()
         return scraper.parse(response.text)
     except (httpx.HTTPError, ValueError) as exc:

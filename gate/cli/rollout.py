@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 import yaml
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy import select
@@ -17,9 +18,10 @@ from gate.db.enums import RolloutMode, RouteRole
 from gate.db.models import Rollout, Route
 from gate.errors import BadRequest
 from gate.rollouts import repository, service
-from gate.rollouts.schemas import RolloutIn, RouteIn
+from gate.rollouts.schemas import RolloutIn, RouteAuth, RouteIn
 from gate.rollouts.states import Action
 from gate.routing import service as routing
+from gate.routing.credentials import DEFAULT_HEADER, describe
 
 app = typer.Typer(help="Create, inspect and steer rollouts.", no_args_is_help=True)
 routes_app = typer.Typer(help="Register and list routes.", no_args_is_help=True)
@@ -35,18 +37,37 @@ def add_route(
     metrics_url: Annotated[str | None, typer.Option(help="Prometheus /metrics URL.")] = None,
     spec_method: Annotated[str | None, typer.Option(help="ngram, eagle3, draft_model...")] = None,
     spec_tokens: Annotated[int | None, typer.Option(help="num_speculative_tokens.")] = None,
+    auth: Annotated[
+        str | None,
+        typer.Option(
+            help="Where the route's credential is: env:NAME (an environment variable of the "
+            "gateway and collector) or file:/path (a mounted secret file). Only this "
+            "reference is stored.",
+        ),
+    ] = None,
+    auth_header: Annotated[
+        str,
+        typer.Option(
+            help="Header that carries it: 'Authorization' sends 'Bearer <secret>', any "
+            "other header the secret as is."
+        ),
+    ] = DEFAULT_HEADER,
     database_url: DatabaseOption = None,
 ) -> None:
     """Register a route."""
-    spec = RouteIn(
-        name=name,
-        base_url=base_url,
-        model=model,
-        role=role,
-        metrics_url=metrics_url,
-        spec_method=spec_method,
-        spec_tokens=spec_tokens,
-    )
+    try:
+        spec = RouteIn(
+            name=name,
+            base_url=base_url,
+            model=model,
+            role=role,
+            metrics_url=metrics_url,
+            spec_method=spec_method,
+            spec_tokens=spec_tokens,
+            auth=RouteAuth(header=auth_header, source=auth) if auth else None,
+        )
+    except ValidationError as exc:
+        raise BadRequest(f"route {name}: {exc}") from None
     with transaction(settings_with(database_url)) as db:
         route = service.create_route(db, spec=spec, actor=cli_actor())
         typer.echo(f"route {route.id} {route.name} ({route.role.value}) -> {route.base_url}")
@@ -55,12 +76,19 @@ def add_route(
 @routes_app.command("list")
 def list_routes(database_url: DatabaseOption = None) -> None:
     """List routes."""
-    table = Table("id", "name", "role", "model", "base_url", "spec", "metrics_url")
+    table = Table("id", "name", "role", "model", "base_url", "spec", "metrics_url", "auth")
     with transaction(settings_with(database_url)) as db:
         for r in db.scalars(select(Route).order_by(Route.id)):
             spec = f"{r.spec_method} k={r.spec_tokens}" if r.spec_method else "-"
             table.add_row(
-                str(r.id), r.name, r.role.value, r.model, r.base_url, spec, r.metrics_url or "-"
+                str(r.id),
+                r.name,
+                r.role.value,
+                r.model,
+                r.base_url,
+                spec,
+                r.metrics_url or "-",
+                describe(r.auth),
             )
     Console().print(table)
 

@@ -60,6 +60,7 @@ from gate.db.enums import RouteRole
 from gate.errors import BadRequest, ConfigError, Conflict
 from gate.rollouts import repository, service
 from gate.rollouts.schemas import RouteIn
+from gate.routing.credentials import read_secret
 
 VLLM_INSTALL = "pip install 'specgate[vllm]'"
 STOP_GRACE_S = 30.0
@@ -142,8 +143,9 @@ def vllm_args(routes: RouteFile, role: RouteRole, otlp_endpoint: str | None) -> 
     return args + list(entry.args)
 
 
-def route_in(routes: RouteFile, role: RouteRole) -> RouteIn:
-    """Return the route to register for one server of the file."""
+def route_in(routes: RouteFile, role: RouteRole, api_key: str | None = None) -> RouteIn:
+    """Return the route to register for one server of the file (with `api_key`, a
+    credential source, as its bearer token)."""
     entry = routes.candidate if role is RouteRole.CANDIDATE else routes.baseline
     base = routes.base_url(entry)
     config = dict(entry.speculative_config or {})
@@ -161,6 +163,7 @@ def route_in(routes: RouteFile, role: RouteRole) -> RouteIn:
                 "spec_tokens": tokens if isinstance(tokens, int) else None,
                 "draft_model": draft if isinstance(draft, str) else None,
                 "spec_config": config,
+                "auth": {"source": api_key} if api_key else None,
             }
         )
     except ValidationError as exc:
@@ -179,12 +182,13 @@ def register(spec: RouteIn, database_url: str | None) -> str:
         if existing is None:
             route = service.create_route(db, spec=spec, actor=cli_actor())
             return f"route {route.id} {route.name} ({route.role.value}) -> {route.base_url}"
-        wanted = (str(spec.base_url).rstrip("/"), spec.model, spec.role, spec.spec_config)
+        auth = spec.auth.model_dump() if spec.auth else None
+        wanted = (str(spec.base_url).rstrip("/"), spec.model, spec.role, spec.spec_config, auth)
         have = (existing.base_url, existing.model, existing.role, existing.spec_config)
-        if wanted != have:
+        if wanted != (*have, existing.auth):
             raise Conflict(
-                f"route {spec.name!r} is already registered with another URL, model, role or "
-                "speculative config; give this one a new name"
+                f"route {spec.name!r} is already registered with another URL, model, role, "
+                "speculative config or credential; give this one a new name"
             )
         return f"route {existing.id} {existing.name} already registered -> {existing.base_url}"
 
@@ -243,11 +247,11 @@ def _stop(servers: list[Server]) -> None:
             server.process.wait(10)
 
 
-def _ready(client: httpx.Client, base_url: str) -> bool:
+def _ready(client: httpx.Client, base_url: str, headers: dict[str, str]) -> bool:
     """Whether the server answers /health (vLLM) or /v1/models with 200."""
     for url in (_root(base_url) + "/health", base_url + "/models"):
         with contextlib.suppress(httpx.HTTPError):
-            if client.get(url).status_code == 200:
+            if client.get(url, headers=headers).status_code == 200:
                 return True
     return False
 
@@ -257,6 +261,7 @@ def wait_ready(
     timeout_s: float,
     servers: list[Server],
     received: list[int] | None = None,
+    headers: dict[str, str] | None = None,
 ) -> None:
     """Wait until every target answers, a launched server exits, a signal arrives or the
     timeout passes."""
@@ -273,7 +278,7 @@ def wait_ready(
                         f"it was ready; the end of {server.log}:\n{server.tail()}"
                     )
             for name, url in list(pending.items()):
-                if _ready(client, url):
+                if _ready(client, url, headers or {}):
                     typer.echo(f"{name} is ready at {url}")
                     del pending[name]
             if not pending:
@@ -351,6 +356,14 @@ def launch(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the two vLLM commands and exit.")
     ] = False,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            help="Where the servers' API key is: env:NAME or file:/path. The servers get it "
+            "as VLLM_API_KEY (never on their command line) and the routes are registered "
+            "with it as their bearer token; only this reference is stored.",
+        ),
+    ] = None,
     database_url: DatabaseOption = None,
 ) -> None:
     """Start the baseline and speculative vLLM servers of a route file, wait until both are
@@ -364,7 +377,11 @@ def launch(
         for role in roles:
             typer.echo(shlex.join(["vllm", *vllm_args(routes, role, endpoint)]))
         return
-    specs = {role: route_in(routes, role) for role in roles}
+    specs = {role: route_in(routes, role, api_key) for role in roles}
+    # Read now: a missing key fails before any server starts.
+    secret = read_secret(api_key) if api_key else None
+    headers = {"Authorization": f"Bearer {secret}"} if secret else {}
+    key_env = {"VLLM_API_KEY": secret} if secret else {}
     servers: list[Server] = []
     with _signals_stop() as received:
         try:
@@ -376,11 +393,10 @@ def launch(
                 for role in roles:
                     entry = entries[role]
                     command = [executable, *vllm_args(routes, role, endpoint)]
-                    servers.append(
-                        _start(entry.name, command, entry.env, folder / f"{entry.name}.log")
-                    )
+                    env = {**entry.env, **key_env}
+                    servers.append(_start(entry.name, command, env, folder / f"{entry.name}.log"))
             targets = {entries[r].name: str(specs[r].base_url).rstrip("/") for r in roles}
-            wait_ready(targets, timeout_s, servers, received)
+            wait_ready(targets, timeout_s, servers, received, headers)
             for role in roles:
                 typer.echo(register(specs[role], database_url))
         except BaseException:

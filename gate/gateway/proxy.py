@@ -211,7 +211,7 @@ def _mirror(gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort) -> None
                 route,
                 call.endpoint,
                 call.payload,
-                _headers(headers),
+                _headers(route, headers),
                 stream=call.stream,
                 capture=call.prompt is not None,
             )
@@ -251,7 +251,7 @@ async def _serve_json(
                 route,
                 call.endpoint,
                 call.payload,
-                _headers(headers),
+                _headers(route, headers),
                 capture=call.prompt is not None,
                 result=result,
                 head_by=_first_byte_deadline(gw) if canary else None,
@@ -275,7 +275,7 @@ async def _serve_stream(
     span, headers = gw.spans.start_call(call.ctx, route, cohort, call.body, parent=call.parent)
     gw.inflight[route.id] = gw.inflight.get(route.id, 0) + 1
     result = CallResult()
-    opening = _open(gw, call, route, _headers(headers), result, canary=canary)
+    opening = _open(gw, call, route, _headers(route, headers), result, canary=canary)
     try:
         # A canary waits for its first event before answering: a client that leaves
         # meanwhile is gone, and no fallback is made for it.
@@ -290,7 +290,7 @@ async def _serve_stream(
     if failed:
         gw.inflight[route.id] -= 1
         # A candidate 4xx is the client's own error: pass it through like the baseline's.
-        client_error = isinstance(opened, JsonReply) and opened.status_code < 500
+        client_error = isinstance(opened, JsonReply) and _client_error(opened.status_code)
         fallback = canary and not client_error
         _finish(gw, span, route, cohort, result, call.prompt, fallback=fallback)
         if fallback:
@@ -387,9 +387,18 @@ async def _first_event(
 def _failed_before_answer(reply: JsonReply | None, result: CallResult) -> bool:
     if reply is None:
         return True
-    return reply.status_code >= 500 or (
+    return not _client_error(reply.status_code) or (
         reply.status_code == 200 and result.status is not GenerationStatus.OK
     )
+
+
+def _client_error(status: int) -> bool:
+    """A route's 4xx is the client's own error, except 401 and 403: the client never
+    authenticates to a route, the gateway does with the route's credential."""
+    return status < 500 and status not in _REFUSED
+
+
+_REFUSED = (401, 403)
 
 
 def _finish(
@@ -408,6 +417,11 @@ def _finish(
 
 
 def _reply_or_error(reply: JsonReply | None, result: CallResult) -> Response:
+    if reply is not None and reply.status_code in _REFUSED:
+        raise GateError(
+            f"the upstream route refused the gateway's credential (HTTP {reply.status_code})",
+            status_code=502,
+        )
     if reply is not None:
         return Response(reply.content, status_code=reply.status_code, media_type=reply.content_type)
     if result.status is GenerationStatus.TIMEOUT:
@@ -459,5 +473,5 @@ def _tenant(inputs: dict[str, Any]) -> str | None:
     return str(tenant)[:128] if tenant else None
 
 
-def _headers(trace_headers: dict[str, str]) -> dict[str, str]:
-    return {"content-type": "application/json", **trace_headers}
+def _headers(route: RouteTarget, trace_headers: dict[str, str]) -> dict[str, str]:
+    return {"content-type": "application/json", **route.headers, **trace_headers}

@@ -13,6 +13,7 @@ from gate.db.enums import RolloutMode, RolloutState
 from gate.db.models import Rollout, Route
 from gate.rollouts.service import stages
 from gate.rollouts.states import RoutingPlan, routing_plan
+from gate.routing.credentials import route_headers
 
 # Rollouts the gateway still routes for; finished-and-killed ones keep their alias alive
 # on the baseline until a newer rollout takes the alias.
@@ -29,6 +30,9 @@ class RouteTarget:
     model: str
     fingerprint: str
     provider: str = "vllm"
+    # The route's auth header, read from its credential source; kept out of repr and
+    # comparisons so it never reaches a log or an error message.
+    headers: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,7 @@ def target(route: Route) -> RouteTarget:
         model=route.model,
         fingerprint=fingerprint(route),
         provider=str(route.spec_config.get("provider", "vllm")) if route.spec_config else "vllm",
+        headers=route_headers(route.name, route.auth),
     )
 
 

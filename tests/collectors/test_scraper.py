@@ -161,3 +161,23 @@ def test_scrape_routes_stores_samples_and_windows(pg_committing: sessionmaker[Se
     assert latest[("spec_drafts", ())] == 290
     assert latest[("spec_acceptance_rate_window", ())] == pytest.approx(230 / 560)
     assert latest[("requests_finished", (("finished_reason", "stop"),))] == 12
+
+
+def test_a_route_behind_auth_is_scraped_with_its_credential(
+    pg_committing: sessionmaker[Session], monkeypatch
+):
+    monkeypatch.setenv("SPEC_ROUTE_KEY", "s3cret")
+    with pg_committing() as session, session.begin():
+        ids = make_rollout(session)
+        route = session.get(Route, ids.candidate_route)
+        route.metrics_url = "http://spec:8000/metrics"
+        route.auth = {"header": "Authorization", "source": "env:SPEC_ROUTE_KEY"}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.headers.get("authorization") != "Bearer s3cret":
+            return httpx.Response(401)
+        return httpx.Response(200, text=FIRST)
+
+    with httpx.Client(transport=httpx.MockTransport(handler)) as client:
+        written = scrape_routes(pg_committing, client)
+    assert written["llama-ngram-spec"] > 0

@@ -67,6 +67,8 @@ def gateway_stack(
     mode: RolloutMode = RolloutMode.SHADOW,
     sample_rate: float = 1.0,
     start: bool = True,
+    auth: dict[str, str] | None = None,
+    require_token: str | None = None,
     **settings_overrides: Any,
 ) -> Iterator[Stack]:
     defaults: dict[str, Any] = {
@@ -87,12 +89,14 @@ def gateway_stack(
     factory = sessionmaker(engine, expire_on_commit=False)
     base_log, cand_log = SimLog(), SimLog()
     with ExitStack() as stack:
-        base_url = stack.enter_context(serving(create_sim_app(baseline or SimProfile(), base_log)))
+        guard = (lambda app: bearer_only(require_token, app)) if require_token else (lambda a: a)
+        base_app = create_sim_app(baseline or SimProfile(), base_log)
+        base_url = stack.enter_context(serving(guard(base_app)))
         if candidate_down:
             cand_url = f"http://127.0.0.1:{closed_port()}"
         else:
             profile = candidate or SimProfile(spec_tokens=4, acceptance=0.7)
-            cand_url = stack.enter_context(serving(create_sim_app(profile, cand_log)))
+            cand_url = stack.enter_context(serving(guard(create_sim_app(profile, cand_log))))
         with factory() as session, session.begin():
             for name, url, role in (
                 ("base", base_url, RouteRole.BASELINE),
@@ -100,7 +104,9 @@ def gateway_stack(
             ):
                 service.create_route(
                     session,
-                    spec=RouteIn(name=name, base_url=url + "/v1", model="sim", role=role),
+                    spec=RouteIn(
+                        name=name, base_url=url + "/v1", model="sim", role=role, auth=auth
+                    ),
                     actor="test",
                 )
             rollout = service.create_rollout(
@@ -134,6 +140,20 @@ def gateway_stack(
         url = stack.enter_context(serving(app))
         yield Stack(url, base_url, base_log, cand_log, exporter, factory, bus, routing, rollout.id)
     engine.dispose()
+
+
+def bearer_only(token: str, app: Any) -> Any:
+    """Wrap an ASGI app so that it answers 401 without `Authorization: Bearer <token>`."""
+    expected = f"Bearer {token}".encode()
+
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and dict(scope["headers"]).get(b"authorization") != expected:
+            await send({"type": "http.response.start", "status": 401, "headers": []})
+            await send({"type": "http.response.body", "body": b'{"error": "unauthorized"}'})
+            return
+        await app(scope, receive, send)
+
+    return guarded
 
 
 @pytest.fixture

@@ -1,0 +1,28 @@
+"""Route credentials: where a route's auth header value comes from (never the value).
+
+Revision ID: 0006_i22
+Revises: 0005
+Create Date: 2026-11-24 19:40:00.000000
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects import postgresql
+
+revision: str = "0006_i22"
+down_revision: str | None = "0005"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    json_type = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
+    with op.batch_alter_table("routes") as batch:
+        batch.add_column(sa.Column("auth", json_type, nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("routes") as batch:
+        batch.drop_column("auth")
