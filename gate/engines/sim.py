@@ -38,6 +38,8 @@ class SimProfile:
     spec_tokens: int = 0
     acceptance: float = 0.0
     failure: Failure = "none"
+    # Like OpenAI's API: with include_usage, every chunk carries "usage": null until the last.
+    null_usage: bool = False
 
 
 @dataclass
@@ -194,6 +196,8 @@ async def _stream(
 ) -> AsyncIterator[bytes]:
     created = int(time.time())
     kind = "chat.completion.chunk" if chat else "text_completion"
+    options = body.get("stream_options")
+    usage_asked = isinstance(options, dict) and bool(options.get("include_usage"))
     try:
         await asyncio.sleep(profile.ttft_s)
         for i, word in enumerate(words):
@@ -217,9 +221,10 @@ async def _stream(
                 "model": profile.model,
                 "choices": [delta],
             }
+            if profile.null_usage and usage_asked:
+                chunk["usage"] = None
             yield b"data: " + orjson.dumps(chunk) + b"\n\n"
-        options = body.get("stream_options")
-        if isinstance(options, dict) and options.get("include_usage"):
+        if usage_asked:
             final: dict[str, Any] = {
                 "id": ident,
                 "object": kind,

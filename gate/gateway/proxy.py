@@ -87,6 +87,8 @@ class Call:
     routing: RolloutRouting
     plan: RoutingPlan
     body: dict[str, Any]
+    # The body as the client sent it (without declared inputs): what is stored.
+    sent: dict[str, Any]
     payload: bytes
     stream: bool
     strip_usage: bool
@@ -105,7 +107,7 @@ async def handle(gw: Gateway, request: Request, endpoint: str) -> Response | Eve
         )
         call.parent = gw.spans.pair_span(
             call.ctx,
-            body=call.body,
+            body=call.sent,
             inputs=inputs,
             is_control=assignment.control,
             inflight=inflight,
@@ -123,6 +125,7 @@ async def handle(gw: Gateway, request: Request, endpoint: str) -> Response | Eve
 async def _prepare(
     gw: Gateway, request: Request, endpoint: str
 ) -> tuple[Call, Assignment, dict[str, Any]]:
+    _require_json(request)
     raw = await _read_body(request, gw.settings.request_body_max_bytes)
     try:
         body = orjson.loads(raw)
@@ -147,6 +150,7 @@ async def _prepare(
         key=sticky_key(raw, upstream, request.headers),
         control_rate=gw.settings.control_rate,
     )
+    sent = upstream
     stream = bool(upstream.get("stream"))
     options = upstream.get("stream_options")
     wants_usage = isinstance(options, dict) and bool(options.get("include_usage"))
@@ -169,6 +173,7 @@ async def _prepare(
         routing=routing,
         plan=plan,
         body=upstream,
+        sent=sent,
         payload=encode(upstream),
         stream=stream,
         strip_usage=stream and not wants_usage,
@@ -443,6 +448,19 @@ async def _unless_disconnected(request: Request, work: Any) -> Any:
 async def _disconnected(request: Request) -> None:
     while (await request.receive())["type"] != "http.disconnect":
         pass
+
+
+def _require_json(request: Request) -> None:
+    """Refuse a body declared as anything but JSON (no declaration is taken as JSON)."""
+    declared = request.headers.get("content-type")
+    if declared is None:
+        return
+    media = declared.partition(";")[0].strip().lower()
+    if media != "application/json" and not media.endswith("+json"):
+        raise GateError(
+            f"the request body must be application/json, not {media or 'empty'!r}",
+            status_code=415,
+        )
 
 
 async def _read_body(request: Request, limit: int) -> bytes:

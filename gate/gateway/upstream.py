@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -16,6 +17,9 @@ from gate.gateway.observe import CallResult
 from gate.routing.snapshot import RouteTarget
 
 PATHS = {"chat": "/chat/completions", "completions": "/completions"}
+# A `"usage": null` member (an unescaped quote can only be JSON structure, never inside a
+# string), removed for a client that did not ask for usage.
+_NULL_USAGE = re.compile(rb',\s*"usage"\s*:\s*null(?=\s*[,}])|"usage"\s*:\s*null\s*,')
 
 
 def upstream_url(route: RouteTarget, endpoint: str) -> str:
@@ -143,6 +147,9 @@ class Stream:
         """Observe complete events (ending in a blank line); return what to forward:
         the events as they came, unless a usage-only chunk is dropped."""
         now = time.perf_counter()
+        if strip_usage and b'"usage"' in events:
+            # What the gateway asked for on the client's behalf leaves no trace.
+            events = _NULL_USAGE.sub(b"", events)
         chunks = self._parse_plain(events)
         if chunks is None:
             split = events[:-2].split(b"\n\n")
