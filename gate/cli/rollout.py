@@ -18,6 +18,7 @@ from gate.db.enums import RolloutMode, RouteRole
 from gate.db.models import Rollout, Route
 from gate.errors import BadRequest
 from gate.rollouts import repository, service
+from gate.rollouts.exposure import exposure_of, percent
 from gate.rollouts.schemas import RolloutIn, RouteAuth, RouteIn
 from gate.rollouts.states import Action
 from gate.routing import service as routing
@@ -100,8 +101,21 @@ def create(
     baseline: Annotated[str, typer.Option(help="Baseline route name.")],
     candidate: Annotated[str, typer.Option(help="Candidate route name.")],
     mode: Annotated[RolloutMode, typer.Option()] = RolloutMode.SHADOW,
-    sample_rate: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.1,
-    policy: Annotated[Path | None, typer.Option(help="Policy YAML file.", exists=True)] = None,
+    sample_rate: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Share of the alias's requests at the LAST stage. At each stage the candidate "
+            "gets sample rate x the stage's percent (default stages 1, 5, 25, 100 %): 1.0 "
+            "mirrors (shadow) or serves (canary) 1 % at the first stage; `rollout promote` "
+            "moves to the next. `rollout show` states the share now and next.",
+        ),
+    ] = 0.1,
+    policy: Annotated[
+        Path | None,
+        typer.Option(help="Policy YAML file (its `stages` set the ramp).", exists=True),
+    ] = None,
     database_url: DatabaseOption = None,
 ) -> None:
     """Create a pending rollout."""
@@ -125,7 +139,7 @@ def create(
 @app.command("list")
 def list_rollouts(database_url: DatabaseOption = None) -> None:
     """List rollouts, newest first."""
-    table = Table("id", "name", "alias", "mode", "state", "stage", "sample", "version")
+    table = Table("id", "name", "alias", "mode", "state", "stage", "sample", "share", "version")
     with transaction(settings_with(database_url)) as db:
         for r in repository.list_rollouts(db):
             table.add_row(
@@ -136,6 +150,7 @@ def list_rollouts(database_url: DatabaseOption = None) -> None:
                 r.state.value,
                 str(r.stage),
                 f"{r.sample_rate:g}",
+                percent(exposure_of(r).share),
                 str(r.version),
             )
     Console().print(table)
@@ -151,7 +166,8 @@ def show(rollout_id: int, database_url: DatabaseOption = None) -> None:
 def _describe(r: Rollout) -> str:
     return (
         f"rollout {r.id} {r.name}: alias={r.alias} mode={r.mode.value} state={r.state.value} "
-        f"stage={r.stage} sample_rate={r.sample_rate:g} version={r.version}"
+        f"stage={r.stage} sample_rate={r.sample_rate:g} version={r.version}\n"
+        f"  {exposure_of(r).describe()}"
     )
 
 

@@ -98,6 +98,10 @@ def test_overview_shows_the_latest_verdict(live):
         "hold",
     )
     assert (row["baseline_route"], row["candidate_route"]) == ("live-base", "live-spec")
+    # The share is the sample rate times the stage's percent (default stages 1, 5, 25, 100).
+    assert row["share"] == pytest.approx(row["sample_rate"] * 0.01)
+    assert row["next_share"] == pytest.approx(row["sample_rate"] * 0.05)
+    assert "next stage (promote)" in row["exposure"]
 
 
 @pytest.mark.postgres
