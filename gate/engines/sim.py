@@ -40,6 +40,8 @@ class SimProfile:
     failure: Failure = "none"
     # Like OpenAI's API: with include_usage, every chunk carries "usage": null until the last.
     null_usage: bool = False
+    # Like vLLM with --enable-per-request-metrics: modelled timings in `metrics`.
+    per_request_metrics: bool = False
 
 
 @dataclass
@@ -179,10 +181,24 @@ def _whole(
         "choices": [choice],
         "usage": _usage(body, words),
     }
-    spec = _spec(profile, len(words))
-    if spec:
-        answer["metrics"] = {"speculative_decoding": spec}
+    metrics = _metrics(profile, len(words))
+    if metrics:
+        answer["metrics"] = metrics
     return answer
+
+
+def _metrics(profile: SimProfile, tokens: int) -> dict[str, Any]:
+    """The per-request `metrics` block: speculative stats and, if profiled, timings."""
+    metrics: dict[str, Any] = {}
+    spec = _spec(profile, tokens)
+    if spec:
+        metrics["speculative_decoding"] = spec
+    if profile.per_request_metrics:
+        generation_s = profile.ttft_s + profile.token_interval_s * max(0, tokens - 1)
+        metrics["queue_time_ms"] = 0.0
+        metrics["time_to_first_token_ms"] = profile.ttft_s * 1000
+        metrics["generation_time_ms"] = generation_s * 1000
+    return metrics
 
 
 async def _stream(
@@ -233,9 +249,9 @@ async def _stream(
                 "choices": [],
                 "usage": _usage(body, words),
             }
-            spec = _spec(profile, len(words))
-            if spec:
-                final["metrics"] = {"speculative_decoding": spec}
+            metrics = _metrics(profile, len(words))
+            if metrics:
+                final["metrics"] = metrics
             yield b"data: " + orjson.dumps(final) + b"\n\n"
         yield b"data: [DONE]\n\n"
     except (asyncio.CancelledError, GeneratorExit):

@@ -60,6 +60,9 @@ def check_one_sampled_request(engine: Engine, ids: Ids) -> None:
     assert (cand.trace_id, cand.span_id) == (candidate.trace_id, candidate.span_id)
     # vLLM's llm_request span is a child of the candidate call: its engine facts join there.
     assert cand.queue_s == 0.004 and base.queue_s is None
+    # Engine-reported timings keep their own columns, apart from the gateway's.
+    assert (cand.engine_ttft_s, cand.engine_tpot_s, cand.ttft_s) == (0.09, 0.01, 0.12)
+    assert base.engine_ttft_s is None and base.engine_tpot_s is None
     assert cand.started_at == candidate.start_time and base.segment == "code"
     assert sorted(landed.generation_ids) == sorted([base.id, cand.id])
     assert landed.pair_ids == [pair_id] and landed.spans_new == 4

@@ -103,3 +103,25 @@ def test_a_mirror_queue_held_full_drops_instead_of_timing_out(tmp_path):
         assert all(s.attributes[A.E2E_S] < 0.9 for s in started)
         text = httpx.get(stack.url + "/metrics").text
         assert f"specgate_gateway_mirror_queue_wait_seconds_count {float(len(started))}" in text
+
+
+@pytest.mark.parametrize("reported", [True, False], ids=["engine_reports", "engine_silent"])
+def test_non_streamed_timings_come_from_the_engine_or_nowhere(tmp_path, reported):
+    profile = SimProfile(ttft_s=0.05, tokens=11, token_interval_s=0.002)
+    engine = SimProfile(**{**profile.__dict__, "per_request_metrics": reported})
+    with gateway_stack(tmp_path, baseline=engine, candidate=engine) as stack:
+        stack.client().chat.completions.create(model=ALIAS, messages=MESSAGES)
+        list(stack.client().chat.completions.create(model=ALIAS, messages=MESSAGES, stream=True))
+        assert wait_until(lambda: len(stack.spans("candidate")) == 2)
+        for span in stack.spans():
+            attrs = span.attributes
+            if not attrs[A.STREAM]:
+                # No chunk arrives before the whole answer: the gateway measured no TTFT.
+                assert A.TTFT_S not in attrs and A.TPOT_S not in attrs
+            else:
+                assert attrs[A.TTFT_S] > 0 and attrs[A.TPOT_S] >= 0
+            if reported:
+                assert attrs[A.ENGINE_TTFT_S] == pytest.approx(0.05)
+                assert attrs[A.ENGINE_TPOT_S] == pytest.approx(0.002)
+            else:
+                assert A.ENGINE_TTFT_S not in attrs and A.ENGINE_TPOT_S not in attrs
