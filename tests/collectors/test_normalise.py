@@ -241,3 +241,20 @@ def test_a_body_with_an_integer_past_64_bits_lands_exactly(pg_engine, pg_ids):
     landed = SpanStore(pg_engine, pair_deadline_s=300).write(spans)  # orjson cannot write it
     requests, _, _ = stored(pg_engine)
     assert requests[0].body == {"seed": 2**64 + 1, "top_p": None} and landed.spans_new == 4
+
+
+@pytest.mark.postgres
+def test_cancelled_and_dropped_calls_land_with_their_status(pg_engine, pg_ids):
+    # A client that left (cancelled) and a mirror that never started (dropped): stored as
+    # such, with the mirror's queue wait kept on its span.
+    _, baseline, candidate, _ = spans = gateway_spans(pg_ids)
+    baseline.attributes[a.STATUS] = "cancelled"
+    candidate.attributes[a.STATUS] = "dropped"
+    candidate.attributes[a.MIRROR_QUEUE_S] = 1.5
+    SpanStore(pg_engine, pair_deadline_s=300).write(spans)
+    _, _, generations = stored(pg_engine)
+    assert generations["baseline"].status.value == "cancelled"
+    assert generations["candidate"].status.value == "dropped"
+    with Session(pg_engine) as session:
+        kept = session.get(SpanRecord, (candidate.trace_id, candidate.span_id))
+        assert kept is not None and kept.attributes[a.MIRROR_QUEUE_S] == 1.5
