@@ -24,10 +24,11 @@ from gate.errors import BadRequest, GateError, NotFound
 from gate.gateway import segments
 from gate.gateway.http1 import Pool
 from gate.gateway.inputs import split_inputs
+from gate.gateway.intake import read_json_body, segment_of, tenant_of
 from gate.gateway.metrics import GatewayMetrics
 from gate.gateway.mirror import MirrorPool
 from gate.gateway.observe import CallResult
-from gate.gateway.responses import EventStreamResponse
+from gate.gateway.responses import ClientGone, EventStreamResponse, unless_disconnected
 from gate.gateway.sampling import Assignment, assign, sticky_key
 from gate.gateway.spans import CallContext, SpanEmitter
 from gate.gateway.upstream import (
@@ -59,10 +60,6 @@ def new_id() -> str:
     """Return a random (version 4) UUID as text."""
     h = "%032x" % ((_ids.getrandbits(128) & ~_UUID_FIXED) | _UUID_V4)
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
-
-
-class ClientGone(Exception):
-    """The client disconnected before its answer was ready."""
 
 
 @dataclass
@@ -125,8 +122,7 @@ async def handle(gw: Gateway, request: Request, endpoint: str) -> Response | Eve
 async def _prepare(
     gw: Gateway, request: Request, endpoint: str
 ) -> tuple[Call, Assignment, dict[str, Any]]:
-    _require_json(request)
-    raw = await _read_body(request, gw.settings.request_body_max_bytes)
+    raw = await read_json_body(request, gw.settings.request_body_max_bytes)
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -142,7 +138,7 @@ async def _prepare(
     if routing is None:
         raise NotFound(f"the model '{model}' does not exist on this gateway")
     plan = gw.routing.plan(routing)
-    segment = _segment(request, upstream, declared.inputs)
+    segment = segment_of(request, upstream, declared.inputs)
     assignment = assign(
         rollout_id=routing.rollout_id,
         plan=plan,
@@ -165,7 +161,7 @@ async def _prepare(
         request_id=new_id(),
         mode=routing.mode.value,
         capture=capture,
-        tenant=_tenant(declared.inputs),
+        tenant=tenant_of(declared.inputs),
     )
     call = Call(
         request=request,
@@ -249,7 +245,7 @@ async def _serve_json(
     gw.inflight[route.id] = gw.inflight.get(route.id, 0) + 1
     result = CallResult()
     try:
-        reply, _ = await _unless_disconnected(
+        reply, _ = await unless_disconnected(
             call.request,
             call_json(
                 gw.client,
@@ -285,7 +281,7 @@ async def _serve_stream(
         # A canary waits for its first event before answering: a client that leaves
         # meanwhile is gone, and no fallback is made for it.
         opened, events, first = await (
-            _unless_disconnected(call.request, opening) if canary else opening
+            unless_disconnected(call.request, opening) if canary else opening
         )
     except ClientGone:
         gw.inflight[route.id] -= 1
@@ -432,63 +428,6 @@ def _reply_or_error(reply: JsonReply | None, result: CallResult) -> Response:
     if result.status is GenerationStatus.TIMEOUT:
         raise GateError(f"the upstream route timed out: {result.error}", status_code=504)
     raise GateError(f"the upstream route is unreachable: {result.error}", status_code=502)
-
-
-async def _unless_disconnected(request: Request, work: Any) -> Any:
-    task = asyncio.ensure_future(work)
-    watch = asyncio.ensure_future(_disconnected(request))
-    done, _ = await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
-    if task in done:
-        watch.cancel()
-        return task.result()
-    task.cancel()
-    raise ClientGone
-
-
-async def _disconnected(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
-def _require_json(request: Request) -> None:
-    """Refuse a body declared as anything but JSON (no declaration is taken as JSON)."""
-    declared = request.headers.get("content-type")
-    if declared is None:
-        return
-    media = declared.partition(";")[0].strip().lower()
-    if media != "application/json" and not media.endswith("+json"):
-        raise GateError(
-            f"the request body must be application/json, not {media or 'empty'!r}",
-            status_code=415,
-        )
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise GateError(f"request body exceeds {limit} bytes", status_code=413)
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise GateError(f"request body exceeds {limit} bytes", status_code=413)
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _segment(request: Request, body: dict[str, Any], inputs: dict[str, Any]) -> str:
-    override = request.headers.get(segments.SEGMENT_HEADER) or inputs.get("segment")
-    if override:
-        if not isinstance(override, str) or not segments.valid_override(override):
-            raise BadRequest("segment must match [a-z0-9_.:-]{1,64}")
-        return override
-    return segments.classify(body, inputs)
-
-
-def _tenant(inputs: dict[str, Any]) -> str | None:
-    tenant = inputs.get("tenant")
-    return str(tenant)[:128] if tenant else None
 
 
 def _headers(route: RouteTarget, trace_headers: dict[str, str]) -> dict[str, str]:
