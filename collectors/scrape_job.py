@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
+from pathlib import Path
 
 import httpx
 from sqlalchemy import func, select
@@ -14,7 +15,7 @@ from collectors.settings import CollectorSettings
 from gate.db.base import utcnow
 from gate.db.engine import engine_from_settings, session_factory, transaction
 from gate.db.models import EngineSample, Route
-from gate.routing.credentials import route_headers
+from gate.routing.credentials import DEFAULT_SECRETS_DIR, route_headers
 from gate.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -25,13 +26,19 @@ def run_scrape(settings: Settings, collector: CollectorSettings) -> dict[str, in
     engine = engine_from_settings(settings)
     try:
         with httpx.Client(timeout=collector.scrape_timeout_s) as client:
-            return scrape_routes(session_factory(engine), client)
+            return scrape_routes(
+                session_factory(engine), client, secrets_dir=settings.route_secrets_dir
+            )
     finally:
         engine.dispose()
 
 
 def scrape_routes(
-    factory: sessionmaker[Session], client: httpx.Client, *, now: datetime | None = None
+    factory: sessionmaker[Session],
+    client: httpx.Client,
+    *,
+    now: datetime | None = None,
+    secrets_dir: Path = DEFAULT_SECRETS_DIR,
 ) -> dict[str, int]:
     """Scrape each route with a `metrics_url`; return rows written per route name."""
     now = now or utcnow()
@@ -43,7 +50,7 @@ def scrape_routes(
         ]
     written: dict[str, int] = {}
     for route_id, name, url, auth in routes:
-        snapshot = _scrape(client, name, url, route_headers(name, auth))
+        snapshot = _scrape(client, name, url, route_headers(name, auth, secrets_dir))
         if snapshot is None:
             continue
         with transaction(factory) as session:

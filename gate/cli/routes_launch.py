@@ -379,7 +379,8 @@ def launch(
         return
     specs = {role: route_in(routes, role, api_key) for role in roles}
     # Read now: a missing key fails before any server starts.
-    secret = read_secret(api_key) if api_key else None
+    secrets_dir = settings_with(database_url).route_secrets_dir
+    secret = read_secret(api_key, secrets_dir) if api_key else None
     headers = {"Authorization": f"Bearer {secret}"} if secret else {}
     key_env = {"VLLM_API_KEY": secret} if secret else {}
     servers: list[Server] = []

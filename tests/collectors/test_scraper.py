@@ -166,12 +166,12 @@ def test_scrape_routes_stores_samples_and_windows(pg_committing: sessionmaker[Se
 def test_a_route_behind_auth_is_scraped_with_its_credential(
     pg_committing: sessionmaker[Session], monkeypatch
 ):
-    monkeypatch.setenv("SPEC_ROUTE_KEY", "s3cret")
+    monkeypatch.setenv("SPECGATE_ROUTE_SPEC_KEY", "s3cret")
     with pg_committing() as session, session.begin():
         ids = make_rollout(session)
         route = session.get(Route, ids.candidate_route)
         route.metrics_url = "http://spec:8000/metrics"
-        route.auth = {"header": "Authorization", "source": "env:SPEC_ROUTE_KEY"}
+        route.auth = {"header": "Authorization", "source": "env:SPECGATE_ROUTE_SPEC_KEY"}
 
     def handler(request: httpx.Request) -> httpx.Response:
         if request.headers.get("authorization") != "Bearer s3cret":

@@ -76,6 +76,7 @@ def gateway_stack(
         "state_poll_interval_s": 0.2,
         "mirror_deadline_s": 2.0,
         "upstream_timeout_s": 10.0,
+        "route_secrets_dir": tmp_path / "secrets",
     }
     settings = Settings(
         home=tmp_path,
@@ -131,7 +132,7 @@ def gateway_stack(
         provider.add_span_processor(SimpleSpanProcessor(exporter))
         bus = LocalBus()
         routing = RoutingState(
-            db_loader(factory),
+            db_loader(factory, secrets_dir=settings.route_secrets_dir),
             poll_interval_s=settings.state_poll_interval_s,
             stale_after_s=settings.state_stale_after_s,
             subscriber=bus,

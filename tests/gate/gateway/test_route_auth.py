@@ -8,12 +8,15 @@ import logging
 
 import httpx
 import openai
+import pytest
+from pydantic import ValidationError
 from sqlalchemy import select, text
 
 from gate.api.schemas import RouteOut
 from gate.db.enums import RolloutMode
 from gate.db.models import Route
 from gate.engines.sim import SimProfile
+from gate.rollouts.schemas import RouteAuth
 from tests.gate.gateway.conftest import ALIAS, gateway_stack
 from tests.gate.gateway.test_proxy import MESSAGES, wait_until
 
@@ -31,8 +34,8 @@ def everything_recorded(stack) -> str:
 
 
 def test_a_route_requiring_a_bearer_token_from_an_env_var(tmp_path, monkeypatch):
-    monkeypatch.setenv("ROUTE_KEY", SECRET)
-    auth = {"source": "env:ROUTE_KEY"}
+    monkeypatch.setenv("SPECGATE_ROUTE_KEY", SECRET)
+    auth = {"source": "env:SPECGATE_ROUTE_KEY"}
     with gateway_stack(tmp_path, auth=auth, require_token=SECRET) as stack:
         answer = stack.client().chat.completions.create(model=ALIAS, messages=MESSAGES)
         assert answer.choices[0].message.content
@@ -43,11 +46,12 @@ def test_a_route_requiring_a_bearer_token_from_an_env_var(tmp_path, monkeypatch)
         assert wait_until(lambda: len(stack.spans("candidate")) == 2)
         assert {s.attributes["specgate.status"] for s in stack.spans()} == {"ok"}
         recorded = everything_recorded(stack)
-        assert SECRET not in recorded and "env:ROUTE_KEY" in recorded
+        assert SECRET not in recorded and "env:SPECGATE_ROUTE_KEY" in recorded
 
 
 def test_a_mounted_secret_file_is_read_again_when_it_rotates(tmp_path):
-    secret = tmp_path / "token"
+    (tmp_path / "secrets").mkdir()
+    secret = tmp_path / "secrets" / "token"
     secret.write_text("old-key\n")  # a Kubernetes Secret file often ends in a newline
     auth = {"source": f"file:{secret}"}
     with gateway_stack(
@@ -73,11 +77,11 @@ def test_a_mounted_secret_file_is_read_again_when_it_rotates(tmp_path):
 
 
 def test_a_canary_candidate_that_refuses_the_credential_falls_back(tmp_path, monkeypatch):
-    monkeypatch.setenv("ROUTE_KEY", "wrong")
+    monkeypatch.setenv("SPECGATE_ROUTE_KEY", "wrong")
     with gateway_stack(
         tmp_path,
         mode=RolloutMode.CANARY,
-        auth={"source": "env:ROUTE_KEY"},
+        auth={"source": "env:SPECGATE_ROUTE_KEY"},
         require_token=SECRET,
         candidate=SimProfile(),
     ) as stack:
@@ -91,14 +95,30 @@ def test_a_canary_candidate_that_refuses_the_credential_falls_back(tmp_path, mon
 
 
 def test_a_missing_credential_is_logged_without_a_value(tmp_path, monkeypatch, caplog):
-    monkeypatch.delenv("ROUTE_KEY_MISSING", raising=False)
+    monkeypatch.delenv("SPECGATE_ROUTE_KEY_MISSING", raising=False)
     caplog.set_level(logging.WARNING)
     with gateway_stack(
-        tmp_path, auth={"source": "env:ROUTE_KEY_MISSING"}, require_token=SECRET
+        tmp_path, auth={"source": "env:SPECGATE_ROUTE_KEY_MISSING"}, require_token=SECRET
     ) as stack:
         response = httpx.post(
             stack.url + "/v1/chat/completions", json={"model": ALIAS, "messages": MESSAGES}
         )
         assert response.status_code == 502
     assert "route.credential_unavailable route=base" in caplog.text
-    assert "ROUTE_KEY_MISSING is not set" in caplog.text
+    assert "SPECGATE_ROUTE_KEY_MISSING is not set" in caplog.text
+
+
+def test_a_credential_may_name_only_route_secrets(tmp_path, monkeypatch, caplog):
+    # Whoever registers a route picks where its token goes: the process's own secrets and
+    # files outside the route secrets folder are never read, let alone sent.
+    with pytest.raises(ValidationError):
+        RouteAuth(source="env:SPECGATE_SECRET_KEY")
+    outside = tmp_path / "not-a-route-secret"
+    outside.write_text("database password")
+    (tmp_path / "secrets").mkdir()
+    caplog.set_level(logging.WARNING)
+    with gateway_stack(tmp_path, auth={"source": f"file:{outside}"}, sample_rate=0.0) as stack:
+        stack.client().chat.completions.create(model=ALIAS, messages=MESSAGES)
+        assert "authorization" not in stack.baseline_log.headers[0]
+    assert "outside the route secrets folder" in caplog.text
+    assert "database password" not in caplog.text
