@@ -41,9 +41,9 @@ def add_route(
     auth: Annotated[
         str | None,
         typer.Option(
-            help="Where the route's credential is: env:NAME (an environment variable of the "
-            "gateway and collector) or file:/path (a mounted secret file). Only this "
-            "reference is stored.",
+            help="Where the route's credential is: env:SPECGATE_ROUTE_<NAME> (a variable of "
+            "the gateway and workers) or file:/path (a file in SPECGATE_ROUTE_SECRETS_DIR, "
+            "e.g. a mounted Secret). Only this reference is stored.",
         ),
     ] = None,
     auth_header: Annotated[

@@ -359,7 +359,8 @@ def launch(
     api_key: Annotated[
         str | None,
         typer.Option(
-            help="Where the servers' API key is: env:NAME or file:/path. The servers get it "
+            help="Where the servers' API key is: env:SPECGATE_ROUTE_<NAME> or file:/path (in "
+            "SPECGATE_ROUTE_SECRETS_DIR). The servers get it "
             "as VLLM_API_KEY (never on their command line) and the routes are registered "
             "with it as their bearer token; only this reference is stored.",
         ),
