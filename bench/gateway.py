@@ -229,9 +229,9 @@ def main() -> None:
         db = f"sqlite:///{work}/gw.db"
         seed_store(db, ports["up"], ports["cand"], ports["hang"])
 
-        def gateway_cmd(port: int) -> list[str]:
+        def gateway_cmd(port: int, store: str = db) -> list[str]:
             sink = f"http://127.0.0.1:{ports['sink']}"
-            serve = ["serve", "--port", str(port), "--otlp-endpoint", sink, "--database-url", db]
+            serve = ["serve", "--port", str(port), "--otlp-endpoint", sink, "--database-url", store]
             return [sys.executable, "-m", "gate", *serve]
 
         env = {"SPECGATE_HOME": str(work), "SPECGATE_CONTROL_RATE": "0"}
@@ -252,7 +252,17 @@ def main() -> None:
         if args.before:
             checkout = str(Path(args.before).resolve())
             before_env = {**env, "PYTHONPATH": checkout}
-            procs.append(start(gateway_cmd(ports["before"]), PROXY_CORE, before_env, cwd=checkout))
+            # Its own store, migrated and seeded by its own code: its schema may be older.
+            before_db = f"sqlite:///{work}/gw-before.db"
+            seed = (
+                f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+                f"import gateway; gateway.seed_store({before_db!r}, "
+                f"{ports['up']}, {ports['cand']}, {ports['hang']})"
+            )
+            subprocess.run([sys.executable, "-c", seed], env=before_env, cwd=checkout, check=True)
+            procs.append(
+                start(gateway_cmd(ports["before"], before_db), PROXY_CORE, before_env, cwd=checkout)
+            )
             wait_ready(f"http://127.0.0.1:{ports['before']}/healthz")
             proxies["specgate_before"] = procs[-1]
             targets["specgate_before"] = (ports["before"], "plain")

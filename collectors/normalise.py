@@ -28,7 +28,8 @@ GENERATION_COLUMNS = (
     "segment", "model", "temperature", "top_p", "max_tokens", "seed", "stream", "ttft_s",
     "tpot_s", "e2e_s", "queue_s", "input_tokens", "output_tokens", "finish_reason", "status",
     "error", "spec_drafts", "spec_draft_tokens", "spec_accepted_tokens", "prompt", "output",
-    "output_extra", "trace_id", "span_id", "response_id", "started_at",
+    "output_extra", "trace_id", "span_id", "response_id", "started_at", "engine_ttft_s",
+    "engine_tpot_s",
 )  # fmt: skip
 
 
@@ -59,7 +60,8 @@ GENERATION_HELD = {
     a.GEN_AI_REQUEST_MAX_TOKENS: "max_tokens", a.GEN_AI_REQUEST_SEED: "seed",
     a.TTFT_S: "ttft_s", a.TPOT_S: "tpot_s", a.SPEC_DRAFTS: "spec_drafts",
     a.SPEC_DRAFT_TOKENS: "spec_draft_tokens", a.SPEC_ACCEPTED_TOKENS: "spec_accepted_tokens",
-    a.GEN_AI_RESPONSE_ID: "response_id",
+    a.GEN_AI_RESPONSE_ID: "response_id", a.ENGINE_TTFT_S: "engine_ttft_s",
+    a.ENGINE_TPOT_S: "engine_tpot_s",
 }  # fmt: skip
 _HELD_KEYS, _HELD_COLUMNS = tuple(GENERATION_HELD), tuple(GENERATION_HELD.values())
 
@@ -279,6 +281,8 @@ def generation_row(row: SpanRow) -> dict[str, Any]:
         "span_id": row.span_id,
         "response_id": _str(get(a.GEN_AI_RESPONSE_ID), 128),
         "started_at": row.start_time,
+        "engine_ttft_s": _float(get(a.ENGINE_TTFT_S)),
+        "engine_tpot_s": _float(get(a.ENGINE_TPOT_S)),
     }
 
 

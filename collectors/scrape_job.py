@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
+from pathlib import Path
 
 import httpx
 from sqlalchemy import func, select
@@ -14,6 +15,7 @@ from collectors.settings import CollectorSettings
 from gate.db.base import utcnow
 from gate.db.engine import engine_from_settings, session_factory, transaction
 from gate.db.models import EngineSample, Route
+from gate.routing.credentials import DEFAULT_SECRETS_DIR, route_headers
 from gate.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -24,25 +26,31 @@ def run_scrape(settings: Settings, collector: CollectorSettings) -> dict[str, in
     engine = engine_from_settings(settings)
     try:
         with httpx.Client(timeout=collector.scrape_timeout_s) as client:
-            return scrape_routes(session_factory(engine), client)
+            return scrape_routes(
+                session_factory(engine), client, secrets_dir=settings.route_secrets_dir
+            )
     finally:
         engine.dispose()
 
 
 def scrape_routes(
-    factory: sessionmaker[Session], client: httpx.Client, *, now: datetime | None = None
+    factory: sessionmaker[Session],
+    client: httpx.Client,
+    *,
+    now: datetime | None = None,
+    secrets_dir: Path = DEFAULT_SECRETS_DIR,
 ) -> dict[str, int]:
     """Scrape each route with a `metrics_url`; return rows written per route name."""
     now = now or utcnow()
     with factory() as session:
         routes = [
-            (route.id, route.name, route.metrics_url)
+            (route.id, route.name, route.metrics_url, route.auth)
             for route in session.scalars(select(Route).where(Route.metrics_url.is_not(None)))
             if route.metrics_url
         ]
     written: dict[str, int] = {}
-    for route_id, name, url in routes:
-        snapshot = _scrape(client, name, url)
+    for route_id, name, url, auth in routes:
+        snapshot = _scrape(client, name, url, route_headers(name, auth, secrets_dir))
         if snapshot is None:
             continue
         with transaction(factory) as session:
@@ -87,9 +95,11 @@ def previous_snapshot(session: Session, route_id: int) -> scraper.Snapshot | Non
     return snapshot
 
 
-def _scrape(client: httpx.Client, name: str, url: str) -> scraper.Snapshot | None:
+def _scrape(
+    client: httpx.Client, name: str, url: str, headers: dict[str, str]
+) -> scraper.Snapshot | None:
     try:
-        response = client.get(url)
+        response = client.get(url, headers=headers)
         response.raise_for_status()
         return scraper.parse(response.text)
     except (httpx.HTTPError, ValueError) as exc:

@@ -47,6 +47,8 @@ class Settings(BaseSettings):
     state_stale_after_s: float = Field(30.0, gt=0)
     pair_deadline_s: float = Field(300.0, gt=0)
     canary_first_byte_timeout_s: float = Field(10.0, gt=0)
+    # The only folder route credentials (`--auth file:...`) may be read from.
+    route_secrets_dir: Path = Path("/var/run/secrets/specgate/routes")
 
     # Periodic work (Celery beat with Redis, a background thread in the embedded default).
     gate_interval_s: float = Field(60.0, gt=0)

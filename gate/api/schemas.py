@@ -27,6 +27,8 @@ class RouteOut(Out):
     spec_method: str | None
     spec_tokens: int | None
     draft_model: str | None
+    # Where the credential comes from (header and env:/file: source), never its value.
+    auth: dict[str, Any] | None = None
 
 
 class RolloutOut(Out):

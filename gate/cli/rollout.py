@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 import yaml
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy import select
@@ -18,9 +19,11 @@ from gate.db.enums import RolloutMode, RouteRole
 from gate.db.models import Rollout, Route
 from gate.errors import BadRequest, Conflict
 from gate.rollouts import repository, routes, service
-from gate.rollouts.schemas import RolloutIn, RouteIn
+from gate.rollouts.exposure import exposure_of, percent
+from gate.rollouts.schemas import RolloutIn, RouteAuth, RouteIn
 from gate.rollouts.states import Action
 from gate.routing import service as routing
+from gate.routing.credentials import DEFAULT_HEADER, describe
 
 app = typer.Typer(help="Create, inspect and steer rollouts.", no_args_is_help=True)
 routes_app = typer.Typer(help="Register, list and remove routes.", no_args_is_help=True)
@@ -37,6 +40,21 @@ def add_route(
     metrics_url: Annotated[str | None, typer.Option(help="Prometheus /metrics URL.")] = None,
     spec_method: Annotated[str | None, typer.Option(help="ngram, eagle3, draft_model...")] = None,
     spec_tokens: Annotated[int | None, typer.Option(help="num_speculative_tokens.")] = None,
+    auth: Annotated[
+        str | None,
+        typer.Option(
+            help="Where the route's credential is: env:SPECGATE_ROUTE_<NAME> (a variable of "
+            "the gateway and workers) or file:/path (a file in SPECGATE_ROUTE_SECRETS_DIR, "
+            "e.g. a mounted Secret). Only this reference is stored.",
+        ),
+    ] = None,
+    auth_header: Annotated[
+        str,
+        typer.Option(
+            help="Header that carries it: 'Authorization' sends 'Bearer <secret>', any "
+            "other header the secret as is."
+        ),
+    ] = DEFAULT_HEADER,
     update: Annotated[
         bool,
         typer.Option(
@@ -48,15 +66,19 @@ def add_route(
 ) -> None:
     """Register a route; the same spec again is a no-op, a different one an error unless
     --update."""
-    spec = RouteIn(
-        name=name,
-        base_url=base_url,
-        model=model,
-        role=role,
-        metrics_url=metrics_url,
-        spec_method=spec_method,
-        spec_tokens=spec_tokens,
-    )
+    try:
+        spec = RouteIn(
+            name=name,
+            base_url=base_url,
+            model=model,
+            role=role,
+            metrics_url=metrics_url,
+            spec_method=spec_method,
+            spec_tokens=spec_tokens,
+            auth=RouteAuth(header=auth_header, source=auth) if auth else None,
+        )
+    except ValidationError as exc:
+        raise BadRequest(f"route {name}: {exc}") from None
     with transaction(settings_with(database_url)) as db:
         route, done = routes.register_route(db, spec=spec, actor=cli_actor(), update=update)
         line = f"route {route.id} {route.name} ({route.role.value}) -> {route.base_url}"
@@ -74,12 +96,19 @@ def remove_route(name: str, database_url: DatabaseOption = None) -> None:
 @routes_app.command("list")
 def list_routes(database_url: DatabaseOption = None) -> None:
     """List routes."""
-    table = Table("id", "name", "role", "model", "base_url", "spec", "metrics_url")
+    table = Table("id", "name", "role", "model", "base_url", "spec", "metrics_url", "auth")
     with transaction(settings_with(database_url)) as db:
         for r in db.scalars(select(Route).order_by(Route.id)):
             spec = f"{r.spec_method} k={r.spec_tokens}" if r.spec_method else "-"
             table.add_row(
-                str(r.id), r.name, r.role.value, r.model, r.base_url, spec, r.metrics_url or "-"
+                str(r.id),
+                r.name,
+                r.role.value,
+                r.model,
+                r.base_url,
+                spec,
+                r.metrics_url or "-",
+                describe(r.auth),
             )
     Console().print(table)
 
@@ -91,8 +120,21 @@ def create(
     baseline: Annotated[str, typer.Option(help="Baseline route name.")],
     candidate: Annotated[str, typer.Option(help="Candidate route name.")],
     mode: Annotated[RolloutMode, typer.Option()] = RolloutMode.SHADOW,
-    sample_rate: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.1,
-    policy: Annotated[Path | None, typer.Option(help="Policy YAML file.", exists=True)] = None,
+    sample_rate: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Share of the alias's requests at the LAST stage. At each stage the candidate "
+            "gets sample rate x the stage's percent (default stages 1, 5, 25, 100 %): 1.0 "
+            "mirrors (shadow) or serves (canary) 1 % at the first stage; `rollout promote` "
+            "moves to the next. `rollout show` states the share now and next.",
+        ),
+    ] = 0.1,
+    policy: Annotated[
+        Path | None,
+        typer.Option(help="Policy YAML file (its `stages` set the ramp).", exists=True),
+    ] = None,
     exists_ok: Annotated[
         bool,
         typer.Option(
@@ -153,7 +195,7 @@ def _same_rollout(rollout: Rollout, spec: RolloutIn) -> None:
 @app.command("list")
 def list_rollouts(database_url: DatabaseOption = None) -> None:
     """List rollouts, newest first."""
-    table = Table("id", "name", "alias", "mode", "state", "stage", "sample", "version")
+    table = Table("id", "name", "alias", "mode", "state", "stage", "sample", "share", "version")
     with transaction(settings_with(database_url)) as db:
         for r in repository.list_rollouts(db):
             table.add_row(
@@ -164,6 +206,7 @@ def list_rollouts(database_url: DatabaseOption = None) -> None:
                 r.state.value,
                 str(r.stage),
                 f"{r.sample_rate:g}",
+                percent(exposure_of(r).share),
                 str(r.version),
             )
     Console().print(table)
@@ -179,7 +222,8 @@ def show(rollout_id: int, database_url: DatabaseOption = None) -> None:
 def _describe(r: Rollout) -> str:
     return (
         f"rollout {r.id} {r.name}: alias={r.alias} mode={r.mode.value} state={r.state.value} "
-        f"stage={r.stage} sample_rate={r.sample_rate:g} version={r.version}"
+        f"stage={r.stage} sample_rate={r.sample_rate:g} version={r.version}\n"
+        f"  {exposure_of(r).describe()}"
     )
 
 

@@ -62,6 +62,7 @@ from gate.db.enums import RouteRole
 from gate.errors import BadRequest, ConfigError
 from gate.rollouts import routes
 from gate.rollouts.schemas import RouteIn
+from gate.routing.credentials import read_secret
 
 VLLM_INSTALL = "pip install 'specgate[vllm]'"
 STOP_GRACE_S = 30.0
@@ -145,8 +146,9 @@ def vllm_args(routes: RouteFile, role: RouteRole, otlp_endpoint: str | None) -> 
     return args + list(entry.args)
 
 
-def route_in(routes: RouteFile, role: RouteRole) -> RouteIn:
-    """Return the route to register for one server of the file."""
+def route_in(routes: RouteFile, role: RouteRole, api_key: str | None = None) -> RouteIn:
+    """Return the route to register for one server of the file (with `api_key`, a
+    credential source, as its bearer token)."""
     entry = routes.candidate if role is RouteRole.CANDIDATE else routes.baseline
     base = routes.base_url(entry)
     config = dict(entry.speculative_config or {})
@@ -164,6 +166,7 @@ def route_in(routes: RouteFile, role: RouteRole) -> RouteIn:
                 "spec_tokens": tokens if isinstance(tokens, int) else None,
                 "draft_model": draft if isinstance(draft, str) else None,
                 "spec_config": config,
+                "auth": {"source": api_key} if api_key else None,
             }
         )
     except ValidationError as exc:
@@ -238,11 +241,11 @@ def _stop(servers: list[Server]) -> None:
             server.process.wait(10)
 
 
-def _ready(client: httpx.Client, base_url: str) -> bool:
+def _ready(client: httpx.Client, base_url: str, headers: dict[str, str]) -> bool:
     """Whether the server answers /health (vLLM) or /v1/models with 200."""
     for url in (_root(base_url) + "/health", base_url + "/models"):
         with contextlib.suppress(httpx.HTTPError):
-            if client.get(url).status_code == 200:
+            if client.get(url, headers=headers).status_code == 200:
                 return True
     return False
 
@@ -252,6 +255,7 @@ def wait_ready(
     timeout_s: float,
     servers: list[Server],
     received: list[int] | None = None,
+    headers: dict[str, str] | None = None,
 ) -> None:
     """Wait until every target answers, a launched server exits, a signal arrives or the
     timeout passes."""
@@ -268,7 +272,7 @@ def wait_ready(
                         f"it was ready; the end of {server.log}:\n{server.tail()}"
                     )
             for name, url in list(pending.items()):
-                if _ready(client, url):
+                if _ready(client, url, headers or {}):
                     typer.echo(f"{name} is ready at {url}")
                     del pending[name]
             if not pending:
@@ -346,6 +350,15 @@ def launch(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the two vLLM commands and exit.")
     ] = False,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            help="Where the servers' API key is: env:SPECGATE_ROUTE_<NAME> or file:/path (in "
+            "SPECGATE_ROUTE_SECRETS_DIR). The servers get it "
+            "as VLLM_API_KEY (never on their command line) and the routes are registered "
+            "with it as their bearer token; only this reference is stored.",
+        ),
+    ] = None,
     database_url: DatabaseOption = None,
 ) -> None:
     """Start the baseline and speculative vLLM servers of a route file, wait until both are
@@ -359,7 +372,12 @@ def launch(
         for role in roles:
             typer.echo(shlex.join(["vllm", *vllm_args(routes, role, endpoint)]))
         return
-    specs = {role: route_in(routes, role) for role in roles}
+    specs = {role: route_in(routes, role, api_key) for role in roles}
+    # Read now: a missing key fails before any server starts.
+    secrets_dir = settings_with(database_url).route_secrets_dir
+    secret = read_secret(api_key, secrets_dir) if api_key else None
+    headers = {"Authorization": f"Bearer {secret}"} if secret else {}
+    key_env = {"VLLM_API_KEY": secret} if secret else {}
     servers: list[Server] = []
     with _signals_stop() as received:
         try:
@@ -371,11 +389,10 @@ def launch(
                 for role in roles:
                     entry = entries[role]
                     command = [executable, *vllm_args(routes, role, endpoint)]
-                    servers.append(
-                        _start(entry.name, command, entry.env, folder / f"{entry.name}.log")
-                    )
+                    env = {**entry.env, **key_env}
+                    servers.append(_start(entry.name, command, env, folder / f"{entry.name}.log"))
             targets = {entries[r].name: str(specs[r].base_url).rstrip("/") for r in roles}
-            wait_ready(targets, timeout_s, servers, received)
+            wait_ready(targets, timeout_s, servers, received, headers)
             for role in roles:
                 typer.echo(register(specs[role], database_url))
         except BaseException:

@@ -38,6 +38,10 @@ class SimProfile:
     spec_tokens: int = 0
     acceptance: float = 0.0
     failure: Failure = "none"
+    # Like OpenAI's API: with include_usage, every chunk carries "usage": null until the last.
+    null_usage: bool = False
+    # Like vLLM with --enable-per-request-metrics: modelled timings in `metrics`.
+    per_request_metrics: bool = False
 
 
 @dataclass
@@ -177,10 +181,24 @@ def _whole(
         "choices": [choice],
         "usage": _usage(body, words),
     }
-    spec = _spec(profile, len(words))
-    if spec:
-        answer["metrics"] = {"speculative_decoding": spec}
+    metrics = _metrics(profile, len(words))
+    if metrics:
+        answer["metrics"] = metrics
     return answer
+
+
+def _metrics(profile: SimProfile, tokens: int) -> dict[str, Any]:
+    """The per-request `metrics` block: speculative stats and, if profiled, timings."""
+    metrics: dict[str, Any] = {}
+    spec = _spec(profile, tokens)
+    if spec:
+        metrics["speculative_decoding"] = spec
+    if profile.per_request_metrics:
+        generation_s = profile.ttft_s + profile.token_interval_s * max(0, tokens - 1)
+        metrics["queue_time_ms"] = 0.0
+        metrics["time_to_first_token_ms"] = profile.ttft_s * 1000
+        metrics["generation_time_ms"] = generation_s * 1000
+    return metrics
 
 
 async def _stream(
@@ -194,6 +212,8 @@ async def _stream(
 ) -> AsyncIterator[bytes]:
     created = int(time.time())
     kind = "chat.completion.chunk" if chat else "text_completion"
+    options = body.get("stream_options")
+    usage_asked = isinstance(options, dict) and bool(options.get("include_usage"))
     try:
         await asyncio.sleep(profile.ttft_s)
         for i, word in enumerate(words):
@@ -217,9 +237,10 @@ async def _stream(
                 "model": profile.model,
                 "choices": [delta],
             }
+            if profile.null_usage and usage_asked:
+                chunk["usage"] = None
             yield b"data: " + orjson.dumps(chunk) + b"\n\n"
-        options = body.get("stream_options")
-        if isinstance(options, dict) and options.get("include_usage"):
+        if usage_asked:
             final: dict[str, Any] = {
                 "id": ident,
                 "object": kind,
@@ -228,9 +249,9 @@ async def _stream(
                 "choices": [],
                 "usage": _usage(body, words),
             }
-            spec = _spec(profile, len(words))
-            if spec:
-                final["metrics"] = {"speculative_decoding": spec}
+            metrics = _metrics(profile, len(words))
+            if metrics:
+                final["metrics"] = metrics
             yield b"data: " + orjson.dumps(final) + b"\n\n"
         yield b"data: [DONE]\n\n"
     except (asyncio.CancelledError, GeneratorExit):

@@ -15,7 +15,7 @@ from starlette.types import Receive, Scope, Send
 from gate.api.app import install_control_api
 from gate.api.deps import Services
 from gate.errors import GateError
-from gate.gateway.errors import from_gate_error
+from gate.gateway.errors import from_gate_error, method_not_allowed
 from gate.gateway.http1 import Pool
 from gate.gateway.metrics import GatewayMetrics, exposition
 from gate.gateway.mirror import MirrorPool
@@ -123,8 +123,11 @@ class ProxyDispatch:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         endpoint = PROXY_PATHS.get(scope.get("path", "")) if scope["type"] == "http" else None
-        if endpoint is None or scope["method"] != "POST":
+        if endpoint is None:
             await self.api(scope, receive, send)
+            return
+        if scope["method"] != "POST":
+            await method_not_allowed(scope["path"])(scope, receive, send)
             return
         try:
             response = await handle(self.api.state.gateway, Request(scope, receive), endpoint)

@@ -80,7 +80,7 @@ def build_gateway_app(
     publisher: Publisher = RedisPublisher(settings.redis_url) if settings.redis_url else bus
     subscriber: Subscriber = RedisSubscriber(settings.redis_url) if settings.redis_url else bus
     routing = RoutingState(
-        db_loader(factory),
+        db_loader(factory, secrets_dir=settings.route_secrets_dir),
         poll_interval_s=settings.state_poll_interval_s,
         stale_after_s=settings.state_stale_after_s,
         subscriber=subscriber,

@@ -45,9 +45,15 @@ class GatewayMetrics:
             registry=r,
             multiprocess_mode="livesum",
         )
+        self.mirror_queue_wait = Histogram(
+            "specgate_gateway_mirror_queue_wait_seconds",
+            "Time a started mirror or control call waited in the gateway's queue.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.mirror_dropped = Counter(
             "specgate_gateway_mirror_dropped",
-            "Mirror calls dropped because the pool was full.",
+            "Mirror calls never made: the pool was full or they could not start in time.",
             ["rollout"],
             registry=r,
         )

@@ -8,9 +8,16 @@ from collections.abc import Awaitable, Callable
 
 log = logging.getLogger(__name__)
 
+# A mirror call, given how long it waited in the queue (seconds).
+MirrorCall = Callable[[float], Awaitable[None]]
+
 
 class MirrorPool:
-    """Runs background calls with bounded concurrency, a bounded queue and a deadline."""
+    """Runs background calls with bounded concurrency, a bounded queue and a deadline.
+
+    A call that cannot start within the deadline is never made (`on_queue_timeout`); a
+    started call gets the whole deadline from its start, so time spent in this gateway's
+    queue is never charged to the route."""
 
     def __init__(self, *, max_concurrency: int, max_queue: int, deadline_s: float) -> None:
         self._semaphore = asyncio.Semaphore(max_concurrency)
@@ -23,9 +30,7 @@ class MirrorPool:
         """Calls queued or running."""
         return len(self._tasks)
 
-    def submit(
-        self, call: Callable[[], Awaitable[None]], on_queue_timeout: Callable[[], None]
-    ) -> bool:
+    def submit(self, call: MirrorCall, on_queue_timeout: Callable[[], None]) -> bool:
         """Start `call` in the background; return False (and do nothing) when saturated."""
         if len(self._tasks) >= self._capacity:
             return False
@@ -34,27 +39,25 @@ class MirrorPool:
         task.add_done_callback(self._tasks.discard)
         return True
 
-    async def _run(
-        self, call: Callable[[], Awaitable[None]], on_queue_timeout: Callable[[], None]
-    ) -> None:
-        # A call past its deadline is cancelled and records its own timeout; one that
-        # never left the queue is reported through `on_queue_timeout`.
-        started = False
-
-        async def guarded() -> None:
-            nonlocal started
-            async with self._semaphore:
-                started = True
-                await call()
-
+    async def _run(self, call: MirrorCall, on_queue_timeout: Callable[[], None]) -> None:
+        loop = asyncio.get_running_loop()
+        queued = loop.time()
         try:
             async with asyncio.timeout(self._deadline_s):
-                await guarded()
+                await self._semaphore.acquire()
         except TimeoutError:
-            if not started:
-                on_queue_timeout()
+            on_queue_timeout()
+            return
+        try:
+            # Past its deadline the call is cancelled and records its own timeout.
+            async with asyncio.timeout(self._deadline_s):
+                await call(loop.time() - queued)
+        except TimeoutError:
+            pass
         except Exception:  # a mirror bug must never surface anywhere
             log.exception("mirror_call_failed")
+        finally:
+            self._semaphore.release()
 
     async def close(self) -> None:
         """Cancel what is still running (shutdown)."""

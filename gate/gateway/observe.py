@@ -22,6 +22,10 @@ class CallResult:
     e2e_s: float | None = None
     itl_max_s: float | None = None
     queue_s: float | None = None
+    # Timings the engine reported for itself (vLLM's per-request metrics), never mixed with
+    # the gateway's own measurements above: a ratio compares like with like.
+    engine_ttft_s: float | None = None
+    engine_tpot_s: float | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
     content_chunks: int = 0
@@ -129,6 +133,18 @@ class CallResult:
         _engine_metrics(self, body)
 
 
+def _engine_timings(result: CallResult, metrics: dict[str, Any]) -> None:
+    """TTFT and TPOT as the engine measured them (`--enable-per-request-metrics`): TPOT is
+    (generation time - TTFT) / (output tokens - 1), the gateway's own definition."""
+    ttft_ms, total_ms = metrics.get("time_to_first_token_ms"), metrics.get("generation_time_ms")
+    if not isinstance(ttft_ms, int | float) or isinstance(ttft_ms, bool):
+        return
+    result.engine_ttft_s = ttft_ms / 1000.0
+    tokens = result.output_tokens
+    if isinstance(total_ms, int | float) and isinstance(tokens, int) and tokens > 1:
+        result.engine_tpot_s = max(0.0, total_ms - ttft_ms) / 1000.0 / (tokens - 1)
+
+
 def _merge_tool_call(calls: dict[int, dict[str, Any]], delta: dict[str, Any]) -> None:
     index = int(delta.get("index", 0))
     call = calls.setdefault(index, {"id": None, "type": "function", "function": {}})
@@ -154,6 +170,7 @@ def _engine_metrics(result: CallResult, body: dict[str, Any]) -> None:
             result.accepted_tokens = spec.get("num_accepted_draft_tokens", result.accepted_tokens)
         if isinstance(metrics.get("queue_time_ms"), int | float):
             result.queue_s = metrics["queue_time_ms"] / 1000.0
+        _engine_timings(result, metrics)
     timings = body.get("timings")
     if isinstance(timings, dict) and "draft_n" in timings:
         result.draft_tokens = timings.get("draft_n")

@@ -24,17 +24,27 @@ from gate.errors import BadRequest, GateError, NotFound
 from gate.gateway import segments
 from gate.gateway.http1 import Pool
 from gate.gateway.inputs import split_inputs
+from gate.gateway.intake import read_json_body, segment_of, tenant_of
 from gate.gateway.metrics import GatewayMetrics
 from gate.gateway.mirror import MirrorPool
 from gate.gateway.observe import CallResult
-from gate.gateway.responses import EventStreamResponse
+from gate.gateway.responses import ClientGone, EventStreamResponse, unless_disconnected
 from gate.gateway.sampling import Assignment, assign, sticky_key
 from gate.gateway.spans import CallContext, SpanEmitter
-from gate.gateway.upstream import JsonReply, Stream, call_json, drain_call, encode, open_stream
+from gate.gateway.upstream import (
+    FIRST_BYTE_TIMEOUT,
+    JsonReply,
+    Stream,
+    call_json,
+    drain_call,
+    encode,
+    open_stream,
+)
 from gate.rollouts.states import Primary, RoutingPlan
 from gate.routing.snapshot import RolloutRouting, RouteTarget
 from gate.routing.sync import RoutingState
 from gate.settings import Settings
+from gate.telemetry import attributes as A
 
 # Ids need to be unique, not unpredictable: a per-process PRNG (reseeded in forked
 # children) costs a fraction of uuid4's getrandom call on every request.
@@ -50,10 +60,6 @@ def new_id() -> str:
     """Return a random (version 4) UUID as text."""
     h = "%032x" % ((_ids.getrandbits(128) & ~_UUID_FIXED) | _UUID_V4)
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
-
-
-class ClientGone(Exception):
-    """The client disconnected before its answer was ready."""
 
 
 @dataclass
@@ -78,6 +84,8 @@ class Call:
     routing: RolloutRouting
     plan: RoutingPlan
     body: dict[str, Any]
+    # The body as the client sent it (without declared inputs): what is stored.
+    sent: dict[str, Any]
     payload: bytes
     stream: bool
     strip_usage: bool
@@ -96,7 +104,7 @@ async def handle(gw: Gateway, request: Request, endpoint: str) -> Response | Eve
         )
         call.parent = gw.spans.pair_span(
             call.ctx,
-            body=call.body,
+            body=call.sent,
             inputs=inputs,
             is_control=assignment.control,
             inflight=inflight,
@@ -114,7 +122,7 @@ async def handle(gw: Gateway, request: Request, endpoint: str) -> Response | Eve
 async def _prepare(
     gw: Gateway, request: Request, endpoint: str
 ) -> tuple[Call, Assignment, dict[str, Any]]:
-    raw = await _read_body(request, gw.settings.request_body_max_bytes)
+    raw = await read_json_body(request, gw.settings.request_body_max_bytes)
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -130,7 +138,7 @@ async def _prepare(
     if routing is None:
         raise NotFound(f"the model '{model}' does not exist on this gateway")
     plan = gw.routing.plan(routing)
-    segment = _segment(request, upstream, declared.inputs)
+    segment = segment_of(request, upstream, declared.inputs)
     assignment = assign(
         rollout_id=routing.rollout_id,
         plan=plan,
@@ -138,6 +146,7 @@ async def _prepare(
         key=sticky_key(raw, upstream, request.headers),
         control_rate=gw.settings.control_rate,
     )
+    sent = upstream
     stream = bool(upstream.get("stream"))
     options = upstream.get("stream_options")
     wants_usage = isinstance(options, dict) and bool(options.get("include_usage"))
@@ -152,7 +161,7 @@ async def _prepare(
         request_id=new_id(),
         mode=routing.mode.value,
         capture=capture,
-        tenant=_tenant(declared.inputs),
+        tenant=tenant_of(declared.inputs),
     )
     call = Call(
         request=request,
@@ -160,6 +169,7 @@ async def _prepare(
         routing=routing,
         plan=plan,
         body=upstream,
+        sent=sent,
         payload=encode(upstream),
         stream=stream,
         strip_usage=stream and not wants_usage,
@@ -184,14 +194,16 @@ def _schedule_mirrors(gw: Gateway, call: Call, assignment: Assignment) -> None:
 
 
 def _mirror(gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort) -> None:
-    async def run() -> None:
+    async def run(waited_s: float) -> None:
         try:
-            await call_route()
+            await call_route(waited_s)
         finally:
             gw.metrics.mirror_inflight.dec()
 
-    async def call_route() -> None:
+    async def call_route(waited_s: float) -> None:
         span, headers = gw.spans.start_call(call.ctx, route, cohort, call.body, parent=call.parent)
+        span.set_attribute(A.MIRROR_QUEUE_S, waited_s)
+        gw.metrics.mirror_queue_wait.observe(waited_s)
         result = CallResult()
         gw.inflight[route.id] = gw.inflight.get(route.id, 0) + 1
         try:
@@ -200,7 +212,7 @@ def _mirror(gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort) -> None
                 route,
                 call.endpoint,
                 call.payload,
-                _headers(headers),
+                _headers(route, headers),
                 stream=call.stream,
                 capture=call.prompt is not None,
             )
@@ -218,7 +230,7 @@ def _mirror(gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort) -> None
 
     def queue_timeout() -> None:
         gw.metrics.mirror_inflight.dec()
-        dropped("mirror waited past its deadline in the queue")
+        dropped("mirror could not start within its deadline (gateway queue full)")
 
     if gw.mirror.submit(run, queue_timeout):
         gw.metrics.mirror_inflight.inc()
@@ -233,20 +245,22 @@ async def _serve_json(
     gw.inflight[route.id] = gw.inflight.get(route.id, 0) + 1
     result = CallResult()
     try:
-        reply, result = await _unless_disconnected(
+        reply, _ = await unless_disconnected(
             call.request,
             call_json(
                 gw.client,
                 route,
                 call.endpoint,
                 call.payload,
-                _headers(headers),
+                _headers(route, headers),
                 capture=call.prompt is not None,
+                result=result,
+                head_by=_first_byte_deadline(gw) if canary else None,
             ),
         )
     except ClientGone:
-        result.fail(GenerationStatus.ERROR, "client disconnected")
-        reply = None
+        _finish(gw, span, route, cohort, result.fail(*_CANCELLED), call.prompt, fallback=False)
+        raise GateError("the client disconnected", status_code=499) from None
     finally:
         gw.inflight[route.id] -= 1
     fallback = canary and _failed_before_answer(reply, result)
@@ -261,25 +275,23 @@ async def _serve_stream(
 ) -> Response | EventStreamResponse:
     span, headers = gw.spans.start_call(call.ctx, route, cohort, call.body, parent=call.parent)
     gw.inflight[route.id] = gw.inflight.get(route.id, 0) + 1
-    opened, result = await open_stream(
-        gw.client,
-        route,
-        call.endpoint,
-        call.payload,
-        _headers(headers),
-        capture=call.prompt is not None,
-    )
-    events: AsyncIterator[bytes] | None = None
-    first: list[bytes] = []
-    if isinstance(opened, Stream):
-        events = opened.events(strip_usage=call.strip_usage)
-        if canary:
-            first = await _first_event(gw, events, result)
+    result = CallResult()
+    opening = _open(gw, call, route, _headers(route, headers), result, canary=canary)
+    try:
+        # A canary waits for its first event before answering: a client that leaves
+        # meanwhile is gone, and no fallback is made for it.
+        opened, events, first = await (
+            unless_disconnected(call.request, opening) if canary else opening
+        )
+    except ClientGone:
+        gw.inflight[route.id] -= 1
+        _finish(gw, span, route, cohort, result.fail(*_CANCELLED), call.prompt, fallback=False)
+        raise GateError("the client disconnected", status_code=499) from None
     failed = not isinstance(opened, Stream) or (canary and not first)
     if failed:
         gw.inflight[route.id] -= 1
         # A candidate 4xx is the client's own error: pass it through like the baseline's.
-        client_error = isinstance(opened, JsonReply) and opened.status_code < 500
+        client_error = isinstance(opened, JsonReply) and _client_error(opened.status_code)
         fallback = canary and not client_error
         _finish(gw, span, route, cohort, result, call.prompt, fallback=fallback)
         if fallback:
@@ -287,7 +299,7 @@ async def _serve_stream(
                 gw, call, call.routing.baseline, Cohort.BASELINE, canary=False
             )
         return _reply_or_error(opened if isinstance(opened, JsonReply) else None, result)
-    assert events is not None and isinstance(opened, Stream)
+    assert isinstance(opened, Stream) and events is not None
     stream: Stream = opened
     released = False
 
@@ -305,38 +317,89 @@ async def _serve_stream(
             async for event in events:
                 yield event
         except BaseException:
-            result.fail(GenerationStatus.ERROR, "client disconnected")
+            result.fail(*_CANCELLED)
             raise
         finally:
             release()
 
     def abandon() -> None:  # the response failed before forwarding began
         stream.response.close()
-        result.fail(GenerationStatus.ERROR, "client disconnected")
+        result.fail(*_CANCELLED)
         release()
 
     return EventStreamResponse(forward(), ended=lambda: stream.ended, abandon=abandon)
 
 
+_CANCELLED = (GenerationStatus.CANCELLED, "client disconnected")
+
+
+def _first_byte_deadline(gw: Gateway) -> float:
+    """The event-loop time by which a canary call must have answered: from its start."""
+    return asyncio.get_running_loop().time() + gw.settings.canary_first_byte_timeout_s
+
+
+async def _open(
+    gw: Gateway,
+    call: Call,
+    route: RouteTarget,
+    headers: dict[str, str],
+    result: CallResult,
+    *,
+    canary: bool,
+) -> tuple[Stream | JsonReply | None, AsyncIterator[bytes] | None, list[bytes]]:
+    """Open a streamed call: the reply, its events and those already read. A canary's
+    first event must come by its deadline (connect, head and first event together,
+    counted from the call's start)."""
+    deadline = _first_byte_deadline(gw) if canary else None
+    opened, _ = await open_stream(
+        gw.client,
+        route,
+        call.endpoint,
+        call.payload,
+        headers,
+        capture=call.prompt is not None,
+        result=result,
+        head_by=deadline,
+    )
+    if not isinstance(opened, Stream):
+        return opened, None, []
+    events = opened.events(strip_usage=call.strip_usage)
+    if deadline is None:
+        return opened, events, []
+    return opened, events, await _first_event(events, result, deadline)
+
+
 async def _first_event(
-    gw: Gateway, events: AsyncIterator[bytes], result: CallResult
+    events: AsyncIterator[bytes], result: CallResult, deadline: float
 ) -> list[bytes]:
-    """Wait for the candidate's first event within the canary's first-byte timeout."""
+    """Wait for the candidate's first event until the canary's first-byte deadline."""
     try:
-        async with asyncio.timeout(gw.settings.canary_first_byte_timeout_s):
+        async with asyncio.timeout_at(deadline):
             return [await anext(events)]
-    except (TimeoutError, StopAsyncIteration):
+    except TimeoutError:
         await events.aclose()  # type: ignore[attr-defined]
-        result.fail(GenerationStatus.TIMEOUT, "no first byte within the canary timeout")
-        return []
+        result.fail(GenerationStatus.TIMEOUT, FIRST_BYTE_TIMEOUT)
+    except StopAsyncIteration:
+        if result.status is GenerationStatus.OK:
+            result.fail(GenerationStatus.ERROR, "the stream ended before its first event")
+    return []
 
 
 def _failed_before_answer(reply: JsonReply | None, result: CallResult) -> bool:
     if reply is None:
         return True
-    return reply.status_code >= 500 or (
+    return not _client_error(reply.status_code) or (
         reply.status_code == 200 and result.status is not GenerationStatus.OK
     )
+
+
+def _client_error(status: int) -> bool:
+    """A route's 4xx is the client's own error, except 401 and 403: the client never
+    authenticates to a route, the gateway does with the route's credential."""
+    return status < 500 and status not in _REFUSED
+
+
+_REFUSED = (401, 403)
 
 
 def _finish(
@@ -355,6 +418,11 @@ def _finish(
 
 
 def _reply_or_error(reply: JsonReply | None, result: CallResult) -> Response:
+    if reply is not None and reply.status_code in _REFUSED:
+        raise GateError(
+            f"the upstream route refused the gateway's credential (HTTP {reply.status_code})",
+            status_code=502,
+        )
     if reply is not None:
         return Response(reply.content, status_code=reply.status_code, media_type=reply.content_type)
     if result.status is GenerationStatus.TIMEOUT:
@@ -362,49 +430,5 @@ def _reply_or_error(reply: JsonReply | None, result: CallResult) -> Response:
     raise GateError(f"the upstream route is unreachable: {result.error}", status_code=502)
 
 
-async def _unless_disconnected(request: Request, work: Any) -> Any:
-    task = asyncio.ensure_future(work)
-    watch = asyncio.ensure_future(_disconnected(request))
-    done, _ = await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
-    if task in done:
-        watch.cancel()
-        return task.result()
-    task.cancel()
-    raise ClientGone
-
-
-async def _disconnected(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise GateError(f"request body exceeds {limit} bytes", status_code=413)
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise GateError(f"request body exceeds {limit} bytes", status_code=413)
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _segment(request: Request, body: dict[str, Any], inputs: dict[str, Any]) -> str:
-    override = request.headers.get(segments.SEGMENT_HEADER) or inputs.get("segment")
-    if override:
-        if not isinstance(override, str) or not segments.valid_override(override):
-            raise BadRequest("segment must match [a-z0-9_.:-]{1,64}")
-        return override
-    return segments.classify(body, inputs)
-
-
-def _tenant(inputs: dict[str, Any]) -> str | None:
-    tenant = inputs.get("tenant")
-    return str(tenant)[:128] if tenant else None
-
-
-def _headers(trace_headers: dict[str, str]) -> dict[str, str]:
-    return {"content-type": "application/json", **trace_headers}
+def _headers(route: RouteTarget, trace_headers: dict[str, str]) -> dict[str, str]:
+    return {"content-type": "application/json", **route.headers, **trace_headers}

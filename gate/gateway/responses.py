@@ -1,13 +1,32 @@
-"""A lean SSE response: one write per upstream read, cancelled when the client goes away."""
+"""Answering the client: a lean SSE response (one write per upstream read, cancelled when
+the client goes away), and waits that end when the client does."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
+from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+
+
+class ClientGone(Exception):
+    """The client disconnected before its answer was ready."""
+
+
+async def unless_disconnected(request: Request, work: Any) -> Any:
+    """Await `work`; if the client disconnects first, cancel it and raise ClientGone."""
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(_disconnected(request.receive))
+    done, _ = await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    if task in done:
+        watch.cancel()
+        return task.result()
+    task.cancel()
+    raise ClientGone
 
 
 class EventStreamResponse:

@@ -169,6 +169,8 @@ def _outcome(result: CallResult, *, fallback: bool) -> dict[str, Any]:
         A.E2E_S: result.e2e_s,
         A.QUEUE_S: result.queue_s,
         A.ITL_MAX_S: result.itl_max_s,
+        A.ENGINE_TTFT_S: result.engine_ttft_s,
+        A.ENGINE_TPOT_S: result.engine_tpot_s,
         A.GEN_AI_USAGE_INPUT_TOKENS: result.input_tokens,
         A.GEN_AI_USAGE_OUTPUT_TOKENS: result.output_tokens,
         A.GEN_AI_RESPONSE_ID: result.response_id,

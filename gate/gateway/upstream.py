@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -15,6 +17,9 @@ from gate.gateway.observe import CallResult
 from gate.routing.snapshot import RouteTarget
 
 PATHS = {"chat": "/chat/completions", "completions": "/completions"}
+# A `"usage": null` member (an unescaped quote can only be JSON structure, never inside a
+# string), removed for a client that did not ask for usage.
+_NULL_USAGE = re.compile(rb',\s*"usage"\s*:\s*null(?=\s*[,}])|"usage"\s*:\s*null\s*,')
 
 
 def upstream_url(route: RouteTarget, endpoint: str) -> str:
@@ -31,6 +36,26 @@ class JsonReply:
     content_type: str
 
 
+FIRST_BYTE_TIMEOUT = "no first byte within the canary timeout"
+
+
+async def _post(
+    client: Pool, url: str, body: bytes, headers: dict[str, str], head_by: float | None
+) -> Response:
+    """POST and wait for the response head; `head_by` (event-loop time) bounds connect,
+    write and head together."""
+    if head_by is None:
+        return await client.post(url, body, headers)
+    async with asyncio.timeout_at(head_by):
+        return await client.post(url, body, headers)
+
+
+def _timed_out(result: CallResult, exc: TimeoutError, head_by: float | None) -> CallResult:
+    if head_by is not None and asyncio.get_running_loop().time() >= head_by:
+        return result.fail(GenerationStatus.TIMEOUT, FIRST_BYTE_TIMEOUT)
+    return result.fail(GenerationStatus.TIMEOUT, f"timeout: {exc}")
+
+
 async def call_json(
     client: Pool,
     route: RouteTarget,
@@ -39,15 +64,18 @@ async def call_json(
     headers: dict[str, str],
     *,
     capture: bool,
+    result: CallResult | None = None,
+    head_by: float | None = None,
 ) -> tuple[JsonReply | None, CallResult]:
-    """Make a non-streaming call; a transport failure returns (None, failed result)."""
-    result = CallResult()
+    """Make a non-streaming call; a transport failure returns (None, failed result).
+    `head_by` (event-loop time) bounds the wait for the response head, not the body."""
+    result = result or CallResult()
     try:
-        response = await client.post(upstream_url(route, endpoint), body, headers)
+        response = await _post(client, upstream_url(route, endpoint), body, headers, head_by)
         content = await response.read()
         reply = JsonReply(response.status, content, _content_type(response))
     except TimeoutError as exc:
-        return None, result.fail(GenerationStatus.TIMEOUT, f"timeout: {exc}")
+        return None, _timed_out(result, exc, head_by)
     except UpstreamError as exc:
         return None, result.fail(GenerationStatus.ERROR, str(exc))
     result.finish()
@@ -119,6 +147,9 @@ class Stream:
         """Observe complete events (ending in a blank line); return what to forward:
         the events as they came, unless a usage-only chunk is dropped."""
         now = time.perf_counter()
+        if strip_usage and b'"usage"' in events:
+            # What the gateway asked for on the client's behalf leaves no trace.
+            events = _NULL_USAGE.sub(b"", events)
         chunks = self._parse_plain(events)
         if chunks is None:
             split = events[:-2].split(b"\n\n")
@@ -195,14 +226,16 @@ async def open_stream(
     headers: dict[str, str],
     *,
     capture: bool,
+    result: CallResult | None = None,
+    head_by: float | None = None,
 ) -> tuple[Stream | JsonReply | None, CallResult]:
     """Start a streaming call. Returns the open Stream on HTTP 200, the error reply
-    otherwise, or None when the route could not be reached."""
-    result = CallResult()
+    otherwise, or None when the route could not be reached (or sent no head by `head_by`)."""
+    result = result or CallResult()
     try:
-        response = await client.post(upstream_url(route, endpoint), body, headers)
+        response = await _post(client, upstream_url(route, endpoint), body, headers, head_by)
     except TimeoutError as exc:
-        return None, result.fail(GenerationStatus.TIMEOUT, f"timeout: {exc}")
+        return None, _timed_out(result, exc, head_by)
     except UpstreamError as exc:
         return None, result.fail(GenerationStatus.ERROR, str(exc))
     result.http_status = response.status

@@ -15,6 +15,7 @@ from gate.db.models import Generation, Route
 from gate.reports import queries
 from gate.reports.intervals import wilson
 from gate.rollouts import repository
+from gate.rollouts.exposure import exposure_of
 
 NICE_STEPS_S = (60, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 POINTS = 60
@@ -38,6 +39,11 @@ class RolloutRow(BaseModel):
     state: RolloutState
     stage: int
     sample_rate: float
+    # Fraction of the alias's requests the candidate gets now and after the next promote
+    # (sample rate x stage percent), and the same in words.
+    share: float
+    next_share: float | None
+    exposure: str
     version: int
     baseline_route: str
     candidate_route: str
@@ -119,6 +125,7 @@ def overview(session: Session) -> list[RolloutRow]:
     rows = []
     for r in repository.list_rollouts(session):
         verdict = latest.get(r.id)
+        exposure = exposure_of(r)
         rows.append(
             RolloutRow(
                 id=r.id,
@@ -128,6 +135,9 @@ def overview(session: Session) -> list[RolloutRow]:
                 state=r.state,
                 stage=r.stage,
                 sample_rate=r.sample_rate,
+                share=exposure.share,
+                next_share=exposure.next_share,
+                exposure=exposure.describe(),
                 version=r.version,
                 baseline_route=names.get(r.baseline_route_id, ""),
                 candidate_route=names.get(r.candidate_route_id, ""),

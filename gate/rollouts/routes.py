@@ -87,6 +87,8 @@ def _fields(spec: RouteIn) -> dict[str, Any]:
         "spec_tokens": spec.spec_tokens,
         "draft_model": spec.draft_model,
         "spec_config": spec.spec_config,
+        # Only the credential's reference (header and source), never its value.
+        "auth": spec.auth.model_dump() if spec.auth else None,
     }
 
 

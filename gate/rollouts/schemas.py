@@ -7,6 +7,16 @@ from typing import Any
 from pydantic import BaseModel, Field, HttpUrl
 
 from gate.db.enums import RolloutMode, RouteRole
+from gate.routing.credentials import DEFAULT_HEADER, HEADER_PATTERN, SOURCE_PATTERN
+
+
+class RouteAuth(BaseModel):
+    """Where a route's credential comes from; never the secret itself."""
+
+    header: str = Field(DEFAULT_HEADER, pattern=HEADER_PATTERN)
+    # env:NAME (an environment variable of the gateway and collector processes) or
+    # file:/path (a mounted secret file, read again at every routing refresh).
+    source: str = Field(pattern=SOURCE_PATTERN)
 
 
 class RouteIn(BaseModel):
@@ -21,6 +31,8 @@ class RouteIn(BaseModel):
     spec_tokens: int | None = Field(None, ge=1, le=64)
     draft_model: str | None = Field(None, max_length=256)
     spec_config: dict[str, Any] = Field(default_factory=dict)
+    # "Authorization: Bearer <secret>" (or the raw secret under another header).
+    auth: RouteAuth | None = None
 
 
 class RolloutIn(BaseModel):

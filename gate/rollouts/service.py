@@ -33,6 +33,7 @@ def create_route(session: Session, *, spec: RouteIn, actor: str) -> Route:
         spec_tokens=spec.spec_tokens,
         draft_model=spec.draft_model,
         spec_config=spec.spec_config,
+        auth=spec.auth.model_dump() if spec.auth else None,
     )
     session.add(route)
     try:

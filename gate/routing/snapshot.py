@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, joinedload
@@ -13,6 +14,7 @@ from gate.db.enums import RolloutMode, RolloutState
 from gate.db.models import Rollout, Route
 from gate.rollouts.service import stages
 from gate.rollouts.states import RoutingPlan, routing_plan
+from gate.routing.credentials import DEFAULT_SECRETS_DIR, route_headers
 
 # Rollouts the gateway still routes for; finished-and-killed ones keep their alias alive
 # on the baseline until a newer rollout takes the alias.
@@ -29,6 +31,9 @@ class RouteTarget:
     model: str
     fingerprint: str
     provider: str = "vllm"
+    # The route's auth header, read from its credential source; kept out of repr and
+    # comparisons so it never reaches a log or an error message.
+    headers: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -78,7 +83,7 @@ def fingerprint(route: Route) -> str:
     return digest.hexdigest()[:16]
 
 
-def target(route: Route) -> RouteTarget:
+def target(route: Route, secrets_dir: Path = DEFAULT_SECRETS_DIR) -> RouteTarget:
     """Return the routing view of a route row."""
     return RouteTarget(
         id=route.id,
@@ -87,10 +92,13 @@ def target(route: Route) -> RouteTarget:
         model=route.model,
         fingerprint=fingerprint(route),
         provider=str(route.spec_config.get("provider", "vllm")) if route.spec_config else "vllm",
+        headers=route_headers(route.name, route.auth, secrets_dir),
     )
 
 
-def load_snapshot(session: Session, *, loaded_at: float) -> RoutingSnapshot:
+def load_snapshot(
+    session: Session, *, loaded_at: float, secrets_dir: Path = DEFAULT_SECRETS_DIR
+) -> RoutingSnapshot:
     """Read the newest rollout of every alias and its routes."""
     statement = (
         select(Rollout)
@@ -100,11 +108,11 @@ def load_snapshot(session: Session, *, loaded_at: float) -> RoutingSnapshot:
     by_alias: dict[str, RolloutRouting] = {}
     for rollout in session.scalars(statement):
         # Later rows win: the newest rollout owns the alias.
-        by_alias[rollout.alias] = _routing(rollout)
+        by_alias[rollout.alias] = _routing(rollout, secrets_dir)
     return RoutingSnapshot(by_alias=by_alias, loaded_at=loaded_at)
 
 
-def _routing(rollout: Rollout) -> RolloutRouting:
+def _routing(rollout: Rollout, secrets_dir: Path) -> RolloutRouting:
     ramp = stages(rollout)
     stage_percent = ramp[min(rollout.stage, len(ramp) - 1)]
     return RolloutRouting(
@@ -115,7 +123,7 @@ def _routing(rollout: Rollout) -> RolloutRouting:
         stage=rollout.stage,
         fraction=rollout.sample_rate * stage_percent / 100.0,
         version=rollout.version,
-        baseline=target(rollout.baseline_route),
-        candidate=target(rollout.candidate_route),
+        baseline=target(rollout.baseline_route, secrets_dir),
+        candidate=target(rollout.candidate_route, secrets_dir),
         plan=routing_plan(rollout.state, rollout.mode),
     )

@@ -7,11 +7,13 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from gate.db.enums import RolloutState
 from gate.rollouts.states import BASELINE_ONLY, RoutingPlan
+from gate.routing.credentials import DEFAULT_SECRETS_DIR
 from gate.routing.pubsub import RoutingChange, Subscriber
 from gate.routing.snapshot import RolloutRouting, RoutingSnapshot, load_snapshot
 
@@ -20,14 +22,17 @@ Clock = Callable[[], float]
 
 
 def db_loader(
-    factory: sessionmaker[Session], clock: Clock = time.monotonic
+    factory: sessionmaker[Session],
+    clock: Clock = time.monotonic,
+    secrets_dir: Path = DEFAULT_SECRETS_DIR,
 ) -> Callable[[], RoutingSnapshot]:
-    """Return a function that reads a fresh snapshot from the database."""
+    """Return a function that reads a fresh snapshot from the database (route credentials
+    read from `secrets_dir`)."""
 
     def load() -> RoutingSnapshot:
         started = clock()
         with factory() as session:
-            return load_snapshot(session, loaded_at=started)
+            return load_snapshot(session, loaded_at=started, secrets_dir=secrets_dir)
 
     return load
 

@@ -65,14 +65,22 @@ COHORT = "specgate.cohort"  # "baseline" | "candidate" | "control"
 ROUTE_ID = "specgate.route.id"  # int
 ROUTE_NAME = "specgate.route.name"
 ROUTE_FINGERPRINT = "specgate.route.fingerprint"  # hash of model + speculative config
-STATUS = "specgate.status"  # ok | error | timeout | fallback | dropped
+STATUS = "specgate.status"  # ok | error | timeout | fallback | dropped | cancelled
 ERROR = "specgate.error"  # short error text
 STREAM = "specgate.stream"  # bool
 TTFT_S = "specgate.ttft_s"
 TPOT_S = "specgate.tpot_s"
 E2E_S = "specgate.e2e_s"
 QUEUE_S = "specgate.queue_s"  # from the engine's per-request metrics, when given
+# Seconds a mirror or control call waited in the gateway's own queue before it started
+# (not part of the route's time: e2e and the deadline count from the start).
+MIRROR_QUEUE_S = "specgate.mirror.queue_s"
 ITL_MAX_S = "specgate.itl_max_s"  # largest gap between content chunks
+# TTFT and TPOT as the engine reported them (vLLM `--enable-per-request-metrics`), absent
+# when it did not. TTFT_S / TPOT_S above are only ever the gateway's own measurements (none
+# for a non-streamed call): the two sources are never mixed.
+ENGINE_TTFT_S = "specgate.engine.ttft_s"
+ENGINE_TPOT_S = "specgate.engine.tpot_s"
 SPEC_DRAFTS = "specgate.spec.drafts"  # int: speculative steps
 SPEC_DRAFT_TOKENS = "specgate.spec.draft_tokens"  # int
 SPEC_ACCEPTED_TOKENS = "specgate.spec.accepted_tokens"  # int

@@ -99,7 +99,13 @@ def route_attributes(ids: Ids, cohort: str, pair_id: uuid.UUID, request_id: uuid
         a.E2E_S: 1.2 if candidate else 2.1,
         a.ITL_MAX_S: 0.05,
         **(
-            {a.SPEC_DRAFTS: 40, a.SPEC_DRAFT_TOKENS: 200, a.SPEC_ACCEPTED_TOKENS: 60}
+            {
+                a.SPEC_DRAFTS: 40,
+                a.SPEC_DRAFT_TOKENS: 200,
+                a.SPEC_ACCEPTED_TOKENS: 60,
+                a.ENGINE_TTFT_S: 0.09,
+                a.ENGINE_TPOT_S: 0.01,
+            }
             if candidate
             else {}
         ),

@@ -60,6 +60,9 @@ def check_one_sampled_request(engine: Engine, ids: Ids) -> None:
     assert (cand.trace_id, cand.span_id) == (candidate.trace_id, candidate.span_id)
     # vLLM's llm_request span is a child of the candidate call: its engine facts join there.
     assert cand.queue_s == 0.004 and base.queue_s is None
+    # Engine-reported timings keep their own columns, apart from the gateway's.
+    assert (cand.engine_ttft_s, cand.engine_tpot_s, cand.ttft_s) == (0.09, 0.01, 0.12)
+    assert base.engine_ttft_s is None and base.engine_tpot_s is None
     assert cand.started_at == candidate.start_time and base.segment == "code"
     assert sorted(landed.generation_ids) == sorted([base.id, cand.id])
     assert landed.pair_ids == [pair_id] and landed.spans_new == 4
@@ -238,3 +241,20 @@ def test_a_body_with_an_integer_past_64_bits_lands_exactly(pg_engine, pg_ids):
     landed = SpanStore(pg_engine, pair_deadline_s=300).write(spans)  # orjson cannot write it
     requests, _, _ = stored(pg_engine)
     assert requests[0].body == {"seed": 2**64 + 1, "top_p": None} and landed.spans_new == 4
+
+
+@pytest.mark.postgres
+def test_cancelled_and_dropped_calls_land_with_their_status(pg_engine, pg_ids):
+    # A client that left (cancelled) and a mirror that never started (dropped): stored as
+    # such, with the mirror's queue wait kept on its span.
+    _, baseline, candidate, _ = spans = gateway_spans(pg_ids)
+    baseline.attributes[a.STATUS] = "cancelled"
+    candidate.attributes[a.STATUS] = "dropped"
+    candidate.attributes[a.MIRROR_QUEUE_S] = 1.5
+    SpanStore(pg_engine, pair_deadline_s=300).write(spans)
+    _, _, generations = stored(pg_engine)
+    assert generations["baseline"].status.value == "cancelled"
+    assert generations["candidate"].status.value == "dropped"
+    with Session(pg_engine) as session:
+        kept = session.get(SpanRecord, (candidate.trace_id, candidate.span_id))
+        assert kept is not None and kept.attributes[a.MIRROR_QUEUE_S] == 1.5

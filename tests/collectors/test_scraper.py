@@ -207,3 +207,23 @@ def test_stored_windows_take_a_hidden_engine_reset_as_a_reset(pg_committing):
             select(EngineSample.value).where(EngineSample.metric == "spec_acceptance_rate_window")
         )
     assert rate == pytest.approx((1500 + 10) / (3200 + 80))
+
+
+def test_a_route_behind_auth_is_scraped_with_its_credential(
+    pg_committing: sessionmaker[Session], monkeypatch
+):
+    monkeypatch.setenv("SPECGATE_ROUTE_SPEC_KEY", "s3cret")
+    with pg_committing() as session, session.begin():
+        ids = make_rollout(session)
+        route = session.get(Route, ids.candidate_route)
+        route.metrics_url = "http://spec:8000/metrics"
+        route.auth = {"header": "Authorization", "source": "env:SPECGATE_ROUTE_SPEC_KEY"}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.headers.get("authorization") != "Bearer s3cret":
+            return httpx.Response(401)
+        return httpx.Response(200, text=FIRST)
+
+    with httpx.Client(transport=httpx.MockTransport(handler)) as client:
+        written = scrape_routes(pg_committing, client)
+    assert written["llama-ngram-spec"] > 0

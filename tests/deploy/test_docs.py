@@ -22,8 +22,9 @@ DOCS = [
 SETTINGS = {f"SPECGATE_{n.upper()}" for n in Settings.model_fields} | {
     f"SPECGATE_{n.upper()}" for n in CollectorSettings.model_fields
 }
-# Not settings: Compose's image variables and Grafana's datasource variables.
-OTHER = {"SPECGATE_IMAGE", "SPECGATE_ENGINES_IMAGE"}
+# Not settings: Compose's image variables and Grafana's datasource variables; the prefix
+# of route credential variables (`--auth env:SPECGATE_ROUTE_<NAME>`).
+OTHER = {"SPECGATE_IMAGE", "SPECGATE_ENGINES_IMAGE", "SPECGATE_ROUTE_"}
 
 
 @pytest.mark.parametrize("path", DOCS, ids=lambda p: str(p.relative_to(ROOT)))

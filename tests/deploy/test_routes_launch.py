@@ -145,6 +145,29 @@ def test_no_start_registers_running_servers_once(tmp_path, sqlite_url):
     assert routes["smol-base"].spec_method is None
 
 
+def test_api_key_registers_routes_with_a_credential_reference_only(tmp_path, sqlite_url):
+    from tests.gate.gateway.conftest import bearer_only
+
+    with ExitStack() as stack:
+        base = stack.enter_context(serving(bearer_only("k3y", create_sim_app(SimProfile()))))
+        cand = stack.enter_context(serving(bearer_only("k3y", create_sim_app(SimProfile()))))
+        path = route_file(tmp_path, base + "/v1", cand + "/v1")
+        args = ("routes", "launch", "-f", str(path), "--no-start", "--database-url", sqlite_url)
+        env = {"SPECGATE_ROUTE_KEY": "k3y"}
+        result = specgate(
+            *args, "--api-key", "env:SPECGATE_ROUTE_KEY", "--ready-timeout", "20s", env=env
+        )
+        assert result.returncode == 0, result.stderr
+        listed = specgate("routes", "list", "--database-url", sqlite_url, env={"COLUMNS": "300"})
+    assert "env:SPECGATE_ROUTE_KEY" in listed.stdout and "k3y" not in listed.stdout + result.stdout
+    engine = make_engine(sqlite_url)
+    with session_factory(engine)() as db:
+        auths = {r.name: r.auth for r in db.scalars(select(Route))}
+    engine.dispose()
+    reference = {"header": "Authorization", "source": "env:SPECGATE_ROUTE_KEY"}
+    assert auths == {"smol-base": reference, "smol-ngram": reference}
+
+
 def test_servers_that_never_answer_time_out(tmp_path, sqlite_url):
     path = route_file(
         tmp_path, f"http://127.0.0.1:{closed_port()}/v1", f"http://127.0.0.1:{closed_port()}/v1"

@@ -134,11 +134,17 @@
       row.append(el("td", r.id), el("td", r.name), el("td", r.alias), mode);
       const cell = el("td");
       cell.append(el("span", r.state, `badge state ${r.state}`));
-      row.append(cell, el("td", r.stage), el("td", r.sample_rate));
+      const share = el("td", `${percent(r.share)} → ${r.next_share === null ? "promoted" : percent(r.next_share)}`);
+      share.title = `sample rate ${r.sample_rate}: ${r.exposure}`;
+      row.append(cell, el("td", r.stage), share);
       row.append(el("td", `${r.baseline_route} → ${r.candidate_route}`));
       row.append(verdictCell(r.latest_verdict), actionsCell(r));
       body.append(row);
     }
+  }
+
+  function percent(fraction) {
+    return `${Number((fraction * 100).toPrecision(4))} %`;
   }
 
   function verdictCell(verdict) {

@@ -37,6 +37,9 @@ class Route(Base):
     spec_tokens: Mapped[int | None] = mapped_column(Integer)
     draft_model: Mapped[str | None] = mapped_column(String(256))
     spec_config: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    # {"header": ..., "source": "env:NAME" | "file:/path"}: where the credential is, never
+    # the credential (see gate.routing.credentials).
+    auth: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 

@@ -136,6 +136,9 @@ class Generation(Base):
     stream: Mapped[bool] = mapped_column(Boolean, default=False)
     ttft_s: Mapped[float | None] = mapped_column(Float)
     tpot_s: Mapped[float | None] = mapped_column(Float)
+    # As the engine reported them (per-request metrics); ttft_s / tpot_s are the gateway's.
+    engine_ttft_s: Mapped[float | None] = mapped_column(Float)
+    engine_tpot_s: Mapped[float | None] = mapped_column(Float)
     e2e_s: Mapped[float | None] = mapped_column(Float)
     queue_s: Mapped[float | None] = mapped_column(Float)
     input_tokens: Mapped[int | None] = mapped_column(Integer)

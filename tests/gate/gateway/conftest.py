@@ -67,6 +67,8 @@ def gateway_stack(
     mode: RolloutMode = RolloutMode.SHADOW,
     sample_rate: float = 1.0,
     start: bool = True,
+    auth: dict[str, str] | None = None,
+    require_token: str | None = None,
     **settings_overrides: Any,
 ) -> Iterator[Stack]:
     defaults: dict[str, Any] = {
@@ -74,6 +76,7 @@ def gateway_stack(
         "state_poll_interval_s": 0.2,
         "mirror_deadline_s": 2.0,
         "upstream_timeout_s": 10.0,
+        "route_secrets_dir": tmp_path / "secrets",
     }
     settings = Settings(
         home=tmp_path,
@@ -87,12 +90,14 @@ def gateway_stack(
     factory = sessionmaker(engine, expire_on_commit=False)
     base_log, cand_log = SimLog(), SimLog()
     with ExitStack() as stack:
-        base_url = stack.enter_context(serving(create_sim_app(baseline or SimProfile(), base_log)))
+        guard = (lambda app: bearer_only(require_token, app)) if require_token else (lambda a: a)
+        base_app = create_sim_app(baseline or SimProfile(), base_log)
+        base_url = stack.enter_context(serving(guard(base_app)))
         if candidate_down:
             cand_url = f"http://127.0.0.1:{closed_port()}"
         else:
             profile = candidate or SimProfile(spec_tokens=4, acceptance=0.7)
-            cand_url = stack.enter_context(serving(create_sim_app(profile, cand_log)))
+            cand_url = stack.enter_context(serving(guard(create_sim_app(profile, cand_log))))
         with factory() as session, session.begin():
             for name, url, role in (
                 ("base", base_url, RouteRole.BASELINE),
@@ -100,7 +105,9 @@ def gateway_stack(
             ):
                 service.create_route(
                     session,
-                    spec=RouteIn(name=name, base_url=url + "/v1", model="sim", role=role),
+                    spec=RouteIn(
+                        name=name, base_url=url + "/v1", model="sim", role=role, auth=auth
+                    ),
                     actor="test",
                 )
             rollout = service.create_rollout(
@@ -125,7 +132,7 @@ def gateway_stack(
         provider.add_span_processor(SimpleSpanProcessor(exporter))
         bus = LocalBus()
         routing = RoutingState(
-            db_loader(factory),
+            db_loader(factory, secrets_dir=settings.route_secrets_dir),
             poll_interval_s=settings.state_poll_interval_s,
             stale_after_s=settings.state_stale_after_s,
             subscriber=bus,
@@ -134,6 +141,20 @@ def gateway_stack(
         url = stack.enter_context(serving(app))
         yield Stack(url, base_url, base_log, cand_log, exporter, factory, bus, routing, rollout.id)
     engine.dispose()
+
+
+def bearer_only(token: str, app: Any) -> Any:
+    """Wrap an ASGI app so that it answers 401 without `Authorization: Bearer <token>`."""
+    expected = f"Bearer {token}".encode()
+
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and dict(scope["headers"]).get(b"authorization") != expected:
+            await send({"type": "http.response.start", "status": 401, "headers": []})
+            await send({"type": "http.response.body", "body": b'{"error": "unauthorized"}'})
+            return
+        await app(scope, receive, send)
+
+    return guarded
 
 
 @pytest.fixture

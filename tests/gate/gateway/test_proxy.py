@@ -158,7 +158,6 @@ def test_canary_falls_back_to_the_baseline_transparently(tmp_path, failure, stre
         candidate=profile,
         candidate_down=failure == "down",
         canary_first_byte_timeout_s=0.5,
-        upstream_timeout_s=1.0,
     ) as stack:
         answer = stack.client().chat.completions.create(
             model=ALIAS, messages=MESSAGES, stream=stream
@@ -244,23 +243,6 @@ def test_models_and_metrics(stack):
         'specgate_gateway_route_calls_total{cohort="baseline",route="base",status="ok"} 1.0' in text
     )
     assert 'specgate_gateway_rollout_killed{alias="smol",rollout="1"} 0.0' in text
-
-
-def test_client_disconnect_cancels_the_primary_upstream_call(tmp_path):
-    slow = SimProfile(tokens=200, token_interval_s=0.01)
-    with gateway_stack(tmp_path, baseline=slow, sample_rate=0.0) as stack:
-        with httpx.stream(
-            "POST",
-            stack.url + "/v1/chat/completions",
-            json={"model": ALIAS, "messages": MESSAGES, "stream": True, "user": "u1"},
-        ) as response:
-            for _ in response.iter_raw():
-                break
-        assert wait_until(lambda: len(stack.spans("baseline")) == 1)
-        (base,) = stack.spans("baseline")
-        assert base.attributes[A.STATUS] == "error"
-        assert "disconnected" in base.attributes[A.ERROR]
-        assert wait_until(lambda: stack.baseline_log.cancelled == 1), "upstream call not cancelled"
 
 
 def test_request_and_pair_ids_are_distinct_version_4_uuids():

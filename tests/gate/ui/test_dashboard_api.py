@@ -99,6 +99,10 @@ def test_overview_shows_the_latest_verdict(live):
     )
     assert (row["baseline_route"], row["candidate_route"]) == ("live-base", "live-spec")
     assert row["sandbox"] == "bwrap"
+    # The share is the sample rate times the stage's percent (default stages 1, 5, 25, 100).
+    assert row["share"] == pytest.approx(row["sample_rate"] * 0.01)
+    assert row["next_share"] == pytest.approx(row["sample_rate"] * 0.05)
+    assert "next stage (promote)" in row["exposure"]
 
 
 @pytest.mark.postgres

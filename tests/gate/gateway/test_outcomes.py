@@ -1,0 +1,127 @@
+"""What the gateway records when a route hangs, a client leaves or the mirror queue is full."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+from gate.db.enums import RolloutMode
+from gate.engines.sim import SimProfile
+from gate.settings import Settings
+from gate.telemetry import attributes as A
+from tests.gate.gateway.conftest import ALIAS, gateway_stack
+from tests.gate.gateway.test_proxy import MESSAGES, wait_until
+
+DEFAULT_UPSTREAM_TIMEOUT_S = Settings.model_fields["upstream_timeout_s"].default
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_canary_first_byte_timeout_covers_a_candidate_that_never_answers(tmp_path, stream):
+    # The candidate accepts the connection and never sends a header; the upstream
+    # timeout stays at its default (minutes), so only the first-byte bound can help.
+    with gateway_stack(
+        tmp_path,
+        mode=RolloutMode.CANARY,
+        candidate=SimProfile(failure="hang"),
+        canary_first_byte_timeout_s=0.5,
+        upstream_timeout_s=DEFAULT_UPSTREAM_TIMEOUT_S,
+    ) as stack:
+        # The client's own deadline is far below the upstream timeout.
+        answer = stack.client(timeout=8.0).chat.completions.create(
+            model=ALIAS, messages=MESSAGES, stream=stream
+        )
+        chunks = list(answer) if stream else [answer]
+        assert chunks and len(stack.baseline_log.bodies) == 1
+        (cand,) = stack.spans("candidate")
+        assert cand.attributes[A.STATUS] == "fallback"
+        assert "first byte" in cand.attributes[A.ERROR]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_a_client_that_leaves_mid_canary_blames_neither_route(tmp_path, stream):
+    with gateway_stack(
+        tmp_path,
+        mode=RolloutMode.CANARY,
+        candidate=SimProfile(failure="hang"),
+        canary_first_byte_timeout_s=30.0,
+    ) as stack:
+        with pytest.raises(openai.APITimeoutError):
+            answer = stack.client(timeout=0.5).chat.completions.create(
+                model=ALIAS, messages=MESSAGES, stream=stream
+            )
+            list(answer) if stream else None
+        assert wait_until(lambda: len(stack.spans("candidate")) == 1)
+        (cand,) = stack.spans("candidate")
+        assert cand.attributes[A.STATUS] == "cancelled"
+        assert cand.attributes[A.FALLBACK] is False
+        # No fallback for a client that is gone: the baseline is never called.
+        assert stack.baseline_log.bodies == [] and stack.spans("baseline") == []
+        text = httpx.get(stack.url + "/metrics").text
+        assert 'cohort="candidate",route="spec",status="cancelled"} 1.0' in text
+
+
+def test_a_client_that_leaves_mid_stream_is_cancelled_upstream_and_recorded(tmp_path):
+    slow = SimProfile(tokens=200, token_interval_s=0.01)
+    with gateway_stack(tmp_path, baseline=slow, sample_rate=0.0) as stack:
+        with httpx.stream(
+            "POST",
+            stack.url + "/v1/chat/completions",
+            json={"model": ALIAS, "messages": MESSAGES, "stream": True},
+        ) as response:
+            for _ in response.iter_raw():
+                break
+        assert wait_until(lambda: len(stack.spans("baseline")) == 1)
+        (base,) = stack.spans("baseline")
+        assert base.attributes[A.STATUS] == "cancelled"
+        assert "disconnected" in base.attributes[A.ERROR]
+        assert wait_until(lambda: stack.baseline_log.cancelled == 1), "upstream call not cancelled"
+
+
+def test_a_mirror_queue_held_full_drops_instead_of_timing_out(tmp_path):
+    # One mirror at a time, each taking 0.3 s of a 1 s deadline: the fourth waits 0.9 s in
+    # the gateway's queue. Queue time is the gateway's, never the candidate's.
+    with gateway_stack(
+        tmp_path,
+        candidate=SimProfile(ttft_s=0.3, spec_tokens=4, acceptance=0.7),
+        mirror_max_concurrency=1,
+        mirror_max_queue=8,
+        mirror_deadline_s=1.0,
+    ) as stack:
+        client = stack.client()
+        for _ in range(6):
+            client.chat.completions.create(model=ALIAS, messages=MESSAGES)
+        assert wait_until(lambda: len(stack.spans("candidate")) == 6, timeout=10.0)
+        spans = stack.spans("candidate")
+        statuses = [s.attributes[A.STATUS] for s in spans]
+        assert "timeout" not in statuses and statuses.count("ok") >= 2, statuses
+        assert "dropped" in statuses, statuses
+        started = [s for s in spans if s.attributes[A.STATUS] == "ok"]
+        waits = [s.attributes[A.MIRROR_QUEUE_S] for s in started]
+        assert max(waits) > 0.25, waits
+        # The call's own time leaves out the wait.
+        assert all(s.attributes[A.E2E_S] < 0.9 for s in started)
+        text = httpx.get(stack.url + "/metrics").text
+        assert f"specgate_gateway_mirror_queue_wait_seconds_count {float(len(started))}" in text
+
+
+@pytest.mark.parametrize("reported", [True, False], ids=["engine_reports", "engine_silent"])
+def test_non_streamed_timings_come_from_the_engine_or_nowhere(tmp_path, reported):
+    profile = SimProfile(ttft_s=0.05, tokens=11, token_interval_s=0.002)
+    engine = SimProfile(**{**profile.__dict__, "per_request_metrics": reported})
+    with gateway_stack(tmp_path, baseline=engine, candidate=engine) as stack:
+        stack.client().chat.completions.create(model=ALIAS, messages=MESSAGES)
+        list(stack.client().chat.completions.create(model=ALIAS, messages=MESSAGES, stream=True))
+        assert wait_until(lambda: len(stack.spans("candidate")) == 2)
+        for span in stack.spans():
+            attrs = span.attributes
+            if not attrs[A.STREAM]:
+                # No chunk arrives before the whole answer: the gateway measured no TTFT.
+                assert A.TTFT_S not in attrs and A.TPOT_S not in attrs
+            else:
+                assert attrs[A.TTFT_S] > 0 and attrs[A.TPOT_S] >= 0
+            if reported:
+                assert attrs[A.ENGINE_TTFT_S] == pytest.approx(0.05)
+                assert attrs[A.ENGINE_TPOT_S] == pytest.approx(0.002)
+            else:
+                assert A.ENGINE_TTFT_S not in attrs and A.ENGINE_TPOT_S not in attrs
