@@ -60,6 +60,13 @@ class ConfigError(GateError):
     code = "config_error"
 
 
+class NotCommitted(GateError):
+    """The endpoint's work was done but its commit failed: nothing was applied or published."""
+
+    status_code = 503
+    code = "not_committed"
+
+
 class DatabaseUnavailable(GateError):
     """The database cannot be reached or rejected the connection."""
 

@@ -18,7 +18,8 @@ PURGE = "specgate.purge"
 @specgate_task(GATE_ALL)
 def gate_all_task() -> int:
     """Judge every running rollout once."""
-    return judge_running(sessions(), publisher(runtime_settings()))
+    factory = sessions()
+    return judge_running(factory, publisher(runtime_settings(), factory))
 
 
 @specgate_task(SWEEP_PAIRS)

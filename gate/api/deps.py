@@ -7,9 +7,11 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from gate.errors import Forbidden, Unauthorized
+from gate.db.engine import db_reason
+from gate.errors import Forbidden, NotCommitted, Unauthorized
 from gate.keys.service import Principal, Scope, authenticate
 from gate.routing.pubsub import Publisher
 from gate.settings import Settings
@@ -32,11 +34,25 @@ def services(request: Request) -> Services:
 
 def session(request: Request) -> Iterator[Session]:
     """Open a session; commit when the endpoint succeeds, roll back when it raises."""
-    with services(request).sessions() as db, db.begin():
-        yield db
+    with services(request).sessions() as db:
+        transaction = db.begin()
+        try:
+            yield db
+        except BaseException:
+            transaction.rollback()
+            raise
+        try:
+            transaction.commit()
+        except SQLAlchemyError as exc:
+            raise NotCommitted(
+                f"the change was not committed ({db_reason(exc)}); read the state back before"
+                " retrying"
+            ) from exc
 
 
-SessionDep = Annotated[Session, Depends(session)]
+# scope="function": the commit runs when the endpoint returns, before the response is
+# sent, so a 2xx is a committed change and a failed commit is an error answer.
+SessionDep = Annotated[Session, Depends(session, scope="function")]
 ServicesDep = Annotated[Services, Depends(services)]
 
 

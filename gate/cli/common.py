@@ -8,9 +8,10 @@ from contextlib import contextmanager
 from typing import Annotated
 
 import typer
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from gate.db.engine import engine_from_settings, session_factory
+from gate.routing.deployment import DeploymentId
 from gate.routing.pubsub import Publisher, RedisPublisher
 from gate.settings import Settings, load_settings
 
@@ -36,9 +37,13 @@ def cli_actor() -> str:
     return f"cli:{getpass.getuser()}"
 
 
-def publisher(settings: Settings) -> Publisher | None:
+def publisher(settings: Settings, db: Session | sessionmaker[Session]) -> Publisher | None:
     """Publish routing changes on Redis when configured (gateways also poll the DB)."""
-    return RedisPublisher(settings.redis_url) if settings.redis_url else None
+    if not settings.redis_url:
+        return None
+    # The identity is read on a session of its own: publishing runs inside `db`'s commit.
+    sessions = sessionmaker(db.get_bind()) if isinstance(db, Session) else db
+    return RedisPublisher(settings.redis_url, deployment=DeploymentId(sessions))
 
 
 @contextmanager

@@ -136,7 +136,7 @@ def _act(action: Action, rollout_id: int, reason: str, database_url: str | None)
             action=action,
             actor=cli_actor(),
             reason=reason,
-            publisher=publisher(settings),
+            publisher=publisher(settings, db),
         )
         line = _describe(rollout)
     typer.echo(line)

@@ -28,7 +28,7 @@ def gateway_state(factory, *, redis_url, poll_interval_s=30.0):
         db_loader(factory),
         poll_interval_s=poll_interval_s,
         stale_after_s=120,
-        subscriber=RedisSubscriber(redis_url, retry_s=0.2),
+        subscriber=RedisSubscriber(redis_url, deployment="d1", retry_s=0.2),
     )
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
@@ -84,7 +84,7 @@ def test_a_kill_reaches_two_gateways_within_one_second_over_redis(running_rollou
                 action=Action.KILL,
                 actor="key:oncall",
                 reason="bad acceptance",
-                publisher=RedisPublisher(redis_url),
+                publisher=RedisPublisher(redis_url, deployment="d1"),
             )
         killed = time.monotonic()
         seen = wait_for_state([a, b], "r1", RolloutState.KILLED, 1.0)
@@ -106,7 +106,7 @@ def test_with_redis_down_the_kill_arrives_by_polling(running_rollout):
                 action=Action.KILL,
                 actor="key:oncall",
                 reason="redis is down",
-                publisher=RedisPublisher(down),
+                publisher=RedisPublisher(down, deployment="d1"),
             )
         killed = time.monotonic()
         seen = wait_for_state([a, b], "r1", RolloutState.KILLED, 2.0)
