@@ -10,8 +10,8 @@ Create Date: 2026-11-24 19:40:00.000000
 """
 
 import uuid
-from datetime import UTC, datetime
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 import sqlalchemy as sa
 from alembic import op

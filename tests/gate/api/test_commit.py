@@ -105,7 +105,10 @@ def test_a_kill_whose_commit_fails_is_a_5xx_and_publishes_nothing(
     doomed = _rollout(pg_committing, "doomed")
     fine = _rollout(pg_committing, "fine")
     for rollout_id in (doomed, fine):
-        assert live.http.post(f"/v1/rollouts/{rollout_id}/start", json={"reason": "go"}).status_code == 200
+        assert (
+            live.http.post(f"/v1/rollouts/{rollout_id}/start", json={"reason": "go"}).status_code
+            == 200
+        )
         assert live.next_change().rollout_id == rollout_id
 
     answer = live.http.post(f"/v1/rollouts/{doomed}/kill", json={"reason": "x"})
@@ -122,9 +125,7 @@ def test_a_kill_whose_commit_fails_is_a_5xx_and_publishes_nothing(
 
 @pytest.mark.postgres
 @pytest.mark.redis
-def test_create_then_start_and_kill_then_get_read_their_writes(
-    live, pg_committing, commit_faults
-):
+def test_create_then_start_and_kill_then_get_read_their_writes(live, pg_committing, commit_faults):
     with pg_committing() as db, db.begin():
         factories.rollout(db, name="routes")
     for attempt in range(15):
