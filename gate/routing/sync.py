@@ -16,6 +16,8 @@ from gate.routing.pubsub import RoutingChange, Subscriber
 from gate.routing.snapshot import RolloutRouting, RoutingSnapshot, load_snapshot
 
 log = logging.getLogger(__name__)
+# States a push may apply before the database is read: they only take traffic away.
+_RESTRICTING = frozenset({RolloutState.KILLED.value, RolloutState.HELD.value})
 Clock = Callable[[], float]
 
 
@@ -51,6 +53,9 @@ class RoutingState:
         self._clock = clock
         self._snapshot = RoutingSnapshot()
         self._tasks: list[asyncio.Task[None]] = []
+        # Pushed kills and holds by rollout id, numbered in arrival order.
+        self._pushes = 0
+        self._pushed: dict[int, int] = {}
         self.refresh_failures = 0
 
     @property
@@ -72,24 +77,43 @@ class RoutingState:
 
     async def refresh(self) -> bool:
         """Reload from the database; keep the old snapshot (aging toward stale) on failure."""
+        pushes_before = self._pushes
         try:
             snapshot = await asyncio.to_thread(self._load)
         except Exception as exc:  # any DB failure: degrade, never crash the gateway
             self.refresh_failures += 1
             log.warning("routing_refresh_failed error=%s", str(exc).splitlines()[0])
             return False
-        # A pub/sub change applied while the read was in flight must not be undone.
-        self._snapshot = _keep_newer(snapshot, self._snapshot)
+        self._snapshot = self._merge(snapshot, pushes_before)
         return True
 
     def apply(self, change: RoutingChange) -> None:
-        """Apply a published state change at once (the full reload follows)."""
-        if change.rollout_id is not None and change.state is not None:
-            try:
-                state = RolloutState(change.state)
-            except ValueError:
-                return
-            self._snapshot = self._snapshot.with_state(change.rollout_id, state, change.version)
+        """Apply a pushed kill or hold at once; other pushes wait for the reload that follows.
+
+        The database is the authority: a push can take traffic away before the next read,
+        never bring it back (a resume or start is seen when the database is read).
+        """
+        if change.rollout_id is None or change.state not in _RESTRICTING:
+            return
+        before = self._snapshot
+        self._snapshot = before.with_state(
+            change.rollout_id, RolloutState(change.state), change.version
+        )
+        if self._snapshot != before:
+            self._pushes += 1
+            self._pushed[change.rollout_id] = self._pushes
+
+    def _merge(self, loaded: RoutingSnapshot, pushes_before: int) -> RoutingSnapshot:
+        """Take the database's state, except a push applied after that read began."""
+        later = {rid for rid, seq in self._pushed.items() if seq > pushes_before}
+        self._pushed = {rid: seq for rid, seq in self._pushed.items() if rid in later}
+        by_alias = dict(loaded.by_alias)
+        for alias, routing in self._snapshot.by_alias.items():
+            fresh = by_alias.get(alias)
+            if routing.rollout_id in later and fresh and fresh.rollout_id == routing.rollout_id:
+                # The read may predate the kill: a slow poll must not undo it.
+                by_alias[alias] = routing if fresh.state.value not in _RESTRICTING else fresh
+        return RoutingSnapshot(by_alias=by_alias, loaded_at=loaded.loaded_at)
 
     async def start(self) -> None:
         """Load once, then keep polling and listening in background tasks."""
@@ -116,13 +140,3 @@ class RoutingState:
         async for change in subscriber.changes():
             self.apply(change)
             await self.refresh()
-
-
-def _keep_newer(loaded: RoutingSnapshot, current: RoutingSnapshot) -> RoutingSnapshot:
-    by_alias = dict(loaded.by_alias)
-    for alias, routing in current.by_alias.items():
-        fresh = by_alias.get(alias)
-        newer = fresh is not None and fresh.rollout_id == routing.rollout_id
-        if newer and fresh is not None and routing.version > fresh.version:
-            by_alias[alias] = routing
-    return RoutingSnapshot(by_alias=by_alias, loaded_at=loaded.loaded_at)

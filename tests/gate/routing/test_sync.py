@@ -126,3 +126,49 @@ def test_a_stale_message_never_undoes_a_newer_state(running_rollout):
 
 def test_a_garbled_message_means_reload():
     assert RoutingChange.decode(b"\xff not json") == RoutingChange(None)
+
+
+def test_a_pushed_resume_never_moves_a_killed_rollout_back_into_routing(running_rollout):
+    factory, rollout_id = running_rollout
+    with factory() as session, session.begin():
+        service.transition(
+            session, rollout_id=rollout_id, action=Action.KILL, actor="t", reason="t"
+        )
+    state = RoutingState(db_loader(factory), poll_interval_s=30, stale_after_s=120)
+    asyncio.run(state.refresh())
+    version = state.lookup("r1").version
+    state.apply(RoutingChange(rollout_id, "running", version + 5))
+    assert state.lookup("r1").state is RolloutState.KILLED
+
+
+def test_a_read_begun_before_a_pushed_kill_keeps_it_and_a_read_begun_after_replaces_it(
+    running_rollout,
+):
+    factory, rollout_id = running_rollout
+    load = db_loader(factory)
+    read_done, release = threading.Event(), threading.Event()
+
+    def slow_load():
+        snapshot = load()
+        read_done.set()
+        release.wait(10)
+        return snapshot
+
+    state = RoutingState(slow_load, poll_interval_s=30, stale_after_s=120)
+    release.set()
+    asyncio.run(state.refresh())
+    version = state.lookup("r1").version
+
+    async def push_during_a_read() -> None:
+        read_done.clear()
+        release.clear()
+        reading = asyncio.create_task(state.refresh())
+        await asyncio.to_thread(read_done.wait, 10)
+        state.apply(RoutingChange(rollout_id, "killed", version + 1))
+        release.set()
+        await reading
+
+    asyncio.run(push_during_a_read())
+    assert state.lookup("r1").state is RolloutState.KILLED, "a slow read undid the kill"
+    asyncio.run(state.refresh())
+    assert state.lookup("r1").state is RolloutState.RUNNING, "the database is the authority"
