@@ -21,6 +21,13 @@ class BadRequest(GateError):
     code = "invalid_request"
 
 
+class InvalidPolicy(BadRequest):
+    """A gate policy out of range or malformed."""
+
+    status_code = 422
+    code = "invalid_policy"
+
+
 class Unauthorized(GateError):
     status_code = 401
     code = "unauthorized"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from sqlalchemy.exc import DataError, IntegrityError, StatementError
@@ -10,6 +12,7 @@ from starlette.responses import JSONResponse
 
 from gate.errors import GateError
 
+log = logging.getLogger(__name__)
 MEDIA_TYPE = "application/problem+json"
 
 
@@ -49,6 +52,12 @@ def install(app: FastAPI) -> None:
                 "invalid_request",
             )
         raise exc
+
+    # Anything else is still an answer the client can read, on a connection it can reuse.
+    @app.exception_handler(Exception)
+    async def unexpected(_request: Request, exc: Exception) -> JSONResponse:
+        log.exception("control_api_error error=%s", type(exc).__name__)
+        return problem(500, "internal error", "the server failed; see its log", "internal_error")
 
     @app.exception_handler(HTTPException)
     async def http_error(_request: Request, exc: HTTPException) -> JSONResponse:

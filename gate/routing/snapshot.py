@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from dataclasses import dataclass, field, replace
 
 from sqlalchemy import select
@@ -11,8 +12,11 @@ from sqlalchemy.orm import Session, joinedload
 
 from gate.db.enums import RolloutMode, RolloutState
 from gate.db.models import Rollout, Route
+from gate.errors import InvalidPolicy
 from gate.rollouts.service import stages
-from gate.rollouts.states import RoutingPlan, routing_plan
+from gate.rollouts.states import BASELINE_ONLY, RoutingPlan, routing_plan
+
+log = logging.getLogger(__name__)
 
 # Rollouts the gateway still routes for; finished-and-killed ones keep their alias alive
 # on the baseline until a newer rollout takes the alias.
@@ -105,8 +109,16 @@ def load_snapshot(session: Session, *, loaded_at: float) -> RoutingSnapshot:
 
 
 def _routing(rollout: Rollout) -> RolloutRouting:
-    ramp = stages(rollout)
-    stage_percent = ramp[min(rollout.stage, len(ramp) - 1)]
+    try:
+        ramp = stages(rollout)
+    except InvalidPolicy as exc:
+        # A row stored before a validation rule existed: baseline only, never a failed load.
+        log.warning("routing_policy_invalid rollout=%s error=%s", rollout.id, exc.message)
+        return replace(_route_with(rollout, 0.0), plan=BASELINE_ONLY)
+    return _route_with(rollout, ramp[min(rollout.stage, len(ramp) - 1)])
+
+
+def _route_with(rollout: Rollout, stage_percent: float) -> RolloutRouting:
     return RolloutRouting(
         rollout_id=rollout.id,
         alias=rollout.alias,

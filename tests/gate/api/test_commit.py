@@ -7,26 +7,15 @@ tests see what the client is told when the very last step fails or lags.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
-from contextlib import ExitStack
-from dataclasses import dataclass
 
-import httpx
 import pytest
-import redis
 from sqlalchemy import Engine, text
 
-from gate.api.app import create_api_app
-from gate.api.deps import Services
-from gate.keys.service import create_key
-from gate.routing.pubsub import RedisPublisher, RoutingChange, channel_for
-from gate.settings import Settings
+from gate.routing.pubsub import RoutingChange
 from tests import factories
-from tests.servers import serving
+from tests.gate.api.conftest import DEPLOYMENT
 
-SECRET = "commit-secret"
-DEPLOYMENT = "commit-test"
 REFUSE = """
 CREATE OR REPLACE FUNCTION specgate_test_refuse_commit() RETURNS trigger
 LANGUAGE plpgsql AS $$
@@ -48,21 +37,6 @@ DROP FUNCTION IF EXISTS specgate_test_refuse_commit();
 """
 
 
-@dataclass
-class Live:
-    http: httpx.Client
-    messages: redis.client.PubSub
-
-    def next_change(self, deadline_s: float = 10.0) -> RoutingChange:
-        """Wait for the next routing message, up to a deadline."""
-        deadline = time.monotonic() + deadline_s
-        while time.monotonic() < deadline:
-            message = self.messages.get_message(ignore_subscribe_messages=True, timeout=0.2)
-            if message is not None:
-                return RoutingChange.decode(message["data"])
-        raise AssertionError("no routing message arrived")
-
-
 @pytest.fixture
 def commit_faults(pg_engine: Engine) -> Iterator[None]:
     with pg_engine.begin() as connection:
@@ -70,26 +44,6 @@ def commit_faults(pg_engine: Engine) -> Iterator[None]:
     yield
     with pg_engine.begin() as connection:
         connection.execute(text(UNREFUSE))
-
-
-@pytest.fixture
-def live(pg_committing, pg_url, redis_url) -> Iterator[Live]:
-    """The control API served over HTTP on Postgres, publishing on real Redis."""
-    settings = Settings(database_url=pg_url, secret_key=SECRET, redis_url=redis_url)
-    with pg_committing() as db, db.begin():
-        _, token = create_key(db, name="admin", scopes=["admin"], secret_key=SECRET, actor="t")
-    publisher = RedisPublisher(redis_url, deployment=DEPLOYMENT)
-    services = Services(settings=settings, sessions=pg_committing, publisher=publisher)
-    listener = redis.Redis.from_url(redis_url)
-    with ExitStack() as stack:
-        base = stack.enter_context(serving(create_api_app(services)))
-        pubsub = listener.pubsub()
-        pubsub.subscribe(channel_for(DEPLOYMENT))
-        auth = {"Authorization": f"Bearer {token}"}
-        http = stack.enter_context(httpx.Client(base_url=base, headers=auth, timeout=10))
-        yield Live(http, pubsub)
-        pubsub.close()
-    listener.close()
 
 
 def _rollout(pg_committing, name: str) -> int:

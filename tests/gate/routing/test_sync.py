@@ -12,8 +12,9 @@ from sqlalchemy.orm import sessionmaker
 
 from gate.db.engine import make_engine
 from gate.db.enums import RolloutState
+from gate.db.models import Rollout
 from gate.rollouts import service
-from gate.rollouts.states import Action
+from gate.rollouts.states import BASELINE_ONLY, Action
 from gate.routing import service as routing_service
 from gate.routing.pubsub import RedisPublisher, RedisSubscriber, RoutingChange
 from gate.routing.sync import RoutingState, db_loader
@@ -172,3 +173,14 @@ def test_a_read_begun_before_a_pushed_kill_keeps_it_and_a_read_begun_after_repla
     assert state.lookup("r1").state is RolloutState.KILLED, "a slow read undid the kill"
     asyncio.run(state.refresh())
     assert state.lookup("r1").state is RolloutState.RUNNING, "the database is the authority"
+
+
+def test_a_stored_policy_that_no_longer_validates_routes_baseline_only(running_rollout):
+    factory, rollout_id = running_rollout
+    with factory() as session, session.begin():
+        other = factories.rollout(session, name="r2")
+        session.get(Rollout, rollout_id).policy = {"stages": [10, 10, 100]}
+    state = RoutingState(db_loader(factory), poll_interval_s=30, stale_after_s=120)
+    assert asyncio.run(state.refresh()), "one bad row must not fail the whole load"
+    assert state.plan(state.lookup("r1")) == BASELINE_ONLY
+    assert state.lookup("r2").rollout_id == other.id
