@@ -14,6 +14,7 @@ from gate.db.engine import db_reason
 from gate.errors import Forbidden, NotCommitted, Unauthorized
 from gate.keys.service import Principal, Scope, authenticate
 from gate.routing.pubsub import Publisher
+from gate.routing.sync import RoutingState
 from gate.settings import Settings
 
 
@@ -24,6 +25,8 @@ class Services:
     settings: Settings
     sessions: sessionmaker[Session]
     publisher: Publisher | None
+    # The gateway's routing state, when the control API runs inside a gateway.
+    routing: RoutingState | None = None
 
 
 def services(request: Request) -> Services:

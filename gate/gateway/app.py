@@ -94,6 +94,7 @@ def create_gateway_app(
     @app.get("/metrics")
     async def metrics_endpoint() -> Response:
         gateway_metrics.stale.set(1 if routing.is_stale() else 0)
+        gateway_metrics.pubsub.set(1 if routing.pubsub_connected else 0)
         for alias, rollout in routing.snapshot.by_alias.items():
             killed = 1 if rollout.state.value == "killed" else 0
             gateway_metrics.killed.labels(str(rollout.rollout_id), alias).set(killed)
@@ -106,7 +107,11 @@ def create_gateway_app(
 
         @app.get("/healthz")
         async def healthz() -> dict[str, object]:
-            return {"status": "ok", "routing_stale": routing.is_stale()}
+            return {
+                "status": "ok",
+                "routing_stale": routing.is_stale(),
+                "pubsub_connected": routing.pubsub_connected,
+            }
 
     return ProxyDispatch(app)
 

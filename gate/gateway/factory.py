@@ -98,6 +98,6 @@ def build_gateway_app(
         routing=routing,
         tracer_provider=tracer_provider(settings, exporter),
         own_tracer_provider=True,
-        control=Services(settings=settings, sessions=factory, publisher=publisher),
+        control=Services(settings=settings, sessions=factory, publisher=publisher, routing=routing),
         on_shutdown=closers,
     )

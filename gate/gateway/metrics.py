@@ -64,6 +64,12 @@ class GatewayMetrics:
             registry=r,
             multiprocess_mode="max",
         )
+        self.pubsub = Gauge(
+            "specgate_gateway_pubsub_connected",
+            "1 while routing changes can be pushed over Redis (0: polling only).",
+            registry=r,
+            multiprocess_mode="min",
+        )
 
         # Labelled children, looked up once per label set (labels() costs per call).
         self._calls: dict[tuple[str, str, str], Any] = {}

@@ -63,6 +63,8 @@ class Publisher(Protocol):
 
 
 class Subscriber(Protocol):
+    connected: bool
+
     def changes(self) -> AsyncIterator[RoutingChange]: ...
 
 
@@ -90,6 +92,7 @@ class RedisSubscriber:
         self._url = url
         self._deployment = deployment
         self._retry_s = retry_s
+        self.connected = False
 
     async def changes(self) -> AsyncIterator[RoutingChange]:
         """Yield changes forever; after a reconnect yield a full reload first."""
@@ -100,6 +103,8 @@ class RedisSubscriber:
                     yield change
             except Exception as exc:  # Redis down, or the identity's DB read failed: retry
                 log.warning("routing_subscribe_failed error=%s", str(exc).splitlines()[0])
+            finally:
+                self.connected = False
             await asyncio.sleep(self._retry_s)
 
     async def _subscribe(self, deployment: str) -> AsyncIterator[RoutingChange]:
@@ -107,6 +112,7 @@ class RedisSubscriber:
         try:
             async with client.pubsub() as pubsub:
                 await pubsub.subscribe(channel_for(deployment))
+                self.connected = True
                 yield RoutingChange(None)
                 async for message in pubsub.listen():
                     if message.get("type") != "message":
@@ -121,6 +127,8 @@ class RedisSubscriber:
 
 class LocalBus:
     """In-process publisher and subscriber, for the embedded default and tests."""
+
+    connected = True  # in-process: nothing to lose
 
     def __init__(self) -> None:
         self._queues: list[tuple[asyncio.AbstractEventLoop, asyncio.Queue[RoutingChange]]] = []

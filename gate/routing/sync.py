@@ -57,6 +57,7 @@ class RoutingState:
         self._pushes = 0
         self._pushed: dict[int, int] = {}
         self.refresh_failures = 0
+        self.loaded = False
 
     @property
     def snapshot(self) -> RoutingSnapshot:
@@ -66,6 +67,11 @@ class RoutingState:
     def lookup(self, alias: str) -> RolloutRouting | None:
         """Return the routing of `alias`, or None when no rollout owns it."""
         return self._snapshot.by_alias.get(alias)
+
+    @property
+    def pubsub_connected(self) -> bool:
+        """Whether pushed changes can arrive now (without them, polling carries every change)."""
+        return self._subscriber is None or self._subscriber.connected
 
     def is_stale(self) -> bool:
         """Whether the last good database read is older than the staleness bound."""
@@ -85,6 +91,7 @@ class RoutingState:
             log.warning("routing_refresh_failed error=%s", str(exc).splitlines()[0])
             return False
         self._snapshot = self._merge(snapshot, pushes_before)
+        self.loaded = True
         return True
 
     def apply(self, change: RoutingChange) -> None:
