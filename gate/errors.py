@@ -28,6 +28,18 @@ class InvalidPolicy(BadRequest):
     code = "invalid_policy"
 
 
+class InputMissing(BadRequest):
+    """An input file named on the command line is missing or unreadable."""
+
+    code = "input_missing"
+
+
+class InputMalformed(BadRequest):
+    """An input file is not in the format it should be (bad JSON, YAML or field)."""
+
+    code = "input_malformed"
+
+
 class Unauthorized(GateError):
     status_code = 401
     code = "unauthorized"
@@ -65,6 +77,12 @@ class ConfigError(GateError):
 
     status_code = 500
     code = "config_error"
+
+
+class SchemaMissing(ConfigError):
+    """The database has no schema, or an older one: `specgate db upgrade` fixes it."""
+
+    code = "schema_missing"
 
 
 class NotCommitted(GateError):

@@ -6,16 +6,22 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-import yaml
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy import select
 
-from gate.cli.common import DatabaseOption, cli_actor, publisher, settings_with, transaction
+from gate.cli.common import (
+    DatabaseOption,
+    cli_actor,
+    publisher,
+    read_yaml,
+    settings_with,
+    transaction,
+)
 from gate.cli.routes_launch import launch
 from gate.db.enums import RolloutMode, RouteRole
 from gate.db.models import Rollout, Route
-from gate.errors import BadRequest
+from gate.errors import InputMalformed
 from gate.rollouts import repository, service
 from gate.rollouts.schemas import RolloutIn, RouteIn
 from gate.rollouts.states import Action
@@ -73,13 +79,13 @@ def create(
     candidate: Annotated[str, typer.Option(help="Candidate route name.")],
     mode: Annotated[RolloutMode, typer.Option()] = RolloutMode.SHADOW,
     sample_rate: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.1,
-    policy: Annotated[Path | None, typer.Option(help="Policy YAML file.", exists=True)] = None,
+    policy: Annotated[Path | None, typer.Option(help="Policy YAML file.")] = None,
     database_url: DatabaseOption = None,
 ) -> None:
     """Create a pending rollout."""
-    loaded = yaml.safe_load(policy.read_text()) if policy else {}
+    loaded = read_yaml(policy, "policy file") if policy else {}
     if not isinstance(loaded, dict):
-        raise BadRequest(f"policy file {policy} must hold a mapping")
+        raise InputMalformed(f"policy file {policy} must hold a mapping")
     spec = RolloutIn(
         name=name,
         alias=alias,
