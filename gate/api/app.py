@@ -6,6 +6,7 @@ from fastapi import FastAPI
 
 from gate.api import problems
 from gate.api.deps import Services
+from gate.api.limits import BodyLimit
 from gate.api.routers import browse, dashboard, misc, reports, rollouts, ui
 
 
@@ -13,6 +14,7 @@ def install_control_api(app: FastAPI, services: Services) -> None:
     """Add the control endpoints, their error rendering and their services to `app`."""
     app.state.services = services
     problems.install(app)
+    app.add_middleware(BodyLimit, max_bytes=services.settings.control_body_max_bytes)
     for module in (rollouts, browse, misc, dashboard, reports, ui):
         app.include_router(module.router)
 
