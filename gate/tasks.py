@@ -44,5 +44,5 @@ def weekly_report_task() -> int:
 
 @specgate_task(PURGE)
 def purge_task() -> int:
-    """Purge content and spans past their retention."""
-    return purge(runtime_settings())
+    """Purge content, spans and idempotency keys past their retention."""
+    return purge(runtime_settings(), sessions())

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Any
+
+from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse
 
 from gate.api.deps import Operator, ServicesDep, SessionDep
+from gate.api.idempotency import KeyHeader, run_once
 from gate.api.schemas import FeedbackIn, FeedbackOut
 from gate.feedback import service as feedback
 from gate.health import database_health
@@ -14,10 +17,16 @@ router = APIRouter(tags=["feedback", "health"])
 
 
 @router.post("/v1/feedback", response_model=FeedbackOut, status_code=201)
-def post_feedback(body: FeedbackIn, db: SessionDep, _: Operator) -> FeedbackOut:
+def post_feedback(
+    request: Request, body: FeedbackIn, db: SessionDep, who: Operator, key: KeyHeader = None
+) -> dict[str, Any]:
     """Record a user's thumbs, score or escalation against the answer they saw."""
-    row = feedback.record(db, **body.model_dump())
-    return FeedbackOut.model_validate(row)
+
+    def work() -> dict[str, Any]:
+        row = feedback.record(db, **body.model_dump())
+        return FeedbackOut.model_validate(row).model_dump(mode="json")
+
+    return run_once(db, key=key, actor=who.actor, request=request, body=body, work=work)
 
 
 @router.get("/healthz")
