@@ -16,7 +16,7 @@ def install_control_api(app: FastAPI, services: Services) -> None:
     problems.install(app)
     app.add_middleware(BodyLimit, max_bytes=services.settings.control_body_max_bytes)
     for module in (rollouts, browse, misc, dashboard, reports, ui):
-        app.include_router(module.router)
+        app.include_router(module.router, responses=problems.RESPONSES)
 
 
 def create_api_app(services: Services) -> FastAPI:

@@ -6,7 +6,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -59,12 +60,20 @@ SessionDep = Annotated[Session, Depends(session, scope="function")]
 ServicesDep = Annotated[Services, Depends(services)]
 
 
-def require(scope: Scope) -> Callable[[Request, Session], Principal]:
+# Declares the bearer scheme in the OpenAPI; `check` reads the header itself, so every
+# refusal is the same problem document with WWW-Authenticate.
+BearerDep = Annotated[
+    HTTPAuthorizationCredentials | None,
+    Security(HTTPBearer(auto_error=False, description="An API key: `specgate keys create`.")),
+]
+
+
+def require(scope: Scope) -> Callable[..., Principal]:
     """Return a dependency that admits keys holding `scope` (or a higher one)."""
 
-    def check(request: Request, db: SessionDep) -> Principal:
+    def check(request: Request, db: SessionDep, _: BearerDep) -> Principal:
         header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
+        scheme, _sep, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise Unauthorized("send an API key as 'Authorization: Bearer <key>'")
         secret = services(request).settings.secret_key.get_secret_value()
