@@ -97,7 +97,10 @@ def create_gateway_app(
         gateway_metrics.pubsub.set(1 if routing.pubsub_connected else 0)
         for alias, rollout in routing.snapshot.by_alias.items():
             killed = 1 if rollout.state.value == "killed" else 0
-            gateway_metrics.killed.labels(str(rollout.rollout_id), alias).set(killed)
+            labels = (str(rollout.rollout_id), alias)
+            gateway_metrics.killed.labels(*labels).set(killed)
+            gateway_metrics.killed_at.labels(*labels).set(rollout.killed_at)
+            gateway_metrics.verdict_at.labels(*labels).set(rollout.verdict_at)
         body, content_type = exposition(gateway_metrics)
         return Response(body, media_type=content_type)
 

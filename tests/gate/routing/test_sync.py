@@ -140,6 +140,7 @@ def test_a_pushed_resume_never_moves_a_killed_rollout_back_into_routing(running_
     version = state.lookup("r1").version
     state.apply(RoutingChange(rollout_id, "running", version + 5))
     assert state.lookup("r1").state is RolloutState.KILLED
+    assert state.lookup("r1").killed_at > 0, "alerts read the kill's time from the database"
 
 
 def test_a_read_begun_before_a_pushed_kill_keeps_it_and_a_read_begun_after_replaces_it(
