@@ -23,6 +23,7 @@ KeyHeader = Annotated[
     str | None,
     Header(
         alias=HEADER,
+        min_length=1,
         max_length=MAX_KEY,
         description="Retry-safe key: a retry with the same key and body replays the first "
         "answer; the same key with another body is 409.",

@@ -91,7 +91,11 @@ def create_gateway_app(
         data = [{"id": a, "object": "model", "created": 0, "owned_by": "specgate"} for a in aliases]
         return JSONResponse({"object": "list", "data": data})
 
-    @app.get("/metrics")
+    @app.get(
+        "/metrics",
+        response_class=Response,
+        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+    )
     async def metrics_endpoint() -> Response:
         gateway_metrics.stale.set(1 if routing.is_stale() else 0)
         gateway_metrics.pubsub.set(1 if routing.pubsub_connected else 0)
