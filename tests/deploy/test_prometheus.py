@@ -22,6 +22,7 @@ ALERTS = {
     "SpecgateProcessDown",
     "SpecgateProcessAbsent",
     "SpecgateVerdictsStale",
+    "SpecgatePubsubDisconnected",
 }
 # Series Prometheus makes itself for every scrape target.
 PROMETHEUS_SERIES = {"up"}
