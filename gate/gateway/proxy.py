@@ -183,20 +183,12 @@ def _schedule_mirrors(gw: Gateway, call: Call, assignment: Assignment) -> None:
         _mirror(gw, call, call.routing.candidate, Cohort.CANDIDATE)
 
 
-def still_wanted(gw: Gateway, call: Call, cohort: Cohort) -> bool:
-    """Re-check the plan when a queued mirror or control call starts: a kill or hold the
-    gateway has seen since the request arrived stops it."""
-    current = gw.routing.lookup(call.routing.alias)
-    if current is None or current.rollout_id != call.routing.rollout_id:
-        return False
-    plan = gw.routing.plan(current)
-    return plan.control_slice if cohort is Cohort.CONTROL else plan.mirror
-
-
 def _mirror(gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort) -> None:
     async def run() -> None:
         try:
-            if still_wanted(gw, call, cohort):
+            # A kill or hold seen since the request arrived stops a call still queued.
+            plan = gw.routing.current_plan(call.routing.alias, call.routing.rollout_id)
+            if plan.control_slice if cohort is Cohort.CONTROL else plan.mirror:
                 await call_route()
             else:
                 dropped("the rollout stopped mirroring before the call started")

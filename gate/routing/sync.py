@@ -81,6 +81,13 @@ class RoutingState:
         """Return the plan to apply now: baseline only when the state is stale."""
         return BASELINE_ONLY if self.is_stale() else routing.plan
 
+    def current_plan(self, alias: str, rollout_id: int) -> RoutingPlan:
+        """Return the plan for `rollout_id` now (baseline only once another owns `alias`)."""
+        routing = self.lookup(alias)
+        if routing is None or routing.rollout_id != rollout_id:
+            return BASELINE_ONLY
+        return self.plan(routing)
+
     async def refresh(self) -> bool:
         """Reload from the database; keep the old snapshot (aging toward stale) on failure."""
         pushes_before = self._pushes
