@@ -16,19 +16,31 @@ from gate.cli.exits import DATA_ERROR, NO_INPUT, NO_SCHEMA, UNAVAILABLE, USAGE
 from gate.cli.gatecheck import ERROR_EXIT
 from tests.servers import closed_port
 
+CREATE = ["rollout", "create", "--name", "n", "--alias", "a", "--baseline", "b", "--candidate", "c"]
+ROUTE = ["--name", "b", "--base-url", "http://h/v1", "--model", "m", "--role", "baseline"]
 # Commands that read the store, with the exit code their errors get (`gate check` keeps its
 # documented 4, which a deploy pipeline tells apart from a decision).
 DB_COMMANDS = {
-    "gate check": (["gate", "check", "--rollout", "1"], None),
-    "pairs export": (["pairs", "export", "--rollout", "1"], None),
-    "rollout list": (["rollout", "list"], None),
-    "rollout show": (["rollout", "show", "1"], None),
-    "rollout kill": (["rollout", "kill", "1", "--reason", "x"], None),
-    "routes list": (["routes", "list"], None),
-    "keys list": (["keys", "list"], None),
-    "status": (["status"], None),
-    "report weekly": (["report", "weekly", "--out", "report"], None),
+    "gate check": ["gate", "check", "--rollout", "1"],
+    "pairs export": ["pairs", "export", "--rollout", "1"],
+    "rollout list": ["rollout", "list"],
+    "rollout show": ["rollout", "show", "1"],
+    "rollout kill": ["rollout", "kill", "1", "--reason", "x"],
+    "routes list": ["routes", "list"],
+    "keys list": ["keys", "list"],
+    "status": ["status"],
+    "report weekly": ["report", "weekly", "--out", "report"],
+    "rollout create": CREATE,
+    "rollout start": ["rollout", "start", "1"],
+    "rollout hold": ["rollout", "hold", "1", "--reason", "x"],
+    "rollout resume": ["rollout", "resume", "1", "--reason", "x"],
+    "rollout promote": ["rollout", "promote", "1", "--reason", "x"],
+    "routes add": ["routes", "add", *ROUTE],
+    "keys create": ["keys", "create", "--name", "k"],
+    "keys revoke": ["keys", "revoke", "k"],
 }
+# Commands that manage the schema itself: only an unreachable database applies.
+SCHEMA_COMMANDS = {"db upgrade": ["db", "upgrade"], "db current": ["db", "current"]}
 
 
 def run(capsys, *args: str) -> tuple[int, str]:
@@ -57,7 +69,7 @@ def isolated(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("name", DB_COMMANDS)
 def test_an_unreachable_database_is_one_line_naming_it_masked(capsys, name):
-    args, _ = DB_COMMANDS[name]
+    args = DB_COMMANDS[name]
     url = f"postgresql://ops:hunter2@127.0.0.1:{closed_port()}/specgate"
     code, err = run(capsys, *args, "--database-url", url)
     assert code == (ERROR_EXIT if name == "gate check" else UNAVAILABLE), err
@@ -65,15 +77,23 @@ def test_an_unreachable_database_is_one_line_naming_it_masked(capsys, name):
     assert "hunter2" not in err
 
 
+@pytest.mark.parametrize("name", SCHEMA_COMMANDS)
+def test_schema_commands_on_an_unreachable_database_are_one_line(capsys, name):
+    url = f"postgresql://ops:hunter2@127.0.0.1:{closed_port()}/specgate"
+    code, err = run(capsys, *SCHEMA_COMMANDS[name], "--database-url", url)
+    assert code == UNAVAILABLE, err
+    assert_one_line(err, "cannot reach database", "***")
+    assert "hunter2" not in err
+
+
 @pytest.mark.parametrize("name", DB_COMMANDS)
 def test_a_database_without_schema_names_db_upgrade(capsys, tmp_path, name):
-    args, _ = DB_COMMANDS[name]
+    args = DB_COMMANDS[name]
     code, err = run(capsys, *args, "--database-url", f"sqlite:///{tmp_path}/empty.db")
     assert code == (ERROR_EXIT if name == "gate check" else NO_SCHEMA), err
     assert_one_line(err, "specgate db upgrade")
 
 
-CREATE = ["rollout", "create", "--name", "n", "--alias", "a", "--baseline", "b", "--candidate", "c"]
 SIDE = '{"ttft_s": 0.2, "tpot_s": 0.02, "e2e_s": 4.0, "status": "ok"}'
 GOOD_PAIR = f'{{"pair_id": "a", "created_at": 1, "baseline": {SIDE}, "candidate": {SIDE}}}'
 
