@@ -21,14 +21,22 @@ from gate.rollouts import service
 from gate.rollouts.states import Action
 from tests import factories
 from tests.conftest import create_database, drop_database
-from tests.servers import TcpProxy, closed_port, serving
+from tests.servers import TcpProxy, closed_port, serving, span_sink
 
 SECRET = "process-secret"
 
 
 @contextmanager
 def specgate_serve(database_url: str, *, embedded: bool = False, **env: str):
-    """Run `specgate serve`; spans go to a closed OTLP port unless `embedded`."""
+    """Run `specgate serve`; spans go to a sink that accepts them unless `embedded` (a
+    closed port would make every shutdown wait on export retries)."""
+    with ExitStack() as stack:
+        sink = None if embedded else stack.enter_context(serving(span_sink()))
+        yield stack.enter_context(_serve(database_url, sink, env))
+
+
+@contextmanager
+def _serve(database_url: str, otlp: str | None, env: dict[str, str]):
     port = closed_port()
     proc = subprocess.Popen(
         [
@@ -40,7 +48,7 @@ def specgate_serve(database_url: str, *, embedded: bool = False, **env: str):
             str(port),
             "--database-url",
             database_url,
-            *([] if embedded else ["--otlp-endpoint", f"http://127.0.0.1:{closed_port()}"]),
+            *([] if otlp is None else ["--otlp-endpoint", otlp]),
         ],
         env={**os.environ, "SPECGATE_SECRET_KEY": SECRET, **env},
         stdout=subprocess.DEVNULL,
