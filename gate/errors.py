@@ -21,6 +21,25 @@ class BadRequest(GateError):
     code = "invalid_request"
 
 
+class InvalidPolicy(BadRequest):
+    """A gate policy out of range or malformed."""
+
+    status_code = 422
+    code = "invalid_policy"
+
+
+class InputMissing(BadRequest):
+    """An input file named on the command line is missing or unreadable."""
+
+    code = "input_missing"
+
+
+class InputMalformed(BadRequest):
+    """An input file is not in the format it should be (bad JSON, YAML or field)."""
+
+    code = "input_malformed"
+
+
 class Unauthorized(GateError):
     status_code = 401
     code = "unauthorized"
@@ -58,6 +77,19 @@ class ConfigError(GateError):
 
     status_code = 500
     code = "config_error"
+
+
+class SchemaMissing(ConfigError):
+    """The database has no schema, or an older one: `specgate db upgrade` fixes it."""
+
+    code = "schema_missing"
+
+
+class NotCommitted(GateError):
+    """The endpoint's work was done but its commit failed: nothing was applied or published."""
+
+    status_code = 503
+    code = "not_committed"
 
 
 class DatabaseUnavailable(GateError):

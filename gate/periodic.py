@@ -79,13 +79,16 @@ def scrape(sessions: sessionmaker[Session], timeout_s: float = 5.0) -> int:
         return sum(scrape_routes(sessions, client).values())
 
 
-def purge(settings: Settings) -> int:
-    """Purge captured content and old spans past their retention; return rows touched."""
+def purge(settings: Settings, sessions: sessionmaker[Session]) -> int:
+    """Purge captured content, old spans and idempotency keys; return rows touched."""
     from collectors.retention import run_purge
     from collectors.settings import load_collector_settings
+    from gate.api.idempotency import purge_keys
 
     result = run_purge(settings, load_collector_settings())
-    return sum(value for value in vars(result).values() if isinstance(value, int))
+    with sessions() as session, session.begin():
+        keys = purge_keys(session, max_age_s=settings.idempotency_key_max_age_s)
+    return keys + sum(value for value in vars(result).values() if isinstance(value, int))
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,7 @@ def jobs(
             lambda: sweep_pairs(sessions, enqueue, settings),
         ),
         Job("scrape", settings.scrape_interval_s, lambda: scrape(sessions)),
-        Job("purge", settings.purge_interval_s, lambda: purge(settings)),
+        Job("purge", settings.purge_interval_s, lambda: purge(settings, sessions)),
     ]
 
 

@@ -34,6 +34,10 @@ class Settings(BaseSettings):
     capture_content: bool = True
     capture_max_chars: int = Field(8192, ge=0)
     request_body_max_bytes: int = Field(1_048_576, gt=0)
+    # The control API's bodies (routes, rollouts, policies, feedback) are small.
+    control_body_max_bytes: int = Field(262_144, gt=0)
+    # A retry with the same Idempotency-Key replays the first answer for this long.
+    idempotency_key_max_age_s: float = Field(86_400.0, gt=0)
 
     # Gateway limits.
     gateway_workers: int = Field(1, ge=1)

@@ -19,7 +19,8 @@ CONTROLLER_WATCH = "specgate.controller_watch"
 @specgate_task(GATE_ALL)
 def gate_all_task() -> int:
     """Judge every running rollout once."""
-    return judge_running(sessions(), publisher(runtime_settings()))
+    factory = sessions()
+    return judge_running(factory, publisher(runtime_settings(), factory))
 
 
 @specgate_task(SWEEP_PAIRS)
@@ -44,11 +45,12 @@ def weekly_report_task() -> int:
 
 @specgate_task(PURGE)
 def purge_task() -> int:
-    """Purge content and spans past their retention."""
-    return purge(runtime_settings())
+    """Purge content, spans and idempotency keys past their retention."""
+    return purge(runtime_settings(), sessions())
 
 
 @specgate_task(CONTROLLER_WATCH)
 def controller_watch_task() -> int:
     """Hold running rollouts whose Kubernetes controller stopped checking in."""
-    return watch_controllers(sessions(), publisher(runtime_settings()))
+    factory = sessions()
+    return watch_controllers(factory, publisher(runtime_settings(), factory))

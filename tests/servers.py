@@ -12,6 +12,10 @@ from contextlib import contextmanager, suppress
 from typing import Any
 
 import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 
 @contextmanager
@@ -38,6 +42,15 @@ def serving(app: Any) -> Iterator[str]:
         server.should_exit = True
         thread.join(timeout=10)
         sock.close()
+
+
+def span_sink() -> Starlette:
+    """An OTLP/HTTP endpoint that accepts every export and keeps nothing."""
+
+    async def accept(_request: Request) -> Response:
+        return Response(b"", media_type="application/x-protobuf")
+
+    return Starlette(routes=[Route("/v1/traces", accept, methods=["POST"])])
 
 
 def closed_port() -> int:

@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from gate.cli.exits import NO_SCHEMA
+
 
 def specgate(*args, cwd, env=None):
     return subprocess.run(
@@ -56,7 +58,7 @@ def test_an_unknown_command_is_a_usage_error(fresh_dir):
 
 def test_the_readme_main_command_on_a_fresh_directory(fresh_dir):
     before = specgate("status", cwd=fresh_dir)
-    assert before.returncode == 1 and "run `specgate db upgrade`" in before.stderr
+    assert before.returncode == NO_SCHEMA and "run `specgate db upgrade`" in before.stderr
     upgraded = specgate("db", "upgrade", cwd=fresh_dir)
     assert upgraded.returncode == 0, upgraded.stderr
     assert (fresh_dir / ".specgate" / "specgate.db").exists()

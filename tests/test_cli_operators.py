@@ -9,6 +9,7 @@ import sys
 import httpx
 import pytest
 
+from gate.cli.exits import NO_SCHEMA
 from tests.gate.api.test_processes import specgate_serve
 
 
@@ -89,4 +90,4 @@ def test_serve_refuses_an_unmigrated_store(tmp_path):
     result = run(
         "serve", "--database-url", f"sqlite:///{tmp_path}/empty.db", cwd=tmp_path, check=False
     )
-    assert result.returncode == 1 and "run `specgate db upgrade`" in result.stderr
+    assert result.returncode == NO_SCHEMA and "run `specgate db upgrade`" in result.stderr

@@ -6,12 +6,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from gate.errors import Forbidden, Unauthorized
+from gate.db.engine import db_reason
+from gate.errors import Forbidden, NotCommitted, Unauthorized
 from gate.keys.service import Principal, Scope, authenticate
 from gate.routing.pubsub import Publisher
+from gate.routing.sync import RoutingState
 from gate.settings import Settings
 
 
@@ -22,6 +26,8 @@ class Services:
     settings: Settings
     sessions: sessionmaker[Session]
     publisher: Publisher | None
+    # The gateway's routing state, when the control API runs inside a gateway.
+    routing: RoutingState | None = None
 
 
 def services(request: Request) -> Services:
@@ -32,20 +38,42 @@ def services(request: Request) -> Services:
 
 def session(request: Request) -> Iterator[Session]:
     """Open a session; commit when the endpoint succeeds, roll back when it raises."""
-    with services(request).sessions() as db, db.begin():
-        yield db
+    with services(request).sessions() as db:
+        transaction = db.begin()
+        try:
+            yield db
+        except BaseException:
+            transaction.rollback()
+            raise
+        try:
+            transaction.commit()
+        except SQLAlchemyError as exc:
+            raise NotCommitted(
+                f"the change was not committed ({db_reason(exc)}); read the state back before"
+                " retrying"
+            ) from exc
 
 
-SessionDep = Annotated[Session, Depends(session)]
+# scope="function": the commit runs when the endpoint returns, before the response is
+# sent, so a 2xx is a committed change and a failed commit is an error answer.
+SessionDep = Annotated[Session, Depends(session, scope="function")]
 ServicesDep = Annotated[Services, Depends(services)]
 
 
-def require(scope: Scope) -> Callable[[Request, Session], Principal]:
+# Declares the bearer scheme in the OpenAPI; `check` reads the header itself, so every
+# refusal is the same problem document with WWW-Authenticate.
+BearerDep = Annotated[
+    HTTPAuthorizationCredentials | None,
+    Security(HTTPBearer(auto_error=False, description="An API key: `specgate keys create`.")),
+]
+
+
+def require(scope: Scope) -> Callable[..., Principal]:
     """Return a dependency that admits keys holding `scope` (or a higher one)."""
 
-    def check(request: Request, db: SessionDep) -> Principal:
+    def check(request: Request, db: SessionDep, _: BearerDep) -> Principal:
         header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
+        scheme, _sep, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise Unauthorized("send an API key as 'Authorization: Bearer <key>'")
         secret = services(request).settings.secret_key.get_secret_value()

@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Annotated, Any, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from gate.db.enums import Cohort, Decision, GenerationStatus, PairState, RolloutMode, RolloutState
 
 T = TypeVar("T")
+
+
+_NUMBER = re.compile(r"[-+]?\d+(\.\d*)?([eE][-+]?\d+)?")
+
+
+def _iso_only(value: object) -> object:
+    # Pydantic reads a bare number as a Unix time; the OpenAPI promises ISO 8601 only.
+    if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
+        raise ValueError("give an ISO 8601 time, e.g. 2026-11-24T19:00:00Z")
+    return value
+
+
+IsoTime = Annotated[datetime, BeforeValidator(_iso_only)]
 
 
 class Out(BaseModel):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 import typer
 
 from gate import logs
@@ -22,7 +20,7 @@ from gate.cli import (
     status,
     worker,
 )
-from gate.errors import GateError
+from gate.cli.exits import run_cli
 
 app = typer.Typer(
     name="specgate",
@@ -59,9 +57,5 @@ app.add_typer(report.app, name="report", help="Write regression reports.")
 
 
 def main() -> None:
-    """Run the CLI; user-facing errors become one line on stderr and exit code 1."""
-    try:
-        app()
-    except GateError as exc:
-        print(f"specgate: error: {exc.message}", file=sys.stderr)
-        sys.exit(1)
+    """Run the CLI; every error is one line on stderr with its exit code (gate.cli.exits)."""
+    run_cli(app)

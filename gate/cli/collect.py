@@ -60,7 +60,7 @@ def collect(
     # The periodic work (pair deadlines, the gate, retention) runs once, in this process.
     sessions = session_factory(engine_from_settings(settings))
     enqueue = evaluation_queue(settings, sessions)
-    stop_periodic = start_without_broker(settings, sessions, publisher(settings), enqueue)
+    stop_periodic = start_without_broker(settings, sessions, publisher(settings, sessions), enqueue)
     typer.echo(f"specgate collect: listening on http://{host}:{port}/v1/traces ({count} worker(s))")
     factory: Callable[[], FastAPI] = partial(collector_app, settings, collector)
     if count > 1:

@@ -5,12 +5,17 @@ from __future__ import annotations
 import getpass
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
-from sqlalchemy.orm import Session
+import yaml
+from sqlalchemy.orm import Session, sessionmaker
 
+from gate.db import migrate
 from gate.db.engine import engine_from_settings, session_factory
+from gate.errors import InputMalformed, InputMissing
+from gate.routing.deployment import DeploymentId
 from gate.routing.pubsub import Publisher, RedisPublisher
 from gate.settings import Settings, load_settings
 
@@ -36,14 +41,38 @@ def cli_actor() -> str:
     return f"cli:{getpass.getuser()}"
 
 
-def publisher(settings: Settings) -> Publisher | None:
+def publisher(settings: Settings, db: Session | sessionmaker[Session]) -> Publisher | None:
     """Publish routing changes on Redis when configured (gateways also poll the DB)."""
-    return RedisPublisher(settings.redis_url) if settings.redis_url else None
+    if not settings.redis_url:
+        return None
+    # The identity is read on a session of its own: publishing runs inside `db`'s commit.
+    sessions = sessionmaker(db.get_bind()) if isinstance(db, Session) else db
+    return RedisPublisher(settings.redis_url, deployment=DeploymentId(sessions))
+
+
+def read_input(path: Path, what: str) -> str:
+    """Return an input file's text; a missing or unreadable one is `InputMissing`."""
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise InputMissing(f"cannot read {what} {path}: {reason}") from None
+
+
+def read_yaml(path: Path, what: str) -> Any:
+    """Return an input file's YAML; bad YAML is `InputMalformed`, naming the line."""
+    try:
+        return yaml.safe_load(read_input(path, what))
+    except yaml.YAMLError as exc:
+        raise InputMalformed(
+            f"{what} {path} is not valid YAML: {' '.join(str(exc).split())}"
+        ) from None
 
 
 @contextmanager
 def transaction(settings: Settings) -> Iterator[Session]:
-    """One committed transaction against the configured database."""
+    """One committed transaction against the configured database, at the newest schema."""
+    migrate.require_current(settings.resolved_database_url())
     engine = engine_from_settings(settings)
     try:
         with session_factory(engine)() as session, session.begin():

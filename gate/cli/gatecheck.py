@@ -97,7 +97,7 @@ def _look(settings: Settings, rollout_id: int, as_json: bool, *, judge: bool = T
             decision = STATE_CODES.get(rollout.state, Decision.CONTINUE)
             _say(f"rollout {rollout_id} is {rollout.state.value}", None, as_json, decision)
             return decision
-        verdict = run_gate(db, rollout_id=rollout_id, publisher=publisher(settings))
+        verdict = run_gate(db, rollout_id=rollout_id, publisher=publisher(settings, db))
         _say(f"rollout {rollout_id} stage {verdict.stage}", verdict, as_json, verdict.decision)
         return verdict.decision
 

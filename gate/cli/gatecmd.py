@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from gate.cli.common import read_input
 from gate.db.enums import RolloutMode
 from gate.errors import ConfigError
 from gate.stats.engine import Code
@@ -33,14 +34,14 @@ SCENARIOS: dict[str, tuple[Scenario, int]] = {
 }
 
 
+def _open_share(value: float) -> float:
+    if not 0.0 < value < 1.0:
+        raise typer.BadParameter(f"{value:g} is not strictly between 0 and 1")
+    return value
+
+
 def _policy(path: Path | None) -> Policy:
-    if path is None:
-        return Policy()
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read policy {path}: {exc.strerror}") from exc
-    return load_policy(text)
+    return Policy() if path is None else load_policy(read_input(path, "policy"))
 
 
 @app.command("replay")
@@ -52,7 +53,12 @@ def replay_command(
     every: Annotated[int, typer.Option("--every", min=1, help="Look every N pairs.")] = 100,
     mode: Annotated[RolloutMode, typer.Option("--mode")] = RolloutMode.SHADOW,
     candidate_share: Annotated[
-        float, typer.Option("--candidate-share", help="Canary: the candidate's share.")
+        float,
+        typer.Option(
+            "--candidate-share",
+            callback=_open_share,
+            help="Canary: the candidate's share, strictly between 0 and 1.",
+        ),
     ] = 0.5,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
@@ -101,7 +107,8 @@ def simulate_command(
     seed: Annotated[int, typer.Option("--seed")] = 0,
     policy: Annotated[Path | None, typer.Option("--policy")] = None,
     kayenta_every: Annotated[
-        int, typer.Option("--kayenta-every", help="A/A only: Kayenta judge looks (0: off).")
+        int,
+        typer.Option("--kayenta-every", min=0, help="A/A only: Kayenta judge looks (0: off)."),
     ] = 100,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:

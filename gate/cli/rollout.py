@@ -6,18 +6,24 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-import yaml
 from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy import select
 
-from gate.cli.common import DatabaseOption, cli_actor, publisher, settings_with, transaction
+from gate.cli.common import (
+    DatabaseOption,
+    cli_actor,
+    publisher,
+    read_yaml,
+    settings_with,
+    transaction,
+)
 from gate.cli.controller import controller
 from gate.cli.routes_launch import launch
 from gate.db.enums import RolloutMode, RouteRole
 from gate.db.models import Rollout, Route
-from gate.errors import BadRequest, Conflict
+from gate.errors import BadRequest, Conflict, InputMalformed
 from gate.rollouts import repository, routes, service
 from gate.rollouts.exposure import exposure_of, percent
 from gate.rollouts.schemas import RolloutIn, RouteAuth, RouteIn
@@ -133,7 +139,7 @@ def create(
     ] = 0.1,
     policy: Annotated[
         Path | None,
-        typer.Option(help="Policy YAML file (its `stages` set the ramp).", exists=True),
+        typer.Option(help="Policy YAML file (its `stages` set the ramp)."),
     ] = None,
     exists_ok: Annotated[
         bool,
@@ -146,9 +152,9 @@ def create(
     database_url: DatabaseOption = None,
 ) -> None:
     """Create a pending rollout."""
-    loaded = yaml.safe_load(policy.read_text()) if policy else {}
+    loaded = read_yaml(policy, "policy file") if policy else {}
     if not isinstance(loaded, dict):
-        raise BadRequest(f"policy file {policy} must hold a mapping")
+        raise InputMalformed(f"policy file {policy} must hold a mapping")
     spec = RolloutIn(
         name=name,
         alias=alias,
@@ -236,7 +242,7 @@ def _act(action: Action, rollout_id: int, reason: str, database_url: str | None)
             action=action,
             actor=cli_actor(),
             reason=reason,
-            publisher=publisher(settings),
+            publisher=publisher(settings, db),
         )
         line = _describe(rollout)
     typer.echo(line)

@@ -53,16 +53,16 @@ from typing import Annotated, Any
 
 import httpx
 import typer
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from gate.cli.common import DatabaseOption, cli_actor, settings_with, transaction
+from gate.cli.common import DatabaseOption, cli_actor, read_yaml, settings_with, transaction
 from gate.cli.gatecheck import parse_duration
 from gate.db.enums import RouteRole
-from gate.errors import BadRequest, ConfigError
+from gate.errors import BadRequest, ConfigError, InputMalformed
 from gate.rollouts import routes
 from gate.rollouts.schemas import RouteIn
 from gate.routing.credentials import read_secret
+from gate.stats.policy import summary
 
 VLLM_INSTALL = "pip install 'specgate[vllm]'"
 STOP_GRACE_S = 30.0
@@ -122,14 +122,11 @@ class RouteFile(_Strict):
 
 def load_route_file(path: Path) -> RouteFile:
     """Read and validate a route file."""
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise BadRequest(f"route file {path}: {exc}") from None
+    data = read_yaml(path, "route file")
     try:
         return RouteFile.model_validate(data)
     except ValidationError as exc:
-        raise BadRequest(f"route file {path}: {exc}") from None
+        raise InputMalformed(f"route file {path}: {summary(exc)}") from None
 
 
 def vllm_args(routes: RouteFile, role: RouteRole, otlp_endpoint: str | None) -> list[str]:
@@ -325,8 +322,6 @@ def launch(
             "-f",
             help="Route file (YAML): alias, baseline and candidate with name, model, port, "
             "speculative_config.",
-            exists=True,
-            dir_okay=False,
         ),
     ],
     otlp_traces_endpoint: Annotated[

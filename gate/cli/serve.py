@@ -11,7 +11,6 @@ import uvicorn
 from gate import logs
 from gate.cli.common import DatabaseOption, settings_with
 from gate.db import migrate
-from gate.errors import ConfigError
 from gate.telemetry.prometheus import use_multiprocess_mode
 
 
@@ -29,10 +28,7 @@ def serve(
     """Run the OpenAI-compatible gateway (shadow mirror / canary with fallback)."""
     settings = settings_with(database_url)
     url = settings.resolved_database_url()
-    if migrate.current_revision(url) != migrate.head_revision():
-        raise ConfigError(
-            f"database {migrate.describe(url)} is not migrated; run `specgate db upgrade`"
-        )
+    migrate.require_current(url)
     # Children read their settings from the environment: pass the CLI's choices on.
     os.environ["SPECGATE_DATABASE_URL"] = url
     if otlp_endpoint:

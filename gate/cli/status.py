@@ -9,7 +9,6 @@ from rich.table import Table
 from gate.cli.common import DatabaseOption, settings_with
 from gate.db import migrate
 from gate.db.engine import make_engine, session_factory
-from gate.errors import ConfigError
 from gate.health import redis_health
 from gate.settings import Settings
 from gate.status import store_status, unsandboxed_evaluations
@@ -19,11 +18,7 @@ def status(database_url: DatabaseOption = None) -> None:
     """Show the schema revision, rollouts by state and row counts of the store."""
     settings = settings_with(database_url)
     url = settings.resolved_database_url()
-    revision = migrate.current_revision(url)
-    if revision is None:
-        raise ConfigError(
-            f"database {migrate.describe(url)} has no schema yet; run `specgate db upgrade`"
-        )
+    revision = migrate.require_current(url)
     engine = make_engine(url)
     with session_factory(engine)() as session:
         summary = store_status(session, max_requeues=settings.pair_requeue_max)

@@ -80,9 +80,15 @@ def check_connection(engine: Engine) -> None:
         with engine.connect() as connection:
             connection.execute(text("SELECT 1"))
     except DBAPIError as exc:
-        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
         url = engine.url.render_as_string(hide_password=True)
-        raise DatabaseUnavailable(f"cannot reach database {url}: {reason}") from None
+        raise DatabaseUnavailable(f"cannot reach database {url}: {db_reason(exc)}") from None
+
+
+def db_reason(exc: BaseException) -> str:
+    """Return the first line of the driver's message (SQLAlchemy appends SQL and a link)."""
+    orig = getattr(exc, "orig", None)
+    lines = str(orig if orig is not None else exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
 
 
 def session_factory(engine: Engine) -> sessionmaker[Session]:

@@ -10,6 +10,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 from gate.db.engine import check_connection, make_engine, mask_url, normalise_url
+from gate.errors import SchemaMissing
 
 
 def alembic_config(url: str) -> Config:
@@ -42,6 +43,21 @@ def current_revision(url: str) -> str | None:
             return MigrationContext.configure(connection).get_current_revision()
     finally:
         engine.dispose()
+
+
+def require_current(url: str) -> str:
+    """Return the database's revision; raise `SchemaMissing` unless it is the newest."""
+    revision, head = current_revision(url), head_revision()
+    if revision is None:
+        raise SchemaMissing(
+            f"database {describe(url)} has no schema yet; run `specgate db upgrade`"
+        )
+    if revision != head:
+        raise SchemaMissing(
+            f"database {describe(url)} is at schema {revision}, this specgate needs {head};"
+            " run `specgate db upgrade`"
+        )
+    return revision
 
 
 def head_revision() -> str:

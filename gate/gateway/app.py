@@ -91,12 +91,20 @@ def create_gateway_app(
         data = [{"id": a, "object": "model", "created": 0, "owned_by": "specgate"} for a in aliases]
         return JSONResponse({"object": "list", "data": data})
 
-    @app.get("/metrics")
+    @app.get(
+        "/metrics",
+        response_class=Response,
+        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+    )
     async def metrics_endpoint() -> Response:
         gateway_metrics.stale.set(1 if routing.is_stale() else 0)
+        gateway_metrics.pubsub.set(1 if routing.pubsub_connected else 0)
         for alias, rollout in routing.snapshot.by_alias.items():
             killed = 1 if rollout.state.value == "killed" else 0
-            gateway_metrics.killed.labels(str(rollout.rollout_id), alias).set(killed)
+            labels = (str(rollout.rollout_id), alias)
+            gateway_metrics.killed.labels(*labels).set(killed)
+            gateway_metrics.killed_at.labels(*labels).set(rollout.killed_at)
+            gateway_metrics.verdict_at.labels(*labels).set(rollout.verdict_at)
         body, content_type = exposition(gateway_metrics)
         return Response(body, media_type=content_type)
 
@@ -106,7 +114,11 @@ def create_gateway_app(
 
         @app.get("/healthz")
         async def healthz() -> dict[str, object]:
-            return {"status": "ok", "routing_stale": routing.is_stale()}
+            return {
+                "status": "ok",
+                "routing_stale": routing.is_stale(),
+                "pubsub_connected": routing.pubsub_connected,
+            }
 
     return ProxyDispatch(app)
 

@@ -14,6 +14,7 @@ from gate.api.deps import Services
 from gate.db.engine import engine_from_settings, session_factory
 from gate.errors import ConfigError
 from gate.gateway.app import ProxyDispatch, create_gateway_app
+from gate.routing.deployment import DeploymentId
 from gate.routing.pubsub import LocalBus, Publisher, RedisPublisher, RedisSubscriber, Subscriber
 from gate.routing.sync import RoutingState, db_loader
 from gate.settings import Settings, load_settings
@@ -77,8 +78,12 @@ def build_gateway_app(
     # With Redis, changes reach every gateway process; without it, this process's own
     # control API still reaches its gateway at once, and other processes poll.
     bus = LocalBus()
-    publisher: Publisher = RedisPublisher(settings.redis_url) if settings.redis_url else bus
-    subscriber: Subscriber = RedisSubscriber(settings.redis_url) if settings.redis_url else bus
+    publisher: Publisher = bus
+    subscriber: Subscriber = bus
+    if settings.redis_url:
+        deployment = DeploymentId(factory)
+        publisher = RedisPublisher(settings.redis_url, deployment=deployment)
+        subscriber = RedisSubscriber(settings.redis_url, deployment=deployment)
     routing = RoutingState(
         db_loader(factory, secrets_dir=settings.route_secrets_dir),
         poll_interval_s=settings.state_poll_interval_s,
@@ -93,6 +98,6 @@ def build_gateway_app(
         routing=routing,
         tracer_provider=tracer_provider(settings, exporter),
         own_tracer_provider=True,
-        control=Services(settings=settings, sessions=factory, publisher=publisher),
+        control=Services(settings=settings, sessions=factory, publisher=publisher, routing=routing),
         on_shutdown=closers,
     )

@@ -64,11 +64,31 @@ class GatewayMetrics:
             registry=r,
             multiprocess_mode="max",
         )
+        self.killed_at = Gauge(
+            "specgate_gateway_rollout_killed_at_seconds",
+            "Unix time the rollout was killed (0 when not killed).",
+            ["rollout", "alias"],
+            registry=r,
+            multiprocess_mode="max",
+        )
+        self.verdict_at = Gauge(
+            "specgate_gateway_rollout_verdict_at_seconds",
+            "Unix time of a running rollout's newest verdict (its start before the first).",
+            ["rollout", "alias"],
+            registry=r,
+            multiprocess_mode="max",
+        )
         self.stale = Gauge(
             "specgate_gateway_routing_stale",
             "1 when routing state is stale (baseline only).",
             registry=r,
             multiprocess_mode="max",
+        )
+        self.pubsub = Gauge(
+            "specgate_gateway_pubsub_connected",
+            "1 while routing changes can be pushed over Redis (0: polling only).",
+            registry=r,
+            multiprocess_mode="min",
         )
 
         # Labelled children, looked up once per label set (labels() costs per call).

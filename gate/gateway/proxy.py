@@ -196,7 +196,12 @@ def _schedule_mirrors(gw: Gateway, call: Call, assignment: Assignment) -> None:
 def _mirror(gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort) -> None:
     async def run(waited_s: float) -> None:
         try:
-            await call_route(waited_s)
+            # A kill or hold seen since the request arrived stops a call still queued.
+            plan = gw.routing.current_plan(call.routing.alias, call.routing.rollout_id)
+            if plan.control_slice if cohort is Cohort.CONTROL else plan.mirror:
+                await call_route(waited_s)
+            else:
+                dropped("the rollout stopped mirroring before the call started")
         finally:
             gw.metrics.mirror_inflight.dec()
 

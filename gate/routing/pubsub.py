@@ -5,15 +5,29 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
-from dataclasses import asdict, dataclass
+from collections.abc import AsyncIterator, Callable
+from dataclasses import asdict, dataclass, replace
 from typing import Protocol
 
 import redis
 import redis.asyncio as aioredis
 
-CHANNEL = "specgate:routing"
+CHANNEL_PREFIX = "specgate:routing:"
 log = logging.getLogger(__name__)
+
+
+# A deployment id, or a function that reads it (from the database) when first needed.
+Identity = str | Callable[[], str]
+
+
+def resolve(identity: Identity) -> str:
+    """Return the deployment id, reading it if needed."""
+    return identity if isinstance(identity, str) else identity()
+
+
+def channel_for(deployment: str) -> str:
+    """Return the pub/sub channel of one deployment (Redis channels ignore the DB number)."""
+    return CHANNEL_PREFIX + deployment
 
 
 @dataclass(frozen=True)
@@ -23,6 +37,7 @@ class RoutingChange:
     rollout_id: int | None
     state: str | None = None
     version: int = 0
+    deployment: str = ""
 
     def encode(self) -> str:
         """Return the wire form."""
@@ -33,7 +48,12 @@ class RoutingChange:
         """Parse the wire form; unknown or bad payloads mean 'reload everything'."""
         try:
             data = json.loads(raw)
-            return cls(data.get("rollout_id"), data.get("state"), int(data.get("version", 0)))
+            return cls(
+                data.get("rollout_id"),
+                data.get("state"),
+                int(data.get("version", 0)),
+                str(data.get("deployment", "")),
+            )
         except (ValueError, TypeError, AttributeError):
             return cls(None)
 
@@ -43,50 +63,72 @@ class Publisher(Protocol):
 
 
 class Subscriber(Protocol):
+    connected: bool
+
     def changes(self) -> AsyncIterator[RoutingChange]: ...
 
 
 class RedisPublisher:
     """Publish changes on Redis; a Redis outage is logged, never raised (gateways poll)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, deployment: Identity) -> None:
         self._client = redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
+        self._deployment = deployment
 
     def publish(self, change: RoutingChange) -> None:
-        """Send one change to every subscribed gateway."""
+        """Send one change to every subscribed gateway of this deployment."""
         try:
-            self._client.publish(CHANNEL, change.encode())
-        except redis.RedisError as exc:
-            log.warning("routing_publish_failed error=%s", exc)
+            deployment = resolve(self._deployment)
+            stamped = replace(change, deployment=deployment)
+            self._client.publish(channel_for(deployment), stamped.encode())
+        except Exception as exc:  # Redis or the identity's DB read: gateways poll anyway
+            log.warning("routing_publish_failed error=%s", str(exc).splitlines()[0])
 
 
 class RedisSubscriber:
     """Yield changes from Redis, reconnecting after outages."""
 
-    def __init__(self, url: str, *, retry_s: float = 1.0) -> None:
+    def __init__(self, url: str, *, deployment: Identity, retry_s: float = 1.0) -> None:
         self._url = url
+        self._deployment = deployment
         self._retry_s = retry_s
+        self.connected = False
 
     async def changes(self) -> AsyncIterator[RoutingChange]:
         """Yield changes forever; after a reconnect yield a full reload first."""
         while True:
-            client = aioredis.Redis.from_url(self._url, socket_connect_timeout=1)
             try:
-                async with client.pubsub() as pubsub:
-                    await pubsub.subscribe(CHANNEL)
-                    yield RoutingChange(None)
-                    async for message in pubsub.listen():
-                        if message.get("type") == "message":
-                            yield RoutingChange.decode(message["data"])
-            except (redis.RedisError, OSError) as exc:
-                log.warning("routing_subscribe_failed error=%s", exc)
+                deployment = await asyncio.to_thread(resolve, self._deployment)
+                async for change in self._subscribe(deployment):
+                    yield change
+            except Exception as exc:  # Redis down, or the identity's DB read failed: retry
+                log.warning("routing_subscribe_failed error=%s", str(exc).splitlines()[0])
             finally:
-                await client.aclose()
+                self.connected = False
             await asyncio.sleep(self._retry_s)
+
+    async def _subscribe(self, deployment: str) -> AsyncIterator[RoutingChange]:
+        client = aioredis.Redis.from_url(self._url, socket_connect_timeout=1)
+        try:
+            async with client.pubsub() as pubsub:
+                await pubsub.subscribe(channel_for(deployment))
+                self.connected = True
+                yield RoutingChange(None)
+                async for message in pubsub.listen():
+                    if message.get("type") != "message":
+                        continue
+                    change = RoutingChange.decode(message["data"])
+                    # Another deployment's message on a shared server is not ours to apply.
+                    if change.deployment == deployment:
+                        yield change
+        finally:
+            await client.aclose()
 
 
 class LocalBus:
     """In-process publisher and subscriber, for the embedded default and tests."""
+
+    connected = True  # in-process: nothing to lose
 
     def __init__(self) -> None:
         self._queues: list[tuple[asyncio.AbstractEventLoop, asyncio.Queue[RoutingChange]]] = []

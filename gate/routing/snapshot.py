@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import time
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, joinedload
 
 from gate.db.enums import RolloutMode, RolloutState
-from gate.db.models import Rollout, Route
+from gate.db.models import Rollout, Route, Verdict
+from gate.errors import InvalidPolicy
 from gate.rollouts.service import stages
-from gate.rollouts.states import RoutingPlan, routing_plan
+from gate.rollouts.states import BASELINE_ONLY, RoutingPlan, routing_plan
 from gate.routing.credentials import DEFAULT_SECRETS_DIR, route_headers
+
+log = logging.getLogger(__name__)
 
 # Rollouts the gateway still routes for; finished-and-killed ones keep their alias alive
 # on the baseline until a newer rollout takes the alias.
@@ -50,6 +56,10 @@ class RolloutRouting:
     baseline: RouteTarget
     candidate: RouteTarget
     plan: RoutingPlan
+    # Unix times for alerts: when it was killed (0: not killed) and when the gate last
+    # judged it (its start until the first verdict; 0: not running).
+    killed_at: float = 0.0
+    verdict_at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -64,8 +74,13 @@ class RoutingSnapshot:
         by_alias = dict(self.by_alias)
         for alias, routing in self.by_alias.items():
             if routing.rollout_id == rollout_id and routing.version <= version:
+                killed_at = time.time() if state is RolloutState.KILLED else 0.0
                 by_alias[alias] = replace(
-                    routing, state=state, version=version, plan=routing_plan(state, routing.mode)
+                    routing,
+                    state=state,
+                    version=version,
+                    plan=routing_plan(state, routing.mode),
+                    killed_at=killed_at,
                 )
         return replace(self, by_alias=by_alias)
 
@@ -109,12 +124,36 @@ def load_snapshot(
     for rollout in session.scalars(statement):
         # Later rows win: the newest rollout owns the alias.
         by_alias[rollout.alias] = _routing(rollout, secrets_dir)
+    judged = _last_verdicts(session, [r.rollout_id for r in by_alias.values() if r.verdict_at])
+    by_alias = {
+        alias: replace(r, verdict_at=judged.get(r.rollout_id, r.verdict_at))
+        for alias, r in by_alias.items()
+    }
     return RoutingSnapshot(by_alias=by_alias, loaded_at=loaded_at)
 
 
+def _last_verdicts(session: Session, rollout_ids: list[int]) -> dict[int, float]:
+    if not rollout_ids:
+        return {}
+    statement = (
+        select(Verdict.rollout_id, func.max(Verdict.created_at))
+        .where(Verdict.rollout_id.in_(rollout_ids))
+        .group_by(Verdict.rollout_id)
+    )
+    return {rollout_id: at.timestamp() for rollout_id, at in session.execute(statement) if at}
+
+
 def _routing(rollout: Rollout, secrets_dir: Path) -> RolloutRouting:
-    ramp = stages(rollout)
-    stage_percent = ramp[min(rollout.stage, len(ramp) - 1)]
+    try:
+        ramp = stages(rollout)
+    except InvalidPolicy as exc:
+        # A row stored before a validation rule existed: baseline only, never a failed load.
+        log.warning("routing_policy_invalid rollout=%s error=%s", rollout.id, exc.message)
+        return replace(_route_with(rollout, 0.0, secrets_dir), plan=BASELINE_ONLY)
+    return _route_with(rollout, ramp[min(rollout.stage, len(ramp) - 1)], secrets_dir)
+
+
+def _route_with(rollout: Rollout, stage_percent: float, secrets_dir: Path) -> RolloutRouting:
     return RolloutRouting(
         rollout_id=rollout.id,
         alias=rollout.alias,
@@ -126,4 +165,11 @@ def _routing(rollout: Rollout, secrets_dir: Path) -> RolloutRouting:
         baseline=target(rollout.baseline_route, secrets_dir),
         candidate=target(rollout.candidate_route, secrets_dir),
         plan=routing_plan(rollout.state, rollout.mode),
+        killed_at=_epoch(rollout.ended_at) if rollout.state is RolloutState.KILLED else 0.0,
+        verdict_at=_epoch(rollout.started_at) if rollout.state is RolloutState.RUNNING else 0.0,
     )
+
+
+def _epoch(at: datetime | None) -> float:
+    # A rollout killed or started before these times were kept still gets a nonzero time.
+    return at.timestamp() if at is not None else 1.0

@@ -18,6 +18,8 @@ from gate.routing.pubsub import RoutingChange, Subscriber
 from gate.routing.snapshot import RolloutRouting, RoutingSnapshot, load_snapshot
 
 log = logging.getLogger(__name__)
+# States a push may apply before the database is read: they only take traffic away.
+_RESTRICTING = frozenset({RolloutState.KILLED.value, RolloutState.HELD.value})
 Clock = Callable[[], float]
 
 
@@ -56,7 +58,11 @@ class RoutingState:
         self._clock = clock
         self._snapshot = RoutingSnapshot()
         self._tasks: list[asyncio.Task[None]] = []
+        # Pushed kills and holds by rollout id, numbered in arrival order.
+        self._pushes = 0
+        self._pushed: dict[int, int] = {}
         self.refresh_failures = 0
+        self.loaded = False
 
     @property
     def snapshot(self) -> RoutingSnapshot:
@@ -67,6 +73,11 @@ class RoutingState:
         """Return the routing of `alias`, or None when no rollout owns it."""
         return self._snapshot.by_alias.get(alias)
 
+    @property
+    def pubsub_connected(self) -> bool:
+        """Whether pushed changes can arrive now (without them, polling carries every change)."""
+        return self._subscriber is None or self._subscriber.connected
+
     def is_stale(self) -> bool:
         """Whether the last good database read is older than the staleness bound."""
         return self._clock() - self._snapshot.loaded_at > self._stale_after_s
@@ -75,26 +86,53 @@ class RoutingState:
         """Return the plan to apply now: baseline only when the state is stale."""
         return BASELINE_ONLY if self.is_stale() else routing.plan
 
+    def current_plan(self, alias: str, rollout_id: int) -> RoutingPlan:
+        """Return the plan for `rollout_id` now (baseline only once another owns `alias`)."""
+        routing = self.lookup(alias)
+        if routing is None or routing.rollout_id != rollout_id:
+            return BASELINE_ONLY
+        return self.plan(routing)
+
     async def refresh(self) -> bool:
         """Reload from the database; keep the old snapshot (aging toward stale) on failure."""
+        pushes_before = self._pushes
         try:
             snapshot = await asyncio.to_thread(self._load)
         except Exception as exc:  # any DB failure: degrade, never crash the gateway
             self.refresh_failures += 1
             log.warning("routing_refresh_failed error=%s", str(exc).splitlines()[0])
             return False
-        # A pub/sub change applied while the read was in flight must not be undone.
-        self._snapshot = _keep_newer(snapshot, self._snapshot)
+        self._snapshot = self._merge(snapshot, pushes_before)
+        self.loaded = True
         return True
 
     def apply(self, change: RoutingChange) -> None:
-        """Apply a published state change at once (the full reload follows)."""
-        if change.rollout_id is not None and change.state is not None:
-            try:
-                state = RolloutState(change.state)
-            except ValueError:
-                return
-            self._snapshot = self._snapshot.with_state(change.rollout_id, state, change.version)
+        """Apply a pushed kill or hold at once; other pushes wait for the reload that follows.
+
+        The database is the authority: a push can take traffic away before the next read,
+        never bring it back (a resume or start is seen when the database is read).
+        """
+        if change.rollout_id is None or change.state not in _RESTRICTING:
+            return
+        before = self._snapshot
+        self._snapshot = before.with_state(
+            change.rollout_id, RolloutState(change.state), change.version
+        )
+        if self._snapshot != before:
+            self._pushes += 1
+            self._pushed[change.rollout_id] = self._pushes
+
+    def _merge(self, loaded: RoutingSnapshot, pushes_before: int) -> RoutingSnapshot:
+        """Take the database's state, except a push applied after that read began."""
+        later = {rid for rid, seq in self._pushed.items() if seq > pushes_before}
+        self._pushed = {rid: seq for rid, seq in self._pushed.items() if rid in later}
+        by_alias = dict(loaded.by_alias)
+        for alias, routing in self._snapshot.by_alias.items():
+            fresh = by_alias.get(alias)
+            if routing.rollout_id in later and fresh and fresh.rollout_id == routing.rollout_id:
+                # The read may predate the kill: a slow poll must not undo it.
+                by_alias[alias] = routing if fresh.state.value not in _RESTRICTING else fresh
+        return RoutingSnapshot(by_alias=by_alias, loaded_at=loaded.loaded_at)
 
     async def start(self) -> None:
         """Load once, then keep polling and listening in background tasks."""
@@ -121,13 +159,3 @@ class RoutingState:
         async for change in subscriber.changes():
             self.apply(change)
             await self.refresh()
-
-
-def _keep_newer(loaded: RoutingSnapshot, current: RoutingSnapshot) -> RoutingSnapshot:
-    by_alias = dict(loaded.by_alias)
-    for alias, routing in current.by_alias.items():
-        fresh = by_alias.get(alias)
-        newer = fresh is not None and fresh.rollout_id == routing.rollout_id
-        if newer and fresh is not None and routing.version > fresh.version:
-            by_alias[alias] = routing
-    return RoutingSnapshot(by_alias=by_alias, loaded_at=loaded.loaded_at)

@@ -17,18 +17,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from gate.errors import BadRequest
+from gate.errors import InvalidPolicy
 
 ALL = "all"
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # NaN and infinity pass range checks in odd ways (NaN fails every one, inf passes `ge`).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+Share = Annotated[float, Field(ge=0.0, le=1.0)]
+SegmentName = Annotated[str, Field(pattern=r"^[a-z0-9_.:-]{1,64}$")]
 
 
 class Primary(_Model):
@@ -90,7 +95,7 @@ class AcceptanceGuardrail(_Model):
 
     enabled: bool = True
     floor: float = Field(0.2, ge=0.0, lt=1.0)
-    segment_floors: dict[str, float] = Field(default_factory=dict)
+    segment_floors: dict[SegmentName, Share] = Field(default_factory=dict)
     collapse_ratio: float = Field(0.5, gt=0.0, lt=1.0)
     collapse_horizon: int = Field(1_000_000, ge=1)
 
@@ -119,9 +124,11 @@ class Policy(_Model):
     alpha_promote: float = Field(0.025, gt=0.0, lt=0.5)
     primary: Primary = Primary()
     guardrails: Guardrails = Guardrails()
-    segments: list[str] = Field(default_factory=lambda: ["code", "json", "rag", "chat", "creative"])
+    segments: list[SegmentName] = Field(
+        default_factory=lambda: ["code", "json", "rag", "chat", "creative"], min_length=1
+    )
     segment_margin_factor: float = Field(2.5, ge=1.0)
-    stages: list[float] = Field(default_factory=lambda: [1.0, 5.0, 25.0, 100.0])
+    stages: list[float] = Field(default_factory=lambda: [1.0, 5.0, 25.0, 100.0], min_length=1)
     min_pairs: int = Field(1000, ge=1)
     min_duration_s: float = Field(1800.0, ge=0.0)
     warmup_pairs: int = Field(200, ge=1)
@@ -137,8 +144,12 @@ class Policy(_Model):
     def _check(self) -> Policy:
         if ALL in self.segments or len(set(self.segments)) != len(self.segments):
             raise ValueError(f"segments must be unique and must not include {ALL!r}")
-        if sorted(self.stages) != self.stages or not 0 < self.stages[0] <= self.stages[-1] <= 100:
-            raise ValueError("stages must rise within (0, 100] percent")
+        rising = all(a < b for a, b in zip(self.stages, self.stages[1:], strict=False))
+        if not rising or not 0 < self.stages[0] <= self.stages[-1] <= 100:
+            raise ValueError("stages must rise strictly within (0, 100] percent")
+        unknown = set(self.guardrails.acceptance.segment_floors) - set(self.segments)
+        if unknown:
+            raise ValueError(f"segment_floors name undeclared segments: {sorted(unknown)}")
         return self
 
     def kill_slots(self, evaluators_seen: int = 0) -> int:
@@ -172,11 +183,27 @@ def log_ratio(relative: float) -> float:
 
 def load_policy(source: str | Mapping[str, Any] | None) -> Policy:
     """Build a policy from YAML text or a mapping; None or empty gives the defaults."""
-    data: Any = yaml.safe_load(source) if isinstance(source, str) else source
     try:
+        data: Any = yaml.safe_load(source) if isinstance(source, str) else source
         return Policy.model_validate(data or {})
+    except yaml.YAMLError as exc:
+        raise InvalidPolicy(f"invalid gate policy: not YAML ({_one_line(exc)})") from None
     except ValidationError as exc:
-        raise BadRequest(f"invalid gate policy: {exc}") from exc
+        raise InvalidPolicy(f"invalid gate policy: {summary(exc)}") from None
+
+
+def summary(exc: ValidationError) -> str:
+    """Return every error on one line: `where: what; ...`."""
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"])
+        what = str(error["msg"]).removeprefix("Value error, ")
+        parts.append(f"{where}: {what}" if where else what)
+    return "; ".join(parts)
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())
 
 
 DEFAULT_POLICY_YAML = """\

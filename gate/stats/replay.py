@@ -44,7 +44,7 @@ import numpy as np
 import orjson
 
 from gate.db.enums import Decision, GenerationStatus, RolloutMode
-from gate.errors import BadRequest
+from gate.errors import BadRequest, InputMalformed, InputMissing
 from gate.stats.cumulative import PairColumns, at_look, looks_every, to_stats
 from gate.stats.engine import Code, evaluate
 from gate.stats.policy import Policy
@@ -69,21 +69,34 @@ class ReplayResult:
 
 
 def read_pairs(path: Path) -> list[Record]:
-    """Parse a pair JSONL file into records; a malformed line is a `BadRequest`."""
+    """Parse a pair JSONL file into records; a malformed line is `InputMalformed`."""
     records = []
-    with path.open("rb") as handle:
+    try:
+        handle = path.open("rb")
+    except OSError as exc:
+        raise InputMissing(f"cannot read pairs {path}: {exc.strerror}") from None
+    with handle:
         for number, line in enumerate(handle, start=1):
             if line.strip():
                 try:
                     records.append(orjson.loads(line))
                 except orjson.JSONDecodeError as exc:
-                    raise BadRequest(f"{path}:{number}: not JSON: {exc}") from exc
+                    raise InputMalformed(f"{path}:{number}: not JSON: {exc}") from None
     return records
 
 
 def _seconds(value: Any) -> float:
     if isinstance(value, str):
         return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    return float(value)
+
+
+def _seconds_or_none(side: Record, key: str) -> float | None:
+    value = side.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{key} is not a number: {value!r}")
     return float(value)
 
 
@@ -116,9 +129,8 @@ class _Builder:
             dropped = dropped or status is GenerationStatus.DROPPED
             rows["failed"].append(status in FAILED)
             # None becomes NaN in the float arrays; failed sides are blanked afterwards.
-            rows["ttft"].append(side.get("ttft_s"))
-            rows["tpot"].append(side.get("tpot_s"))
-            rows["e2e"].append(side.get("e2e_s"))
+            for key in ("ttft", "tpot", "e2e"):
+                rows[key].append(_seconds_or_none(side, f"{key}_s"))
             thumbs = side.get("feedback")
             rows["feedback"].append(None if thumbs is None else float(thumbs < 0))
             for name, passed in side.get("evals", {}).items():
@@ -168,7 +180,7 @@ def columns(records: Sequence[Record], policy: Policy, mode: RolloutMode) -> Pai
         try:
             builder.add(n, record)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise BadRequest(
+            raise InputMalformed(
                 f"pair {n + 1}: not a pair record ({type(exc).__name__}: {exc})"
             ) from exc
     return builder.columns()
@@ -189,7 +201,7 @@ def fold_order(records: list[Record]) -> list[Record]:
         try:
             keys.append(_order_key(record))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise BadRequest(
+            raise InputMalformed(
                 f"pair {n + 1}: not a pair record ({type(exc).__name__}: {exc})"
             ) from exc
     if all(a <= b for a, b in pairwise(keys)):

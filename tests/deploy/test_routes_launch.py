@@ -23,6 +23,7 @@ from sqlalchemy import select
 from typer.testing import CliRunner
 
 from gate.cli import app
+from gate.cli.exits import DATA_ERROR
 from gate.db.engine import make_engine, session_factory
 from gate.db.enums import RouteRole
 from gate.db.models import Route
@@ -107,13 +108,13 @@ def test_without_vllm_it_says_how_to_install_it(sqlite_url):
     assert len(lines) == 1 and "pip install 'specgate[vllm]'" in lines[0], result.stderr
 
 
-def test_a_bad_route_file_is_one_line_and_exit_1(tmp_path, sqlite_url):
+def test_a_bad_route_file_is_one_line_and_a_data_error(tmp_path, sqlite_url):
     path = route_file(tmp_path, "http://127.0.0.1:1/v1", "http://127.0.0.1:2/v1")
     data = yaml.safe_load(path.read_text())
     data["baseline"]["speculative_config"] = {"method": "ngram"}
     path.write_text(yaml.safe_dump(data))
     result = specgate("routes", "launch", "-f", str(path), "--dry-run")
-    assert result.returncode == 1
+    assert result.returncode == DATA_ERROR
     assert "the baseline must not have a speculative_config" in result.stderr
 
 

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from gate.cli.exits import FAILURE, UNAVAILABLE
 from gate.db.engine import check_connection, make_engine, mask_url, normalise_url
 from gate.errors import ConfigError, DatabaseUnavailable
 
@@ -43,9 +44,13 @@ def test_unreachable_database_names_the_masked_url():
 
 
 @pytest.mark.parametrize(
-    "url", ["postgresql://bob:hunter2@127.0.0.1:1/x", "postgresql+nosuch://bob:hunter2@h/x"]
+    ("url", "code"),
+    [
+        ("postgresql://bob:hunter2@127.0.0.1:1/x", UNAVAILABLE),
+        ("postgresql+nosuch://bob:hunter2@h/x", FAILURE),
+    ],
 )
-def test_cli_prints_one_line_and_no_traceback(tmp_path, url):
+def test_cli_prints_one_line_and_no_traceback(tmp_path, url, code):
     result = subprocess.run(
         [sys.executable, "-m", "gate", "status", "--database-url", url],
         capture_output=True,
@@ -54,7 +59,7 @@ def test_cli_prints_one_line_and_no_traceback(tmp_path, url):
         env={**os.environ, "NO_COLOR": "1"},
         timeout=60,
     )
-    assert result.returncode == 1
+    assert result.returncode == code
     assert result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith("specgate: error:")
     assert "hunter2" not in result.stderr and "Traceback" not in result.stderr

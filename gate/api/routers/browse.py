@@ -12,7 +12,7 @@ from fastapi import APIRouter, Query
 from sqlalchemy import Select, select
 
 from gate.api.deps import Reader, SessionDep
-from gate.api.schemas import GenerationOut, Page, PairOut
+from gate.api.schemas import GenerationOut, IsoTime, Page, PairOut
 from gate.db.enums import Cohort, GenerationStatus, PairState
 from gate.db.models import Generation, Pair
 from gate.errors import BadRequest
@@ -41,8 +41,8 @@ def generations(
     cohort: Cohort | None = None,
     status: GenerationStatus | None = None,
     segment: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
+    since: IsoTime | None = None,
+    until: IsoTime | None = None,
     cursor: str | None = None,
     limit: Limit = 100,
 ) -> Page[GenerationOut]:

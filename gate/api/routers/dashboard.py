@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
 from gate.api.deps import Reader, SessionDep
+from gate.api.schemas import IsoTime
 from gate.db.base import utcnow
 from gate.errors import BadRequest
 from gate.reports import dashboard
@@ -30,7 +31,7 @@ def rollout_series(
     db: SessionDep,
     _: Reader,
     hours: Annotated[float, Query(gt=0, le=MAX_WINDOW.days * 24)] = 24,
-    until: datetime | None = None,
+    until: IsoTime | None = None,
 ) -> dashboard.RolloutDashboard:
     """Latency, acceptance, pass rates, failures and verdicts over the last `hours`."""
     service.get_rollout(db, rollout_id=rollout_id)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from sqlalchemy import select
 
 from gate.api.deps import Admin, Operator, Reader, ServicesDep, SessionDep, require
-from gate.api.idempotency import HEADER, run_once
+from gate.api.idempotency import KeyHeader, run_once
 from gate.api.schemas import (
     AuditOut,
     KillAll,
@@ -26,7 +26,6 @@ from gate.rollouts.states import Action
 from gate.routing import service as routing
 
 router = APIRouter(prefix="/v1", tags=["rollouts"])
-IdempotencyKey = Annotated[str | None, Header(alias=HEADER, description="Retry-safe key.")]
 # Ids are 32-bit columns: larger values are a 422, not a driver overflow.
 RolloutId = Annotated[int, Path(ge=1, le=2**31 - 1)]
 OptionalId = Annotated[int | None, Query(ge=1, le=2**31 - 1)]
@@ -44,13 +43,24 @@ def list_routes(db: SessionDep, _: Reader) -> list[Route]:
     status_code=201,
     responses={200: {"model": RouteOut, "description": "Already registered with this spec."}},
 )
-def create_route(spec: RouteIn, db: SessionDep, who: Admin, response: Response) -> Route:
+def create_route(
+    request: Request,
+    spec: RouteIn,
+    db: SessionDep,
+    who: Admin,
+    response: Response,
+    key: KeyHeader = None,
+) -> dict[str, Any]:
     """Register a route: 201 when created, 200 when the same spec is already there, 409 when
     another spec holds the name."""
-    route, done = routes.register_route(db, spec=spec, actor=who.actor)
-    if done is not routes.Registered.CREATED:
-        response.status_code = 200
-    return route
+
+    def work() -> dict[str, Any]:
+        route, done = routes.register_route(db, spec=spec, actor=who.actor)
+        if done is not routes.Registered.CREATED:
+            response.status_code = 200
+        return RouteOut.model_validate(route).model_dump(mode="json")
+
+    return run_once(db, key=key, actor=who.actor, request=request, body=spec, work=work)
 
 
 @router.delete("/routes/{name}", status_code=204, response_class=Response)
@@ -66,9 +76,16 @@ def list_rollouts(db: SessionDep, _: Reader) -> list[RolloutOut]:
 
 
 @router.post("/rollouts", response_model=RolloutOut, status_code=201)
-def create_rollout(spec: RolloutIn, db: SessionDep, who: Admin) -> RolloutOut:
+def create_rollout(
+    request: Request, spec: RolloutIn, db: SessionDep, who: Admin, key: KeyHeader = None
+) -> dict[str, Any]:
     """Create a pending rollout."""
-    return RolloutOut.model_validate(service.create_rollout(db, spec=spec, actor=who.actor))
+
+    def work() -> dict[str, Any]:
+        rollout = service.create_rollout(db, spec=spec, actor=who.actor)
+        return RolloutOut.model_validate(rollout).model_dump(mode="json")
+
+    return run_once(db, key=key, actor=who.actor, request=request, body=spec, work=work)
 
 
 @router.get("/rollouts/{rollout_id}", response_model=RolloutOut)
@@ -111,10 +128,7 @@ def _act(
         )
         return RolloutOut.model_validate(rollout).model_dump(mode="json")
 
-    raw = body.model_dump_json().encode()
-    answer = run_once(
-        db, key=key, actor=who.actor, method="POST", path=request.url.path, body=raw, work=work
-    )
+    answer = run_once(db, key=key, actor=who.actor, request=request, body=body, work=work)
     return RolloutOut.model_validate(answer)
 
 
@@ -135,7 +149,7 @@ def _register(action: Action, scope: Scope, summary: str) -> None:
         body: Reason,
         db: SessionDep,
         svc: ServicesDep,
-        key: IdempotencyKey = None,
+        key: KeyHeader = None,
         who: Principal = Depends(require(scope)),  # noqa: B008 (FastAPI's dependency idiom)
     ) -> RolloutOut:
         return _act(request, action, rollout_id, body, who, db, svc, key)
@@ -156,11 +170,20 @@ for _action, (_scope, _summary) in ACTIONS.items():
 
 @router.post("/kill", response_model=list[RolloutOut])
 def kill_everything(
-    body: KillAll, db: SessionDep, svc: ServicesDep, who: Operator
-) -> list[RolloutOut]:
+    request: Request,
+    body: KillAll,
+    db: SessionDep,
+    svc: ServicesDep,
+    who: Operator,
+    key: KeyHeader = None,
+) -> list[dict[str, Any]]:
     """Global kill: every rollout to its baseline at once."""
-    killed = routing.kill_all(db, actor=who.actor, reason=body.reason, publisher=svc.publisher)
-    return [RolloutOut.model_validate(r) for r in killed]
+
+    def work() -> list[dict[str, Any]]:
+        killed = routing.kill_all(db, actor=who.actor, reason=body.reason, publisher=svc.publisher)
+        return [RolloutOut.model_validate(r).model_dump(mode="json") for r in killed]
+
+    return run_once(db, key=key, actor=who.actor, request=request, body=body, work=work)
 
 
 @router.get("/rollouts/{rollout_id}/verdicts", response_model=list[VerdictOut])

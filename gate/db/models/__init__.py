@@ -1,7 +1,14 @@
 """Typed models for every table; importing this module registers them all on `Base`."""
 
 from gate.db.base import Base
-from gate.db.models.control import ApiKey, AuditEvent, IdempotencyKey, Rollout, Route
+from gate.db.models.control import (
+    ApiKey,
+    AuditEvent,
+    Deployment,
+    IdempotencyKey,
+    Rollout,
+    Route,
+)
 from gate.db.models.controllers import ControllerKind, ControllerLink
 from gate.db.models.quality import Evaluation, Feedback, GateFold, Report, Verdict
 from gate.db.models.telemetry import EngineSample, Generation, Pair, RequestRecord, SpanRecord
@@ -12,6 +19,7 @@ __all__ = [
     "Base",
     "ControllerKind",
     "ControllerLink",
+    "Deployment",
     "EngineSample",
     "Evaluation",
     "Feedback",

@@ -111,5 +111,14 @@ class IdempotencyKey(Base):
     path: Mapped[str] = mapped_column(String(512))
     request_hash: Mapped[str] = mapped_column(String(64))
     status_code: Mapped[int] = mapped_column(Integer)
-    response: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    response: Mapped[Any] = mapped_column(JSONType, default=dict)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
+
+
+class Deployment(Base):
+    """One row, made by the migrations: the identity routing messages carry."""
+
+    __tablename__ = "deployment"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -12,8 +12,9 @@ from sqlalchemy.orm import sessionmaker
 
 from gate.db.engine import make_engine
 from gate.db.enums import RolloutState
+from gate.db.models import Rollout
 from gate.rollouts import service
-from gate.rollouts.states import Action
+from gate.rollouts.states import BASELINE_ONLY, Action
 from gate.routing import service as routing_service
 from gate.routing.pubsub import RedisPublisher, RedisSubscriber, RoutingChange
 from gate.routing.sync import RoutingState, db_loader
@@ -28,7 +29,7 @@ def gateway_state(factory, *, redis_url, poll_interval_s=30.0):
         db_loader(factory),
         poll_interval_s=poll_interval_s,
         stale_after_s=120,
-        subscriber=RedisSubscriber(redis_url, retry_s=0.2),
+        subscriber=RedisSubscriber(redis_url, deployment="d1", retry_s=0.2),
     )
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
@@ -84,7 +85,7 @@ def test_a_kill_reaches_two_gateways_within_one_second_over_redis(running_rollou
                 action=Action.KILL,
                 actor="key:oncall",
                 reason="bad acceptance",
-                publisher=RedisPublisher(redis_url),
+                publisher=RedisPublisher(redis_url, deployment="d1"),
             )
         killed = time.monotonic()
         seen = wait_for_state([a, b], "r1", RolloutState.KILLED, 1.0)
@@ -106,7 +107,7 @@ def test_with_redis_down_the_kill_arrives_by_polling(running_rollout):
                 action=Action.KILL,
                 actor="key:oncall",
                 reason="redis is down",
-                publisher=RedisPublisher(down),
+                publisher=RedisPublisher(down, deployment="d1"),
             )
         killed = time.monotonic()
         seen = wait_for_state([a, b], "r1", RolloutState.KILLED, 2.0)
@@ -126,3 +127,61 @@ def test_a_stale_message_never_undoes_a_newer_state(running_rollout):
 
 def test_a_garbled_message_means_reload():
     assert RoutingChange.decode(b"\xff not json") == RoutingChange(None)
+
+
+def test_a_pushed_resume_never_moves_a_killed_rollout_back_into_routing(running_rollout):
+    factory, rollout_id = running_rollout
+    with factory() as session, session.begin():
+        service.transition(
+            session, rollout_id=rollout_id, action=Action.KILL, actor="t", reason="t"
+        )
+    state = RoutingState(db_loader(factory), poll_interval_s=30, stale_after_s=120)
+    asyncio.run(state.refresh())
+    version = state.lookup("r1").version
+    state.apply(RoutingChange(rollout_id, "running", version + 5))
+    assert state.lookup("r1").state is RolloutState.KILLED
+    assert state.lookup("r1").killed_at > 0, "alerts read the kill's time from the database"
+
+
+def test_a_read_begun_before_a_pushed_kill_keeps_it_and_a_read_begun_after_replaces_it(
+    running_rollout,
+):
+    factory, rollout_id = running_rollout
+    load = db_loader(factory)
+    read_done, release = threading.Event(), threading.Event()
+
+    def slow_load():
+        snapshot = load()
+        read_done.set()
+        release.wait(10)
+        return snapshot
+
+    state = RoutingState(slow_load, poll_interval_s=30, stale_after_s=120)
+    release.set()
+    asyncio.run(state.refresh())
+    version = state.lookup("r1").version
+
+    async def push_during_a_read() -> None:
+        read_done.clear()
+        release.clear()
+        reading = asyncio.create_task(state.refresh())
+        await asyncio.to_thread(read_done.wait, 10)
+        state.apply(RoutingChange(rollout_id, "killed", version + 1))
+        release.set()
+        await reading
+
+    asyncio.run(push_during_a_read())
+    assert state.lookup("r1").state is RolloutState.KILLED, "a slow read undid the kill"
+    asyncio.run(state.refresh())
+    assert state.lookup("r1").state is RolloutState.RUNNING, "the database is the authority"
+
+
+def test_a_stored_policy_that_no_longer_validates_routes_baseline_only(running_rollout):
+    factory, rollout_id = running_rollout
+    with factory() as session, session.begin():
+        other = factories.rollout(session, name="r2")
+        session.get(Rollout, rollout_id).policy = {"stages": [10, 10, 100]}
+    state = RoutingState(db_loader(factory), poll_interval_s=30, stale_after_s=120)
+    assert asyncio.run(state.refresh()), "one bad row must not fail the whole load"
+    assert state.plan(state.lookup("r1")) == BASELINE_ONLY
+    assert state.lookup("r2").rollout_id == other.id

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gate.cli.gatecmd import app
-from gate.errors import BadRequest, ConfigError
+from gate.errors import BadRequest, ConfigError, InputMissing
 from gate.stats.policy import Policy
 from gate.stats.simulate import Scenario, draw_pairs, to_records
 
@@ -53,7 +53,7 @@ def test_bad_policy_is_a_clear_error(drop_pairs, tmp_path):
     result = runner.invoke(app, ["replay", "--pairs", str(drop_pairs), "--policy", str(policy)])
     assert isinstance(result.exception, BadRequest) and "alpha_kill" in str(result.exception)
     missing = runner.invoke(app, ["replay", "--pairs", str(drop_pairs), "--policy", "/nope.yaml"])
-    assert isinstance(missing.exception, ConfigError)
+    assert isinstance(missing.exception, InputMissing)
 
 
 def test_simulate_prints_rates_with_intervals():
