@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -29,6 +30,9 @@ class Settings(BaseSettings):
         SecretStr("specgate-dev-secret"), description="Server secret for API key HMACs."
     )
     log_level: str = "INFO"
+    log_format: Literal["text", "json"] = Field(
+        "text", description="Log lines as `key=value` text or one JSON object per line."
+    )
 
     # Content capture: prompts and outputs are kept only for sampled pairs and bounded.
     capture_content: bool = True

@@ -31,7 +31,10 @@ def test_openapi_declares_the_bearer_scheme_and_problem_responses(live):
             where = f"{method.upper()} {path}"
             if path in ("/healthz", "/readyz"):
                 continue
-            assert operation.get("security"), where
+            # Flagger's webhook spec has no headers: those hooks carry a per-rollout token in
+            # the path, which OpenAPI's security schemes cannot describe.
+            path_token = path.startswith("/v1/hooks/flagger/") and "{token}" in path
+            assert bool(operation.get("security")) is not path_token, where
             for status in ("401", "403", "422"):
                 content = operation["responses"][status]["content"]
                 assert list(content) == ["application/problem+json"], (where, status)
