@@ -78,7 +78,8 @@ def score_pair(
             continue
         for side in sides:
             result = run_evaluator(evaluator, side, request)
-            scored.append(_scored(side, evaluator.name, evaluator.version, result))
+            if result is not None:
+                scored.append(_scored(side, evaluator.name, evaluator.version, result))
     baseline = next((s for s in sides if s.cohort == Cohort.BASELINE), None)
     others = [s for s in sides if s.cohort != Cohort.BASELINE]
     if baseline is None:
@@ -87,7 +88,10 @@ def score_pair(
         for other in others:
             if pair_evaluator.applies(request, [baseline, other]):
                 result = run_pair_evaluator(pair_evaluator, baseline, other)
-                scored.append(_scored(other, pair_evaluator.name, pair_evaluator.version, result))
+                if result is not None:
+                    scored.append(
+                        _scored(other, pair_evaluator.name, pair_evaluator.version, result)
+                    )
     return scored
 
 
