@@ -26,8 +26,12 @@ SECRET = "process-secret"
 
 
 @contextmanager
-def specgate_serve(database_url: str, *, embedded: bool = False, **env: str):
-    """Run `specgate serve`; spans go to a closed OTLP port unless `embedded`."""
+def specgate_serve(
+    database_url: str, *, embedded: bool = False, otlp_endpoint: str | None = None, **env: str
+):
+    """Run `specgate serve`; spans go to `otlp_endpoint` (a closed port by default), or stay
+    in process when `embedded`."""
+    otlp = otlp_endpoint or f"http://127.0.0.1:{closed_port()}"
     port = closed_port()
     proc = subprocess.Popen(
         [
@@ -39,7 +43,7 @@ def specgate_serve(database_url: str, *, embedded: bool = False, **env: str):
             str(port),
             "--database-url",
             database_url,
-            *([] if embedded else ["--otlp-endpoint", f"http://127.0.0.1:{closed_port()}"]),
+            *([] if embedded else ["--otlp-endpoint", otlp]),
         ],
         env={**os.environ, "SPECGATE_SECRET_KEY": SECRET, **env},
         stdout=subprocess.DEVNULL,
