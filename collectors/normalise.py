@@ -28,7 +28,7 @@ GENERATION_COLUMNS = (
     "segment", "model", "temperature", "top_p", "max_tokens", "seed", "stream", "ttft_s",
     "tpot_s", "e2e_s", "queue_s", "input_tokens", "output_tokens", "finish_reason", "status",
     "error", "spec_drafts", "spec_draft_tokens", "spec_accepted_tokens", "prompt", "output",
-    "output_extra", "trace_id", "span_id", "response_id", "started_at",
+    "output_extra", "output_truncated", "trace_id", "span_id", "response_id", "started_at",
 )  # fmt: skip
 
 
@@ -195,6 +195,7 @@ def pair_rows(row: SpanRow, deadline_s: float) -> tuple[dict[str, Any] | None, d
             "endpoint": _str(attrs.get(a.REQUEST_ENDPOINT), 32) or "chat",
             "body": _json(attrs.get(a.REQUEST_BODY)),
             "inputs": _json(attrs.get(a.REQUEST_INPUTS)) or {},
+            "truncated": _truncated(attrs),
             "segment": segment,
             "tenant": _str(attrs.get(a.TENANT), 128),
             "inflight_baseline": _int(attrs.get(a.INFLIGHT_BASELINE)) or 0,
@@ -275,6 +276,7 @@ def generation_row(row: SpanRow) -> dict[str, Any]:
         "prompt": _str(get(a.PROMPT), None),
         "output": _str(get(a.OUTPUT), None),
         "output_extra": _json(get(a.OUTPUT_EXTRA)),
+        "output_truncated": True if get(a.OUTPUT_TRUNCATED) else None,
         "trace_id": row.trace_id,
         "span_id": row.span_id,
         "response_id": _str(get(a.GEN_AI_RESPONSE_ID), 128),
@@ -364,6 +366,16 @@ def _str(value: Any, limit: int | None) -> str | None:
         return None
     text = value if isinstance(value, str) else str(value)
     return text[:limit] if limit is not None else text
+
+
+def _truncated(attrs: dict[str, Any]) -> list[str] | None:
+    """Return the request parts the gateway cut; a body or inputs that is no JSON was cut."""
+    declared = attrs.get(a.REQUEST_TRUNCATED)
+    cut = {str(part) for part in declared} if isinstance(declared, list | tuple) else set()
+    for part, key in (("body", a.REQUEST_BODY), ("inputs", a.REQUEST_INPUTS)):
+        if isinstance(_json(attrs.get(key)), dict) and "unparsed" in _json(attrs.get(key)):
+            cut.add(part)
+    return sorted(cut) or None
 
 
 def _json(value: Any) -> Any:

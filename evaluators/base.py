@@ -63,6 +63,8 @@ class GenerationView:
     output_tokens: int | None = None
     error: str | None = None
     generation_id: int | None = None
+    # The output was cut at the evaluation-input limit: nothing can judge half an answer.
+    truncated: bool = False
 
     @property
     def outcome(self) -> Outcome:
@@ -100,6 +102,9 @@ class RequestView:
 
     body: Mapping[str, Any] = field(default_factory=dict)
     inputs: Mapping[str, Any] = field(default_factory=dict)
+    # Parts cut at the evaluation-input limit ("body", "inputs"): a cut body may have lost
+    # what decides whether an evaluator applies (`response_format`, tools).
+    truncated: frozenset[str] = frozenset()
 
     @property
     def messages(self) -> list[Mapping[str, Any]]:
@@ -187,7 +192,15 @@ def run_evaluator(
         return None
     if generation.failed:
         return failed_side(generation)
+    if generation.truncated or request.truncated:
+        return cut_input(request, generation)
     return evaluator.evaluate(generation, request)
+
+
+def cut_input(request: RequestView, *sides: GenerationView) -> EvalResult:
+    """Return "not evaluable (truncated)", naming what was cut."""
+    cut = sorted(request.truncated) + [f"{s.cohort}_output" for s in sides if s.truncated]
+    return EvalResult.unevaluable(NotEvaluable.TRUNCATED, cut=cut)
 
 
 def run_pair_evaluator(
@@ -201,4 +214,6 @@ def run_pair_evaluator(
         if side.failed:
             result = failed_side(side)
             return EvalResult(0.0, False, {**result.details, "failed_cohort": side.cohort})
+    if baseline.truncated or other.truncated:
+        return cut_input(RequestView(), baseline, other)
     return evaluator.compare(baseline, other)

@@ -9,6 +9,7 @@ tokens are stable across tokenizers, so "first differing token" is a word positi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -41,10 +42,8 @@ def canonical_call(call: ToolCall) -> str:
     """
     arguments = call.arguments
     if isinstance(arguments, str):
-        try:
+        with contextlib.suppress(ValueError):
             arguments = json.loads(arguments)
-        except ValueError:
-            pass
     return json.dumps([call.name, arguments], sort_keys=True, separators=(",", ":"))
 
 

@@ -25,8 +25,9 @@ One JSON object per line, one line per pair, in fold order (below):
   one outcome definition (`GenerationStatus.outcome`): a route failure (error, timeout,
   fallback) fails every evaluator; a side not attributable to its route (dropped,
   cancelled) or, in shadow mode, a missing one drops the pair.
-* side `evals`: evaluator name -> passed; null (not evaluable) counts as neither. The greedy-parity evaluator (policy
-  `guardrails.greedy_mismatch.evaluator`) on the second side marks a greedy pair's match.
+* side `evals`: evaluator name -> passed; null (not evaluable) counts as neither. The
+  greedy-parity evaluator (policy `guardrails.greedy_mismatch.evaluator`) on the second
+  side marks a greedy pair's match.
 * `draft_tokens` / `accepted_tokens`: the candidate's speculative counts; the request's
   acceptance rate is their ratio (the request is the unit, not the token).
 * `feedback`: 1 thumbs-up, 0 neutral, -1 thumbs-down, null none (served responses only).

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -61,6 +62,44 @@ def specgate_serve(
         else:
             raise RuntimeError(proc.stderr.read().decode() if proc.stderr else "no start")
         yield base
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@contextmanager
+def specgate_collect(database_url: str) -> Iterator[str]:
+    """Run `specgate collect` (evaluations in process: no Redis); yield its OTLP URL."""
+    port = closed_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPECGATE_")}
+    env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gate",
+            "collect",
+            "--port",
+            str(port),
+            "--database-url",
+            database_url,
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(base + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        else:
+            raise RuntimeError(proc.stderr.read().decode() if proc.stderr else "no start")
+        yield base + "/v1/traces"
     finally:
         proc.terminate()
         proc.wait(10)

@@ -91,9 +91,12 @@ def store(session, records: list[dict], rollout_id: int | None = None) -> int:
         insert(Evaluation),
         [
             {
-                "generation_id": gid, "evaluator": name, "version": "1", "passed": passed,
+                "generation_id": gid,
+                "evaluator": name,
+                "version": "1",
+                "passed": passed,
                 "not_evaluable": "truncated" if passed is None else None,
-            }  # fmt: skip
+            }
             for gid, evals in zip(ids, side_evals, strict=True)
             for name, passed in evals.items()
         ],

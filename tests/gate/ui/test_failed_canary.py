@@ -10,14 +10,10 @@ pass for a call that failed.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 
-import httpx
 import openai
 import pytest
 from sqlalchemy import func, select
@@ -32,11 +28,11 @@ from gate.rollouts.states import Action
 from gate.routing import service as routing
 from gate.verdicts.service import run_gate
 from tests import factories
-from tests.gate.api.test_processes import specgate_serve
+from tests.gate.api.test_processes import specgate_collect, specgate_serve
 from tests.gate.ui.harness import control_app, make_keys
 from tests.gate.ui.test_browser import page as browser_page
 from tests.gate.ui.test_browser import playwright_api, sign_in
-from tests.servers import closed_port, serving
+from tests.servers import serving
 
 pytestmark = pytest.mark.postgres
 __all__ = ["browser_page", "playwright_api"]  # fixtures shared with the browser test
@@ -62,44 +58,6 @@ PEAKS = """(id) => {
   return Object.fromEntries(chart.data.datasets.map(
     (d) => [d.label, Math.max(0, ...d.data.map((p) => p.y))]));
 }"""
-
-
-@contextmanager
-def specgate_collect(database_url: str) -> Iterator[str]:
-    """Run `specgate collect` (evaluations in process: no Redis); yield its OTLP URL."""
-    port = closed_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SPECGATE_")}
-    env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gate",
-            "collect",
-            "--port",
-            str(port),
-            "--database-url",
-            database_url,
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(base + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        else:
-            raise RuntimeError(proc.stderr.read().decode() if proc.stderr else "no start")
-        yield base + "/v1/traces"
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def evaluated_pairs(sessions) -> int:
