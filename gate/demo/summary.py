@@ -13,9 +13,6 @@ from gate.db.enums import Cohort, GenerationStatus
 from gate.db.models import Evaluation, Generation
 
 PARITY = "greedy_parity"
-# Below this baseline TPOT the answers reached the gateway in one burst (a tool call is held
-# back until it is complete): there is no decode speed to compare, so no speedup is shown.
-BURST_TPOT_S = 0.001
 
 
 @dataclass
@@ -81,7 +78,9 @@ def _row(segment: str, gens: list[Generation], passed: dict[int, dict[str, bool]
                 rates[name][g.cohort.value].append(ok_)
     parity = [passed[g.id][PARITY] for g in gens if PARITY in passed.get(g.id, {})]
     base, cand_tpot = tpot["baseline"][0], tpot["candidate"][0]
-    burst = base < BURST_TPOT_S
+    # TPOT is undefined (NULL) for an answer that reached the gateway in one burst (a tool
+    # call held back until complete): with none measured there is no speed to compare.
+    burst = bool(ok) and base != base
     measurable = not burst and base == base and cand_tpot == cand_tpot and cand_tpot > 0
     return SegmentRow(
         segment=segment,
