@@ -207,3 +207,11 @@ def test_diff_interval_is_within_the_range_of_a_rate_difference():
     got = diff_interval(skewed, alpha_lower=0.001, alpha_upper=0.001)
     for bound in (got.estimate, got.lower, got.upper):
         assert np.all(np.abs(bound) <= 1.0)
+
+
+def test_the_summary_counts_pairs_no_route_is_answerable_for():
+    verdict = decide(POLICY, replace(healthy(), n_dropped=37.0))
+    assert verdict.summary.endswith(
+        "Data quality: 37 pair(s) not attributable (dropped or cancelled), left out."
+    )
+    assert "Data quality" not in decide(POLICY, healthy()).summary
