@@ -189,13 +189,14 @@ def pair_rows(row: SpanRow, deadline_s: float) -> tuple[dict[str, Any] | None, d
     segment = _str(attrs.get(a.SEGMENT), 64) or "chat"
     request = None
     if request_id is not None:
+        body, inputs = _json(attrs.get(a.REQUEST_BODY)), _json(attrs.get(a.REQUEST_INPUTS))
         request = {
             "id": request_id,
             "rollout_id": rollout_id,
             "endpoint": _str(attrs.get(a.REQUEST_ENDPOINT), 32) or "chat",
-            "body": _json(attrs.get(a.REQUEST_BODY)),
-            "inputs": _json(attrs.get(a.REQUEST_INPUTS)) or {},
-            "truncated": _truncated(attrs),
+            "body": body,
+            "inputs": inputs or {},
+            "truncated": _truncated(attrs.get(a.REQUEST_TRUNCATED), body=body, inputs=inputs),
             "segment": segment,
             "tenant": _str(attrs.get(a.TENANT), 128),
             "inflight_baseline": _int(attrs.get(a.INFLIGHT_BASELINE)) or 0,
@@ -368,14 +369,15 @@ def _str(value: Any, limit: int | None) -> str | None:
     return text[:limit] if limit is not None else text
 
 
-def _truncated(attrs: dict[str, Any]) -> list[str] | None:
-    """Return the request parts the gateway cut; a body or inputs that is no JSON was cut."""
-    declared = attrs.get(a.REQUEST_TRUNCATED)
+def _truncated(declared: Any, **parsed: Any) -> list[str] | None:
+    """Return the request parts the gateway cut; a part that is no JSON was cut too."""
     cut = {str(part) for part in declared} if isinstance(declared, list | tuple) else set()
-    for part, key in (("body", a.REQUEST_BODY), ("inputs", a.REQUEST_INPUTS)):
-        if isinstance(_json(attrs.get(key)), dict) and "unparsed" in _json(attrs.get(key)):
-            cut.add(part)
+    cut |= {part for part, value in parsed.items() if _unparsed(value)}
     return sorted(cut) or None
+
+
+def _unparsed(value: Any) -> bool:
+    return isinstance(value, dict) and set(value) == {"unparsed"}
 
 
 def _json(value: Any) -> Any:

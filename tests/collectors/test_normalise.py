@@ -238,3 +238,17 @@ def test_a_body_with_an_integer_past_64_bits_lands_exactly(pg_engine, pg_ids):
     landed = SpanStore(pg_engine, pair_deadline_s=300).write(spans)  # orjson cannot write it
     requests, _, _ = stored(pg_engine)
     assert requests[0].body == {"seed": 2**64 + 1, "top_p": None} and landed.spans_new == 4
+
+
+@pytest.mark.postgres
+def test_cut_evaluation_inputs_land_marked(pg_engine, pg_ids):
+    spans = gateway_spans(pg_ids)
+    spans[0].attributes[a.REQUEST_TRUNCATED] = ["inputs"]
+    spans[0].attributes[a.REQUEST_BODY] = '{"messages": [{"role": "us'  # cut, unmarked
+    route = next(s for s in spans if s.attributes.get(a.COHORT) == "candidate")
+    route.attributes[a.OUTPUT_TRUNCATED] = True
+    SpanStore(pg_engine, pair_deadline_s=300).write(spans)
+    requests, _, generations = stored(pg_engine)
+    assert requests[0].truncated == ["body", "inputs"]
+    cut = {g.cohort.value: g.output_truncated for g in generations.values()}
+    assert cut == {"baseline": None, "candidate": True}
