@@ -28,6 +28,7 @@ class SegmentRow:
     parity: float | None
     speedup: float | None  # baseline TPOT p50 / candidate TPOT p50
     burst: bool = False  # answers arrived in one burst: TPOT says nothing about decoding
+    not_evaluable: int = 0  # results no evaluator could judge: outside the pass rates
 
 
 def summarise(session: Session, *, rollout_id: int) -> list[SegmentRow]:
@@ -49,15 +50,20 @@ def summarise(session: Session, *, rollout_id: int) -> list[SegmentRow]:
         .where(Generation.rollout_id == rollout_id)
     ).all()
     passed: dict[int, dict[str, bool]] = defaultdict(dict)
+    unjudged: dict[int, int] = defaultdict(int)
     for generation_id, name, ok in evaluations:
-        if ok is None:  # not evaluable: neither a pass nor a fail
+        if ok is None:  # not evaluable: neither a pass nor a fail, counted apart
+            unjudged[generation_id] += 1
             continue
         passed[generation_id][name] = ok
     by_segment: dict[str, list[Generation]] = defaultdict(list)
     for g in rows:
         by_segment[g.segment].append(g)
         by_segment["all"].append(g)
-    return [_row(seg, gens, passed) for seg, gens in sorted(by_segment.items(), key=_order)]
+    rows_out = [_row(seg, gens, passed) for seg, gens in sorted(by_segment.items(), key=_order)]
+    for row in rows_out:
+        row.not_evaluable = sum(unjudged[g.id] for g in by_segment[row.segment])
+    return rows_out
 
 
 def _order(item: tuple[str, list[Generation]]) -> tuple[bool, str]:

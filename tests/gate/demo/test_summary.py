@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gate.db.enums import Cohort
+from gate.db.models import Evaluation
 from gate.demo.summary import summarise
 from tests import factories
 
@@ -38,3 +39,25 @@ def test_speedup_is_the_ratio_of_tpot_medians_except_for_answers_sent_in_one_bur
     assert tool_call.burst and tool_call.speedup is None
     assert tool_call.tpot["baseline"][0] != tool_call.tpot["baseline"][0]  # NaN: shown "-"
     assert rows["all"].speedup is not None and list(rows)[-1] == "all"
+
+
+def test_not_evaluable_results_are_counted_not_scored(sqlite_session):
+    rollout = factories.rollout(sqlite_session)
+    pair = factories.pair(sqlite_session, rollout.id)
+    for cohort, passed in ((Cohort.BASELINE, True), (Cohort.CANDIDATE, None)):
+        row = factories.generation(sqlite_session, pair, cohort)
+        row.segment = "json"
+        sqlite_session.flush()
+        sqlite_session.add(
+            Evaluation(
+                generation_id=row.id,
+                evaluator="schema",
+                version="1",
+                passed=passed,
+                not_evaluable=None if passed else "truncated",
+            )
+        )
+    sqlite_session.flush()
+    rows = {row.segment: row for row in summarise(sqlite_session, rollout_id=rollout.id)}
+    assert rows["json"].pass_rates == {"schema": {"baseline": 1.0}}
+    assert rows["json"].not_evaluable == rows["all"].not_evaluable == 1
