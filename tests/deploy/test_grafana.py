@@ -58,9 +58,9 @@ def queries(kind):
                 yield f"{path.name}: variable {var['name']}", query
 
 
-def substitute(sql, *, rollout_id):
+def substitute(sql, *, rollout_id, since=FROM, until=TO, name="probe", segments=("chat", "code")):
     """Expand the Grafana macros and variables the dashboards use, as Grafana would."""
-    span = f"'{FROM.isoformat()}'::timestamptz AND '{TO.isoformat()}'::timestamptz"
+    span = f"'{since.isoformat()}'::timestamptz AND '{until.isoformat()}'::timestamptz"
     sql = re.sub(r"\$__timeFilter\(([^)]+)\)", rf"\1 BETWEEN {span}", sql)
     sql = re.sub(
         r"\$__timeGroupAlias\(([^,]+),\s*\$__interval\)",
@@ -69,8 +69,8 @@ def substitute(sql, *, rollout_id):
     )
     values = {
         "rollout": str(rollout_id),
-        "route": "'probe-base','probe-spec'",
-        "segment": "'chat','code'",
+        "route": f"'{name}-base','{name}-spec'",
+        "segment": ",".join(f"'{segment}'" for segment in segments),
     }
     for name, value in values.items():
         sql = re.sub(rf"\$\{{{name}(:\w+)?\}}|\${name}\b", value, sql)

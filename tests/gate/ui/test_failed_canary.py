@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import time
 from contextlib import ExitStack
+from datetime import timedelta
 from pathlib import Path
 
 import openai
@@ -28,6 +29,7 @@ from gate.rollouts.states import Action
 from gate.routing import service as routing
 from gate.verdicts.service import run_gate
 from tests import factories
+from tests.deploy.test_grafana import GRAFANA, load, panels, substitute
 from tests.gate.api.test_processes import specgate_collect, specgate_serve
 from tests.gate.ui.harness import control_app, make_keys
 from tests.gate.ui.test_browser import page as browser_page
@@ -146,6 +148,16 @@ def test_every_surface_says_a_failing_candidate_is_worse(
     # No evaluator shows the candidate passing a call it failed.
     assert all(q.candidate.k == 0 for q in quality.values())
 
+    # Grafana: the pass-rate and failure panels' SQL, as Grafana would run it.
+    with pg_committing() as db:
+        passes, failures = (
+            grafana(db, title, rollout_id) for title in ("Evaluator pass rate", "Route failures")
+        )
+    rates = {(r["evaluator"], r["cohort"]): r["pass_rate"] for r in passes}
+    assert rates[("groundedness", "candidate")] == 0.0 < rates[("groundedness", "baseline")]
+    assert max(r["fallback_rate"] for r in failures if r["metric"] == "candidate") == 1.0
+    assert max(r["fallback_rate"] for r in failures if r["metric"] == "baseline") == 0.0
+
     tokens = make_keys(pg_committing)
     with serving(control_app(pg_url, pg_committing)) as url:
         sign_in(page, url, tokens["read"])
@@ -164,3 +176,15 @@ def test_every_surface_says_a_failing_candidate_is_worse(
         assert peaks["candidate fallbacks"] == 1.0 and peaks.get("baseline fallbacks", 0) == 0
         page.screenshot(path=str(SCREENSHOT), full_page=True)
         assert page.errors == []
+
+
+def grafana(db, title: str, rollout_id: int) -> list:
+    """Run the rollouts dashboard's panel whose title starts with `title`, over today."""
+    dashboard = load(GRAFANA / "dashboards/specgate-rollouts.json")
+    (panel,) = [p for p in panels(dashboard) if p["title"].startswith(title)]
+    now = utcnow()
+    sql = substitute(
+        panel["targets"][0]["rawSql"], rollout_id=rollout_id, since=now - timedelta(hours=1),
+        until=now + timedelta(minutes=1), name="broken", segments=("rag",),
+    )  # fmt: skip
+    return list(db.connection().exec_driver_sql(sql).mappings())
