@@ -239,7 +239,7 @@ def _tail_bad(
     """Return tail exceedances per side, and where a threshold exists at all."""
     usable = warm & ~cols.is_control & ~cols.dropped & ~cols.failed[..., BASE]
     threshold = _tail_threshold(x, cols.segment, usable, q, n_segments)
-    # A failed side (error, timeout) is in the tail by definition. Without warm-up data
+    # A route failure (error, timeout, fallback) is in the tail by definition. Without warm-up data
     # there is no threshold, hence no tail data: the cell stays empty, never proven.
     return cols.failed | (x > threshold[..., None]), np.isfinite(threshold)
 
