@@ -28,8 +28,8 @@ GENERATION_COLUMNS = (
     "segment", "model", "temperature", "top_p", "max_tokens", "seed", "stream", "ttft_s",
     "tpot_s", "e2e_s", "queue_s", "input_tokens", "output_tokens", "finish_reason", "status",
     "error", "spec_drafts", "spec_draft_tokens", "spec_accepted_tokens", "prompt", "output",
-    "output_extra", "trace_id", "span_id", "response_id", "started_at", "engine_ttft_s",
-    "engine_tpot_s",
+    "output_extra", "output_truncated", "trace_id", "span_id", "response_id", "started_at",
+    "engine_ttft_s", "engine_tpot_s",
 )  # fmt: skip
 
 
@@ -191,12 +191,14 @@ def pair_rows(row: SpanRow, deadline_s: float) -> tuple[dict[str, Any] | None, d
     segment = _str(attrs.get(a.SEGMENT), 64) or "chat"
     request = None
     if request_id is not None:
+        body, inputs = _json(attrs.get(a.REQUEST_BODY)), _json(attrs.get(a.REQUEST_INPUTS))
         request = {
             "id": request_id,
             "rollout_id": rollout_id,
             "endpoint": _str(attrs.get(a.REQUEST_ENDPOINT), 32) or "chat",
-            "body": _json(attrs.get(a.REQUEST_BODY)),
-            "inputs": _json(attrs.get(a.REQUEST_INPUTS)) or {},
+            "body": body,
+            "inputs": inputs or {},
+            "truncated": _truncated(attrs.get(a.REQUEST_TRUNCATED), body=body, inputs=inputs),
             "segment": segment,
             "tenant": _str(attrs.get(a.TENANT), 128),
             "inflight_baseline": _int(attrs.get(a.INFLIGHT_BASELINE)) or 0,
@@ -277,6 +279,7 @@ def generation_row(row: SpanRow) -> dict[str, Any]:
         "prompt": _str(get(a.PROMPT), None),
         "output": _str(get(a.OUTPUT), None),
         "output_extra": _json(get(a.OUTPUT_EXTRA)),
+        "output_truncated": True if get(a.OUTPUT_TRUNCATED) else None,
         "trace_id": row.trace_id,
         "span_id": row.span_id,
         "response_id": _str(get(a.GEN_AI_RESPONSE_ID), 128),
@@ -368,6 +371,17 @@ def _str(value: Any, limit: int | None) -> str | None:
         return None
     text = value if isinstance(value, str) else str(value)
     return text[:limit] if limit is not None else text
+
+
+def _truncated(declared: Any, **parsed: Any) -> list[str] | None:
+    """Return the request parts the gateway cut; a part that is no JSON was cut too."""
+    cut = {str(part) for part in declared} if isinstance(declared, list | tuple) else set()
+    cut |= {part for part, value in parsed.items() if _unparsed(value)}
+    return sorted(cut) or None
+
+
+def _unparsed(value: Any) -> bool:
+    return isinstance(value, dict) and set(value) == {"unparsed"}
 
 
 def _json(value: Any) -> Any:

@@ -31,7 +31,8 @@ _GENERATION_TYPES = {
     "stream": "bool", "ttft_s": "float8", "tpot_s": "float8", "e2e_s": "float8",
     "queue_s": "float8", "input_tokens": "int4", "output_tokens": "int4",
     "spec_drafts": "int4", "spec_draft_tokens": "int4", "spec_accepted_tokens": "int4",
-    "started_at": "timestamptz", "engine_ttft_s": "float8", "engine_tpot_s": "float8",
+    "output_truncated": "bool", "started_at": "timestamptz", "engine_ttft_s": "float8",
+    "engine_tpot_s": "float8",
 }  # fmt: skip
 _EXTRA = GENERATION_COLUMNS.index("output_extra")
 _JSON_COLUMNS = frozenset({"attributes", "resource", "extra", "output_extra"})

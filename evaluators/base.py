@@ -13,9 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
-# A side in one of these states produced no usable answer: it fails every evaluator, so
-# quality is never compared on the survivors only.
-FAILED_STATUSES = frozenset({"error", "timeout", "dropped"})
+from gate.db.enums import GenerationStatus, Outcome
 
 
 class NotEvaluable(StrEnum):
@@ -65,11 +63,24 @@ class GenerationView:
     output_tokens: int | None = None
     error: str | None = None
     generation_id: int | None = None
+    # The output was cut at the evaluation-input limit: nothing can judge half an answer.
+    truncated: bool = False
+
+    @property
+    def outcome(self) -> Outcome:
+        """Return what this side's status means (the one definition in `gate.db.enums`)."""
+        return GenerationStatus(self.status).outcome
 
     @property
     def failed(self) -> bool:
-        """Return whether this side produced no usable answer."""
-        return self.status in FAILED_STATUSES
+        """Return whether the route gave no usable answer: it fails every evaluator, so
+        quality is never compared on the survivors only."""
+        return self.outcome is Outcome.ROUTE_FAILURE
+
+    @property
+    def attributable(self) -> bool:
+        """Return whether the route is answerable for this side (not dropped, not cancelled)."""
+        return self.outcome is not Outcome.NOT_ATTRIBUTABLE
 
     @property
     def tool_calls(self) -> list[ToolCall]:
@@ -91,6 +102,9 @@ class RequestView:
 
     body: Mapping[str, Any] = field(default_factory=dict)
     inputs: Mapping[str, Any] = field(default_factory=dict)
+    # Parts cut at the evaluation-input limit ("body", "inputs"): a cut body may have lost
+    # what decides whether an evaluator applies (`response_format`, tools).
+    truncated: frozenset[str] = frozenset()
 
     @property
     def messages(self) -> list[Mapping[str, Any]]:
@@ -171,19 +185,35 @@ def failed_side(generation: GenerationView) -> EvalResult:
 
 def run_evaluator(
     evaluator: Evaluator, generation: GenerationView, request: RequestView
-) -> EvalResult:
-    """Run one evaluator on one side, failing it outright when the side failed."""
+) -> EvalResult | None:
+    """Run one evaluator on one side, failing it outright when the route failed; a side
+    that is not attributable to its route gets no result at all (None)."""
+    if not generation.attributable:
+        return None
     if generation.failed:
         return failed_side(generation)
+    if generation.truncated or request.truncated:
+        return cut_input(request, generation)
     return evaluator.evaluate(generation, request)
+
+
+def cut_input(request: RequestView, *sides: GenerationView) -> EvalResult:
+    """Return "not evaluable (truncated)", naming what was cut."""
+    cut = sorted(request.truncated) + [f"{s.cohort}_output" for s in sides if s.truncated]
+    return EvalResult.unevaluable(NotEvaluable.TRUNCATED, cut=cut)
 
 
 def run_pair_evaluator(
     evaluator: PairEvaluator, baseline: GenerationView, other: GenerationView
-) -> EvalResult:
-    """Run one pair evaluator, failing it outright when either side failed."""
+) -> EvalResult | None:
+    """Run one pair evaluator, failing it outright when either side's route failed; None
+    (no result) when either side is not attributable to its route."""
+    if not (baseline.attributable and other.attributable):
+        return None
     for side in (other, baseline):
         if side.failed:
             result = failed_side(side)
             return EvalResult(0.0, False, {**result.details, "failed_cohort": side.cohort})
+    if baseline.truncated or other.truncated:
+        return cut_input(RequestView(), baseline, other)
     return evaluator.compare(baseline, other)

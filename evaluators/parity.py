@@ -1,4 +1,5 @@
-"""Greedy parity: at temperature 0 the two sides of a pair should say the same thing.
+"""Greedy parity: at temperature 0 the two sides of a pair should say the same thing,
+in text and in tool calls (names and arguments, compared as canonical JSON).
 
 Engines are lossless only up to numerics, so a mismatch is a rate the gate compares with
 the baseline-vs-baseline control slice, not an assertion. Tokens here are whitespace
@@ -8,11 +9,13 @@ tokens are stable across tokenizers, so "first differing token" is a word positi
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from evaluators.base import EvalResult, GenerationView, RequestView
+from evaluators.base import EvalResult, GenerationView, RequestView, ToolCall
 
 
 def first_difference(a: Sequence[Any], b: Sequence[Any]) -> int | None:
@@ -31,6 +34,19 @@ def _stop_reason(generation: GenerationView) -> Any:
     return generation.output_extra.get("stop_reason")
 
 
+def canonical_call(call: ToolCall) -> str:
+    """Return a tool call as canonical JSON: its name and its arguments, keys sorted.
+
+    Arguments arrive as a JSON string (OpenAI) or an object; a string that is not JSON is
+    compared as it is, so two malformed calls still match only when identical.
+    """
+    arguments = call.arguments
+    if isinstance(arguments, str):
+        with contextlib.suppress(ValueError):
+            arguments = json.loads(arguments)
+    return json.dumps([call.name, arguments], sort_keys=True, separators=(",", ":"))
+
+
 def _length(generation: GenerationView) -> int:
     if generation.output_tokens is not None:
         return generation.output_tokens
@@ -38,10 +54,10 @@ def _length(generation: GenerationView) -> int:
 
 
 class GreedyParityEvaluator:
-    """Compares the text, finish reason and stop sequence of a temperature-0 pair."""
+    """Compares the text, tool calls, finish reason and stop sequence of a temperature-0 pair."""
 
     name = "greedy_parity"
-    version = "1"
+    version = "2"  # 2: tool calls are compared too
 
     def __init__(self, *, max_temperature: float = 0.0) -> None:
         self.max_temperature = max_temperature
@@ -61,8 +77,12 @@ class GreedyParityEvaluator:
         )
 
     def compare(self, baseline: GenerationView, other: GenerationView) -> EvalResult:
-        """Score how long the two texts agree and whether they ended the same way."""
+        """Score how long the two texts agree, whether they called the same tools with the
+        same arguments, and whether they ended the same way."""
         words_a, words_b = baseline.output.split(), other.output.split()
+        calls_a = [canonical_call(c) for c in baseline.tool_calls]
+        calls_b = [canonical_call(c) for c in other.tool_calls]
+        call_diff = first_difference(calls_a, calls_b)
         char_diff = first_difference(baseline.output, other.output)
         token_diff = first_difference(words_a, words_b)
         finish_same = baseline.finish_reason == other.finish_reason
@@ -70,7 +90,9 @@ class GreedyParityEvaluator:
         longest = max(len(words_a), len(words_b))
         agreed = longest if token_diff is None else token_diff
         details = {
-            "exact_match": char_diff is None,
+            "exact_match": char_diff is None and call_diff is None,
+            "tool_calls": [len(calls_a), len(calls_b)],
+            "first_diff_tool_call": call_diff,
             "first_diff_char": char_diff,
             "first_diff_token": token_diff,
             "tokenisation": "whitespace",
@@ -82,7 +104,10 @@ class GreedyParityEvaluator:
             "baseline_generation_id": baseline.generation_id,
         }
         score = agreed / longest if longest else 1.0
-        return EvalResult(score=score, passed=char_diff is None and stop_same, details=details)
+        if call_diff is not None:
+            score = min(score, call_diff / max(len(calls_a), len(calls_b)))
+        passed = char_diff is None and call_diff is None and stop_same
+        return EvalResult(score=score, passed=passed, details=details)
 
 
 def _ratio(numerator: int, denominator: int) -> float | None:

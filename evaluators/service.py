@@ -58,6 +58,7 @@ def generation_view(row: Generation) -> GenerationView:
         output_tokens=row.output_tokens,
         error=row.error,
         generation_id=row.id,
+        truncated=bool(row.output_truncated),
     )
 
 
@@ -65,7 +66,9 @@ def request_view(row: RequestRecord | None) -> RequestView:
     """Return the evaluator's view of a request row (empty when it was not captured)."""
     if row is None:
         return RequestView()
-    return RequestView(body=row.body or {}, inputs=row.inputs or {})
+    return RequestView(
+        body=row.body or {}, inputs=row.inputs or {}, truncated=frozenset(row.truncated or ())
+    )
 
 
 def score_pair(
@@ -74,11 +77,13 @@ def score_pair(
     """Run side evaluators on every side and pair evaluators on baseline vs the others."""
     scored = []
     for evaluator in evaluators.side:
-        if not evaluator.applies(request):
+        # A cut body cannot say whether an evaluator applies: each one says "not evaluable".
+        if not (request.truncated or evaluator.applies(request)):
             continue
         for side in sides:
             result = run_evaluator(evaluator, side, request)
-            scored.append(_scored(side, evaluator.name, evaluator.version, result))
+            if result is not None:
+                scored.append(_scored(side, evaluator.name, evaluator.version, result))
     baseline = next((s for s in sides if s.cohort == Cohort.BASELINE), None)
     others = [s for s in sides if s.cohort != Cohort.BASELINE]
     if baseline is None:
@@ -87,7 +92,10 @@ def score_pair(
         for other in others:
             if pair_evaluator.applies(request, [baseline, other]):
                 result = run_pair_evaluator(pair_evaluator, baseline, other)
-                scored.append(_scored(other, pair_evaluator.name, pair_evaluator.version, result))
+                if result is not None:
+                    scored.append(
+                        _scored(other, pair_evaluator.name, pair_evaluator.version, result)
+                    )
     return scored
 
 

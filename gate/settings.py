@@ -37,6 +37,9 @@ class Settings(BaseSettings):
     # Content capture: prompts and outputs are kept only for sampled pairs and bounded.
     capture_content: bool = True
     capture_max_chars: int = Field(8192, ge=0)
+    # What evaluators read (request body, declared inputs, output) is kept up to this larger
+    # limit; an input still cut makes its evaluations "not evaluable (truncated)".
+    eval_input_max_chars: int = Field(262_144, ge=0)
     request_body_max_bytes: int = Field(1_048_576, gt=0)
     # The control API's bodies (routes, rollouts, policies, feedback) are small.
     control_body_max_bytes: int = Field(262_144, gt=0)

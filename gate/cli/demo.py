@@ -81,6 +81,9 @@ def show(result: DemoResult, console: Console) -> None:
             "(tool calls are held back until complete), so there is no decode speed to compare"
         )
     console.print(table)
+    unjudged = next((row.not_evaluable for row in result.rows if row.segment == "all"), 0)
+    if unjudged:
+        console.print(f"{unjudged} evaluation(s) not evaluable, left out of the pass rates")
     verdict = result.verdict
     console.print(f"\n[bold]verdict: {verdict.decision.value.upper()}[/bold]")
     console.print(verdict.summary)

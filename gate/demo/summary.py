@@ -13,9 +13,6 @@ from gate.db.enums import Cohort, GenerationStatus
 from gate.db.models import Evaluation, Generation
 
 PARITY = "greedy_parity"
-# Below this baseline TPOT the answers reached the gateway in one burst (a tool call is held
-# back until it is complete): there is no decode speed to compare, so no speedup is shown.
-BURST_TPOT_S = 0.001
 
 
 @dataclass
@@ -31,6 +28,7 @@ class SegmentRow:
     parity: float | None
     speedup: float | None  # baseline TPOT p50 / candidate TPOT p50
     burst: bool = False  # answers arrived in one burst: TPOT says nothing about decoding
+    not_evaluable: int = 0  # results no evaluator could judge: outside the pass rates
 
 
 def summarise(session: Session, *, rollout_id: int) -> list[SegmentRow]:
@@ -52,15 +50,20 @@ def summarise(session: Session, *, rollout_id: int) -> list[SegmentRow]:
         .where(Generation.rollout_id == rollout_id)
     ).all()
     passed: dict[int, dict[str, bool]] = defaultdict(dict)
+    unjudged: dict[int, int] = defaultdict(int)
     for generation_id, name, ok in evaluations:
-        if ok is None:  # not evaluable: neither a pass nor a fail
+        if ok is None:  # not evaluable: neither a pass nor a fail, counted apart
+            unjudged[generation_id] += 1
             continue
         passed[generation_id][name] = ok
     by_segment: dict[str, list[Generation]] = defaultdict(list)
     for g in rows:
         by_segment[g.segment].append(g)
         by_segment["all"].append(g)
-    return [_row(seg, gens, passed) for seg, gens in sorted(by_segment.items(), key=_order)]
+    rows_out = [_row(seg, gens, passed) for seg, gens in sorted(by_segment.items(), key=_order)]
+    for row in rows_out:
+        row.not_evaluable = sum(unjudged[g.id] for g in by_segment[row.segment])
+    return rows_out
 
 
 def _order(item: tuple[str, list[Generation]]) -> tuple[bool, str]:
@@ -81,7 +84,9 @@ def _row(segment: str, gens: list[Generation], passed: dict[int, dict[str, bool]
                 rates[name][g.cohort.value].append(ok_)
     parity = [passed[g.id][PARITY] for g in gens if PARITY in passed.get(g.id, {})]
     base, cand_tpot = tpot["baseline"][0], tpot["candidate"][0]
-    burst = base < BURST_TPOT_S
+    # TPOT is undefined (NULL) for an answer that reached the gateway in one burst (a tool
+    # call held back until complete): with none measured there is no speed to compare.
+    burst = bool(ok) and base != base
     measurable = not burst and base == base and cand_tpot == cand_tpot and cand_tpot > 0
     return SegmentRow(
         segment=segment,

@@ -58,6 +58,7 @@ def create_gateway_app(
             spans=SpanEmitter(
                 tracer_provider.get_tracer("specgate.gateway"),
                 max_chars=settings.capture_max_chars,
+                eval_max_chars=settings.eval_input_max_chars,
                 redact=redact,
             ),
             metrics=gateway_metrics,

@@ -29,6 +29,9 @@ class CallResult:
     input_tokens: int | None = None
     output_tokens: int | None = None
     content_chunks: int = 0
+    # Upstream reads that brought content: an answer that arrived in one read (a burst, such
+    # as a tool call the engine held back until complete) has no decode speed to measure.
+    content_reads: int = 0
     finish_reason: str | None = None
     response_id: str | None = None
     response_model: str | None = None
@@ -53,9 +56,10 @@ class CallResult:
 
     @property
     def tpot_s(self) -> float | None:
-        """Time per output token after the first: (e2e - TTFT) / (output tokens - 1)."""
+        """Time per output token after the first: (e2e - TTFT) / (output tokens - 1); None
+        (undefined) when the content arrived in fewer than two reads."""
         tokens = self.output_tokens or self.content_chunks
-        if self.ttft_s is None or self.e2e_s is None or tokens < 2:
+        if self.ttft_s is None or self.e2e_s is None or tokens < 2 or self.content_reads < 2:
             return None
         return max(0.0, self.e2e_s - self.ttft_s) / (tokens - 1)
 
@@ -110,6 +114,8 @@ class CallResult:
 
     def _content_at(self, now: float, count: int) -> None:
         self.content_chunks += count
+        if now != self._last_content:  # events of one read share its clock reading
+            self.content_reads += 1
         if self.ttft_s is None:
             self.ttft_s = now - self.started
         elif self._last_content is not None:

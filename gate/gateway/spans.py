@@ -44,9 +44,18 @@ class CallContext:
 class SpanEmitter:
     """Build and end the gateway's spans."""
 
-    def __init__(self, tracer: Tracer, *, max_chars: int, redact: Redactor | None) -> None:
+    def __init__(
+        self,
+        tracer: Tracer,
+        *,
+        max_chars: int,
+        redact: Redactor | None,
+        eval_max_chars: int | None = None,
+    ) -> None:
         self._tracer = tracer
+        # The prompt is for display only; what evaluators read has its own, larger limit.
         self._max_chars = max_chars
+        self._eval_max_chars = max(max_chars, eval_max_chars or 0)
         self._redact = redact or (lambda text: text)
 
     def pair_span(
@@ -70,10 +79,15 @@ class SpanEmitter:
             A.INFLIGHT_BASELINE: inflight[0],
             A.INFLIGHT_CANDIDATE: inflight[1],
             A.REQUEST_ENDPOINT: ctx.endpoint,
-            A.REQUEST_INPUTS: orjson.dumps(inputs).decode(),
         }
+        cut = []
+        attributes[A.REQUEST_INPUTS], whole = self._kept(orjson.dumps(inputs).decode())
+        cut += [] if whole else ["inputs"]
         if ctx.capture:
-            attributes[A.REQUEST_BODY] = self._bounded(orjson.dumps(body).decode())
+            attributes[A.REQUEST_BODY], whole = self._kept(orjson.dumps(body).decode())
+            cut += [] if whole else ["body"]
+        if cut:
+            attributes[A.REQUEST_TRUNCATED] = cut
         span = self._tracer.start_span(A.PAIR_SPAN_NAME, context=parent, attributes=attributes)
         span.end()
         return trace.set_span_in_context(span, parent)
@@ -121,7 +135,10 @@ class SpanEmitter:
         span.set_attributes(_outcome(result, fallback=fallback))
         if prompt is not None:
             span.set_attribute(A.PROMPT, self._bounded(prompt))
-            span.set_attribute(A.OUTPUT, self._bounded(result.output_text))
+            output, whole = self._kept(result.output_text)
+            span.set_attribute(A.OUTPUT, output)
+            if not whole:
+                span.set_attribute(A.OUTPUT_TRUNCATED, True)
             if result.tool_calls:
                 calls = [result.tool_calls[i] for i in sorted(result.tool_calls)]
                 span.set_attribute(A.OUTPUT_EXTRA, orjson.dumps({"tool_calls": calls}).decode())
@@ -146,6 +163,11 @@ class SpanEmitter:
 
     def _bounded(self, text: str) -> str:
         return self._redact(text)[: self._max_chars]
+
+    def _kept(self, text: str) -> tuple[str, bool]:
+        """Return an evaluation input within its limit, and whether it is whole."""
+        redacted = self._redact(text)
+        return redacted[: self._eval_max_chars], len(redacted) <= self._eval_max_chars
 
 
 def _ids(ctx: CallContext) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
 from evaluators.registry import code_sandbox
-from gate.db.enums import Cohort, Decision, GenerationStatus, RolloutState
+from gate.db.enums import Cohort, Decision, GenerationStatus, Outcome, RolloutState
 from gate.db.models import Generation, Route
 from gate.reports import queries
 from gate.reports.intervals import wilson
@@ -72,6 +72,8 @@ class SegmentAcceptance(BaseModel):
 
 
 class PassRate(BaseModel):
+    """Passes among judged results; `not_evaluable` results are outside the rate."""
+
     evaluator: str
     cohort: Cohort
     n: int
@@ -79,15 +81,19 @@ class PassRate(BaseModel):
     rate: float | None
     low: float
     high: float
+    not_evaluable: int
 
 
 class FailurePoint(BaseModel):
+    """Shares of one bucket's calls per outcome: route failures (errors and timeouts,
+    fallbacks), and calls no route is answerable for (dropped, cancelled)."""
+
     t: datetime
     cohort: Cohort
     n: int
     error_rate: float
     fallback_rate: float
-    dropped_rate: float
+    not_attributable_rate: float
 
 
 class StateChange(BaseModel):
@@ -230,6 +236,7 @@ def _pass_rate(row: queries.PassRow) -> PassRate:
         rate=interval.rate,
         low=interval.low,
         high=interval.high,
+        not_evaluable=row.not_evaluable,
     )
 
 
@@ -244,6 +251,9 @@ def _failures(rows: list[queries.StatusRow]) -> list[FailurePoint]:
     for (when, cohort), by_status in sorted(counts.items()):
         n = sum(by_status.values())
         errors = sum(c for s, c in by_status.items() if s in _ERRORS)
+        unattributable = sum(
+            c for s, c in by_status.items() if s.outcome is Outcome.NOT_ATTRIBUTABLE
+        )
         points.append(
             FailurePoint(
                 t=_when(when),
@@ -251,7 +261,7 @@ def _failures(rows: list[queries.StatusRow]) -> list[FailurePoint]:
                 n=n,
                 error_rate=errors / n,
                 fallback_rate=by_status.get(GenerationStatus.FALLBACK, 0) / n,
-                dropped_rate=by_status.get(GenerationStatus.DROPPED, 0) / n,
+                not_attributable_rate=unattributable / n,
             )
         )
     return points

@@ -115,11 +115,13 @@ def _failures(week: RolloutWeek) -> list[tuple[Finding, bool]]:
     base, cand = week.current.failures.get("baseline"), week.current.failures.get("candidate")
     if base is None or cand is None:
         return []
-    d = newcombe(wilson(cand.failed, cand.n), wilson(base.failed, base.n))
+    # Route failures per call a route is answerable for: dropped and cancelled calls are
+    # nobody's failure, and are left out of both counts.
+    d = newcombe(wilson(cand.failed, cand.attributable), wilson(base.failed, base.attributable))
     if d is None or d.low <= 0 <= d.high:
         return []
     text = (
-        f"candidate failure rate (errors, fallbacks, dropped) {d.estimate * 100:+.1f} pts "
+        f"candidate failure rate (errors, timeouts, fallbacks) {d.estimate * 100:+.1f} pts "
         f"vs baseline (95% CI {d.low * 100:+.1f} to {d.high * 100:+.1f})"
     )
     return [(Finding(week.name, "failures", text, d.estimate, 0.0), d.low > 0)]

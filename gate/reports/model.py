@@ -102,27 +102,40 @@ class Acceptance:
 
 @dataclass(frozen=True)
 class Quality:
-    """One evaluator's pass rates per arm, and candidate minus baseline."""
+    """One evaluator's pass rates per arm, and candidate minus baseline; results that were
+    not evaluable are outside the rates and counted per arm."""
 
     evaluator: str
     baseline: Proportion
     candidate: Proportion
     delta: Difference | None
+    not_evaluable: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Failures:
-    """Route calls that did not answer normally: error or timeout, fallback, dropped."""
+    """Route calls by outcome class: route failures (error or timeout, fallback) and calls
+    no route is answerable for (dropped by the gateway's bounds, cancelled by the client)."""
 
     n: int
     errors: int
     fallbacks: int
-    dropped: int
+    not_attributable: int
 
     @property
     def failed(self) -> int:
-        """Return the calls that failed in any way."""
-        return self.errors + self.fallbacks + self.dropped
+        """Return the route failures: they count in the failure guardrail."""
+        return self.errors + self.fallbacks
+
+    @property
+    def attributable(self) -> int:
+        """Return the calls a route is answerable for: the failure rate's denominator."""
+        return self.n - self.not_attributable
+
+    @property
+    def rate(self) -> float | None:
+        """Return route failures per attributable call."""
+        return self.failed / self.attributable if self.attributable else None
 
 
 @dataclass(frozen=True)
@@ -218,12 +231,12 @@ def _stats(stats: RolloutStats) -> dict[str, Any]:
                 "baseline": {**asdict(q.baseline), "rate": q.baseline.rate},
                 "candidate": {**asdict(q.candidate), "rate": q.candidate.rate},
                 "delta": asdict(q.delta) if q.delta else None,
+                "not_evaluable": q.not_evaluable,
             }
             for q in stats.quality
         },
         "failures": {
-            c: {**asdict(f), "rate": f.failed / f.n if f.n else None}
-            for c, f in stats.failures.items()
+            c: {**asdict(f), "failed": f.failed, "rate": f.rate} for c, f in stats.failures.items()
         },
     }
 

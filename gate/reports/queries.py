@@ -64,10 +64,13 @@ class AcceptanceRow:
 
 @dataclass(frozen=True)
 class PassRow:
+    """Judged results (`n`, of which `passed`) and those not evaluable, kept apart."""
+
     evaluator: str
     cohort: Cohort
     n: int
     passed: int
+    not_evaluable: int = 0
 
 
 @dataclass(frozen=True)
@@ -156,16 +159,26 @@ def acceptance(session: Session, window: Window) -> list[AcceptanceRow]:
 
 
 def pass_counts(session: Session, window: Window) -> list[PassRow]:
-    """Count evaluations and passes per evaluator and cohort."""
+    """Count judged evaluations, passes and not-evaluable results per evaluator and cohort.
+
+    A not-evaluable result (`passed` NULL) is neither a pass nor a fail: it is left out of
+    `n` and counted on its own.
+    """
     passed = func.sum(case((Evaluation.passed.is_(True), 1), else_=0))
+    unjudged = func.sum(case((Evaluation.passed.is_(None), 1), else_=0))
     statement = (
-        select(Evaluation.evaluator, Generation.cohort, func.count(), passed)
+        select(
+            Evaluation.evaluator, Generation.cohort, func.count(Evaluation.passed), passed, unjudged
+        )
         .join(Generation, Generation.id == Evaluation.generation_id)
         .where(*generation_filter(window))
         .group_by(Evaluation.evaluator, Generation.cohort)
         .order_by(Evaluation.evaluator, Generation.cohort)
     )
-    return [PassRow(e, Cohort(c), int(n), int(p or 0)) for e, c, n, p in session.execute(statement)]
+    return [
+        PassRow(e, Cohort(c), int(n), int(p or 0), int(u or 0))
+        for e, c, n, p, u in session.execute(statement)
+    ]
 
 
 def status_counts(session: Session, window: Window, *, step: int | None) -> list[StatusRow]:

@@ -54,10 +54,14 @@ def _latency_table(week: RolloutWeek) -> Table:
                 _ms(ttft.at(0.99) if ttft else None),
                 _ms(tpot.at(0.5) if tpot else None),
                 _ms(tpot.at(0.99) if tpot else None),
-                _pct(fails.failed / fails.n if fails and fails.n else None),
+                _pct(fails.rate if fails else None),
+                str(fails.not_attributable if fails else 0),
             ]
         )
-    headers = ["cohort", "calls", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "failed"]
+    headers = [
+        "cohort", "calls", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99",
+        "route failures", "not attributable",
+    ]  # fmt: skip
     return headers, rows
 
 
@@ -78,15 +82,18 @@ def _quality_table(week: RolloutWeek) -> Table:
             if d is None
             else (f"{d.estimate * 100:+.1f} pts ({d.low * 100:+.1f} to {d.high * 100:+.1f})")
         )
+        unjudged = ", ".join(f"{c} {n}" for c, n in sorted(q.not_evaluable.items()) if n)
         rows.append(
             [
                 q.evaluator,
                 f"{_pct(q.baseline.rate)} of {q.baseline.n}",
                 f"{_pct(q.candidate.rate)} of {q.candidate.n}",
                 delta,
+                unjudged or "0",
             ]
         )
-    return ["evaluator", "baseline pass", "candidate pass", "delta (95% CI)"], rows
+    headers = ["evaluator", "baseline pass", "candidate pass", "delta (95% CI)", "not evaluable"]
+    return headers, rows
 
 
 def _tables(week: RolloutWeek, previous: str) -> list[Table]:

@@ -8,7 +8,7 @@ from pathlib import Path
 from sqlalchemy.orm import Session
 
 from evaluators.registry import code_sandbox
-from gate.db.enums import Cohort, GenerationStatus
+from gate.db.enums import Cohort, GenerationStatus, Outcome
 from gate.db.models import Generation
 from gate.reports import findings, plots, queries, render, store
 from gate.reports.intervals import newcombe, wilson
@@ -123,7 +123,9 @@ def _quality(rows: list[queries.PassRow]) -> list[Quality]:
         base, cand = arms.get(Cohort.BASELINE), arms.get(Cohort.CANDIDATE)
         baseline = wilson(base.passed, base.n) if base else wilson(0, 0)
         candidate = wilson(cand.passed, cand.n) if cand else wilson(0, 0)
-        found.append(Quality(evaluator, baseline, candidate, newcombe(candidate, baseline)))
+        unjudged = {cohort.value: row.not_evaluable for cohort, row in arms.items()}
+        delta = newcombe(candidate, baseline)
+        found.append(Quality(evaluator, baseline, candidate, delta, unjudged))
     return found
 
 
@@ -136,7 +138,7 @@ def _failures(rows: list[queries.StatusRow]) -> dict[str, Failures]:
             n=sum(c.values()),
             errors=c[GenerationStatus.ERROR] + c[GenerationStatus.TIMEOUT],
             fallbacks=c[GenerationStatus.FALLBACK],
-            dropped=c[GenerationStatus.DROPPED],
+            not_attributable=sum(n for s, n in c.items() if s.outcome is Outcome.NOT_ATTRIBUTABLE),
         )
         for cohort, c in sorted(counts.items())
     }

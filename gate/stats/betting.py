@@ -165,17 +165,23 @@ def diff_interval(
         alpha_upper: error level of the upper bound.
 
     Returns:
-        Difference in rates with its bounds (within the pseudo-outcome range for
-        cohorts, [-1, 1] for pairs); NaN estimate at n=0.
+        Difference in rates with its bounds, within [-1, 1]; NaN estimate at n=0.
     """
     values, counts = _values(stats)
     n = as_array(stats.n)
     estimate = sum(v * as_array(c) for v, c in zip(values, counts, strict=True))
+    # A cohort's pseudo-outcomes range over ±1/share, beyond any difference of two rates;
+    # the rates' own range holds the true difference, so cutting to it keeps coverage.
     return Interval(
-        estimate=np.where(n > 0, estimate / np.maximum(n, 1.0), np.nan),
-        lower=bet_bound(values, counts, alpha_lower, lower=True),
-        upper=bet_bound(values, counts, alpha_upper, lower=False),
+        estimate=_rate_difference(np.where(n > 0, estimate / np.maximum(n, 1.0), np.nan)),
+        lower=_rate_difference(bet_bound(values, counts, alpha_lower, lower=True)),
+        upper=_rate_difference(bet_bound(values, counts, alpha_upper, lower=False)),
     )
+
+
+def _rate_difference(value: Num) -> FloatArray:
+    """Clip to [-1, 1], the range of a difference of two rates (NaN stays NaN)."""
+    return np.asarray(np.clip(as_array(value), -1.0, 1.0), dtype=np.float64)
 
 
 def proportion_interval(stats: CountStats, *, alpha_lower: float, alpha_upper: float) -> Interval:

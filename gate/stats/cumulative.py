@@ -184,7 +184,7 @@ def to_stats(
     counted = acc(live, None)
     cohorts = None
     if mode is RolloutMode.CANARY:
-        served = ~np.isnan(cols.e2e) & live[..., None] | (cols.failed & live[..., None])
+        served = _served(cols, live)
         cohorts = (acc(served[..., BASE], None), acc(served[..., CAND], None))
     return GateStats(
         cells=cells,
@@ -239,7 +239,7 @@ def _tail_bad(
     """Return tail exceedances per side, and where a threshold exists at all."""
     usable = warm & ~cols.is_control & ~cols.dropped & ~cols.failed[..., BASE]
     threshold = _tail_threshold(x, cols.segment, usable, q, n_segments)
-    # A failed side (error, timeout) is in the tail by definition. Without warm-up data
+    # A route failure (error, timeout, fallback) is in the tail by definition. Without warm-up data
     # there is no threshold, hence no tail data: the cell stays empty, never proven.
     return cols.failed | (x > threshold[..., None]), np.isfinite(threshold)
 
@@ -295,7 +295,7 @@ def _canary_builders(
     cols: PairColumns, policy: Policy, warm: BoolArray, live: BoolArray, share: float
 ) -> dict[str, Builder]:
     g = policy.guardrails
-    served = live[..., None] & (~np.isnan(cols.e2e) | cols.failed)
+    served = _served(cols, live)
     ok = served & ~cols.failed
     out = _common_builders(cols, policy, warm, live)
     for metric, x in (("tpot", cols.tpot), ("e2e", cols.e2e), (TTFT_P50, cols.ttft)):
@@ -316,6 +316,18 @@ def _canary_builders(
         rated = live[..., None] & ~np.isnan(cols.feedback)
         out[FEEDBACK] = _cohort_builder(rated, cols.feedback == 1, share)
     return out
+
+
+def _served(cols: PairColumns, live: BoolArray) -> BoolArray:
+    """Return which cohort served each live canary pair (unpaired: one side per pair).
+
+    A candidate call that fell back is the candidate's route failure; the baseline call
+    that rescued it answered the candidate's request, so it is no baseline sample.
+    """
+    answered = ~np.isnan(cols.e2e) | cols.failed
+    rescue = answered[..., CAND]
+    base = answered[..., BASE] & ~rescue
+    return np.asarray(live[..., None] & np.stack([base, answered[..., CAND]], axis=-1))
 
 
 def _two_means_builder(valid: BoolArray, x: FloatArray) -> Builder:

@@ -233,7 +233,7 @@ guardrails:
     margin: 0.02
     kill_at: 0.005
     required: true
-  failures:             # error, timeout or fallback on either side
+  failures:             # route failures (error, timeout, fallback) on either side
     enabled: true
     margin: 0.015
     kill_at: 0.0        # any proven increase kills

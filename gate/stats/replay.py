@@ -21,10 +21,13 @@ One JSON object per line, one line per pair, in fold order (below):
   the pooled `all` cells.
 * `is_control`: a baseline-vs-baseline pair; `candidate` is then the second baseline call.
   Control pairs feed only the greedy-mismatch control rate.
-* side `status`: ok | error | timeout | fallback | dropped. A failed side fails every
-  evaluator; a `dropped` side (or, in shadow mode, a missing one) drops the pair.
-* side `evals`: evaluator name -> passed. The greedy-parity evaluator (policy
-  `guardrails.greedy_mismatch.evaluator`) on the second side marks a greedy pair's match.
+* side `status`: ok | error | timeout | fallback | dropped | cancelled, read through the
+  one outcome definition (`GenerationStatus.outcome`): a route failure (error, timeout,
+  fallback) fails every evaluator; a side not attributable to its route (dropped,
+  cancelled) or, in shadow mode, a missing one drops the pair.
+* side `evals`: evaluator name -> passed; null (not evaluable) counts as neither. The
+  greedy-parity evaluator (policy `guardrails.greedy_mismatch.evaluator`) on the second
+  side marks a greedy pair's match.
 * `draft_tokens` / `accepted_tokens`: the candidate's speculative counts; the request's
   acceptance rate is their ratio (the request is the unit, not the token).
 * `feedback`: 1 thumbs-up, 0 neutral, -1 thumbs-down, null none (served responses only).
@@ -43,7 +46,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from gate.db.enums import Decision, GenerationStatus, RolloutMode
+from gate.db.enums import Decision, GenerationStatus, Outcome, RolloutMode
 from gate.errors import BadRequest, InputMalformed, InputMissing
 from gate.stats.cumulative import PairColumns, at_look, looks_every, to_stats
 from gate.stats.engine import Code, evaluate
@@ -51,7 +54,6 @@ from gate.stats.policy import Policy
 from gate.stats.sequences import FloatArray
 from gate.stats.verdict import DECISIONS, VerdictResult, decide
 
-FAILED = {GenerationStatus.ERROR, GenerationStatus.TIMEOUT, GenerationStatus.FALLBACK}
 STATUSES = {status.value: status for status in GenerationStatus}
 Record = dict[str, Any]
 
@@ -126,15 +128,16 @@ class _Builder:
                     rows[key].append(None)
                 continue
             status = STATUSES[side.get("status", "ok")]
-            dropped = dropped or status is GenerationStatus.DROPPED
-            rows["failed"].append(status in FAILED)
+            dropped = dropped or status.outcome is Outcome.NOT_ATTRIBUTABLE
+            rows["failed"].append(status.outcome is Outcome.ROUTE_FAILURE)
             # None becomes NaN in the float arrays; failed sides are blanked afterwards.
             for key in ("ttft", "tpot", "e2e"):
                 rows[key].append(_seconds_or_none(side, f"{key}_s"))
             thumbs = side.get("feedback")
             rows["feedback"].append(None if thumbs is None else float(thumbs < 0))
             for name, passed in side.get("evals", {}).items():
-                self.evals.append((n, k, name, bool(passed)))
+                if passed is not None:  # not evaluable: neither a pass nor a fail
+                    self.evals.append((n, k, name, bool(passed)))
         rows["dropped"].append(dropped)
         drafts = (cand or {}).get("draft_tokens") or 0
         accepted = (cand or {}).get("accepted_tokens") or 0

@@ -22,6 +22,7 @@ import numpy as np
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+from gate.db.enums import Outcome, sql_statuses
 from gate.stats.incremental import POOLED_ONLY, Bucket, Delta, Key, Tail, WarmUp
 from gate.stats.policy import Policy
 from gate.stats.sequences import LOG_RATIO_CLIP, CountStats, MeanStats, PairedCounts
@@ -59,6 +60,10 @@ class Slice:
         }
 
 
+# The one outcome definition (`gate.db.enums`): a side no route is answerable for drops
+# the pair (the data-quality line); a route failure fails every metric of its side.
+_UNATTRIBUTABLE = sql_statuses(Outcome.NOT_ATTRIBUTABLE)
+_ROUTE_FAILURE = sql_statuses(Outcome.ROUTE_FAILURE)
 _STAGE = "rollout_id = :rollout AND stage = :stage"
 _RANGE = (
     "(evaluated_at, id) > (:after_at, :after_id) AND (evaluated_at, id) <= (:upto_at, :upto_id)"
@@ -73,10 +78,10 @@ WITH p AS (
 ), x AS (
   SELECT p.id, p.seg, p.is_control, p.created_at, p.evaluated_at, p.warm,
          (p.state = 'dropped' OR b.id IS NULL OR c.id IS NULL
-          OR b.status = 'dropped' OR c.status = 'dropped') AS dropped,
+          OR b.status IN ({_UNATTRIBUTABLE}) OR c.status IN ({_UNATTRIBUTABLE})) AS dropped,
          b.id AS b_id, c.id AS c_id,
-         b.status IN ('error', 'timeout', 'fallback') AS b_failed,
-         c.status IN ('error', 'timeout', 'fallback') AS c_failed,
+         b.status IN ({_ROUTE_FAILURE}) AS b_failed,
+         c.status IN ({_ROUTE_FAILURE}) AS c_failed,
          b.ttft_s AS b_ttft, c.ttft_s AS c_ttft, b.tpot_s AS b_tpot, c.tpot_s AS c_tpot,
          b.e2e_s AS b_e2e, c.e2e_s AS c_e2e,
          CASE WHEN NOT p.is_control AND c.spec_draft_tokens > 0 THEN

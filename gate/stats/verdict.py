@@ -81,7 +81,8 @@ def decide(policy: Policy, stats: GateStats) -> VerdictResult:
     return VerdictResult(
         decision=DECISIONS[code],
         reason_codes=tuple(reasons),
-        summary=_summary(code, reasons, cells, int(np.asarray(stats.n_pairs))),
+        summary=_summary(code, reasons, cells, int(np.asarray(stats.n_pairs)))
+        + _data_quality(int(np.asarray(stats.n_dropped))),
         cells=cells,
         n_pairs=int(np.asarray(stats.n_pairs)),
     )
@@ -237,6 +238,14 @@ def _summary(code: Code, reasons: list[str], cells: tuple[CellResult, ...], n: i
         shown_waiting = waiting[:6] + ([f"{len(waiting) - 6} more"] if len(waiting) > 6 else [])
         text += "; waiting on " + ", ".join(shown_waiting)
     return text + "."
+
+
+def _data_quality(dropped: int) -> str:
+    # Pairs no route is answerable for (dropped by the gateway's bounds, cancelled by the
+    # client) are left out of every guardrail; the line says how many.
+    if not dropped:
+        return ""
+    return f" Data quality: {dropped:,} pair(s) not attributable (dropped or cancelled), left out."
 
 
 def _json_ready(row: dict[str, Any]) -> dict[str, Any]:

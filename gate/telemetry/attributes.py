@@ -59,6 +59,8 @@ INFLIGHT_CANDIDATE = "specgate.inflight.candidate"  # int
 REQUEST_ENDPOINT = "specgate.request.endpoint"  # "chat" | "completions"
 REQUEST_BODY = "specgate.request.body"  # JSON string, bounded, absent if not captured
 REQUEST_INPUTS = "specgate.request.inputs"  # JSON string: context, reference, tests, schema
+# Parts of the request cut at the evaluation-input limit: a list of "body", "inputs".
+REQUEST_TRUNCATED = "specgate.request.truncated"
 
 # --- route-call spans only -------------------------------------------------------------
 COHORT = "specgate.cohort"  # "baseline" | "candidate" | "control"
@@ -87,4 +89,5 @@ SPEC_ACCEPTED_TOKENS = "specgate.spec.accepted_tokens"  # int
 FALLBACK = "specgate.fallback"  # bool: canary call that fell back to the baseline
 PROMPT = "specgate.prompt"  # captured prompt text (sampled pairs only, bounded)
 OUTPUT = "specgate.output"  # captured output text (sampled pairs only, bounded)
+OUTPUT_TRUNCATED = "specgate.output.truncated"  # bool: output cut at the evaluation limit
 OUTPUT_EXTRA = "specgate.output.extra"  # JSON string: tool calls and other structure

@@ -258,3 +258,16 @@ def test_cancelled_and_dropped_calls_land_with_their_status(pg_engine, pg_ids):
     with Session(pg_engine) as session:
         kept = session.get(SpanRecord, (candidate.trace_id, candidate.span_id))
         assert kept is not None and kept.attributes[a.MIRROR_QUEUE_S] == 1.5
+
+
+def test_cut_evaluation_inputs_land_marked(pg_engine, pg_ids):
+    spans = gateway_spans(pg_ids)
+    spans[0].attributes[a.REQUEST_TRUNCATED] = ["inputs"]
+    spans[0].attributes[a.REQUEST_BODY] = '{"messages": [{"role": "us'  # cut, unmarked
+    route = next(s for s in spans if s.attributes.get(a.COHORT) == "candidate")
+    route.attributes[a.OUTPUT_TRUNCATED] = True
+    SpanStore(pg_engine, pair_deadline_s=300).write(spans)
+    requests, _, generations = stored(pg_engine)
+    assert requests[0].truncated == ["body", "inputs"]
+    cut = {g.cohort.value: g.output_truncated for g in generations.values()}
+    assert cut == {"baseline": None, "candidate": True}

@@ -11,9 +11,10 @@ import pytest
 import yaml
 from sqlalchemy import insert
 
-from gate.db.enums import Cohort, Decision, GenerationStatus
+from gate.db.enums import Cohort, Decision, GenerationStatus, Outcome, sql_statuses, statuses_of
 from gate.db.models import EngineSample
 from gate.reports.intervals import wilson
+from gate.reports.queries import Window, pass_counts
 from gate.rollouts.states import Action
 from tests import factories
 from tests.deploy.exported import metric_names, project_metrics, vllm_metrics
@@ -57,9 +58,9 @@ def queries(kind):
                 yield f"{path.name}: variable {var['name']}", query
 
 
-def substitute(sql, *, rollout_id):
+def substitute(sql, *, rollout_id, since=FROM, until=TO, name="probe", segments=("chat", "code")):
     """Expand the Grafana macros and variables the dashboards use, as Grafana would."""
-    span = f"'{FROM.isoformat()}'::timestamptz AND '{TO.isoformat()}'::timestamptz"
+    span = f"'{since.isoformat()}'::timestamptz AND '{until.isoformat()}'::timestamptz"
     sql = re.sub(r"\$__timeFilter\(([^)]+)\)", rf"\1 BETWEEN {span}", sql)
     sql = re.sub(
         r"\$__timeGroupAlias\(([^,]+),\s*\$__interval\)",
@@ -68,8 +69,8 @@ def substitute(sql, *, rollout_id):
     )
     values = {
         "rollout": str(rollout_id),
-        "route": "'probe-base','probe-spec'",
-        "segment": "'chat','code'",
+        "route": f"'{name}-base','{name}-spec'",
+        "segment": ",".join(f"'{segment}'" for segment in segments),
     }
     for name, value in values.items():
         sql = re.sub(rf"\$\{{{name}(:\w+)?\}}|\${name}\b", value, sql)
@@ -88,7 +89,7 @@ def probe(pg_session):
         hours=20,
         pairs=40,
         baseline=seed.Arm(fail=0.2),
-        candidate=seed.Arm(fail=0.2, acceptance={"chat": 0.5, "code": 0.7}),
+        candidate=seed.Arm(fail=0.2, lost=0.1, unjudged=0.3, acceptance={"chat": 0.5, "code": 0.7}),
         seed=9,
     )
     seed.verdict(db, rollout.id, Decision.CONTINUE, FROM + timedelta(hours=5), "need_more")
@@ -182,6 +183,17 @@ def test_seeded_statuses_cover_every_rate_the_panels_compute():
     assert f"'{Cohort.CANDIDATE.value}'" in text
 
 
+def test_the_failure_panel_uses_the_one_outcome_definition():
+    dashboard = load(GRAFANA / "dashboards/specgate-rollouts.json")
+    (panel,) = [p for p in panels(dashboard) if "not-attributable" in p["title"]]
+    sql = panel["targets"][0]["rawSql"]
+    assert (
+        f"IN ({sql_statuses(Outcome.NOT_ATTRIBUTABLE)}) THEN 1.0 ELSE 0.0 END) AS not_attrib" in sql
+    )
+    failures = {s for s in statuses_of(Outcome.ROUTE_FAILURE)}
+    assert failures == {"error", "timeout", "fallback"} and all(f"'{s}'" in sql for s in failures)
+
+
 @pytest.mark.postgres
 def test_the_wilson_interval_in_sql_equals_the_dashboard_s(probe):
     db, rollout_id = probe
@@ -189,7 +201,11 @@ def test_the_wilson_interval_in_sql_equals_the_dashboard_s(probe):
     (panel,) = [p for p in panels(dashboard) if "Wilson" in p["title"]]
     sql = substitute(panel["targets"][0]["rawSql"], rollout_id=rollout_id)
     rows = db.connection().exec_driver_sql(sql).mappings().all()
-    assert rows
+    assert rows and sum(row["not_evaluable"] for row in rows) > 0
+    window = Window(rollout_id, FROM, TO)
+    # The same judged counts as the report and /ui: not-evaluable results are outside n.
+    want = {(r.evaluator, r.cohort.value): (r.n, r.not_evaluable) for r in pass_counts(db, window)}
+    assert {(r["evaluator"], r["cohort"]): (r["n"], r["not_evaluable"]) for r in rows} == want
     for row in rows:
         k = round(row["pass_rate"] * row["n"])
         expected = wilson(k, row["n"])

@@ -146,7 +146,7 @@ def test_real_workers_store_evaluations_once_even_when_one_is_killed_mid_task(
         rows = wait_rows(pg_committing, slow.id, 3)
         assert rows == [
             ("baseline", "task", "1"),
-            ("candidate", "greedy_parity", "1"),
+            ("candidate", "greedy_parity", "2"),
             ("candidate", "task", "1"),
         ]
         second.wait_for("inserted=3 kept=0")

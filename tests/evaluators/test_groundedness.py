@@ -150,12 +150,18 @@ def test_it_applies_only_where_the_request_carried_context():
     assert context_sources(REQUEST)[0].startswith("Acme Robotics was founded")
 
 
-@pytest.mark.parametrize("status", ["error", "timeout", "dropped"])
+@pytest.mark.parametrize("status", ["error", "timeout", "fallback"])
 def test_a_side_that_failed_fails_groundedness_whatever_its_text(status):
     side = answer(FAITHFUL, status=status, error="upstream 503")
     result = run_evaluator(GroundednessEvaluator(), side, REQUEST)
-    assert not result.passed and result.score == 0.0
+    assert result is not None and not result.passed and result.score == 0.0
     assert result.details["reason"] == f"generation_{status}"
+
+
+@pytest.mark.parametrize("status", ["dropped", "cancelled"])
+def test_a_side_not_attributable_to_its_route_is_not_scored(status):
+    side = answer(FAITHFUL, status=status)
+    assert run_evaluator(GroundednessEvaluator(), side, REQUEST) is None
 
 
 def test_a_json_answer_is_checked_on_its_values_not_its_keys():

@@ -79,3 +79,44 @@ def test_first_difference_on_words_and_text():
     assert first_difference("abc", "abd") == 2
     assert first_difference(["a", "b"], ["a", "b"]) is None
     assert first_difference(["a"], ["a", "b"]) == 1
+
+
+def calls(*pairs):
+    return {
+        "tool_calls": [
+            {"type": "function", "function": {"name": name, "arguments": arguments}}
+            for name, arguments in pairs
+        ]
+    }
+
+
+def test_tool_calls_with_other_arguments_are_no_match():
+    oslo = side("baseline", "", output_extra=calls(("get_weather", '{"city": "Oslo"}')))
+    bergen = side("candidate", "", output_extra=calls(("get_weather", '{"city": "Bergen"}')))
+    result = compare(oslo, bergen)
+    assert not result.passed and not result.details["exact_match"]
+    assert result.details["first_diff_tool_call"] == 0 and result.score == 0.0
+
+
+def test_tool_calls_match_on_canonical_json_and_differ_on_names():
+    spaced = calls(("get_weather", '{"city": "Oslo", "unit": "C"}'))
+    packed = calls(("get_weather", '{"unit":"C","city":"Oslo"}'))
+    same = compare(
+        side("baseline", "", output_extra=spaced), side("candidate", "", output_extra=packed)
+    )
+    assert same.passed and same.details["tool_calls"] == [1, 1]
+    other = calls(("get_time", '{"city": "Oslo", "unit": "C"}'))
+    renamed = compare(
+        side("baseline", "", output_extra=spaced), side("candidate", "", output_extra=other)
+    )
+    assert not renamed.passed
+
+
+def test_a_missing_tool_call_is_no_match():
+    two = calls(("search", {"q": "fjords"}), ("search", {"q": "glaciers"}))
+    one = calls(("search", {"q": "fjords"}))
+    result = compare(
+        side("baseline", "", output_extra=two), side("candidate", "", output_extra=one)
+    )
+    assert not result.passed and result.details["first_diff_tool_call"] == 1
+    assert result.score == pytest.approx(0.5)

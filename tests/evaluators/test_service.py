@@ -120,3 +120,34 @@ def test_open_and_unknown_pairs_are_refused(session):
         evaluate_pair(session, pair_id=pair.id)
     with pytest.raises(NotFound):
         evaluate_pair(session, pair_id=uuid.uuid4())
+
+
+@pytest.mark.parametrize("status", [GenerationStatus.FALLBACK, GenerationStatus.ERROR])
+def test_a_route_failure_with_empty_output_fails_every_evaluator(session, status):
+    # A canary call that fell back left no answer: groundedness must not pass it.
+    rollout = make_rollout(session)
+    pair = make_pair(
+        session, rollout, [(Cohort.BASELINE, RIGHT, OK), (Cohort.CANDIDATE, "", status)]
+    )
+    evaluate_pair(session, pair_id=pair.id)
+    candidate = [(e, p, d["reason"]) for c, e, p, d in stored(session, pair) if c == "candidate"]
+    reason = f"generation_{status.value}"
+    assert candidate == [
+        ("greedy_parity", False, reason),
+        ("groundedness", False, reason),
+        ("task", False, reason),
+    ]
+
+
+@pytest.mark.parametrize("status", [GenerationStatus.DROPPED, GenerationStatus.CANCELLED])
+def test_a_side_not_attributable_to_its_route_gets_no_result(session, status):
+    rollout = make_rollout(session)
+    pair = make_pair(
+        session, rollout, [(Cohort.BASELINE, RIGHT, OK), (Cohort.CANDIDATE, "", status)]
+    )
+    evaluate_pair(session, pair_id=pair.id)
+    # Neither a pass nor a fail for the dropped side, and no parity against it.
+    assert [(c, e, p) for c, e, p, _ in stored(session, pair)] == [
+        ("baseline", "groundedness", True),
+        ("baseline", "task", True),
+    ]

@@ -304,8 +304,11 @@
         data: evaluators.map((e) => (find(e) ? find(e).rate : null)),
         intervals: evaluators.map((e) => (find(e) ? [find(e).low, find(e).high] : null)),
         counts: evaluators.map((e) => (find(e) ? `${find(e).passed}/${find(e).n}` : "")),
+        unjudged: evaluators.map((e) => (find(e) ? find(e).not_evaluable : 0)),
       };
     });
+    const unjudged = rows.filter((r) => r.not_evaluable > 0).map((r) => `${r.evaluator} ${r.cohort} ${r.not_evaluable}`);
+    $("quality-note").textContent = unjudged.length ? `Not evaluable (left out of the rates): ${unjudged.join(", ")}` : "";
     draw("chart-quality", {
       type: "bar", data: { labels: evaluators, datasets }, plugins: [whiskers],
       options: {
@@ -313,7 +316,8 @@
         plugins: { tooltip: { callbacks: { afterLabel: (ctx) => {
           const d = ctx.dataset;
           const iv = d.intervals[ctx.dataIndex];
-          return iv ? `${d.counts[ctx.dataIndex]} passed, 95% CI ${pct(iv[0])} – ${pct(iv[1])}` : "";
+          const skipped = d.unjudged[ctx.dataIndex] ? `; ${d.unjudged[ctx.dataIndex]} not evaluable` : "";
+          return iv ? `${d.counts[ctx.dataIndex]} passed, 95% CI ${pct(iv[0])} – ${pct(iv[1])}${skipped}` : "";
         } } } },
       },
     });
@@ -321,7 +325,7 @@
 
   function failureChart(points) {
     const datasets = [];
-    const kinds = [["error_rate", "errors", []], ["fallback_rate", "fallbacks", [6, 4]], ["dropped_rate", "dropped", [2, 3]]];
+    const kinds = [["error_rate", "errors", []], ["fallback_rate", "fallbacks", [6, 4]], ["not_attributable_rate", "not attributable (dropped, cancelled)", [2, 3]]];
     for (const cohort of cohorts(points)) {
       const mine = points.filter((p) => p.cohort === cohort);
       for (const [field, name, dash] of kinds) {

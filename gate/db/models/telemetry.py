@@ -59,6 +59,8 @@ class RequestRecord(Base):
     body: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     # Declared evaluator inputs: context, references, tests, tenant, schema.
     inputs: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    # What the gateway had to cut of the evaluation copy ("body", "inputs"); NULL: nothing.
+    truncated: Mapped[list[str] | None] = mapped_column(JSONType)
     segment: Mapped[str] = mapped_column(String(64), default="chat")
     tenant: Mapped[str | None] = mapped_column(String(128))
     inflight_baseline: Mapped[int] = mapped_column(Integer, default=0)
@@ -155,6 +157,8 @@ class Generation(Base):
     output: Mapped[str | None] = mapped_column(Text)
     # Tool calls and other structured output, for the schema evaluator.
     output_extra: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    # True when the output was cut at the evaluation-input limit: not evaluable.
+    output_truncated: Mapped[bool | None] = mapped_column(Boolean)
     trace_id: Mapped[str | None] = mapped_column(String(32))
     span_id: Mapped[str | None] = mapped_column(String(16))
     response_id: Mapped[str | None] = mapped_column(String(128), index=True)

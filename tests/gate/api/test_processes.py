@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -27,11 +28,14 @@ SECRET = "process-secret"
 
 
 @contextmanager
-def specgate_serve(database_url: str, *, embedded: bool = False, **env: str):
-    """Run `specgate serve`; spans go to a sink that accepts them unless `embedded` (a
-    closed port would make every shutdown wait on export retries)."""
+def specgate_serve(
+    database_url: str, *, embedded: bool = False, otlp_endpoint: str | None = None, **env: str
+):
+    """Run `specgate serve`; spans go to `otlp_endpoint`, else to a sink that accepts them,
+    or stay in process when `embedded` (a closed port would make every shutdown wait on
+    export retries)."""
     with ExitStack() as stack:
-        sink = None if embedded else stack.enter_context(serving(span_sink()))
+        sink = None if embedded else otlp_endpoint or stack.enter_context(serving(span_sink()))
         yield stack.enter_context(_serve(database_url, sink, env))
 
 
@@ -66,6 +70,44 @@ def _serve(database_url: str, otlp: str | None, env: dict[str, str]):
         else:
             raise RuntimeError(proc.stderr.read().decode() if proc.stderr else "no start")
         yield base
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@contextmanager
+def specgate_collect(database_url: str) -> Iterator[str]:
+    """Run `specgate collect` (evaluations in process: no Redis); yield its OTLP URL."""
+    port = closed_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPECGATE_")}
+    env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gate",
+            "collect",
+            "--port",
+            str(port),
+            "--database-url",
+            database_url,
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(base + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        else:
+            raise RuntimeError(proc.stderr.read().decode() if proc.stderr else "no start")
+        yield base + "/v1/traces"
     finally:
         proc.terminate()
         proc.wait(10)

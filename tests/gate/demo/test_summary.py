@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from gate.db.enums import Cohort
+from gate.db.models import Evaluation
 from gate.demo.summary import summarise
 from tests import factories
 
 
-def _pair(session, rollout_id: int, segment: str, base_tpot: float, spec_tpot: float) -> None:
+def _pair(
+    session, rollout_id: int, segment: str, base_tpot: float | None, spec_tpot: float | None
+) -> None:
     pair = factories.pair(session, rollout_id)
     for cohort, tpot in ((Cohort.BASELINE, base_tpot), (Cohort.CANDIDATE, spec_tpot)):
         row = factories.generation(session, pair, cohort)
@@ -23,9 +26,9 @@ def test_speedup_is_the_ratio_of_tpot_medians_except_for_answers_sent_in_one_bur
     rollout = factories.rollout(sqlite_session)
     for base, spec in ((0.030, 0.015), (0.032, 0.016), (0.028, 0.020)):
         _pair(sqlite_session, rollout.id, "proofread", base, spec)
-    # Held-back tool calls: every chunk arrives at once, TPOT is a few microseconds.
-    for base, spec in ((0.00002, 0.00005), (0.00001, 0.00004)):
-        _pair(sqlite_session, rollout.id, "tool_call", base, spec)
+    # Held-back tool calls: every chunk arrives at once, so the gateway records no TPOT.
+    for _ in range(2):
+        _pair(sqlite_session, rollout.id, "tool_call", None, None)
 
     rows = {row.segment: row for row in summarise(sqlite_session, rollout_id=rollout.id)}
 
@@ -34,5 +37,27 @@ def test_speedup_is_the_ratio_of_tpot_medians_except_for_answers_sent_in_one_bur
     assert not proofread.burst and proofread.acceptance == 0.8
     tool_call = rows["tool_call"]
     assert tool_call.burst and tool_call.speedup is None
-    assert tool_call.tpot["baseline"][0] < 0.001
+    assert tool_call.tpot["baseline"][0] != tool_call.tpot["baseline"][0]  # NaN: shown "-"
     assert rows["all"].speedup is not None and list(rows)[-1] == "all"
+
+
+def test_not_evaluable_results_are_counted_not_scored(sqlite_session):
+    rollout = factories.rollout(sqlite_session)
+    pair = factories.pair(sqlite_session, rollout.id)
+    for cohort, passed in ((Cohort.BASELINE, True), (Cohort.CANDIDATE, None)):
+        row = factories.generation(sqlite_session, pair, cohort)
+        row.segment = "json"
+        sqlite_session.flush()
+        sqlite_session.add(
+            Evaluation(
+                generation_id=row.id,
+                evaluator="schema",
+                version="1",
+                passed=passed,
+                not_evaluable=None if passed else "truncated",
+            )
+        )
+    sqlite_session.flush()
+    rows = {row.segment: row for row in summarise(sqlite_session, rollout_id=rollout.id)}
+    assert rows["json"].pass_rates == {"schema": {"baseline": 1.0}}
+    assert rows["json"].not_evaluable == rows["all"].not_evaluable == 1

@@ -133,3 +133,22 @@ def test_usage_chunks_are_cut_wherever_they_sit(writes, expected):
     forwarded, outcome = stream_through(writes, strip_usage=True)
     assert forwarded == expected
     assert outcome["result"].output_tokens == 4
+
+
+def test_an_answer_that_arrives_in_one_burst_has_no_tpot():
+    # A tool call held back until complete: every event in one read, microseconds apart.
+    function = {"name": "get_weather", "arguments": '{"city": "Oslo"}'}
+    chunk = {"id": "r1", "choices": [{"index": 0, "delta": {"tool_calls": [
+        {"index": 0, "function": function}]}}]}  # fmt: skip
+    call = b"data: " + orjson.dumps(chunk) + b"\n\n"
+    writes = [call + delta("", finish="tool_calls") + USAGE + DONE]
+    _forwarded, outcome = stream_through(writes, strip_usage=False, capture=True)
+    result = outcome["result"]
+    assert result.output_tokens == 4 and result.ttft_s is not None
+    assert result.tpot_s is None  # undefined, not a few microseconds
+
+
+def test_a_burst_split_into_events_of_one_read_has_no_tpot():
+    writes = [delta("a") + delta("b") + delta("c", finish="stop") + USAGE + DONE]
+    _forwarded, outcome = stream_through(writes, strip_usage=False, capture=True)
+    assert outcome["result"].content_chunks == 3 and outcome["result"].tpot_s is None

@@ -10,7 +10,7 @@ import numpy as np
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-from gate.db.enums import Cohort, Decision, GenerationStatus, PairState
+from gate.db.enums import Cohort, Decision, GenerationStatus, Outcome, PairState
 from gate.db.models import AuditEvent, Evaluation, Generation, Pair, Verdict
 from gate.rollouts.states import Action
 from gate.routing import service as routing
@@ -28,6 +28,10 @@ class Arm:
     fail: float = 0.02
     passes: dict[str, float] = field(default_factory=lambda: dict.fromkeys(EVALUATORS, 0.9))
     acceptance: dict[str, float] | None = None
+    # Odds that no route is answerable for a call (dropped or cancelled), and that an
+    # evaluator could not judge an answer (not evaluable).
+    lost: float = 0.0
+    unjudged: float = 0.0
 
 
 @dataclass
@@ -42,7 +46,7 @@ class Record:
     drafts: int | None
     draft_tokens: int | None
     accepted: int | None
-    evaluations: dict[str, bool]
+    evaluations: dict[str, bool | None]
 
 
 def traffic(
@@ -80,7 +84,13 @@ def traffic(
     db.add_all(rows)
     db.flush()
     db.add_all(
-        Evaluation(generation_id=row.id, evaluator=name, version="1", passed=passed)
+        Evaluation(
+            generation_id=row.id,
+            evaluator=name,
+            version="1",
+            passed=passed,
+            not_evaluable="truncated" if passed is None else None,
+        )
         for row, record in zip(rows, records, strict=True)
         for name, passed in record.evaluations.items()
     )
@@ -97,6 +107,8 @@ def _call(
         status = (GenerationStatus.ERROR, GenerationStatus.FALLBACK, GenerationStatus.TIMEOUT)[
             int(rng.integers(3))
         ]
+    elif roll < arm.fail + arm.lost:
+        status = (GenerationStatus.DROPPED, GenerationStatus.CANCELLED)[int(roll * 1e6) % 2]
     ok = status == GenerationStatus.OK
     ttft = float(arm.ttft_s * rng.lognormal(0, 0.5)) if ok else None
     tpot = float(arm.tpot_s * rng.lognormal(0, 0.3)) if ok else None
@@ -120,7 +132,15 @@ def _call(
         trace_id=uuid.uuid4().hex,
         span_id=uuid.uuid4().hex[:16],
     )
-    evaluations = {name: bool(rng.uniform() < odds) for name, odds in arm.passes.items()}
+    evaluations: dict[str, bool | None] = {
+        name: bool(rng.uniform() < odds) for name, odds in arm.passes.items()
+    }
+    if status.outcome is Outcome.NOT_ATTRIBUTABLE:
+        evaluations = {}  # the evaluators leave such a side alone
+    elif arm.unjudged:
+        evaluations = {
+            n: None if rng.uniform() < arm.unjudged else p for n, p in evaluations.items()
+        }
     return row, Record(
         pair.rollout_id,
         cohort.value,

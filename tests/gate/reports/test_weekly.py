@@ -117,11 +117,15 @@ def expected_stats(records, rollout_id, week):
     for name in seed.EVALUATORS if mine else ():
         out["quality"][name] = {}
         for cohort in ("baseline", "candidate"):
-            arm = [r.evaluations[name] for r in mine if r.cohort == cohort]
-            out["quality"][name][cohort] = (sum(arm), len(arm))
+            # A call no route is answerable for has no evaluations at all.
+            results = [r.evaluations[name] for r in mine if r.cohort == cohort and r.evaluations]
+            arm = [p for p in results if p is not None]
+            out["quality"][name][cohort] = (sum(arm), len(arm), len(results) - len(arm))
     for cohort in ("baseline", "candidate") if mine else ():
         arm = [r for r in mine if r.cohort == cohort]
-        out["failures"][cohort] = (sum(r.status != "ok" for r in arm), len(arm))
+        lost = sum(r.status in ("dropped", "cancelled") for r in arm)
+        failed = sum(r.status in ("error", "timeout", "fallback") for r in arm)
+        out["failures"][cohort] = (failed, len(arm), lost)
     return out
 
 
@@ -137,14 +141,16 @@ def check_stats(got, want):
     assert set(got["quality"]) == set(want["quality"])
     assert set(got["failures"]) == set(want["failures"])
     for name, arms in want["quality"].items():
-        for cohort, (passed, n) in arms.items():
+        for cohort, (passed, n, unjudged) in arms.items():
             assert (got["quality"][name][cohort]["k"], got["quality"][name][cohort]["n"]) == (
                 passed,
                 n,
             )
-    for cohort, (failed, n) in want["failures"].items():
+            assert got["quality"][name]["not_evaluable"].get(cohort, 0) == unjudged
+    for cohort, (failed, n, lost) in want["failures"].items():
         assert got["failures"][cohort]["n"] == n
-        assert got["failures"][cohort]["rate"] == pytest.approx(failed / n)
+        assert got["failures"][cohort]["not_attributable"] == lost
+        assert got["failures"][cohort]["rate"] == pytest.approx(failed / (n - lost))
 
 
 def test_numbers_match_the_database(seeded, tmp_path):
@@ -247,3 +253,19 @@ def test_an_empty_week_still_writes_a_report(pg_session, tmp_path):
     assert report.rollouts == [] and report.regressions == []
     assert png_size(tmp_path / "verdicts.png") == (WIDTH_PX, HEIGHT_PX)
     assert "## Regressions (0)" in (tmp_path / "report.md").read_text()
+
+
+def test_not_evaluable_results_and_unattributable_calls_stay_out_of_the_rates(pg_session, tmp_path):
+    db = pg_session
+    rollout = factories.rollout(db, name="lossy")
+    lossy = seed.Arm(fail=0.1, lost=0.2, unjudged=0.3, acceptance={"chat": 0.5, "code": 0.6})
+    records = seed.traffic(
+        db, rollout.id, start=WEEK.start, hours=50, pairs=200,
+        baseline=seed.Arm(), candidate=lossy, seed=9,
+    )  # fmt: skip
+    report = build_weekly(db, "2026-W40", out_dir=tmp_path)
+    (got,) = report.summary()["rollouts"]
+    want = expected_stats(records, rollout.id, WEEK)
+    assert want["failures"]["candidate"][2] > 0 and want["quality"]["schema"]["candidate"][2] > 0
+    check_stats(got["current"], want)
+    assert "not evaluable" in report.markdown and "not attributable" in report.markdown

@@ -15,7 +15,7 @@ from gate.stats.cumulative import looks_every, to_stats
 from gate.stats.engine import ACCEPTANCE, FAILURES, GREEDY
 from gate.stats.policy import ALL, Policy
 from gate.stats.replay import columns, fold_order, read_pairs, replay
-from gate.stats.sequences import MeanStats, PairedCounts, TwoCounts
+from gate.stats.sequences import CohortCounts, MeanStats, PairedCounts, TwoCounts
 from gate.stats.simulate import Scenario, draw_pairs, to_records
 
 POLICY = Policy()
@@ -128,6 +128,47 @@ def test_canary_records_have_one_side_and_use_unpaired_cells():
     paired_mode = replay(records, POLICY, every=100)  # shadow: half-empty pairs are dropped
     assert paired_mode.decision is Decision.HOLD
     assert paired_mode.verdict.reason_codes == ("hold:dropped_share",)
+
+
+def canary_record(i: int, *, candidate: dict | None, baseline: dict | None) -> dict:
+    return {"pair_id": f"p{i}", "segment": "chat", "created_at": i,
+            "baseline": baseline, "candidate": candidate}  # fmt: skip
+
+
+OK_SIDE = {"ttft_s": 0.2, "tpot_s": 0.02, "e2e_s": 2.0, "evals": {"task": True}}
+
+
+def test_a_canary_fallback_is_the_candidates_failure_and_its_rescue_no_baseline_sample():
+    fell_back = {"status": "fallback", "evals": {"task": False}}
+    records = [
+        canary_record(i, candidate=fell_back, baseline=OK_SIDE)
+        if i % 2
+        else canary_record(i, candidate=None, baseline=OK_SIDE)
+        for i in range(400)
+    ]
+    stats = to_stats(columns(records, POLICY, RolloutMode.CANARY), POLICY, np.array([400]),
+                     mode=RolloutMode.CANARY)  # fmt: skip
+    failures = stats.cells[(FAILURES, ALL)]
+    assert isinstance(failures, CohortCounts)
+    # 200 live pairs after warm-up: 100 candidate calls, all failed; 100 baseline calls.
+    assert (float(failures.n[0]), float(failures.candidate[0]), float(failures.baseline[0])) == (
+        200.0, 100.0, 0.0)  # fmt: skip
+    assert stats.cohort_counts is not None
+    assert [float(c[0]) for c in stats.cohort_counts] == [100.0, 100.0]
+
+
+def test_a_cancelled_side_drops_its_pair_and_a_null_result_is_neither_pass_nor_fail():
+    cancelled = {"status": "cancelled", "evals": {}}
+    unjudged = {**OK_SIDE, "evals": {"task": None}}
+    records = [
+        canary_record(i, baseline=OK_SIDE, candidate=cancelled if i % 3 == 0 else unjudged)
+        for i in range(600)
+    ]
+    cols = columns(records, POLICY, RolloutMode.SHADOW)
+    assert cols.dropped.sum() == 200 and np.isnan(cols.evals["task"][:, 1]).all()
+    stats = to_stats(cols, POLICY, np.array([600]))
+    assert float(stats.n_dropped[0]) == len([i for i in range(200, 600) if i % 3 == 0])
+    assert float(stats.cells[("eval:task", ALL)].n[0]) == 0.0
 
 
 def test_malformed_input_is_a_bad_request_naming_the_line(tmp_path):

@@ -90,7 +90,13 @@ def store(session, records: list[dict], rollout_id: int | None = None) -> int:
     session.execute(
         insert(Evaluation),
         [
-            {"generation_id": gid, "evaluator": name, "version": "1", "passed": passed}
+            {
+                "generation_id": gid,
+                "evaluator": name,
+                "version": "1",
+                "passed": passed,
+                "not_evaluable": "truncated" if passed is None else None,
+            }
             for gid, evals in zip(ids, side_evals, strict=True)
             for name, passed in evals.items()
         ],
@@ -124,3 +130,49 @@ def test_sql_statistics_equal_the_replay_statistics(pg_session):
     for key, cell in expected.items():
         assert as_floats(got.cells[key]) == pytest.approx(as_floats(cell), rel=1e-9, abs=1e-9), key
     assert got.collapse == pytest.approx({k: float(v) for k, v in want.collapse.items()})
+
+
+def with_every_outcome(records: list[dict]) -> list[dict]:
+    """Give some sides each outcome class: cancelled, fallback, and not-evaluable results."""
+    for i, record in enumerate(records):
+        side = record["candidate"]
+        if side is None or record["is_control"]:
+            continue
+        if i % 13 == 5:
+            side["status"] = "cancelled"  # the client left: nobody's failure
+        elif i % 17 == 2:
+            side.update(status="fallback", ttft_s=None, tpot_s=None, e2e_s=None)
+        elif i % 11 == 4:
+            side["evals"] = {name: None for name in side["evals"]}  # not evaluable
+    return records
+
+
+def test_sql_and_replay_read_outcomes_and_not_evaluable_results_alike(pg_session):
+    records = with_every_outcome(recorded_pairs())
+    rollout_id = store(pg_session, records)
+    got = folded_stats(fold(pg_session, rollout_id=rollout_id, stage=0, policy=POLICY), POLICY)
+    cols = columns(fold_order(records), POLICY, RolloutMode.SHADOW)
+    want = at_look(to_stats(cols, POLICY, np.array([len(records)])), 0)
+    # Cancelled sides drop their pairs, into the data-quality count, on both paths.
+    warm = POLICY.warmup_pairs
+    cancelled = sum(
+        1 for r in fold_order(records)[warm:] if (r["candidate"] or {}).get("status") == "cancelled"
+    )
+    assert cancelled > 0 and float(got.n_dropped) == float(want.n_dropped) >= cancelled
+    expected = {k: v for k, v in want.cells.items() if k[0] != FEEDBACK}
+    for key, cell in expected.items():
+        assert as_floats(got.cells[key]) == pytest.approx(as_floats(cell), rel=1e-9, abs=1e-9), key
+
+
+def test_a_side_with_only_not_evaluable_results_leaves_its_pair_unscored(pg_session):
+    records = recorded_pairs()
+    evaluator = next(iter(records[0]["baseline"]["evals"]))
+    unscored = with_every_outcome(recorded_pairs())
+    rollout_id = store(pg_session, records)
+    full = folded_stats(fold(pg_session, rollout_id=rollout_id, stage=0, policy=POLICY), POLICY)
+    other = store(pg_session, unscored, factories.rollout(pg_session, name="cut").id)
+    cut = folded_stats(fold(pg_session, rollout_id=other, stage=0, policy=POLICY), POLICY)
+    key = ("eval:" + evaluator, "all")
+    assert key in full.cells
+    # Fewer pairs scored, never more: a NULL result is neither a pass nor a fail.
+    assert float(cut.cells[key].n) < float(full.cells[key].n)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -12,7 +13,7 @@ from gate.db.enums import Decision
 from gate.stats.betting import diff_interval
 from gate.stats.engine import GateStats
 from gate.stats.policy import ALL, Policy, load_policy
-from gate.stats.sequences import MeanStats, PairedCounts
+from gate.stats.sequences import CohortCounts, MeanStats, PairedCounts
 from gate.stats.verdict import decide
 
 POLICY = Policy()
@@ -176,3 +177,41 @@ def test_reported_interval_is_the_one_the_decision_used():
     assert (cell.lower, cell.upper) == pytest.approx((float(direct.lower), float(direct.upper)))
     # The decision said "inside": the promotion-level upper bound is below the margin.
     assert cell.status == "inside" and cell.upper < cell.margin
+
+
+def test_a_rate_difference_interval_never_leaves_plus_minus_100_points():
+    # Canary cohorts: every candidate call failed, none of the baseline's. The betting
+    # pseudo-outcomes range over ±1/share, but a difference of two rates cannot.
+    stats = healthy()
+    cells = {
+        key: CohortCounts(n=60, candidate=30, baseline=0, share=0.5)
+        if key[0] == "failures"
+        else cell
+        for key, cell in stats.cells.items()
+    }
+    verdict = decide(POLICY, replace(stats, cells=cells))
+    assert verdict.decision is Decision.KILL
+    failures = [c for c in verdict.cells if c.metric == "failures"]
+    assert failures and all(-1.0 <= c.lower <= c.upper <= 1.0 for c in failures)
+    assert all(c.estimate is not None and -1.0 <= c.estimate <= 1.0 for c in failures)
+    shown = [
+        float(v)
+        for v in re.findall(r"failures [^;]*?\[([+-][\d.]+), ([+-][\d.]+)\]", verdict.summary)[0]
+    ]
+    assert shown and max(abs(v) for v in shown) <= 100.0
+
+
+def test_diff_interval_is_within_the_range_of_a_rate_difference():
+    skewed = CohortCounts(n=np.array([10.0, 400.0]), candidate=np.array([9.0, 0.0]),
+                          baseline=np.array([0.0, 390.0]), share=0.1)  # fmt: skip
+    got = diff_interval(skewed, alpha_lower=0.001, alpha_upper=0.001)
+    for bound in (got.estimate, got.lower, got.upper):
+        assert np.all(np.abs(bound) <= 1.0)
+
+
+def test_the_summary_counts_pairs_no_route_is_answerable_for():
+    verdict = decide(POLICY, replace(healthy(), n_dropped=37.0))
+    assert verdict.summary.endswith(
+        "Data quality: 37 pair(s) not attributable (dropped or cancelled), left out."
+    )
+    assert "Data quality" not in decide(POLICY, healthy()).summary

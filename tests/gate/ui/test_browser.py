@@ -102,7 +102,9 @@ def served(pg_committing, pg_url):
                 hours=3,
                 pairs=120,
                 baseline=seed.Arm(),
-                candidate=seed.Arm(ttft_s=ttft, acceptance={"chat": 0.45, "code": 0.7}),
+                candidate=seed.Arm(
+                    ttft_s=ttft, acceptance={"chat": 0.45, "code": 0.7}, lost=0.05, unjudged=0.1
+                ),
                 seed=3,
             )
             seed.verdict(db, rollout.id, Decision.CONTINUE, start + timedelta(hours=2), "need_more")
@@ -141,6 +143,9 @@ def test_operator_sees_charts_and_kills_a_rollout(page, served):
     ):
         page.wait_for_function(DRAWN, arg=chart, timeout=10_000)
         assert page.evaluate(INK, chart) > 100, f"{chart} has no candidate series drawn"
+    # Results no evaluator could judge are outside the rates, and said so under the chart.
+    expect(page.locator("#quality-note")).to_contain_text("Not evaluable (left out of the rates)")
+    expect(page.locator("#quality-note")).to_contain_text("candidate")
     page.wait_for_function(DRAWN, arg="chart-verdicts")
     expect(page.locator("#timeline tbody tr")).not_to_have_count(0)
     page.screenshot(path=str(SCREENSHOT), full_page=True)

@@ -34,7 +34,13 @@ def live(pg_committing, pg_url):
             hours=3,
             pairs=150,
             baseline=seed.Arm(),
-            candidate=seed.Arm(ttft_s=0.15, fail=0.1, acceptance={"chat": 0.4, "code": 0.75}),
+            candidate=seed.Arm(
+                ttft_s=0.15,
+                fail=0.1,
+                lost=0.1,
+                unjudged=0.2,
+                acceptance={"chat": 0.4, "code": 0.75},
+            ),
             seed=11,
         )
         seed.verdict(db, rollout.id, Decision.CONTINUE, start + timedelta(hours=1), "need_more")
@@ -74,16 +80,28 @@ def test_series_equal_what_the_rows_say(live):
         rate = sum(r.accepted for r in cand) / sum(r.draft_tokens for r in cand)
         assert row["rate"] == pytest.approx(rate)
     for row in body["quality"]:
-        arm = [r.evaluations[row["evaluator"]] for r in records if r.cohort == row["cohort"]]
+        results = [
+            r.evaluations[row["evaluator"]]
+            for r in records
+            if r.cohort == row["cohort"] and r.evaluations
+        ]
+        arm = [p for p in results if p is not None]  # not evaluable: outside the rate
         expected = wilson(sum(arm), len(arm))
         assert (row["passed"], row["n"]) == (sum(arm), len(arm))
+        assert row["not_evaluable"] == len(results) - len(arm)
         assert (row["low"], row["high"]) == pytest.approx((expected.low, expected.high))
     failed = sum(
         p["error_rate"] * p["n"] + p["fallback_rate"] * p["n"]
         for p in body["failures"]
         if p["cohort"] == "candidate"
     )
-    assert round(failed) == sum(r.status != "ok" for r in records if r.cohort == "candidate")
+    candidate = [r for r in records if r.cohort == "candidate"]
+    assert round(failed) == sum(r.status in ("error", "timeout", "fallback") for r in candidate)
+    lost = sum(
+        p["not_attributable_rate"] * p["n"] for p in body["failures"] if p["cohort"] == "candidate"
+    )
+    assert 0 < round(lost) == sum(r.status in ("dropped", "cancelled") for r in candidate)
+    assert sum(row["not_evaluable"] for row in body["quality"]) > 0
     assert [v["decision"] for v in body["verdicts"]] == ["continue", "hold"]
 
 
