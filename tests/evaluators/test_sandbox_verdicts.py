@@ -76,12 +76,15 @@ def test_claims_count_for_the_box_they_came_from_only() -> None:
 
 def test_a_test_never_sees_the_other_tests() -> None:
     peek = """
-import gc
-SEEN = " ".join(str(o) for o in gc.get_objects() if isinstance(o, str) and "secret-test" in o)
+import sys
+SEEN, f = "", sys._getframe()
+while f is not None:
+    SEEN, f = SEEN + repr(f.f_locals), f.f_back
 """
+    # Each test carries a marker the other looks for in everything the answer can reach.
     cases = [
-        "assert 'secret-test-' + 'two' not in SEEN, SEEN",
-        "assert 'secret-test-' + 'one' not in SEEN, SEEN",
+        "assert 'marker' + '-b' not in SEEN, 'saw test b'  # marker-a",
+        "assert 'marker' + '-a' not in SEEN, 'saw test a'  # marker-b",
     ]
     result = evaluate(peek, cases)
     assert result.passed, result.details["execution"]
