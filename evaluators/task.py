@@ -27,7 +27,7 @@ _CODE_BLOCK = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)```", re.DOTALL)
 _PYTHON_TAGS = frozenset({"", "python", "python3", "py"})
 NOT_RUN = Counter(
     "specgate_sandbox_unavailable_total",
-    "Code-tested evaluations recorded not evaluable because no working sandbox exists.",
+    "Code-tested evaluations recorded not evaluable: no working sandbox, or a box failed to start.",
 )
 
 
