@@ -44,7 +44,12 @@ def make_celery(settings: Settings, *, visibility_timeout_s: float = 3600.0) -> 
     _Runtime.settings = settings
     sessions.cache_clear()
     configure(
-        SandboxConfig(settings.sandbox_bwrap, settings.sandbox_uid, configured_secrets(settings))
+        SandboxConfig(
+            settings.sandbox_bwrap,
+            settings.sandbox_uid,
+            configured_secrets(settings),
+            settings.sandbox_memory_total_mb,
+        )
     )
     app = Celery("specgate", include=["evaluators.tasks", "gate.tasks"], set_as_current=True)
     app.conf.update(

@@ -1,36 +1,32 @@
 """Run untrusted Python against tests, boxed by bubblewrap (see `evaluators.jail`).
 
-Fail closed: without a working jail nothing runs and the result says `unavailable`;
-the weaker `unsafe-local` mode (a `python -I` child with rlimits and an audit hook, no
-namespaces) runs only when a policy names it. Inside the jail the harness applies rlimits
-(CPU, address space, file size, open files, processes) before the answer runs; the
-worker kills the whole box at the wall-clock deadline. What is kept of a run (errors,
-stderr) is size-bounded and scrubbed of the process's configured secrets.
+The solution runs afresh for each test, in a box of its own: the answer never sees
+another test, and what one box claims counts for its one test only. Fail closed: without
+a working jail, or when a box fails to start, nothing runs and the result says
+`unavailable`; the weaker `unsafe-local` mode (a `python -I` child with rlimits and an
+audit hook, no namespaces) runs only when a policy names it. Inside the jail the harness
+applies rlimits (CPU, address space, file size, open files, processes) before the answer
+runs; the worker kills the whole box at the wall-clock deadline. What is kept of a run
+(errors, stderr) is size-bounded and scrubbed of the process's configured secrets.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import secrets
-import signal
-import subprocess
+import logging
+import math
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from evaluators.jail import Probe, probe
-from evaluators.secrets import scrub
+from evaluators.sandbox_box import Box, Outcome, run_box
 
+log = logging.getLogger("specgate.sandbox")
 HARNESS = Path(__file__).with_name("sandbox_child.py")
-_TAIL = 2000
-_ERROR_CHARS = 500
 
 
 class SandboxMode(StrEnum):
@@ -48,16 +44,28 @@ class Limits:
     memory_mb: int = 512
     max_file_mb: int = 16
     work_mb: int = 64
-    max_processes: int = 32
+    max_processes: int = 8
+
+    def __post_init__(self) -> None:
+        # A negative or infinite value would lift the rlimit it sets, never tighten it.
+        for f in fields(self):
+            value = getattr(self, f.name)
+            kinds = (int, float) if f.name == "timeout_s" else (int,)
+            if isinstance(value, bool) or not isinstance(value, kinds):
+                raise ValueError(f"{f.name} must be a number, not {value!r}")
+            if not math.isfinite(value) or value < 1:
+                raise ValueError(f"{f.name} must be finite and at least 1, not {value!r}")
 
 
 @dataclass(frozen=True)
 class SandboxConfig:
-    """This process's sandbox settings: the bwrap binary, the uid, what to scrub."""
+    """This process's sandbox settings: the bwrap binary, the uid, what to scrub, memory."""
 
     bwrap: str = "bwrap"
     uid: int = 65534
     secrets: tuple[str, ...] = ()
+    # What one box's processes may hold together: address space times process count.
+    memory_total_mb: int = 2048
 
 
 class _Config:
@@ -111,124 +119,83 @@ def run_python(
     limits: Limits,
     mode: SandboxMode = SandboxMode.BWRAP,
 ) -> SandboxResult:
-    """Run `solution` then each test in a contained child; never raises for bad code."""
+    """Run `solution` then each test in a box of its own; never raises for bad code."""
     config = current_config()
+    box = _box(config, limits, mode)
+    if isinstance(box, str):
+        return SandboxResult("unavailable", solution_error=box)
+    rlimits = _rlimits(limits, config.memory_total_mb, nproc=mode is SandboxMode.BWRAP)
+    base = {"audit": mode is SandboxMode.UNSAFE_LOCAL, "rlimits": rlimits, "solution": solution}
+    # One deadline for the whole evaluation, however many tests it declares.
+    deadline = time.monotonic() + limits.timeout_s
+    outcomes: list[Outcome] = []
+    runs: list[CodeTest | None] = [*tests] or [None]
+    for test in runs:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            outcomes.append(Outcome("timeout", "timeout"))
+            continue
+        job = {**base, "test": None if test is None else {"name": test.name, "code": test.code}}
+        outcome = run_box(box, job, remaining)
+        if outcome.status == "unavailable":
+            return _sandbox_failed(outcome.error or "", mode)
+        outcomes.append(outcome)
+    return _combine(tests, outcomes, mode)
+
+
+def _box(config: SandboxConfig, limits: Limits, mode: SandboxMode) -> Box | str:
     if mode is SandboxMode.UNSAFE_LOCAL:
-        command: list[str] = [sys.executable, "-I", "-c", HARNESS.read_text()]
-        popen: dict[str, Any] = {}
-    else:
-        found = sandbox_probe(config)
-        if found.jail is None:
-            return SandboxResult("unavailable", solution_error=found.detail)
-        jail = found.jail
-        argv = ("-I", "-S", "-c", HARNESS.read_text())
-        command = jail.command(work_bytes=limits.work_mb << 20, argv=argv)
-        popen = jail.popen_user()
-    job = _job(solution, tests, limits, audit=mode is SandboxMode.UNSAFE_LOCAL)
-    return _run(command, popen, job, limits, mode, config.secrets)
+        return Box([sys.executable, "-I", "-c", HARNESS.read_text()], {}, config.secrets)
+    found = sandbox_probe(config)
+    if found.jail is None:
+        return found.detail
+    argv = ("-I", "-S", "-c", HARNESS.read_text())
+    command = found.jail.command(work_bytes=limits.work_mb << 20, argv=argv)
+    return Box(command, found.jail.popen_user(), config.secrets)
 
 
-def _job(
-    solution: str, tests: Sequence[CodeTest], limits: Limits, *, audit: bool
-) -> dict[str, Any]:
-    return {
-        "nonce": secrets.token_hex(16),
-        "audit": audit,
-        "rlimits": _rlimits(limits, nproc=not audit),
-        "solution": solution,
-        "tests": [{"name": t.name, "code": t.code} for t in tests],
-    }
+def _sandbox_failed(detail: str, mode: SandboxMode) -> SandboxResult:
+    # The box never came up (namespaces exhausted, binary replaced): not the answer's
+    # failure. Forget the probe so the next evaluation finds out afresh.
+    log.error("sandbox_failed detail=%r code_tests=not_evaluable", detail[-300:])
+    probe.cache_clear()
+    return SandboxResult("unavailable", solution_error=detail[-500:], isolation=mode.value)
 
 
-def _run(
-    command: list[str],
-    popen: dict[str, Any],
-    job: dict[str, Any],
-    limits: Limits,
-    mode: SandboxMode,
-    hidden: tuple[str, ...],
+def _combine(
+    tests: Sequence[CodeTest], outcomes: list[Outcome], mode: SandboxMode
 ) -> SandboxResult:
-    with tempfile.TemporaryDirectory(prefix="specgate-sandbox-") as outdir:
-        started = time.monotonic()
-        timed_out, exit_detail = _execute(command, popen, job, limits, Path(outdir))
-        duration = round(time.monotonic() - started, 4)
-        stdout = Path(outdir, "stdout").read_text(errors="replace")
-        # Scrubbed whole, then cut: a cut first could leave part of a secret behind.
-        stderr = scrub(Path(outdir, "stderr").read_text(errors="replace"), hidden)[-_TAIL:]
-
-    def result(status: str, **extra: Any) -> SandboxResult:
-        return SandboxResult(
-            status, stderr_tail=stderr, duration_s=duration, isolation=mode.value, **extra
-        )
-
-    if timed_out:
-        return result("timeout")
-    results = _results(stdout, job["nonce"])
-    if results is None:
-        return result("crashed", solution_error=f"child exited without results ({exit_detail})")
-    tests = [{**t, "error": _clean(t["error"], hidden)} for t in results["tests"]]
-    error = _clean(results["solution_error"], hidden)
-    ok = error is None and all(t["passed"] for t in tests)
-    return result("passed" if ok else "failed", tests=tests, solution_error=error)
+    # With no tests one box ran the solution alone: it has a status, not a test entry.
+    pairs = zip(tests, outcomes, strict=True) if tests else ()
+    named = [{"name": t.name, "passed": o.status == "passed", "error": o.error} for t, o in pairs]
+    solution_error = next((o.solution_error for o in outcomes if o.solution_error), None)
+    statuses = {o.status for o in outcomes}
+    status = next((s for s in ("timeout", "crashed", "failed") if s in statuses), "passed")
+    shown = next((o for o in outcomes if o.status != "passed"), outcomes[-1])
+    return SandboxResult(
+        status,
+        tests=named,
+        solution_error=solution_error,
+        stderr_tail=shown.stderr_tail,
+        duration_s=round(sum(o.duration_s for o in outcomes), 4),
+        isolation=mode.value,
+    )
 
 
-def _clean(text: str | None, hidden: tuple[str, ...]) -> str | None:
-    return None if text is None else scrub(str(text), hidden)[:_ERROR_CHARS]
-
-
-def _execute(
-    command: list[str], popen: dict[str, Any], job: dict[str, Any], limits: Limits, outdir: Path
-) -> tuple[bool, str]:
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(outdir), "TMPDIR": str(outdir), "LANG": "C.UTF-8"}
-    with open(outdir / "stdout", "wb") as out, open(outdir / "stderr", "wb") as err:
-        # Its own process group, so the deadline kills bwrap (and with it the box) or,
-        # in unsafe-local mode, the child and what it started in that group.
-        child = subprocess.Popen(
-            command,
-            stdin=subprocess.PIPE,
-            stdout=out,
-            stderr=err,
-            cwd=outdir,
-            env=env,
-            start_new_session=True,
-            **popen,
-        )
-        try:
-            child.communicate(json.dumps(job).encode(), timeout=limits.timeout_s)
-        except subprocess.TimeoutExpired:
-            return True, "timeout"
-        finally:
-            _kill_group(child)
-    return False, f"exit status {child.returncode}"
-
-
-def _rlimits(limits: Limits, *, nproc: bool) -> dict[str, int]:
+def _rlimits(limits: Limits, total_mb: int, *, nproc: bool) -> dict[str, int]:
     # Applied by the harness itself before the answer runs: a preexec_fn would do the
     # same between fork and exec, but is unsafe in a caller that has threads.
+    memory_mb = min(limits.memory_mb, total_mb)
     rlimits = {
-        "RLIMIT_AS": limits.memory_mb * 1024 * 1024,
+        "RLIMIT_AS": memory_mb << 20,
         "RLIMIT_CPU": int(limits.timeout_s) + 1,
-        "RLIMIT_FSIZE": limits.max_file_mb * 1024 * 1024,
+        "RLIMIT_FSIZE": limits.max_file_mb << 20,
         "RLIMIT_NOFILE": 64,
         "RLIMIT_CORE": 0,
     }
     # Counted per user namespace and uid: inside the jail, this box's processes only.
     # Outside it the count would be the worker's own uid, so unsafe-local goes without.
+    # Address space is per process: the process count keeps their sum within the total.
     if nproc:
-        rlimits["RLIMIT_NPROC"] = limits.max_processes
+        rlimits["RLIMIT_NPROC"] = max(1, min(limits.max_processes, total_mb // memory_mb))
     return rlimits
-
-
-def _kill_group(child: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(child.pid, signal.SIGKILL)
-    child.wait()
-
-
-def _results(stdout: str, nonce: str) -> dict[str, Any] | None:
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(nonce + " "):
-            with contextlib.suppress(ValueError):
-                parsed: dict[str, Any] = json.loads(line[len(nonce) + 1 :])
-                return parsed
-    return None

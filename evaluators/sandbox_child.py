@@ -1,10 +1,13 @@
 """The harness the sandbox runs in the child process; standard library only.
 
-It reads one JSON job from stdin (nonce, solution, tests, rlimits, whether to install
-the audit hook), applies the rlimits, runs the solution once and each test in a copy of
-its namespace, and prints one line `<nonce> <json results>` on the original stdout. The
-nonce keeps output the solution prints from being taken for results. The audit hook is
-for the `unsafe-local` mode only: inside the jail the namespaces are the boundary.
+It reads one JSON job from stdin (nonce, solution, at most one test, rlimits, whether to
+install the audit hook), prints `<nonce> started` on the original stdout, applies the
+rlimits, runs the solution and then the test in the solution's namespace, and prints one
+line `<nonce> <json result>`. Each test gets a fresh interpreter (and its own box) of
+its own, so the answer never sees another test, nor a nonce that would vouch for one.
+The `started` line tells the worker that the box came up: without it, a failure is the
+sandbox's, not the answer's. The audit hook is for the `unsafe-local` mode only: inside
+the jail the namespaces are the boundary.
 It runs as `python -I -S -c <this file>`, under whatever Python 3 the jail found.
 """
 
@@ -39,17 +42,15 @@ def _run(job: dict[str, Any]) -> dict[str, Any]:
     try:
         exec(compile(job["solution"], "solution.py", "exec"), namespace)
     except BaseException as exc:  # the answer may raise anything, SystemExit included
-        failure = f"solution: {_describe(exc)}"
-        return {"solution_error": failure, "tests": []}
-    results = []
-    for test in job["tests"]:
-        scope = dict(namespace)
-        try:
-            exec(compile(test["code"], f"test_{test['name']}.py", "exec"), scope)
-            results.append({"name": test["name"], "passed": True, "error": None})
-        except BaseException as exc:
-            results.append({"name": test["name"], "passed": False, "error": _describe(exc)})
-    return {"solution_error": None, "tests": results}
+        return {"solution_error": f"solution: {_describe(exc)}", "passed": False, "error": None}
+    test = job.get("test")
+    if test is None:
+        return {"solution_error": None, "passed": True, "error": None}
+    try:
+        exec(compile(test["code"], f"test_{test['name']}.py", "exec"), namespace)
+    except BaseException as exc:
+        return {"solution_error": None, "passed": False, "error": _describe(exc)}
+    return {"solution_error": None, "passed": True, "error": None}
 
 
 def _limit(rlimits: dict[str, int]) -> None:
@@ -58,16 +59,18 @@ def _limit(rlimits: dict[str, int]) -> None:
 
 
 def main() -> None:
-    """Run one job from stdin and print its results."""
+    """Run one job from stdin and print its result."""
     job = json.loads(sys.stdin.read())
-    _limit(job.get("rlimits", {}))
     results_out = os.fdopen(os.dup(1), "w")
-    # What the solution prints is discarded, never mixed into the results line.
+    results_out.write(f"{job['nonce']} started\n")
+    results_out.flush()
+    _limit(job.get("rlimits", {}))
+    # What the solution prints is discarded, never mixed into the result line.
     sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (lives as long as the process)
     if job.get("audit", True):
         sys.addaudithook(_refuse_escapes)
-    results = _run(job)
-    results_out.write(f"{job['nonce']} {json.dumps(results)}\n")
+    result = _run(job)
+    results_out.write(f"{job['nonce']} {json.dumps(result)}\n")
     results_out.flush()
 
 

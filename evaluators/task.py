@@ -2,13 +2,16 @@
 
 `inputs.tests` runs the code in the answer against Python tests in the sandbox. It is a
 string (one test), a list of strings or `{"name", "code"}` mappings, or a mapping with
-`cases` and optional `language`, `timeout_s`, `memory_mb`. Without a working sandbox the
-evaluation is not evaluable (no sandbox) and no code runs; the policy option
+`cases` and optional `language`, `timeout_s`, `memory_mb` (finite numbers, at least 1:
+anything else makes the evaluation not evaluable, never a run with weaker limits).
+Without a working sandbox, or when the box fails to start, the evaluation is not
+evaluable (no sandbox) and no code runs; the policy option
 `sandbox: unsafe-local` runs it with weaker isolation instead, and says so in the details.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, replace
@@ -24,7 +27,7 @@ _CODE_BLOCK = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)```", re.DOTALL)
 _PYTHON_TAGS = frozenset({"", "python", "python3", "py"})
 NOT_RUN = Counter(
     "specgate_sandbox_unavailable_total",
-    "Code-tested evaluations recorded not evaluable because no working sandbox exists.",
+    "Code-tested evaluations recorded not evaluable: no working sandbox, or a box failed to start.",
 )
 
 
@@ -89,7 +92,11 @@ class TaskEvaluator:
         except ValueError:
             known = ", ".join(m.value for m in SandboxMode)
             raise TypeError(f"sandbox must be one of {known}") from None
-        return cls(Limits(**limits), run_code=bool(options.get("run_code", True)), sandbox=mode)
+        try:
+            bounds = Limits(**limits)
+        except ValueError as exc:
+            raise TypeError(str(exc)) from None
+        return cls(bounds, run_code=bool(options.get("run_code", True)), sandbox=mode)
 
     def applies(self, request: RequestView) -> bool:
         """Apply when the request declared a reference, checks or tests."""
@@ -106,19 +113,30 @@ class TaskEvaluator:
         if self.run_code and request.inputs.get("tests"):
             found = sandbox_probe() if self.sandbox is SandboxMode.BWRAP else None
             if found is not None and found.jail is None:
-                NOT_RUN.inc()
-                return EvalResult.unevaluable(
-                    NotEvaluable.NO_SANDBOX, **details, sandbox=found.detail
-                )
-            execution = self._execute(generation.output, cases, settings)
+                return _no_sandbox(details, found.detail)
+            try:
+                limits = self._limits(settings)
+            except ValueError as exc:
+                error = f"tests: {exc}"
+                return EvalResult.unevaluable(NotEvaluable.MISSING_INPUT, **details, error=error)
+            execution = self._execute(generation.output, cases, settings, limits)
+            if execution["status"] == "unavailable":
+                return _no_sandbox(details, execution["solution_error"])
             details["execution"] = execution
             total += max(len(cases), 1)
             passed += execution["passed_tests"]
         score = passed / total if total else None
         return EvalResult(score=score, passed=bool(total) and passed == total, details=details)
 
+    def _limits(self, settings: Mapping[str, Any]) -> Limits:
+        timeout_s = _bound(settings, "timeout_s", self.limits.timeout_s)
+        memory_mb = _bound(settings, "memory_mb", self.limits.memory_mb)
+        return replace(
+            self.limits, timeout_s=min(timeout_s, 60.0), memory_mb=int(min(memory_mb, 4096))
+        )
+
     def _execute(
-        self, answer: str, cases: list[CodeTest], settings: Mapping[str, Any]
+        self, answer: str, cases: list[CodeTest], settings: Mapping[str, Any], limits: Limits
     ) -> dict[str, Any]:
         language = str(settings.get("language", "python")).lower()
         if language not in {"python", "python3", "py"}:
@@ -128,11 +146,6 @@ class TaskEvaluator:
         code = extract_code(answer)
         if not code:
             return {"status": "no_code", "passed_tests": 0}
-        limits = replace(
-            self.limits,
-            timeout_s=min(float(settings.get("timeout_s", self.limits.timeout_s)), 60.0),
-            memory_mb=min(int(settings.get("memory_mb", self.limits.memory_mb)), 4096),
-        )
         result = run_python(code, cases, limits, self.sandbox)
         return {
             "status": result.status,
@@ -143,3 +156,18 @@ class TaskEvaluator:
             "duration_s": result.duration_s,
             "isolation": result.isolation,
         }
+
+
+def _bound(settings: Mapping[str, Any], name: str, default: float) -> float:
+    # Negative, infinite or NaN limits would lift the rlimits they set: refuse them.
+    value = settings.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} must be a number, not {value!r}")
+    if not math.isfinite(value) or value < 1:
+        raise ValueError(f"{name} must be finite and at least 1, not {value!r}")
+    return float(value)
+
+
+def _no_sandbox(details: dict[str, Any], detail: str | None) -> EvalResult:
+    NOT_RUN.inc()
+    return EvalResult.unevaluable(NotEvaluable.NO_SANDBOX, **details, sandbox=detail)

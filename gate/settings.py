@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     # to before starting it (a worker that is not root keeps its own).
     sandbox_bwrap: str = Field("bwrap", description="bubblewrap binary (name on PATH or path).")
     sandbox_uid: int = Field(65534, gt=0, description="Unprivileged uid for sandboxes.")
+    sandbox_memory_total_mb: int = Field(
+        2048, ge=64, description="Address space one sandbox's processes may hold together (MiB)."
+    )
 
     @field_validator("database_url")
     @classmethod

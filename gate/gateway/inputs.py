@@ -5,6 +5,7 @@ They are stored with the request and stripped before any upstream call.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +16,8 @@ from gate.errors import BadRequest
 
 BODY_FIELD = "specgate"
 KNOWN = frozenset({"context", "reference", "checks", "tests", "tenant", "schema", "segment"})
+# Code-test limits a request may set: a bad one would run tests under weaker rlimits.
+TEST_LIMITS = ("timeout_s", "memory_mb")
 HEADERS = {
     "x-specgate-tenant": "tenant",
     "x-specgate-reference": "reference",
@@ -43,6 +46,7 @@ def split_inputs(body: dict[str, Any], headers: Mapping[str, str]) -> Declared:
         if unknown:
             allowed = ", ".join(sorted(KNOWN))
             raise BadRequest(f"unknown '{BODY_FIELD}' fields {sorted(unknown)}; allowed: {allowed}")
+        _check_test_limits(declared.get("tests"))
         upstream = {key: value for key, value in body.items() if key != BODY_FIELD}
         inputs = dict(declared)
     for header, name in HEADERS.items():
@@ -50,6 +54,16 @@ def split_inputs(body: dict[str, Any], headers: Mapping[str, str]) -> Declared:
         if value and name not in inputs:
             inputs[name] = _header_value(name, value)
     return Declared(upstream, inputs)
+
+
+def _check_test_limits(tests: Any) -> None:
+    if not isinstance(tests, dict):
+        return
+    for name in TEST_LIMITS:
+        value = tests.get(name, 1)
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or not math.isfinite(value) or value < 1:
+            raise BadRequest(f"'{BODY_FIELD}.tests.{name}' must be a finite number of at least 1")
 
 
 def _header_value(name: str, value: str) -> Any:

@@ -225,6 +225,13 @@ def test_bad_requests_get_clear_openai_errors(stack):
             400,
             "unknown 'specgate' fields",
         ),
+        (
+            json.dumps(
+                {"model": ALIAS, "messages": MESSAGES, "specgate": {"tests": {"memory_mb": -1}}}
+            ).encode(),
+            400,
+            "'specgate.tests.memory_mb' must be a finite number of at least 1",
+        ),
         (json.dumps({"model": ALIAS}).encode(), 400, "'messages' is required"),  # upstream 4xx
         (b"{" + b" " * 2_000_000 + b"}", 413, "exceeds"),
     ]
