@@ -16,15 +16,15 @@ from collectors.metrics import CollectorMetrics
 from collectors.receipt import Receipt, Settled
 from collectors.span_queue import Batch, SpanQueue
 from collectors.spans import SpanRow, scrub
-from collectors.spool import Spool
+from collectors.spool import Segment, Spool
 from collectors.store import Landed, SpanStore, is_conflict, is_transient
 
 log = logging.getLogger(__name__)
 
 LandedCallback = Callable[[list[int], list[uuid.UUID]], None]
 
-# How many spooled segments one loop turn replays before serving the queue again.
-_REPLAY_PER_TURN = 4
+# At most this many spooled segments (and about one batch of spans) per replay transaction.
+_REPLAY_SEGMENTS_MAX = 1_000
 _CONFLICT_RETRIES = 4
 # How a span that fails in its batch is tried alone: as is, without NUL, then raw only.
 _AS_IS, _SCRUBBED, _RAW = 0, 1, 2
@@ -99,21 +99,34 @@ class BatchWriter:
     def submit(self, rows: Sequence[SpanRow], *, on_settled: Settled | None = None) -> Receipt:
         """Queue spans (spooling them if the queue is full); `on_settled` runs once every
         span is durable, refused for lack of room, or failed."""
+        receipt, overflow = self.offer(rows, on_settled=on_settled)
+        if overflow is not None:
+            self.spill(overflow)
+        return receipt
+
+    def offer(
+        self, rows: Sequence[SpanRow], *, on_settled: Settled | None = None
+    ) -> tuple[Receipt, Batch | None]:
+        """Queue spans without blocking; return the batch to `spill` if the queue is full."""
         receipt = Receipt(len(rows), on_settled=on_settled)
         if not rows:
-            return receipt
+            return receipt, None
         self.metrics.received.inc(len(rows))
-        stopping = self._stopping.is_set()
-        queued = not stopping and self.queue.put(rows, receipt, min_rows=self._min_rows)
+        queued = not self._stopping.is_set() and self.queue.put(
+            rows, receipt, min_rows=self._min_rows
+        )
         self.metrics.queue_depth.set(len(self.queue))
         if queued:
             with self._progress:
                 self._accepted += len(rows)
-        else:
-            overflow = Batch()
-            overflow.add(rows, receipt)
-            self._keep(overflow, reason="shutdown" if stopping else "queue_full")
-        return receipt
+            return receipt, None
+        overflow = Batch()
+        overflow.add(rows, receipt)
+        return receipt, overflow
+
+    def spill(self, overflow: Batch) -> None:
+        """Spool spans the queue had no room for (blocking: an fsync, behind the spool's lock)."""
+        self._keep(overflow, reason="shutdown" if self._stopping.is_set() else "queue_full")
 
     def flush(self, timeout: float = 30.0) -> bool:
         """Wait until every span queued so far is stored or spooled; return False on timeout."""
@@ -230,23 +243,57 @@ class BatchWriter:
         receipt.refuse(count, OVERLOADED)
 
     def _replay(self) -> None:
-        for _ in range(_REPLAY_PER_TURN):
-            segment = self.spool.oldest()
-            if segment is None or not self._may_try():
+        # One run per turn even under load; then on while nothing is queued, so an idle
+        # collector empties the spool at batch speed rather than a few segments a turn.
+        while self._may_try() and not self._stopping.is_set():
+            segments, rows = self._gather()
+            if not segments or not self._replay_run(segments, rows) or len(self.queue):
                 return
+
+    def _gather(self) -> tuple[list[Segment], list[SpanRow]]:
+        """Read the oldest segments, up to about one batch of spans, for one transaction."""
+        segments: list[Segment] = []
+        rows: list[SpanRow] = []
+        for segment in self.spool.head(_REPLAY_SEGMENTS_MAX):
             try:
-                rows = spool_io.read(segment)
+                rows += spool_io.read(segment)
             except (OSError, ValueError) as exc:
                 log.error(
                     "collector.spool_corrupt segment=%s error=%r", segment.path.name, str(exc)
                 )
                 self.spool.quarantine(segment)
                 continue
-            if self._store(rows, []):
-                return  # down again; the segment stays and is retried (inserts are idempotent)
+            segments.append(segment)
+            if len(rows) >= self.limits.batch_max_spans:
+                break
+        return segments, rows
+
+    def _replay_run(self, segments: list[Segment], rows: list[SpanRow]) -> bool:
+        """Commit the spans of `segments`, then delete them; return False if they stay."""
+        failed: list[SpanRow] = []
+        if self._store(rows, failed):
+            return False  # down again; the segments stay and are retried (inserts are idempotent)
+        # These spans were acknowledged: set aside for a person, never silently deleted.
+        if failed and not self._quarantine(failed):
+            return False
+        for segment in segments:
             self.spool.remove(segment)
-            self.metrics.replayed.inc(len(rows))
-            log.info("collector.spool_replayed segment=%s spans=%d", segment.path.name, len(rows))
+        self.metrics.replayed.inc(len(rows) - len(failed))
+        log.info(
+            "collector.spool_replayed segments=%d spans=%d first=%s",
+            len(segments), len(rows), segments[0].path.name,
+        )  # fmt: skip
+        return True
+
+    def _quarantine(self, rows: list[SpanRow]) -> bool:
+        try:
+            path = self.spool.quarantine_rows(rows)
+        except OSError as exc:
+            log.error("collector.quarantine_failed spans=%d error=%r", len(rows), str(exc))
+            return False
+        self.metrics.quarantined.inc(len(rows))
+        log.error("collector.spans_quarantined spans=%d file=%s", len(rows), path)
+        return True
 
     def _may_try(self) -> bool:
         return self.database_up or time.monotonic() >= self._retry_at
