@@ -11,20 +11,18 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from collectors import spool as spool_io
 from collectors.metrics import CollectorMetrics
 from collectors.receipt import Receipt, Settled
+from collectors.replay import SpoolReplay
 from collectors.span_queue import Batch, SpanQueue
 from collectors.spans import SpanRow, scrub
-from collectors.spool import Segment, Spool
+from collectors.spool import Spool
 from collectors.store import Landed, SpanStore, is_conflict, is_transient
 
 log = logging.getLogger(__name__)
 
 LandedCallback = Callable[[list[int], list[uuid.UUID]], None]
 
-# At most this many spooled segments (and about one batch of spans) per replay transaction.
-_REPLAY_SEGMENTS_MAX = 1_000
 _CONFLICT_RETRIES = 4
 # How a span that fails in its batch is tried alone: as is, without NUL, then raw only.
 _AS_IS, _SCRUBBED, _RAW = 0, 1, 2
@@ -73,6 +71,9 @@ class BatchWriter:
         self._spool_full = False
         self._stop_deadline = 0.0
         self._threads: list[threading.Thread] = []
+        self._replayer = SpoolReplay(
+            spool, metrics, store=self._store, batch_max_spans=self.limits.batch_max_spans
+        )
         # Spans accepted by `enqueue` and spans fully handled, for `flush`.
         self._progress = threading.Condition()
         self._accepted = 0
@@ -246,54 +247,8 @@ class BatchWriter:
         # One run per turn even under load; then on while nothing is queued, so an idle
         # collector empties the spool at batch speed rather than a few segments a turn.
         while self._may_try() and not self._stopping.is_set():
-            segments, rows = self._gather()
-            if not segments or not self._replay_run(segments, rows) or len(self.queue):
+            if not self._replayer.step() or len(self.queue):
                 return
-
-    def _gather(self) -> tuple[list[Segment], list[SpanRow]]:
-        """Read the oldest segments, up to about one batch of spans, for one transaction."""
-        segments: list[Segment] = []
-        rows: list[SpanRow] = []
-        for segment in self.spool.head(_REPLAY_SEGMENTS_MAX):
-            try:
-                rows += spool_io.read(segment)
-            except (OSError, ValueError) as exc:
-                log.error(
-                    "collector.spool_corrupt segment=%s error=%r", segment.path.name, str(exc)
-                )
-                self.spool.quarantine(segment)
-                continue
-            segments.append(segment)
-            if len(rows) >= self.limits.batch_max_spans:
-                break
-        return segments, rows
-
-    def _replay_run(self, segments: list[Segment], rows: list[SpanRow]) -> bool:
-        """Commit the spans of `segments`, then delete them; return False if they stay."""
-        failed: list[SpanRow] = []
-        if self._store(rows, failed):
-            return False  # down again; the segments stay and are retried (inserts are idempotent)
-        # These spans were acknowledged: set aside for a person, never silently deleted.
-        if failed and not self._quarantine(failed):
-            return False
-        for segment in segments:
-            self.spool.remove(segment)
-        self.metrics.replayed.inc(len(rows) - len(failed))
-        log.info(
-            "collector.spool_replayed segments=%d spans=%d first=%s",
-            len(segments), len(rows), segments[0].path.name,
-        )  # fmt: skip
-        return True
-
-    def _quarantine(self, rows: list[SpanRow]) -> bool:
-        try:
-            path = self.spool.quarantine_rows(rows)
-        except OSError as exc:
-            log.error("collector.quarantine_failed spans=%d error=%r", len(rows), str(exc))
-            return False
-        self.metrics.quarantined.inc(len(rows))
-        log.error("collector.spans_quarantined spans=%d file=%s", len(rows), path)
-        return True
 
     def _may_try(self) -> bool:
         return self.database_up or time.monotonic() >= self._retry_at

@@ -119,7 +119,7 @@ def test_a_span_refused_alone_on_replay_is_quarantined_not_deleted(
     held.release()
 
     registry = CollectorRegistry()
-    with caplog.at_level(logging.ERROR, logger="collectors.writer"):
+    with caplog.at_level(logging.ERROR, logger="collectors"):
         pipeline = start(pg_url, tmp_path, registry)
         try:
             assert wait_for(lambda: not spooled(tmp_path))
