@@ -49,7 +49,12 @@ class Spool:
             key=lambda segment: segment.path.name,
         )
         self._bytes = sum(segment.size for segment in self._segments)
-        self._next = int(self._segments[-1].path.stem) + 1 if self._segments else 0
+        # Past set-aside files too: a new `.bad` file must never overwrite an earlier one.
+        numbers = [
+            int(path.stem) for pattern in (f"*{_SUFFIX}", f"*{_BAD}")
+            for path in folder.glob(pattern) if path.stem.isdigit()
+        ]  # fmt: skip
+        self._next = max(numbers, default=-1) + 1
 
     @classmethod
     def claim(cls, base: Path, *, max_bytes: int) -> Spool:

@@ -165,3 +165,13 @@ def test_new_spool_folders_are_made_durable(tmp_path, monkeypatch):
     finally:
         first.release()
         second.release()
+
+
+def test_set_aside_files_are_never_overwritten_after_a_restart(pg_ids, tmp_path):
+    first, second = gateway_spans(pg_ids), gateway_spans(pg_ids)
+    for spans in (first, second):  # each time in a fresh process with an empty spool
+        spool = Spool.claim(tmp_path, max_bytes=1 << 20)
+        spool.quarantine_rows(spans)
+        spool.release()
+    kept = [spool_io.read(Segment(path, 0)) for path in sorted(tmp_path.glob("*.bad"))]
+    assert kept == [first, second]
