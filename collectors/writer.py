@@ -17,7 +17,7 @@ from collectors.replay import SpoolReplay
 from collectors.span_queue import Batch, SpanQueue
 from collectors.spans import SpanRow, scrub
 from collectors.spool import Spool
-from collectors.store import Landed, SpanStore, is_conflict, is_transient
+from collectors.store import Landed, SpanStore, is_conflict, is_data_error
 
 log = logging.getLogger(__name__)
 
@@ -263,10 +263,10 @@ class BatchWriter:
                 written = part if stage == _AS_IS else [self._scrubbed(part[0])]
                 landed = self._write(written, full=stage != _RAW)
             except Exception as exc:
-                conflict = is_conflict(exc)  # still deadlocking after its retries
-                if conflict or is_transient(exc):
-                    # Nothing wrong with the rows: kept whole for a replay, not split.
-                    if not conflict:
+                if not is_data_error(exc):
+                    # Not the rows' fault (an outage, a read-only failover, a revoked grant, a
+                    # deadlock still repeating): kept whole for a replay, never failed.
+                    if not is_conflict(exc):
                         self._went_down(exc)
                     return part + [row for rest, _ in reversed(pending) for row in rest]
                 pending.extend(self._split(part, stage, exc, failed))
