@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -41,9 +42,13 @@ def create_app(
 
     app = FastAPI(title="specgate collector", lifespan=lifespan, docs_url=None, redoc_url=None)
 
-    def submit(rows: Sequence[SpanRow], on_settled: Settled | None) -> Receipt:
+    async def submit(rows: Sequence[SpanRow], on_settled: Settled | None) -> Receipt:
         pipeline: Pipeline = app.state.pipeline
-        return pipeline.writer.submit(rows, on_settled=on_settled)
+        receipt, overflow = pipeline.writer.offer(rows, on_settled=on_settled)
+        if overflow is not None:
+            # Spooling fsyncs behind a lock the writer threads take: not on the event loop.
+            await asyncio.to_thread(pipeline.writer.spill, overflow)
+        return receipt
 
     def rejected(count: int) -> None:
         pipeline: Pipeline = app.state.pipeline

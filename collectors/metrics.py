@@ -18,6 +18,9 @@ class CollectorMetrics:
         self.failed = self._counter("spans_failed", "Spans refused by the database, alone.")
         self.spooled = self._counter("spans_spooled", "Spans written to the on-disk spool.")
         self.replayed = self._counter("spans_replayed", "Spooled spans committed on replay.")
+        self.quarantined = self._counter(
+            "spans_quarantined", "Spooled spans refused alone on replay, set aside in .bad files."
+        )
         self.dropped = self._counter(
             "spans_dropped", "Spans acknowledged on receipt, then lost: queue and spool full."
         )

@@ -7,7 +7,7 @@ import hmac
 import json
 import logging
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from fastapi import APIRouter, Request, Response
@@ -25,7 +25,8 @@ PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 _PROTOBUF_TYPES = frozenset({PROTOBUF, "application/protobuf"})
 
-Submit = Callable[[Sequence[SpanRow], Settled | None], Receipt]
+# Async, so that spooling (an fsync) can be moved off the event loop.
+Submit = Callable[[Sequence[SpanRow], Settled | None], Awaitable[Receipt]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +88,7 @@ async def _hand_over(decoded: Decoded, submit: Submit, terms: Acknowledge) -> No
     def wake(_: Receipt) -> None:
         loop.call_soon_threadsafe(_resolve, settled)
 
-    receipt = submit(decoded.rows, wake if terms.durable else None)
+    receipt = await submit(decoded.rows, wake if terms.durable else None)
     if terms.durable:
         try:
             await asyncio.wait_for(settled, terms.timeout_s)

@@ -18,6 +18,8 @@ from gate.errors import ConfigError
 log = logging.getLogger(__name__)
 
 _SUFFIX = ".spool"
+# Set aside, never replayed: an unreadable segment, or spans the database refuses alone.
+_BAD = ".bad"
 _FORMAT = 1
 _CLAIM = ".writer.lock"
 MAX_WRITERS = 64
@@ -39,7 +41,7 @@ class Spool:
         self.max_bytes = max_bytes
         self._claim = claim
         self._lock = threading.Lock()
-        folder.mkdir(parents=True, exist_ok=True)
+        make_folder(folder)
         for leftover in folder.glob("*.tmp"):
             leftover.unlink()  # a crash between write and rename; the batch was not acknowledged
         self._segments = sorted(
@@ -47,7 +49,12 @@ class Spool:
             key=lambda segment: segment.path.name,
         )
         self._bytes = sum(segment.size for segment in self._segments)
-        self._next = int(self._segments[-1].path.stem) + 1 if self._segments else 0
+        # Past set-aside files too: a new `.bad` file must never overwrite an earlier one.
+        numbers = [
+            int(path.stem) for pattern in (f"*{_SUFFIX}", f"*{_BAD}")
+            for path in folder.glob(pattern) if path.stem.isdigit()
+        ]  # fmt: skip
+        self._next = max(numbers, default=-1) + 1
 
     @classmethod
     def claim(cls, base: Path, *, max_bytes: int) -> Spool:
@@ -62,7 +69,7 @@ class Spool:
         """
         for slot in range(MAX_WRITERS):
             folder = slot_folder(base, slot)
-            folder.mkdir(parents=True, exist_ok=True)
+            make_folder(folder)
             handle = _try_lock(folder)
             if handle is None:
                 continue
@@ -137,6 +144,11 @@ class Spool:
         with self._lock:
             return self._segments[0] if self._segments else None
 
+    def head(self, count: int) -> list[Segment]:
+        """Return up to `count` segments, oldest first."""
+        with self._lock:
+            return self._segments[:count]
+
     def remove(self, segment: Segment) -> None:
         """Delete a segment once its spans are committed."""
         with self._lock:
@@ -151,12 +163,31 @@ class Spool:
             if segment in self._segments:
                 self._segments.remove(segment)
                 self._bytes -= segment.size
-            segment.path.rename(segment.path.with_suffix(".bad"))
+            segment.path.rename(segment.path.with_suffix(_BAD))
+            _fsync_folder(self.folder)
+
+    def quarantine_rows(self, rows: Sequence[SpanRow]) -> Path:
+        """Write spans the database refuses even alone to a `.bad` file, durably; return it."""
+        data = encode(rows)
+        with self._lock:
+            path = self.folder / f"{self._next:016d}{_BAD}"
+            self._next += 1
+            _write_durably(path, data)
+        return path
 
 
 def slot_folder(base: Path, slot: int) -> Path:
     """Return the spool folder of writer slot `slot` under `base`."""
     return base if slot == 0 else base / f"writer-{slot}"
+
+
+def make_folder(folder: Path) -> None:
+    """Create `folder` and its missing parents so that a crash cannot undo their creation."""
+    missing = [path for path in (folder, *folder.parents) if not path.exists()]
+    for path in reversed(missing):
+        path.mkdir(exist_ok=True)
+        # A new directory entry is durable only once its parent directory is fsynced.
+        _fsync_folder(path.parent)
 
 
 def _try_lock(folder: Path) -> IO[bytes] | None:

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-from psycopg import errors as pg_errors
 from sqlalchemy import Connection, Engine, Table
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import sqlite
@@ -21,38 +20,42 @@ from gate.db.base import utcnow
 from gate.db.models import SpanRecord
 
 _SPANS: Table = SpanRecord.__table__  # type: ignore[assignment]
-# Errors that say "the database is not usable right now" rather than "this data is bad":
-# the batch is spooled and retried instead of being split.
-_TRANSIENT: tuple[type[BaseException], ...] = (
-    psycopg.OperationalError,
-    psycopg.InterfaceError,
-    pg_errors.UndefinedTable,
-    pg_errors.UndefinedColumn,
-    sqlite3.OperationalError,
-    sa_exc.DisconnectionError,
-    sa_exc.TimeoutError,
-    ConnectionError,
-    TimeoutError,
+# SQLSTATE classes that blame the values written, not the database: 22 data exception (too
+# long, out of range, bad encoding), 23 integrity constraint violation, 54 program limit
+# exceeded (a value too large for an index). Everything else (read-only after a failover
+# 25006, permission 42501, a missing table, a lost connection) says "not usable right now".
+_DATA_CLASSES = ("22", "23", "54")
+# Value errors raised before the database sees the rows (encoding, adapting, normalising).
+_VALUE_ERRORS: tuple[type[BaseException], ...] = (
+    ValueError,
+    TypeError,
+    OverflowError,
+    psycopg.DataError,
+    psycopg.IntegrityError,
+    sqlite3.DataError,
+    sqlite3.IntegrityError,
 )
 
 
 def is_conflict(exc: BaseException) -> bool:
     """Whether a write was aborted by a deadlock or serialization failure (worth rerunning)."""
-    orig = exc.orig if isinstance(exc, sa_exc.DBAPIError) else exc
+    orig = exc.orig if isinstance(exc, sa_exc.StatementError) else exc
     # SQLSTATE class 40: psycopg maps a deadlock (40P01) to OperationalError, not to
     # TransactionRollback, so the class decides rather than the Python type.
     return isinstance(orig, psycopg.Error) and (orig.sqlstate or "").startswith("40")
 
 
+def is_data_error(exc: BaseException) -> bool:
+    """Whether a write failed because of the rows themselves (splitting them can help)."""
+    orig = exc.orig if isinstance(exc, sa_exc.StatementError) else exc
+    if isinstance(orig, psycopg.Error) and orig.sqlstate:
+        return orig.sqlstate[:2] in _DATA_CLASSES
+    return isinstance(orig, _VALUE_ERRORS)
+
+
 def is_transient(exc: BaseException) -> bool:
-    """Whether a write failed because the database is unreachable or unusable for now."""
-    if is_conflict(exc):
-        return False
-    if isinstance(exc, sa_exc.DBAPIError):
-        if exc.connection_invalidated:
-            return True
-        return isinstance(exc.orig, _TRANSIENT)
-    return isinstance(exc, _TRANSIENT)
+    """Whether a write failed for a reason other than its rows: keep them and retry later."""
+    return not is_conflict(exc) and not is_data_error(exc)
 
 
 @dataclass(slots=True)
@@ -81,7 +84,8 @@ class SpanStore:
                 with conn.begin():
                     return self._write(conn, rows, normalise_rows)
             except Exception as exc:
-                # A raw COPY failure bypasses SQLAlchemy's disconnect detection.
+                # A raw COPY failure bypasses SQLAlchemy's disconnect detection; and after
+                # a failover a pooled connection may still point at the demoted node.
                 if is_transient(exc) and not conn.invalidated:
                     conn.invalidate()
                 raise

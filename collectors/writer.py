@@ -11,20 +11,18 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from collectors import spool as spool_io
 from collectors.metrics import CollectorMetrics
 from collectors.receipt import Receipt, Settled
+from collectors.replay import SpoolReplay
 from collectors.span_queue import Batch, SpanQueue
 from collectors.spans import SpanRow, scrub
 from collectors.spool import Spool
-from collectors.store import Landed, SpanStore, is_conflict, is_transient
+from collectors.store import Landed, SpanStore, is_conflict, is_data_error
 
 log = logging.getLogger(__name__)
 
 LandedCallback = Callable[[list[int], list[uuid.UUID]], None]
 
-# How many spooled segments one loop turn replays before serving the queue again.
-_REPLAY_PER_TURN = 4
 _CONFLICT_RETRIES = 4
 # How a span that fails in its batch is tried alone: as is, without NUL, then raw only.
 _AS_IS, _SCRUBBED, _RAW = 0, 1, 2
@@ -73,6 +71,9 @@ class BatchWriter:
         self._spool_full = False
         self._stop_deadline = 0.0
         self._threads: list[threading.Thread] = []
+        self._replayer = SpoolReplay(
+            spool, metrics, store=self._store, batch_max_spans=self.limits.batch_max_spans
+        )
         # Spans accepted by `enqueue` and spans fully handled, for `flush`.
         self._progress = threading.Condition()
         self._accepted = 0
@@ -99,21 +100,34 @@ class BatchWriter:
     def submit(self, rows: Sequence[SpanRow], *, on_settled: Settled | None = None) -> Receipt:
         """Queue spans (spooling them if the queue is full); `on_settled` runs once every
         span is durable, refused for lack of room, or failed."""
+        receipt, overflow = self.offer(rows, on_settled=on_settled)
+        if overflow is not None:
+            self.spill(overflow)
+        return receipt
+
+    def offer(
+        self, rows: Sequence[SpanRow], *, on_settled: Settled | None = None
+    ) -> tuple[Receipt, Batch | None]:
+        """Queue spans without blocking; return the batch to `spill` if the queue is full."""
         receipt = Receipt(len(rows), on_settled=on_settled)
         if not rows:
-            return receipt
+            return receipt, None
         self.metrics.received.inc(len(rows))
-        stopping = self._stopping.is_set()
-        queued = not stopping and self.queue.put(rows, receipt, min_rows=self._min_rows)
+        queued = not self._stopping.is_set() and self.queue.put(
+            rows, receipt, min_rows=self._min_rows
+        )
         self.metrics.queue_depth.set(len(self.queue))
         if queued:
             with self._progress:
                 self._accepted += len(rows)
-        else:
-            overflow = Batch()
-            overflow.add(rows, receipt)
-            self._keep(overflow, reason="shutdown" if stopping else "queue_full")
-        return receipt
+            return receipt, None
+        overflow = Batch()
+        overflow.add(rows, receipt)
+        return receipt, overflow
+
+    def spill(self, overflow: Batch) -> None:
+        """Spool spans the queue had no room for (blocking: an fsync, behind the spool's lock)."""
+        self._keep(overflow, reason="shutdown" if self._stopping.is_set() else "queue_full")
 
     def flush(self, timeout: float = 30.0) -> bool:
         """Wait until every span queued so far is stored or spooled; return False on timeout."""
@@ -230,23 +244,11 @@ class BatchWriter:
         receipt.refuse(count, OVERLOADED)
 
     def _replay(self) -> None:
-        for _ in range(_REPLAY_PER_TURN):
-            segment = self.spool.oldest()
-            if segment is None or not self._may_try():
+        # One run per turn even under load; then on while nothing is queued, so an idle
+        # collector empties the spool at batch speed rather than a few segments a turn.
+        while self._may_try() and not self._stopping.is_set():
+            if not self._replayer.step() or len(self.queue):
                 return
-            try:
-                rows = spool_io.read(segment)
-            except (OSError, ValueError) as exc:
-                log.error(
-                    "collector.spool_corrupt segment=%s error=%r", segment.path.name, str(exc)
-                )
-                self.spool.quarantine(segment)
-                continue
-            if self._store(rows, []):
-                return  # down again; the segment stays and is retried (inserts are idempotent)
-            self.spool.remove(segment)
-            self.metrics.replayed.inc(len(rows))
-            log.info("collector.spool_replayed segment=%s spans=%d", segment.path.name, len(rows))
 
     def _may_try(self) -> bool:
         return self.database_up or time.monotonic() >= self._retry_at
@@ -261,10 +263,10 @@ class BatchWriter:
                 written = part if stage == _AS_IS else [self._scrubbed(part[0])]
                 landed = self._write(written, full=stage != _RAW)
             except Exception as exc:
-                conflict = is_conflict(exc)  # still deadlocking after its retries
-                if conflict or is_transient(exc):
-                    # Nothing wrong with the rows: kept whole for a replay, not split.
-                    if not conflict:
+                if not is_data_error(exc):
+                    # Not the rows' fault (an outage, a read-only failover, a revoked grant, a
+                    # deadlock still repeating): kept whole for a replay, never failed.
+                    if not is_conflict(exc):
                         self._went_down(exc)
                     return part + [row for rest, _ in reversed(pending) for row in rest]
                 pending.extend(self._split(part, stage, exc, failed))

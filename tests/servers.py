@@ -61,13 +61,16 @@ def closed_port() -> int:
 
 
 class TcpProxy:
-    """Forwards 127.0.0.1:<port> to a target; `cut` drops every connection until `restore`."""
+    """Forwards 127.0.0.1:<port> to a target; `cut` drops every connection until `restore`;
+    `stall` holds every byte (connections stay open, nothing answers) until `restore`."""
 
     def __init__(self, host: str, port: int) -> None:
         self.target = (host, port)
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self._open = True
+        self._flowing = threading.Event()
+        self._flowing.set()
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
@@ -81,12 +84,17 @@ class TcpProxy:
                 sock.close()
             self._sockets.clear()
 
+    def stall(self) -> None:
+        self._flowing.clear()
+
     def restore(self) -> None:
         with self._lock:
             self._open = True
+        self._flowing.set()
 
     def close(self) -> None:
         self.cut()
+        self._flowing.set()  # stalled pumps meet their closed sockets and end
         self.listener.close()
 
     def _accept(self) -> None:
@@ -110,10 +118,10 @@ class TcpProxy:
             for source, sink in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
 
-    @staticmethod
-    def _pump(source: socket.socket, sink: socket.socket) -> None:
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
         with suppress(OSError):
             while data := source.recv(65536):
+                self._flowing.wait()
                 sink.sendall(data)
         for sock in (source, sink):
             with suppress(OSError):

@@ -6,12 +6,11 @@ import signal
 import subprocess
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.trace.export import SpanExportResult
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine, select
 from sqlalchemy.engine import make_url
@@ -54,51 +53,120 @@ def start_collector(port: int, pg_url: str, home, env: dict[str, str]) -> subpro
     return collector
 
 
+def healthz(base: str) -> dict:
+    try:
+        return httpx.get(f"{base}/healthz", timeout=5).json()
+    except httpx.HTTPError:
+        return {}
+
+
+def wait_for(condition, timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+class Senders:
+    """Exporters posting 10-request bodies in a loop; what was answered 200, what still waits."""
+
+    def __init__(self, base: str, ids, count: int) -> None:
+        self.base, self.ids = base, ids
+        self.acknowledged: set[tuple[str, str]] = set()
+        self.waiting = 0
+        self.lock, self.stop = threading.Lock(), threading.Event()
+        self.threads = [threading.Thread(target=self._send) for _ in range(count)]
+        for thread in self.threads:
+            thread.start()
+
+    def _send(self) -> None:
+        with httpx.Client(base_url=self.base, timeout=300) as client:
+            while not self.stop.is_set():
+                spans = record_requests(self.ids, 10)
+                body = encode_spans(spans).SerializeToString()
+                with self.lock:
+                    self.waiting += 1
+                try:
+                    ok = client.post("/v1/traces", content=body, headers=PROTOBUF).is_success
+                except httpx.HTTPError:
+                    ok = False
+                with self.lock:
+                    self.waiting -= 1
+                    if ok:
+                        self.acknowledged |= keys_of(spans)
+
+    def answered(self) -> set[tuple[str, str]]:
+        with self.lock:
+            return set(self.acknowledged)
+
+    def close(self) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(60)
+
+
 def test_spans_acknowledged_before_a_sigkill_are_in_postgres_after_restart(
     pg_url, pg_engine, pg_ids, tmp_path
 ):
+    url = make_url(pg_url)
+    proxy = TcpProxy(url.host or "127.0.0.1", url.port or 5432)
+    proxied = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
     port = closed_port()
-    # Large batches and a long linger: acknowledged-on-receipt spans would sit in memory.
-    env = {
-        "SPECGATE_COLLECTOR_BATCH_MAX_SPANS": "100000",
-        "SPECGATE_COLLECTOR_FLUSH_INTERVAL_S": "5",
-    }
-    collector = start_collector(port, pg_url, tmp_path, env)
-    acknowledged: set[tuple[str, str]] = set()
-    lock, stop = threading.Lock(), threading.Event()
-
-    def export() -> None:  # one exporter: one export in flight, as the SDK's processor
-        exporter = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{port}/v1/traces", timeout=2)
-        while not stop.is_set():
-            spans = record_requests(pg_ids, 10)
-            if exporter.export(spans) is SpanExportResult.SUCCESS:
-                with lock:
-                    acknowledged.update(keys_of(spans))
-        exporter.shutdown()
-
-    exporters = [threading.Thread(target=export) for _ in range(4)]
-    for thread in exporters:
-        thread.start()
-    deadline = time.monotonic() + 60
+    base = f"http://127.0.0.1:{port}"
+    # A small queue: while the database stalls, the queue fills and the overflow is spooled;
+    # a long acknowledgement timeout: queued spans' senders are still waiting at the kill.
+    env = {"SPECGATE_COLLECTOR_QUEUE_MAX_SPANS": "30", "SPECGATE_COLLECTOR_ACK_TIMEOUT_S": "300"}
+    collector = start_collector(port, proxied, tmp_path, env)
+    senders = Senders(base, pg_ids, 12)
     try:
-        # A burst; the kill comes while the other exporters' requests are in flight.
-        while len(acknowledged) < 600:
-            assert time.monotonic() < deadline and collector.poll() is None
-            time.sleep(0.01)
-    finally:
+        assert wait_for(lambda: len(senders.answered()) >= 200), "nothing was committed"
+        proxy.stall()  # the writers hang in their commits: nothing commits from now on
+        before_stall = len(senders.answered())
+        # The kill must find spans queued with their senders waiting, and spans acknowledged
+        # from the spool during the stall.
+        assert wait_for(
+            lambda: (
+                healthz(base).get("queue_depth", 0) > 0
+                and healthz(base).get("spool_segments", 0) > 0
+                and senders.waiting > 0
+                and len(senders.answered()) > before_stall
+            )
+        ), f"no spans in flight at the kill: {healthz(base)}, waiting={senders.waiting}"
         collector.send_signal(signal.SIGKILL)
         collector.wait(30)
-        with lock:
-            answered = set(acknowledged)
-        stop.set()
-        for thread in exporters:
-            thread.join(30)
+        answered = senders.answered()
+    finally:
+        if collector.poll() is None:
+            collector.kill()
+        proxy.close()  # Postgres rolls back the stalled transactions
+        senders.close()
     restarted = start_collector(port, pg_url, tmp_path, {})  # replays what was spooled
     try:
         assert wait_until_stored(pg_engine, answered) == set()
     finally:
         restarted.terminate()
         restarted.wait(60)
+
+
+def test_spooling_an_overflow_does_not_block_the_event_loop(pg_url, pg_ids, tmp_path):
+    registry = CollectorRegistry()
+    settings = load_settings(database_url=pg_url, home=tmp_path)
+    app = create_app(
+        settings, load_collector_settings(collector_queue_max_spans=5), registry=registry
+    )
+    body = encode_spans(record_requests(pg_ids, 10)).SerializeToString()  # more than the queue
+    with serving(app) as base, httpx.Client(base_url=base, timeout=60) as client:
+        spool = app.state.pipeline.writer.spool
+        with ThreadPoolExecutor(1) as pool, spool._lock:  # a writer in a slow fsync holds it
+            sent = pool.submit(client.post, "/v1/traces", content=body, headers=PROTOBUF)
+            received = "specgate_collector_spans_received_total"
+            assert wait_for(lambda: (registry.get_sample_value(received) or 0) > 0)
+            # The export waits for the spool; the event loop still answers everyone else.
+            assert httpx.get(f"{base}/healthz", timeout=10).status_code == 200
+            assert not sent.done()
+        assert sent.result(60).status_code == 200
 
 
 def test_with_the_spool_full_in_an_outage_senders_get_503_and_no_success_is_lost(

@@ -27,7 +27,7 @@ class Sink:
         self.rows: list = []
         self.fail, self.refuse = fail, refuse
 
-    def __call__(self, rows, on_settled) -> Receipt:
+    async def __call__(self, rows, on_settled) -> Receipt:
         self.rows.extend(rows)
         receipt = Receipt(len(rows), on_settled=on_settled)
         receipt.fail(self.fail, "refused by the database")
@@ -153,7 +153,7 @@ def test_spans_without_room_get_a_503_with_retry_after(body):
 
 def test_a_request_waits_for_its_spans_to_be_durable(body):
     class Never:
-        def __call__(self, rows, on_settled) -> Receipt:
+        async def __call__(self, rows, on_settled) -> Receipt:
             return Receipt(len(rows), on_settled=on_settled)  # never settled
 
     terms = Acknowledge(timeout_s=0.2, retry_after_s=1)

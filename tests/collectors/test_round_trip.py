@@ -63,6 +63,8 @@ def nanos(row: SpanRecord, which: str) -> int:
     return (row.extra or {}).get(f"{which}_time_unix_nano", to_unix_nano(column))
 
 
+# Its spans are committed: truncated afterwards, or they count in later tests' totals.
+@pytest.mark.usefixtures("pg_committing")
 def test_sdk_spans_round_trip_through_postgres_field_by_field(pg_url, pg_engine, tmp_path):
     spans = record()
     app = create_app(load_settings(database_url=pg_url, home=tmp_path), load_collector_settings())
