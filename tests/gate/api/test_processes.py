@@ -58,7 +58,13 @@ def _serve(database_url: str, otlp: str | None, env: dict[str, str]):
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-    base = f"http://127.0.0.1:{port}"
+    with _healthy(proc, f"http://127.0.0.1:{port}") as base:
+        yield base
+
+
+@contextmanager
+def _healthy(proc: subprocess.Popen[bytes], base: str) -> Iterator[str]:
+    """Yield `base` once the process answers /healthz; stop the process afterwards."""
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -96,21 +102,8 @@ def specgate_collect(database_url: str) -> Iterator[str]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(base + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        else:
-            raise RuntimeError(proc.stderr.read().decode() if proc.stderr else "no start")
+    with _healthy(proc, f"http://127.0.0.1:{port}") as base:
         yield base + "/v1/traces"
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def admin_token(url: str) -> str:
