@@ -320,13 +320,19 @@ async def _serve_stream(
             _finish(gw, span, route, cohort, result, call.prompt, fallback=False)
 
     async def forward() -> AsyncIterator[bytes]:
+        answered = False  # the last event was handed on: what comes after is not the call's
         try:
             for event in first:
                 yield event
+                answered = stream.done or stream.ended
             async for event in events:
                 yield event
+                answered = stream.done or stream.ended
         except BaseException:
-            result.fail(*_CANCELLED)
+            # A client that leaves once it has the whole answer (before the upstream's
+            # body formally ends) got what it asked for; only one that left early cancelled.
+            if not answered:
+                result.fail(*_CANCELLED)
             raise
         finally:
             release()

@@ -62,6 +62,7 @@ def gateway_stack(
     tmp_path,
     *,
     baseline: SimProfile | None = None,
+    baseline_app: Any = None,
     candidate: SimProfile | None = None,
     candidate_down: bool = False,
     mode: RolloutMode = RolloutMode.SHADOW,
@@ -91,7 +92,7 @@ def gateway_stack(
     base_log, cand_log = SimLog(), SimLog()
     with ExitStack() as stack:
         guard = (lambda app: bearer_only(require_token, app)) if require_token else (lambda a: a)
-        base_app = create_sim_app(baseline or SimProfile(), base_log)
+        base_app = baseline_app or create_sim_app(baseline or SimProfile(), base_log)
         base_url = stack.enter_context(serving(guard(base_app)))
         if candidate_down:
             cand_url = f"http://127.0.0.1:{closed_port()}"
