@@ -64,6 +64,7 @@ def gateway_stack(
     baseline: SimProfile | None = None,
     baseline_app: Any = None,
     candidate: SimProfile | None = None,
+    candidate_app: Any = None,
     candidate_down: bool = False,
     mode: RolloutMode = RolloutMode.SHADOW,
     sample_rate: float = 1.0,
@@ -98,7 +99,8 @@ def gateway_stack(
             cand_url = f"http://127.0.0.1:{closed_port()}"
         else:
             profile = candidate or SimProfile(spec_tokens=4, acceptance=0.7)
-            cand_url = stack.enter_context(serving(guard(create_sim_app(profile, cand_log))))
+            cand_app = candidate_app or create_sim_app(profile, cand_log)
+            cand_url = stack.enter_context(serving(guard(cand_app)))
         with factory() as session, session.begin():
             for name, url, role in (
                 ("base", base_url, RouteRole.BASELINE),
