@@ -58,7 +58,8 @@ def add_route(
         str,
         typer.Option(
             help="Header that carries it: 'Authorization' sends 'Bearer <secret>', any "
-            "other header the secret as is."
+            "other header the secret as is (never one the gateway writes itself: Host, "
+            "Content-Length, Transfer-Encoding, Connection, Content-Type, traceparent...)."
         ),
     ] = DEFAULT_HEADER,
     update: Annotated[

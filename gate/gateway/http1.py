@@ -400,8 +400,17 @@ def _request_head(origin: Origin, path: str, length: int, headers: Mapping[str, 
     for name, value in headers.items():
         if "\r" in value or "\n" in value or "\r" in name or "\n" in name:
             raise UpstreamError(f"header {name!r} holds a line break")
+        if not _latin1(value) or not _latin1(name):
+            # A fixed message: the codec's own names the offending character, and a
+            # credential's characters must never reach an error, a span or a log.
+            shown = repr(name) if _latin1(name) else "(name not Latin-1)"
+            raise UpstreamError(f"header {shown} holds a character outside Latin-1")
         lines.append(f"{name}: {value}")
     try:
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-    except UnicodeEncodeError as exc:
-        raise UpstreamError(f"a request header or the route URL is not Latin-1: {exc}") from None
+    except UnicodeEncodeError:
+        raise UpstreamError("the route URL holds a character outside Latin-1") from None
+
+
+def _latin1(text: str) -> bool:
+    return all(ord(c) < 256 for c in text)

@@ -26,7 +26,7 @@ from gate.gateway.http1 import Pool
 from gate.gateway.inputs import split_inputs
 from gate.gateway.intake import read_json_body, segment_of, tenant_of
 from gate.gateway.metrics import GatewayMetrics
-from gate.gateway.mirror import MirrorPool
+from gate.gateway.mirror import SHUTDOWN_RUNNING, MirrorPool
 from gate.gateway.observe import CallResult
 from gate.gateway.responses import ClientGone, EventStreamResponse, unless_disconnected
 from gate.gateway.sampling import Assignment, assign, sticky_key
@@ -222,7 +222,11 @@ def _mirror(gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort) -> None
                 capture=call.prompt is not None,
             )
         except asyncio.CancelledError:
-            result.fail(GenerationStatus.TIMEOUT, "mirror deadline passed")
+            # A shutdown is not the route's doing; only the mirror deadline is.
+            if gw.mirror.closing:
+                result.fail(GenerationStatus.DROPPED, SHUTDOWN_RUNNING)
+            else:
+                result.fail(GenerationStatus.TIMEOUT, "mirror deadline passed")
             raise
         finally:
             gw.inflight[route.id] -= 1
@@ -233,11 +237,11 @@ def _mirror(gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort) -> None
         gw.spans.dropped(call.ctx, route, cohort, call.body, parent=call.parent, reason=reason)
         gw.metrics.mirror_dropped.labels(str(call.routing.rollout_id)).inc()
 
-    def queue_timeout() -> None:
+    def not_started(reason: str) -> None:
         gw.metrics.mirror_inflight.dec()
-        dropped("mirror could not start within its deadline (gateway queue full)")
+        dropped(reason)
 
-    if gw.mirror.submit(run, queue_timeout):
+    if gw.mirror.submit(run, not_started):
         gw.metrics.mirror_inflight.inc()
     else:
         dropped("mirror pool saturated")
@@ -316,13 +320,19 @@ async def _serve_stream(
             _finish(gw, span, route, cohort, result, call.prompt, fallback=False)
 
     async def forward() -> AsyncIterator[bytes]:
+        answered = False  # the last event was handed on: what comes after is not the call's
         try:
             for event in first:
                 yield event
+                answered = stream.done or stream.ended
             async for event in events:
                 yield event
+                answered = stream.done or stream.ended
         except BaseException:
-            result.fail(*_CANCELLED)
+            # A client that leaves once it has the whole answer (before the upstream's
+            # body formally ends) got what it asked for; only one that left early cancelled.
+            if not answered:
+                result.fail(*_CANCELLED)
             raise
         finally:
             release()

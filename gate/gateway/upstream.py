@@ -39,19 +39,31 @@ class JsonReply:
 FIRST_BYTE_TIMEOUT = "no first byte within the canary timeout"
 
 
+class _NoHead(TimeoutError):
+    """The canary's first-byte deadline passed before the response head came."""
+
+
 async def _post(
     client: Pool, url: str, body: bytes, headers: dict[str, str], head_by: float | None
 ) -> Response:
     """POST and wait for the response head; `head_by` (event-loop time) bounds connect,
-    write and head together."""
+    write and head together (_NoHead when that bound, not the upstream timeout, ran out)."""
     if head_by is None:
         return await client.post(url, body, headers)
-    async with asyncio.timeout_at(head_by):
-        return await client.post(url, body, headers)
+    bound = asyncio.timeout_at(head_by)
+    try:
+        async with bound:
+            return await client.post(url, body, headers)
+    except TimeoutError:
+        if bound.expired():
+            raise _NoHead from None
+        raise
 
 
-def _timed_out(result: CallResult, exc: TimeoutError, head_by: float | None) -> CallResult:
-    if head_by is not None and asyncio.get_running_loop().time() >= head_by:
+def _timed_out(result: CallResult, exc: TimeoutError) -> CallResult:
+    # Only a deadline that ran out before the head is a first-byte timeout; one while
+    # reading the body comes after the first byte.
+    if isinstance(exc, _NoHead):
         return result.fail(GenerationStatus.TIMEOUT, FIRST_BYTE_TIMEOUT)
     return result.fail(GenerationStatus.TIMEOUT, f"timeout: {exc}")
 
@@ -75,7 +87,7 @@ async def call_json(
         content = await response.read()
         reply = JsonReply(response.status, content, _content_type(response))
     except TimeoutError as exc:
-        return None, _timed_out(result, exc, head_by)
+        return None, _timed_out(result, exc)
     except UpstreamError as exc:
         return None, result.fail(GenerationStatus.ERROR, str(exc))
     result.finish()
@@ -235,7 +247,7 @@ async def open_stream(
     try:
         response = await _post(client, upstream_url(route, endpoint), body, headers, head_by)
     except TimeoutError as exc:
-        return None, _timed_out(result, exc, head_by)
+        return None, _timed_out(result, exc)
     except UpstreamError as exc:
         return None, result.fail(GenerationStatus.ERROR, str(exc))
     result.http_status = response.status

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field, HttpUrl
+from pydantic import BaseModel, Field, HttpUrl, field_validator
 
 from gate.db.enums import RolloutMode, RouteRole
-from gate.routing.credentials import DEFAULT_HEADER, HEADER_PATTERN, SOURCE_PATTERN
+from gate.routing.credentials import DEFAULT_HEADER, HEADER_PATTERN, SOURCE_PATTERN, check_header
 
 
 class RouteAuth(BaseModel):
@@ -17,6 +17,11 @@ class RouteAuth(BaseModel):
     # env:NAME (an environment variable of the gateway and collector processes) or
     # file:/path (a mounted secret file, read again at every routing refresh).
     source: str = Field(pattern=SOURCE_PATTERN)
+
+    @field_validator("header")
+    @classmethod
+    def _not_reserved(cls, header: str) -> str:
+        return check_header(header)
 
 
 class RouteIn(BaseModel):

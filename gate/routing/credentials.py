@@ -23,6 +23,26 @@ DEFAULT_SECRETS_DIR = Path("/var/run/secrets/specgate/routes")
 SOURCE_PATTERN = rf"^(env:{ENV_PREFIX}[A-Za-z0-9_]{{1,100}}|file:/\S{{1,500}})$"
 HEADER_PATTERN = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$"
 DEFAULT_HEADER = "Authorization"
+# Headers the gateway writes itself (framing, body type, trace context): a credential sent
+# under one of these would corrupt the request or be silently overwritten.
+RESERVED_HEADERS = frozenset(
+    {
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "upgrade",
+        "te",
+        "trailer",
+        "expect",
+        "content-type",
+        "content-encoding",
+        "traceparent",
+        "tracestate",
+        "baggage",
+    }
+)
 _SOURCE = re.compile(SOURCE_PATTERN)
 
 
@@ -64,6 +84,13 @@ def read_secret(source: str, secrets_dir: Path = DEFAULT_SECRETS_DIR) -> str:
     return value
 
 
+def check_header(name: str) -> str:
+    """Return `name` if a credential may be sent under it; raise ValueError otherwise."""
+    if name.lower() in RESERVED_HEADERS:
+        raise ValueError(f"{name} is a header the gateway sets itself; pick another")
+    return name
+
+
 def auth_headers(
     auth: dict[str, Any] | None, secrets_dir: Path = DEFAULT_SECRETS_DIR
 ) -> dict[str, str]:
@@ -72,6 +99,8 @@ def auth_headers(
     if not auth:
         return {}
     header = str(auth.get("header") or DEFAULT_HEADER)
+    if header.lower() in RESERVED_HEADERS:  # stored before registration refused it
+        raise CredentialError(f"the credential header {header} is one the gateway sets itself")
     secret = read_secret(str(auth["source"]), secrets_dir)
     if header.lower() == "authorization":
         secret = f"Bearer {secret}"

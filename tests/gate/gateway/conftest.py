@@ -62,7 +62,9 @@ def gateway_stack(
     tmp_path,
     *,
     baseline: SimProfile | None = None,
+    baseline_app: Any = None,
     candidate: SimProfile | None = None,
+    candidate_app: Any = None,
     candidate_down: bool = False,
     mode: RolloutMode = RolloutMode.SHADOW,
     sample_rate: float = 1.0,
@@ -91,13 +93,14 @@ def gateway_stack(
     base_log, cand_log = SimLog(), SimLog()
     with ExitStack() as stack:
         guard = (lambda app: bearer_only(require_token, app)) if require_token else (lambda a: a)
-        base_app = create_sim_app(baseline or SimProfile(), base_log)
+        base_app = baseline_app or create_sim_app(baseline or SimProfile(), base_log)
         base_url = stack.enter_context(serving(guard(base_app)))
         if candidate_down:
             cand_url = f"http://127.0.0.1:{closed_port()}"
         else:
             profile = candidate or SimProfile(spec_tokens=4, acceptance=0.7)
-            cand_url = stack.enter_context(serving(guard(create_sim_app(profile, cand_log))))
+            cand_app = candidate_app or create_sim_app(profile, cand_log)
+            cand_url = stack.enter_context(serving(guard(cand_app)))
         with factory() as session, session.begin():
             for name, url, role in (
                 ("base", base_url, RouteRole.BASELINE),

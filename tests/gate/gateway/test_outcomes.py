@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+
 import httpx
 import openai
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+from starlette.routing import Route
 
 from gate.db.enums import RolloutMode
 from gate.engines.sim import SimProfile
+from gate.gateway.upstream import FIRST_BYTE_TIMEOUT
 from gate.settings import Settings
 from gate.telemetry import attributes as A
 from tests.gate.gateway.conftest import ALIAS, gateway_stack
@@ -125,3 +133,32 @@ def test_non_streamed_timings_come_from_the_engine_or_nowhere(tmp_path, reported
                 assert attrs[A.ENGINE_TPOT_S] == pytest.approx(0.002)
             else:
                 assert A.ENGINE_TTFT_S not in attrs and A.ENGINE_TPOT_S not in attrs
+
+
+def stalled_body_upstream() -> Starlette:
+    """An engine that answers at once (head and first bytes), then stalls the body."""
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b'{"id": "c1", "object": "chat.completion", '
+        await asyncio.sleep(30)
+
+    async def chat(_request: Request) -> StreamingResponse:
+        return StreamingResponse(body(), media_type="application/json")
+
+    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+
+
+def test_a_body_that_stalls_after_the_head_is_not_a_first_byte_timeout(tmp_path):
+    # The head comes well inside the first-byte bound; the body read times out after it.
+    with gateway_stack(
+        tmp_path,
+        mode=RolloutMode.CANARY,
+        candidate_app=stalled_body_upstream(),
+        canary_first_byte_timeout_s=0.3,
+        upstream_timeout_s=1.0,
+    ) as stack:
+        stack.client(timeout=8.0).chat.completions.create(model=ALIAS, messages=MESSAGES)
+        (cand,) = stack.spans("candidate")
+        assert cand.attributes[A.STATUS] == "fallback"
+        assert cand.attributes[A.ERROR] != FIRST_BYTE_TIMEOUT
+        assert cand.attributes[A.ERROR].startswith("timeout: no data from the upstream")

@@ -17,6 +17,7 @@ from gate.db.enums import RolloutMode
 from gate.db.models import Route
 from gate.engines.sim import SimProfile
 from gate.rollouts.schemas import RouteAuth
+from gate.telemetry import attributes as A
 from tests.gate.gateway.conftest import ALIAS, gateway_stack
 from tests.gate.gateway.test_proxy import MESSAGES, wait_until
 
@@ -122,3 +123,29 @@ def test_a_credential_may_name_only_route_secrets(tmp_path, monkeypatch, caplog)
         assert "authorization" not in stack.baseline_log.headers[0]
     assert "outside the route secrets folder" in caplog.text
     assert "database password" not in caplog.text
+
+
+def test_a_secret_outside_latin1_never_shows_in_the_error(tmp_path, monkeypatch):
+    # The character the header codec chokes on is part of the secret: the message names
+    # only the header.
+    monkeypatch.setenv("SPECGATE_ROUTE_KEY", "sk-ab\u2019cdef")
+    auth = {"source": "env:SPECGATE_ROUTE_KEY"}
+    with gateway_stack(tmp_path, auth=auth, sample_rate=0.0) as stack:
+        with pytest.raises(openai.APIStatusError) as refused:
+            stack.client().chat.completions.create(model=ALIAS, messages=MESSAGES)
+        assert wait_until(lambda: len(stack.spans("baseline")) == 1)
+        (base,) = stack.spans("baseline")
+        assert (
+            base.attributes[A.ERROR] == "header 'Authorization' holds a character outside Latin-1"
+        )
+        shown = everything_recorded(stack) + refused.value.response.text
+    assert "\u2019" not in shown and "sk-ab" not in shown
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["Host", "content-length", "Transfer-Encoding", "Connection", "Content-Type", "traceparent"],
+)
+def test_a_credential_header_the_gateway_sets_itself_is_refused(header):
+    with pytest.raises(ValidationError, match="the gateway sets itself"):
+        RouteAuth(header=header, source="env:SPECGATE_ROUTE_KEY")
