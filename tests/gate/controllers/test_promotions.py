@@ -16,8 +16,12 @@ from tests.gate.controllers.conftest import ANALYSIS_KEY, NAME
 from tests.gate.controllers.test_check_ins import poll, watch_hold
 
 pytestmark = pytest.mark.postgres
-COMPLETED = {"event": "rollout-completed", "rollout": NAME, "controller_rollout": "llm/vllm-llama-8b",
-             "message": "completed by Argo Rollouts"}  # fmt: skip
+COMPLETED = {
+    "event": "rollout-completed",
+    "rollout": NAME,
+    "controller_rollout": "llm/vllm-llama-8b",
+    "message": "completed by Argo Rollouts",
+}
 
 
 def state_reason(specgate) -> str:
