@@ -119,8 +119,13 @@ def check_in(session: Session, *, link: ControllerLink, publisher: Publisher | N
     """Record that the controller asked now; resume the rollout if the watch held it."""
     link.last_polled_at = utcnow()
     session.flush()
-    rollout = rollouts.get_rollout(session, rollout_id=link.rollout_id)
-    if rollout.state is RolloutState.HELD and held_by_watch(session, rollout_id=rollout.id):
+    # Locked before reading the state: two check-ins at once resume once, never fail.
+    rollout = repository.get_rollout(session, link.rollout_id, for_update=True)
+    if (
+        rollout is not None
+        and rollout.state is RolloutState.HELD
+        and held_by_watch(session, rollout_id=rollout.id)
+    ):
         routing.change_state(
             session,
             rollout_id=rollout.id,
