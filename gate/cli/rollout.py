@@ -223,7 +223,10 @@ def list_rollouts(database_url: DatabaseOption = None) -> None:
 def show(rollout_id: int, database_url: DatabaseOption = None) -> None:
     """Show one rollout."""
     with transaction(settings_with(database_url)) as db:
-        typer.echo(_describe(service.get_rollout(db, rollout_id=rollout_id)))
+        rollout = service.get_rollout(db, rollout_id=rollout_id)
+        change = repository.last_change(db, rollout.id)
+        why = f"\n  {rollout.state.value} by {change.actor}: {change.reason}" if change else ""
+        typer.echo(_describe(rollout) + why)
 
 
 def _describe(r: Rollout) -> str:

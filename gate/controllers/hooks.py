@@ -15,13 +15,18 @@ from typing import Any
 from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
 
+from gate import audit
+from gate.controllers import links
 from gate.controllers.analysis import decision_of, latest_verdict
+from gate.controllers.redact import redact
 from gate.db.enums import Decision, RolloutState
-from gate.db.models import Rollout, Route
+from gate.db.models import ControllerKind, Rollout, Route
 from gate.rollouts.states import Action
 from gate.routing import service as routing
 from gate.routing.pubsub import Publisher
 
+# How a hold after the controller's own promotion reads (`rollout show`, /ui).
+PROMOTED_BY = "promoted by "
 # Returns None when the route answers, else why not.
 Probe = Callable[[Route], str | None]
 
@@ -123,7 +128,8 @@ def answer_argo(
     if note.event is ArgoEvent.ABORTED:
         _act(session, rollout, Action.KILL, actor, reason, publisher)
         return Answer(True, "killed")
-    return Answer(True, _finish(session, rollout, actor, reason, publisher))
+    promoted = _finish(session, rollout, ControllerKind.ARGO_ROLLOUTS, actor, reason, publisher)
+    return Answer(True, promoted)
 
 
 def _report(
@@ -147,19 +153,40 @@ def _report(
         return Answer(True, "killed: Flagger reported the canary failed")
     if hook is FlaggerHook.POST_ROLLOUT and payload.phase == "Succeeded":
         reason = "Flagger post-rollout: Succeeded"
-        return Answer(True, _finish(session, rollout, actor, reason, publisher))
+        promoted = _finish(session, rollout, ControllerKind.FLAGGER, actor, reason, publisher)
+        return Answer(True, promoted)
     return Answer(True, f"recorded phase {payload.phase or 'none'}")
 
 
 def _finish(
-    session: Session, rollout: Rollout, actor: str, reason: str, publisher: Publisher | None
+    session: Session,
+    rollout: Rollout,
+    controller: ControllerKind,
+    actor: str,
+    reason: str,
+    publisher: Publisher | None,
 ) -> str:
     # The controller promoted: its stable Service (specgate's baseline route) now serves the
-    # new revision and the canary one empties, so stop mirroring; never route to the canary.
-    if rollout.state is not RolloutState.RUNNING:
+    # new revision and the canary one empties. PROMOTED would route the alias to the
+    # candidate route, the emptied canary, so specgate holds (baseline only) and says why.
+    why = f"{PROMOTED_BY}{controller.value}: {reason}"
+    if rollout.state is RolloutState.RUNNING:
+        _act(session, rollout, Action.HOLD, actor, why, publisher)
+    elif rollout.state is RolloutState.HELD and links.held_by_watch(session, rollout_id=rollout.id):
+        # Polls end with the analysis step, so the watch may hold before the completion: the
+        # state is right, the reason is not; record the promotion as what holds it now.
+        audit.record(
+            session,
+            actor=actor,
+            action="controller.promoted",
+            reason=redact(why),
+            rollout_id=rollout.id,
+            from_state=rollout.state.value,
+            to_state=rollout.state.value,
+        )
+    else:
         return f"nothing to do: rollout is {rollout.state.value}"
-    _act(session, rollout, Action.HOLD, actor, f"controller promoted: {reason}", publisher)
-    return "held: the controller promoted; the baseline route now serves the new revision"
+    return "held: promoted by the controller; the baseline route now serves the new revision"
 
 
 def _ready(rollout: Rollout, routes: list[Route], probe: Probe) -> Answer:
@@ -179,11 +206,12 @@ def _act(
     reason: str,
     publisher: Publisher | None,
 ) -> None:
+    # Controllers quote their webhook URL, token included, in their messages: never store it.
     routing.change_state(
         session,
         rollout_id=rollout.id,
         action=action,
-        actor=actor,
-        reason=reason,
+        actor=redact(actor),
+        reason=redact(reason),
         publisher=publisher,
     )

@@ -1,9 +1,13 @@
 """Controller links: hook tokens (stored as HMACs), check-ins, and the silent-controller hold.
 
-A rollout driven by a controller gets a link. Every analysis poll or webhook call is a
-check-in; when a running rollout's controller has missed `missed_polls` check-ins in a row,
-specgate holds the rollout, because a controller that stopped asking (deleted, crashed,
-aborted without telling) must not leave mirroring running unwatched.
+A rollout driven by a controller gets a link. A check-in is a call only the controller
+makes: a Flagger hook (its token) or an analysis poll with the link's analysis key. Silence
+counts from the first check-in, because a controller may wait long before it first asks
+(Argo Rollouts' pause before its analysis step). When a running rollout's controller has
+then missed `missed_polls` check-ins in a row, specgate holds the rollout: a controller
+that stopped asking (deleted, crashed, aborted without telling) must not leave mirroring
+running unwatched. Its next check-in resumes a rollout the watch held (not one a person or
+a controller held), since it proves the controller is back and still driving.
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ from sqlalchemy.orm import Session
 from gate import audit
 from gate.db.base import utcnow
 from gate.db.enums import RolloutState
-from gate.db.models import ControllerKind, ControllerLink, Rollout
-from gate.errors import Unauthorized
+from gate.db.models import ApiKey, ControllerKind, ControllerLink, Rollout
+from gate.errors import BadRequest, Unauthorized
+from gate.rollouts import repository
 from gate.rollouts import service as rollouts
 from gate.rollouts.states import Action
 from gate.routing import service as routing
@@ -43,11 +48,13 @@ def link_rollout(
     controller: ControllerKind,
     poll_interval_s: float,
     missed_polls: int,
+    analysis_key: str | None,
     secret_key: str,
     actor: str,
 ) -> tuple[ControllerLink, str | None]:
     """Tie a rollout to a controller; for Flagger return a new hook token (shown once)."""
     rollouts.get_rollout(session, rollout_id=rollout_id)
+    _check_analysis_key(session, controller, analysis_key)
     link = session.get(ControllerLink, rollout_id) or ControllerLink(rollout_id=rollout_id)
     token = (
         TOKEN_PREFIX + secrets.token_urlsafe(32) if controller is ControllerKind.FLAGGER else None
@@ -55,8 +62,9 @@ def link_rollout(
     link.controller = controller
     link.poll_interval_s = poll_interval_s
     link.missed_polls = missed_polls
+    link.analysis_key = analysis_key
     link.token_hash = token_digest(secret_key, token) if token else None
-    # Silence is counted from the (re)link, never from an older link's time.
+    # Silence is counted from the first check-in after the (re)link, never from an older one.
     link.created_at, link.last_polled_at = utcnow(), None
     session.add(link)
     session.flush()
@@ -65,9 +73,28 @@ def link_rollout(
         actor=actor,
         action="controller.link",
         rollout_id=rollout_id,
-        details={"controller": controller.value, "token_rotated": token is not None},
+        details={
+            "controller": controller.value,
+            "token_rotated": token is not None,
+            "analysis_key": analysis_key,
+        },
     )
     return link, token
+
+
+def _check_analysis_key(session: Session, controller: ControllerKind, name: str | None) -> None:
+    # Argo Rollouts only polls: without its own key no call of it could be told from any
+    # other reader's, and the watch would be blind.
+    if name is None:
+        if controller is ControllerKind.ARGO_ROLLOUTS:
+            raise BadRequest(
+                "argo-rollouts needs the name of the key it polls the analysis with"
+                " (analysis_key, --analysis-key)"
+            )
+        return
+    key = session.scalars(select(ApiKey).where(ApiKey.name == name)).first()
+    if key is None or key.revoked_at is not None:
+        raise BadRequest(f"no active API key named {name!r}")
 
 
 def by_token(session: Session, *, token: str, secret_key: str) -> ControllerLink:
@@ -81,24 +108,51 @@ def by_token(session: Session, *, token: str, secret_key: str) -> ControllerLink
     return link
 
 
-def check_in(session: Session, *, rollout_id: int) -> None:
-    """Record that the rollout's controller asked about it now (no-op without a link)."""
+def poll(session: Session, *, rollout_id: int, key: str, publisher: Publisher | None) -> None:
+    """An analysis poll with API key `key`: a check-in only when it is the link's key."""
     link = session.get(ControllerLink, rollout_id)
-    if link is not None:
-        link.last_polled_at = utcnow()
-        session.flush()
+    if link is not None and link.analysis_key is not None and link.analysis_key == key:
+        check_in(session, link=link, publisher=publisher)
+
+
+def check_in(session: Session, *, link: ControllerLink, publisher: Publisher | None) -> None:
+    """Record that the controller asked now; resume the rollout if the watch held it."""
+    link.last_polled_at = utcnow()
+    session.flush()
+    # Locked before reading the state: two check-ins at once resume once, never fail.
+    rollout = repository.get_rollout(session, link.rollout_id, for_update=True)
+    if (
+        rollout is not None
+        and rollout.state is RolloutState.HELD
+        and held_by_watch(session, rollout_id=rollout.id)
+    ):
+        routing.change_state(
+            session,
+            rollout_id=rollout.id,
+            action=Action.RESUME,
+            actor=f"{link.controller.value}:check-in",
+            reason=f"{link.controller.value} checked in again after specgate's silence hold",
+            publisher=publisher,
+        )
+
+
+def held_by_watch(session: Session, *, rollout_id: int) -> bool:
+    """Whether the rollout's current state comes from the silence hold."""
+    event = repository.last_change(session, rollout_id)
+    return event is not None and event.actor == WATCH_ACTOR and event.action == Action.HOLD
 
 
 def silent(session: Session) -> Sequence[tuple[Rollout, ControllerLink]]:
-    """Return running rollouts whose controller missed `missed_polls` check-ins in a row."""
+    """Return running rollouts whose controller checked in, then missed `missed_polls`."""
     now = utcnow()
     rows = session.execute(
         select(Rollout, ControllerLink)
         .join(ControllerLink, ControllerLink.rollout_id == Rollout.id)
-        .where(Rollout.state == RolloutState.RUNNING)
+        .where(Rollout.state == RolloutState.RUNNING, ControllerLink.last_polled_at.is_not(None))
     ).all()
     late = []
     for rollout, link in rows:
+        # A check-in while pending counts from the start, not from before it.
         since = max(t for t in (link.last_polled_at, link.created_at, rollout.started_at) if t)
         if now - since > timedelta(seconds=link.poll_interval_s * link.missed_polls):
             late.append((rollout, link))

@@ -1,4 +1,5 @@
-"""Keep hook tokens out of access logs: they travel in the URL path (Flagger has no headers)."""
+"""Keep hook tokens out of logs and stored text: they travel in the URL path (Flagger has
+no headers), and a controller's error messages quote that URL back (Go's url.Error)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import re
 
 PREFIX = "/v1/hooks/flagger/"
 HOOK_PATH = re.compile(re.escape(PREFIX) + r"([^\s?\"]*)")
+# A token quoted without its path (URL-escaped, cut, or pasted into a message).
+TOKEN = re.compile(r"sgh_[A-Za-z0-9_\-]+")
 HOOKS = frozenset(
     {
         "confirm-rollout",
@@ -30,7 +33,7 @@ def _mask(match: re.Match[str]) -> str:
 
 def redact(text: str) -> str:
     """Replace every hook token in `text`."""
-    return HOOK_PATH.sub(_mask, text)
+    return TOKEN.sub("sgh_***", HOOK_PATH.sub(_mask, text))
 
 
 class RedactTokens(logging.Filter):

@@ -50,6 +50,9 @@ class RolloutRow(BaseModel):
     latest_verdict: VerdictBrief | None
     # How the task evaluator contains code: `/ui` flags `unsafe-local` next to the mode.
     sandbox: str | None = None
+    # Why the rollout is in its state: the reason of the change that put it there (a hold
+    # after a controller's own promotion reads "promoted by <controller>: ...").
+    state_reason: str | None = None
 
 
 class LatencyPoint(BaseModel):
@@ -151,6 +154,9 @@ def overview(session: Session) -> list[RolloutRow]:
                 if verdict
                 else None,
                 sandbox=code_sandbox(r.policy),
+                state_reason=change.reason
+                if (change := repository.last_change(session, r.id))
+                else None,
             )
         )
     return rows

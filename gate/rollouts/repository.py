@@ -8,7 +8,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gate.db.enums import RolloutState
-from gate.db.models import Rollout, Route
+from gate.db.models import AuditEvent, Rollout, Route
 
 
 def get_route_by_name(session: Session, name: str) -> Route | None:
@@ -49,3 +49,13 @@ def live_rollout_for_alias(session: Session, alias: str) -> Rollout | None:
 def get_rollout_by_name(session: Session, name: str) -> Rollout | None:
     """Return the rollout called `name`, if any."""
     return session.scalars(select(Rollout).where(Rollout.name == name)).one_or_none()
+
+
+def last_change(session: Session, rollout_id: int) -> AuditEvent | None:
+    """Return the audit event that put the rollout in its current state."""
+    return session.scalars(
+        select(AuditEvent)
+        .where(AuditEvent.rollout_id == rollout_id, AuditEvent.to_state.is_not(None))
+        .order_by(AuditEvent.id.desc())
+        .limit(1)
+    ).first()

@@ -37,6 +37,12 @@ class LinkIn(BaseModel):
     controller: ControllerKind
     poll_interval_s: float = Field(60.0, ge=1.0, le=86_400.0, description="The analysis interval.")
     missed_polls: int = Field(5, ge=1, le=1000, description="Missed check-ins before a hold.")
+    analysis_key: str | None = Field(
+        None,
+        max_length=128,
+        description="Name of the API key the controller polls the analysis with (required for"
+        " argo-rollouts): only its polls are check-ins.",
+    )
 
 
 class LinkOut(BaseModel):
@@ -44,6 +50,7 @@ class LinkOut(BaseModel):
     controller: ControllerKind
     poll_interval_s: float
     missed_polls: int
+    analysis_key: str | None
     hook_token: str | None = Field(description="Flagger only; shown once, store it in a Secret.")
 
 
@@ -53,17 +60,23 @@ class HookOut(BaseModel):
 
 
 @router.get("/rollouts/{rollout_id}/analysis", response_model=AnalysisOut)
-def rollout_analysis(rollout_id: RolloutId, db: SessionDep, _: Reader) -> AnalysisOut:
-    """The gate's decision for a controller (Argo Rollouts `web` metric); counts as a check-in."""
+def rollout_analysis(
+    rollout_id: RolloutId, db: SessionDep, svc: ServicesDep, who: Reader
+) -> AnalysisOut:
+    """The gate's decision for a controller (Argo Rollouts `web` metric).
+
+    A poll with the link's analysis key is the controller's check-in.
+    """
     rollout = service.get_rollout(db, rollout_id=rollout_id)
-    links.check_in(db, rollout_id=rollout.id)
+    links.poll(db, rollout_id=rollout.id, key=who.name, publisher=svc.publisher)
     return analysis(db, rollout=rollout)
 
 
 @router.get("/analysis", response_model=AnalysisOut)
 def analysis_by_reference(
     db: SessionDep,
-    _: Reader,
+    svc: ServicesDep,
+    who: Reader,
     alias: Annotated[str | None, Query(max_length=256)] = None,
     name: Annotated[str | None, Query(max_length=128)] = None,
 ) -> AnalysisOut:
@@ -76,7 +89,7 @@ def analysis_by_reference(
     ).first()
     if rollout is None:
         raise NotFound(f"no rollout for {'alias' if alias else 'name'} {alias or name!r}")
-    links.check_in(db, rollout_id=rollout.id)
+    links.poll(db, rollout_id=rollout.id, key=who.name, publisher=svc.publisher)
     return analysis(db, rollout=rollout)
 
 
@@ -91,6 +104,7 @@ def link_controller(
         controller=body.controller,
         poll_interval_s=body.poll_interval_s,
         missed_polls=body.missed_polls,
+        analysis_key=body.analysis_key,
         secret_key=svc.settings.secret_key.get_secret_value(),
         actor=who.actor,
     )
@@ -99,6 +113,7 @@ def link_controller(
         controller=link.controller,
         poll_interval_s=link.poll_interval_s,
         missed_polls=link.missed_polls,
+        analysis_key=link.analysis_key,
         hook_token=token,
     )
 
@@ -119,7 +134,7 @@ def flagger_hook(
     named = str(payload.metadata.get("rollout", rollout.name))
     if named != rollout.name:
         raise Conflict(f"this token belongs to rollout {rollout.name!r}, not {named!r}")
-    links.check_in(db, rollout_id=rollout.id)
+    links.check_in(db, link=link, publisher=svc.publisher)
     got = answer_flagger(
         db,
         rollout=rollout,

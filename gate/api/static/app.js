@@ -134,6 +134,10 @@
       row.append(el("td", r.id), el("td", r.name), el("td", r.alias), mode);
       const cell = el("td");
       cell.append(el("span", r.state, `badge state ${r.state}`));
+      // Why it is held or killed (e.g. "promoted by argo-rollouts: ..."): the audited reason.
+      if (r.state_reason && (r.state === "held" || r.state === "killed")) {
+        cell.append(el("div", r.state_reason, "hint state-reason"));
+      }
       const share = el("td", `${percent(r.share)} → ${r.next_share === null ? "promoted" : percent(r.next_share)}`);
       share.title = `sample rate ${r.sample_rate}: ${r.exposure}`;
       row.append(cell, el("td", r.stage), share);

@@ -26,8 +26,12 @@ class ControllerLink(Base):
     controller: Mapped[ControllerKind] = mapped_column(str_enum(ControllerKind, "controller_kind"))
     # HMAC of the hook token under the server secret; the token itself is shown once.
     token_hash: Mapped[str | None] = mapped_column(String(64), unique=True)
+    # The API key (by name) the controller polls the analysis with: only its polls are
+    # check-ins, so another reader polling cannot hide a dead controller.
+    analysis_key: Mapped[str | None] = mapped_column(String(128))
     # How often the controller checks in, and how many missed checks make specgate hold.
     poll_interval_s: Mapped[float] = mapped_column(Float)
     missed_polls: Mapped[int] = mapped_column(Integer)
+    # None until the controller's first check-in: silence is counted from there.
     last_polled_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -26,6 +26,7 @@ from tests.servers import serving
 
 SECRET = "controllers-secret"
 NAME = "llama-8b-eagle3"  # the specgate rollout the example manifests name
+ANALYSIS_KEY = "argo-analysis"  # the read key Argo Rollouts polls with (the example's)
 # Small but honest: one segment, short warm-up, no minimum duration.
 POLICY = {
     "segments": ["chat"],
@@ -50,6 +51,8 @@ class Specgate:
 
     def link(self, controller: str, **extra: object) -> dict[str, object]:
         body = {"controller": controller, "poll_interval_s": 60, **extra}
+        if controller == "argo-rollouts":
+            body.setdefault("analysis_key", ANALYSIS_KEY)
         response = self.client.post(
             f"/v1/rollouts/{self.rollout_id}/controller", json=body, headers=self.auth("admin")
         )
@@ -105,10 +108,10 @@ def specgate(pg_committing, pg_url, engine_url) -> Iterator[Specgate]:
     settings = Settings(database_url=pg_url, secret_key=SECRET, redis_url=None)
     keys = {}
     with pg_committing() as db, db.begin():
-        for scope in ("read", "operate", "admin"):
-            keys[scope] = create_key(db, name=scope, scopes=[scope], secret_key=SECRET, actor="t")[
-                1
-            ]
+        for name, scope in (
+            ("read", "read"), ("operate", "operate"), ("admin", "admin"), (ANALYSIS_KEY, "read")
+        ):  # fmt: skip
+            keys[name] = create_key(db, name=name, scopes=[scope], secret_key=SECRET, actor="t")[1]
         rollout_id = factories.rollout(
             db, name=NAME, policy=POLICY, base_url=engine_url, candidate_url=engine_url
         ).id

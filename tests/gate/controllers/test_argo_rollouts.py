@@ -10,7 +10,7 @@ import pytest
 
 from gate.db.enums import RolloutState
 from gate.db.models import Rollout
-from tests.gate.controllers.conftest import NAME, POLICY
+from tests.gate.controllers.conftest import ANALYSIS_KEY, NAME, POLICY
 from tests.gate.controllers.harness import ArgoMetric, manifest, rollout_outcome
 from tests.servers import closed_port
 
@@ -26,7 +26,7 @@ def metric(specgate, base: str | None = None) -> ArgoMetric:
     )
     args = {a["name"]: a["value"] for a in step["args"]}
     return ArgoMetric.from_template(
-        template, base or specgate.base, **args, **{"specgate-key": specgate.keys["read"]}
+        template, base or specgate.base, **args, **{"specgate-key": specgate.keys[ANALYSIS_KEY]}
     )
 
 
@@ -119,7 +119,7 @@ def test_an_abort_notification_kills_the_rollout_in_specgate(specgate):
 
 def test_linking_a_controller_needs_an_admin_key(specgate):
     url = f"/v1/rollouts/{specgate.rollout_id}/controller"
-    body = {"controller": "argo-rollouts"}
+    body = {"controller": "argo-rollouts", "analysis_key": ANALYSIS_KEY}
     for scope, status in (("read", 403), ("operate", 403), ("admin", 200)):
         assert (
             specgate.client.post(url, json=body, headers=specgate.auth(scope)).status_code == status

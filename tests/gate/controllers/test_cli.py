@@ -1,5 +1,5 @@
 """`specgate rollout controller` on the embedded store: a Flagger link prints its hook token
-once, and only its HMAC is stored."""
+once, and only its HMAC is stored; an Argo Rollouts link names the key Argo polls with."""
 
 from __future__ import annotations
 
@@ -23,5 +23,12 @@ def test_linking_a_rollout_to_flagger_prints_the_token_once(store):  # noqa: F81
     with sessions() as db:
         stored = db.scalars(select(ControllerLink.token_hash)).one()
     assert stored and token not in stored
-    again = run("rollout", "controller", "1", "--controller", "argo-rollouts", cwd=store).stdout
-    assert "sgh_" not in again
+    refused = run("rollout", "controller", "1", "--controller", "argo-rollouts", cwd=store,
+                  check=False)  # fmt: skip
+    assert refused.returncode != 0 and "--analysis-key" in refused.stderr
+    run("keys", "create", "--name", "argo-analysis", "--scopes", "read", cwd=store)
+    again = run("rollout", "controller", "1", "--controller", "argo-rollouts",
+                "--analysis-key", "argo-analysis", cwd=store).stdout  # fmt: skip
+    assert "sgh_" not in again and "counted from its first check-in" in again
+    with sessions() as db:
+        assert db.scalars(select(ControllerLink.analysis_key)).one() == "argo-analysis"

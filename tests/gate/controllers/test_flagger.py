@@ -167,3 +167,33 @@ def test_pre_rollout_waits_for_the_canary_service_to_answer(specgate):
     assert flagger.tick() == "Progressing"  # confirm-rollout needs only the baseline
     assert flagger.calls[-1] == ("pre-rollout", 409) and flagger.failed_checks == 1
     assert specgate.state() is RolloutState.PENDING  # no mirroring to a canary that is not up
+
+
+def test_a_token_quoted_in_flaggers_event_message_is_never_stored(specgate):
+    token = str(specgate.link("flagger")["hook_token"])
+    flagger = canary(specgate, token)
+    begin(flagger)
+    # Flagger's Event for a failed webhook quotes Go's url.Error, URL and token included.
+    url = (
+        f"http://specgate-gateway.specgate.svc.cluster.local:8080/v1/hooks/flagger/rollout/{token}"
+    )
+    payload = {
+        "name": "vllm-llama-8b",
+        "namespace": "llm",
+        "phase": "Failed",
+        "metadata": {
+            "eventMessage": f'Rollback: webhook failed: Post "{url}": dial tcp: i/o timeout '
+            f"(token {token})",
+            "eventType": "Warning",
+        },
+    }
+    answer = specgate.client.post(f"/v1/hooks/flagger/event/{token}", json=payload)
+    assert answer.status_code == 200, answer.text
+    assert specgate.state() is RolloutState.KILLED
+    with specgate.sessions() as db:
+        kill = db.scalars(select(AuditEvent).where(AuditEvent.action == "kill")).one()
+        stored = " ".join(
+            e.actor + e.reason + str(e.details) for e in db.scalars(select(AuditEvent))
+        )
+    assert "webhook failed" in kill.reason and "/v1/hooks/flagger/rollout/***" in kill.reason
+    assert token not in stored and token[4:] not in stored

@@ -1,6 +1,6 @@
 """The backstop for a controller that went silent (Argo Rollouts sends nothing when it
 aborts without notifications): a running rollout whose controller missed its check-ins is
-held, and every analysis poll or hook call counts as a check-in."""
+held, and an analysis poll with the link's key or a hook call counts as a check-in."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from gate.db.base import utcnow
 from gate.db.enums import RolloutState
 from gate.db.models import AuditEvent, ControllerLink, Rollout
 from gate.periodic import watch_controllers
+from tests.gate.controllers.conftest import ANALYSIS_KEY
 
 pytestmark = pytest.mark.postgres
 
@@ -44,7 +45,7 @@ def test_an_analysis_poll_is_a_check_in(specgate):
     specgate.link("argo-rollouts", poll_interval_s=30, missed_polls=3)
     last_seen(specgate, 600)
     answer = specgate.client.get(
-        f"/v1/rollouts/{specgate.rollout_id}/analysis", headers=specgate.auth("read")
+        f"/v1/rollouts/{specgate.rollout_id}/analysis", headers=specgate.auth(ANALYSIS_KEY)
     )
     assert answer.status_code == 200
     assert watch_controllers(specgate.sessions, specgate.bus) == 0
