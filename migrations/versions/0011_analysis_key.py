@@ -3,7 +3,7 @@
 Only that key's analysis polls count as the controller's check-ins, so another reader
 polling the analysis cannot hide a controller that stopped.
 
-Revision ID: 0011_fixk
+Revision ID: 0011
 Revises: 0010
 Create Date: 2026-12-04 09:00:00.000000
 """
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0011_fixk"
+revision: str = "0011"
 down_revision: str | None = "0010"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
