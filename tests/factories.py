@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -155,6 +156,67 @@ def seed_pairs(
                     "created_at": created,
                 }
             )
+            next_id += 1
+    session.execute(insert(Pair), pairs)
+    session.execute(insert(Generation), generations)
+    session.execute(insert(Evaluation), evaluations)
+    session.flush()
+
+
+def canary_cancel_records(
+    policy: Any, *, cancel_rate: float, candidate_cancel_rate: float, pairs: int, seed: int
+) -> list[dict[str, Any]]:
+    """Simulated canary pair records (one side each) whose clients cancel at these rates."""
+    import numpy as np
+
+    from gate.stats.simulate import Scenario, draw_pairs, to_records
+
+    rates = {"cancel_rate": cancel_rate, "candidate_cancel_rate": candidate_cancel_rate}
+    scenario = Scenario("canary cancels", pairs, mode=RolloutMode.CANARY, **rates)
+    cols = draw_pairs(scenario, policy, 1, np.random.default_rng(seed))
+    assert cols.cancelled is not None
+    candidate = ~np.isnan(cols.e2e[0, :, 1]) | cols.failed[0, :, 1] | cols.cancelled[0, :, 1]
+    records = to_records(cols, policy)
+    for i, (record, served) in enumerate(zip(records, candidate, strict=True)):
+        record["baseline" if served else "candidate"] = None
+        record["pair_id"] = str(uuid.UUID(int=i + 1))
+        record["evaluated_at"] = record["created_at"] + 2.0
+    return records
+
+
+def insert_records(session: Session, rollout_id: int, records: list[dict[str, Any]]) -> None:
+    """Store replay-schema pair records as closed, evaluated pairs with their sides."""
+    from sqlalchemy import insert
+
+    def at(epoch: float) -> datetime:
+        return datetime.fromtimestamp(epoch, UTC)
+
+    pairs, generations, evaluations = [], [], []
+    next_id = (session.scalar(select(func.max(Generation.id))) or 0) + 1
+    for record in records:
+        created = at(record["created_at"])
+        pair_id = uuid.UUID(record["pair_id"])
+        pairs.append({"id": pair_id, "rollout_id": rollout_id, "stage": 0, "state": "complete",
+                      "is_control": False, "segment": record["segment"], "created_at": created,
+                      "deadline": created + timedelta(minutes=5),
+                      "evaluated_at": at(record["evaluated_at"])})  # fmt: skip
+        for cohort in ("baseline", "candidate"):
+            side = record[cohort]
+            if side is None:
+                continue
+            generations.append({"id": next_id, "rollout_id": rollout_id, "pair_id": pair_id,
+                                "cohort": cohort, "segment": record["segment"],
+                                "status": side["status"], "ttft_s": side["ttft_s"],
+                                "tpot_s": side["tpot_s"], "e2e_s": side["e2e_s"],
+                                "spec_draft_tokens": side["draft_tokens"],
+                                "spec_accepted_tokens": side["accepted_tokens"],
+                                "started_at": created, "stream": True,
+                                "trace_id": uuid.uuid4().hex,
+                                "span_id": uuid.uuid4().hex[:16]})  # fmt: skip
+            for name, passed in side["evals"].items():
+                evaluations.append({"generation_id": next_id, "evaluator": name, "version": "1",
+                                    "score": None, "passed": passed, "details": {},
+                                    "created_at": created})  # fmt: skip
             next_id += 1
     session.execute(insert(Pair), pairs)
     session.execute(insert(Generation), generations)

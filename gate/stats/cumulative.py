@@ -26,6 +26,7 @@ from gate.db.enums import RolloutMode
 from gate.stats.change import log_evalues
 from gate.stats.engine import (
     ACCEPTANCE,
+    CANCELS,
     E2E_TAIL,
     EVAL_PREFIX,
     FAILURES,
@@ -62,7 +63,9 @@ class PairColumns:
     candidate's accepted/draft tokens (NaN without drafts); `feedback` 1 for thumbs-down,
     0 for other ratings, NaN for none; `mismatch` the greedy-parity failure of the pair's
     second side (NaN when not a greedy pair). Control pairs (baseline vs baseline) feed
-    only the greedy control rate. `dropped` pairs were never completed.
+    only the greedy control rate. `dropped` pairs were never completed or are not
+    attributable; `cancelled` marks sides the client gave up on (such a pair is dropped
+    too; None: no cancels), read only by the canary cancel rate.
     """
 
     segment: IntArray
@@ -77,6 +80,7 @@ class PairColumns:
     evals: dict[str, FloatArray] = field(default_factory=dict)
     feedback: FloatArray | None = None
     mismatch: FloatArray | None = None
+    cancelled: BoolArray | None = None
 
 
 class _Acc:
@@ -310,6 +314,7 @@ def _canary_builders(
         bad, known = _tail_bad(cols, x, warm, q, len(policy.segments))
         out[metric] = _cohort_builder(served & known[..., None], bad, share)
     out[FAILURES] = _cohort_builder(served, cols.failed, share)
+    out[CANCELS] = _cohort_builder(*_cancels(cols, warm), share)
     for metric, (scored, bad) in _evals(cols, policy).items():
         out[metric] = _cohort_builder(served & scored, bad, share)
     if cols.feedback is not None:
@@ -328,6 +333,23 @@ def _served(cols: PairColumns, live: BoolArray) -> BoolArray:
     rescue = answered[..., CAND]
     base = answered[..., BASE] & ~rescue
     return np.asarray(live[..., None] & np.stack([base, answered[..., CAND]], axis=-1))
+
+
+def _cancels(cols: PairColumns, warm: BoolArray) -> tuple[BoolArray, BoolArray]:
+    """Return each cohort's calls (cancelled ones included) and the cancelled pairs.
+
+    A cancelled pair is dropped from every other cell (no route is answerable for it), but
+    a client that gives up can hide a slow candidate, so here it counts for the cohort
+    that served it, as `_served` assigns cohorts: a cancelled rescue is the candidate's.
+    """
+    shape = cols.failed.shape
+    cancelled = np.zeros(shape, dtype=bool) if cols.cancelled is None else cols.cancelled
+    gave_up = cancelled.any(axis=-1)
+    counted = ~warm & ~cols.is_control & (~cols.dropped | gave_up)
+    called = ~np.isnan(cols.e2e) | cols.failed | cancelled
+    cand = called[..., CAND]
+    cohort = np.stack([called[..., BASE] & ~cand, cand], axis=-1)
+    return counted[..., None] & cohort, np.stack([gave_up, gave_up], axis=-1)
 
 
 def _two_means_builder(valid: BoolArray, x: FloatArray) -> Builder:

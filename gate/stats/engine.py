@@ -6,9 +6,10 @@ simulation is the rule that runs in production.
 
 Rule, per look:
 * kill when any guardrail x segment cell is proven inside its kill region (its lower
-  bound, at alpha_kill / K, above `kill_at`; K is `Policy.kill_slots`, so the union of
-  all K tests has false-kill probability at most alpha_kill), or a segment's acceptance
-  collapse detector alarms (it takes one of the K shares);
+  bound, at alpha_kill / K, above `kill_at`; K is `Policy.kill_slots`, one family more in
+  canary mode for the cancel rate, so the union of all K tests has false-kill probability
+  at most alpha_kill), or a segment's acceptance collapse detector alarms (it takes one of
+  the K shares);
 * hold when the data cannot be trusted: the dropped share or a cohort's share proven
   past its limit (at alpha_kill / K);
 * promote when minimum pairs and duration are met, the pooled primary gain is proven and
@@ -52,6 +53,8 @@ TTFT_P50 = "ttft_p50"
 TTFT_TAIL = "ttft_tail"
 E2E_TAIL = "e2e_tail"
 FAILURES = "failures"
+# Canary only: client disconnects per cohort (not attributable to a route, yet a harm).
+CANCELS = "cancels"
 FEEDBACK = "feedback"
 GREEDY = "greedy_mismatch"
 ACCEPTANCE = "acceptance"
@@ -78,9 +81,9 @@ class GateStats:
     `cells` maps (metric, segment) to statistics: latency metrics (`tpot`, `e2e`,
     `ttft_p50`) hold clipped log-ratios (`MeanStats`, shadow) or log latencies per cohort
     (`TwoMeans`, canary); rate metrics (tails, `failures`, `eval:<name>`, `feedback`) hold
-    `PairedCounts` (shadow) or `CohortCounts` (canary); `greedy_mismatch` holds
-    `TwoCounts` (control slice vs candidate pairs); `acceptance` holds the candidate's
-    per-request rates (`MeanStats`). Segment `all` pools every pair.
+    `PairedCounts` (shadow) or `CohortCounts` (canary; `cancels` exists in canary only);
+    `greedy_mismatch` holds `TwoCounts` (control slice vs candidate pairs); `acceptance`
+    holds the candidate's per-request rates (`MeanStats`). Segment `all` pools every pair.
     `collapse` maps segments to the running maximum of the log Shiryaev-Roberts statistic.
     """
 
@@ -139,6 +142,7 @@ def rule_for(policy: Policy, metric: str, segment: str) -> Rule | None:
         TTFT_TAIL: g.ttft_tail,
         E2E_TAIL: g.e2e_tail,
         FAILURES: g.failures,
+        CANCELS: g.cancels,
         FEEDBACK: g.feedback,
         GREEDY: g.greedy_mismatch,
     }
@@ -210,11 +214,16 @@ def _gain(policy: Policy, stats: GateStats) -> BoolArray:
     return np.asarray(np.asarray(upper) < np.log1p(-policy.primary.min_gain))
 
 
+def _canary(stats: GateStats) -> bool:
+    return stats.cohort_counts is not None
+
+
 def _missing_required(policy: Policy, stats: GateStats) -> bool:
     # Promotion needs every required, enabled guardrail measured at least pooled.
     needed: list[str] = [policy.primary.metric]
     needed += [m for m in (TTFT_P50, ACCEPTANCE) if rule_for(policy, m, ALL) is not None]
-    for metric in (TTFT_TAIL, E2E_TAIL, FAILURES):
+    rates = (TTFT_TAIL, E2E_TAIL, FAILURES, *((CANCELS,) if _canary(stats) else ()))
+    for metric in rates:
         rule = rule_for(policy, metric, ALL)
         if rule is not None and rule.required:
             needed.append(metric)
@@ -224,7 +233,7 @@ def _missing_required(policy: Policy, stats: GateStats) -> bool:
 def evaluate(policy: Policy, stats: GateStats) -> Evaluation:
     """Apply the gate's rule to every look in `stats` at once."""
     evaluators = {m for m, _ in stats.cells if m.startswith(EVAL_PREFIX)}
-    alpha_each = policy.alpha_kill_each(len(evaluators))
+    alpha_each = policy.alpha_kill_each(len(evaluators), canary=_canary(stats))
     harmful, inside, binding = {}, {}, {}
     for key, cell in stats.cells.items():
         rule = rule_for(policy, *key)

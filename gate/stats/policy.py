@@ -111,6 +111,8 @@ class Guardrails(_Model):
     ttft_tail: TailGuardrail = TailGuardrail()
     e2e_tail: TailGuardrail = TailGuardrail()
     failures: RateGuardrail = RateGuardrail(margin=0.015, kill_at=0.0)
+    # Canary only: in shadow the client never waits on the candidate, so it cannot cancel it.
+    cancels: RateGuardrail = RateGuardrail(margin=0.015, kill_at=0.0)
     evaluators: EvaluatorGuardrails = EvaluatorGuardrails()
     feedback: RateGuardrail = RateGuardrail(margin=0.03, kill_at=0.0, required=False)
     greedy_mismatch: GreedyGuardrail = GreedyGuardrail()
@@ -152,20 +154,21 @@ class Policy(_Model):
             raise ValueError(f"segment_floors name undeclared segments: {sorted(unknown)}")
         return self
 
-    def kill_slots(self, evaluators_seen: int = 0) -> int:
-        """Return how many tests share the kill budget (fixed by the policy in advance)."""
+    def kill_slots(self, evaluators_seen: int = 0, *, canary: bool = False) -> int:
+        """Return how many tests share the kill budget (fixed by the policy and mode in advance)."""
         g = self.guardrails
         families = [True, g.ttft_p50.enabled, g.ttft_tail.enabled, g.e2e_tail.enabled]
         families += [g.failures.enabled, g.feedback.enabled, g.greedy_mismatch.enabled]
+        families += [canary and g.cancels.enabled]
         families += [g.acceptance.enabled]
         evaluator_tests = max(g.evaluators.slots, evaluators_seen)
         per_segment = sum(families) + evaluator_tests
         detectors = len(self.segments) if g.acceptance.enabled else 0
         return per_segment * (len(self.segments) + 1) + detectors
 
-    def alpha_kill_each(self, evaluators_seen: int = 0) -> float:
+    def alpha_kill_each(self, evaluators_seen: int = 0, *, canary: bool = False) -> float:
         """Return the kill level of one guardrail x segment test (Bonferroni split)."""
-        return self.alpha_kill / self.kill_slots(evaluators_seen)
+        return self.alpha_kill / self.kill_slots(evaluators_seen, canary=canary)
 
     def n_opt(self, segment: str) -> float:
         """Return the sample size where mixture boundaries are tuned to be tightest."""
@@ -237,6 +240,11 @@ guardrails:
     enabled: true
     margin: 0.015
     kill_at: 0.0        # any proven increase kills
+    required: true
+  cancels:              # canary only: client disconnects / calls served, per cohort
+    enabled: true       # (shadow: the client never waits on the mirrored candidate)
+    margin: 0.015
+    kill_at: 0.0        # any proven increase kills: give-ups can hide a slow candidate
     required: true
   evaluators:           # fail rate of each evaluator (a failed call fails them all)
     default: {enabled: true, margin: 0.03, kill_at: 0.0, required: true}

@@ -24,7 +24,8 @@ One JSON object per line, one line per pair, in fold order (below):
 * side `status`: ok | error | timeout | fallback | dropped | cancelled, read through the
   one outcome definition (`GenerationStatus.outcome`): a route failure (error, timeout,
   fallback) fails every evaluator; a side not attributable to its route (dropped,
-  cancelled) or, in shadow mode, a missing one drops the pair.
+  cancelled) or, in shadow mode, a missing one drops the pair. In canary mode a cancelled
+  side still counts in its cohort's cancel rate (`guardrails.cancels`).
 * side `evals`: evaluator name -> passed; null (not evaluable) counts as neither. The
   greedy-parity evaluator (policy `guardrails.greedy_mismatch.evaluator`) on the second
   side marks a greedy pair's match.
@@ -124,12 +125,14 @@ class _Builder:
         for k, side in enumerate((base, cand)):
             if side is None:
                 rows["failed"].append(False)
+                rows["cancelled"].append(False)
                 for key in ("ttft", "tpot", "e2e", "feedback"):
                     rows[key].append(None)
                 continue
             status = STATUSES[side.get("status", "ok")]
             dropped = dropped or status.outcome is Outcome.NOT_ATTRIBUTABLE
             rows["failed"].append(status.outcome is Outcome.ROUTE_FAILURE)
+            rows["cancelled"].append(status is GenerationStatus.CANCELLED)
             # None becomes NaN in the float arrays; failed sides are blanked afterwards.
             for key in ("ttft", "tpot", "e2e"):
                 rows[key].append(_seconds_or_none(side, f"{key}_s"))
@@ -170,10 +173,11 @@ class _Builder:
             evals=scores,
             feedback=np.asarray(rows["feedback"], dtype=np.float64).reshape(n, 2),
             mismatch=greedy[:, 1],
+            cancelled=np.asarray(rows["cancelled"], dtype=bool).reshape(n, 2),
         )
 
 
-_COLUMNS = "segment created control dropped failed ttft tpot e2e feedback acceptance"
+_COLUMNS = "segment created control dropped failed cancelled ttft tpot e2e feedback acceptance"
 
 
 def columns(records: Sequence[Record], policy: Policy, mode: RolloutMode) -> PairColumns:

@@ -17,7 +17,10 @@ Simulated pair (defaults; shadow mode, both routes see every request):
   (5%) of pairs disagreeing half each way; a drop d moves d of the both-pass pairs to
   baseline-only pass;
 * acceptance: the candidate's per-request rate ~ Beta with segment means 0.5-0.8 and
-  concentration 10 (Beta(1, 9) from `collapse_at` on).
+  concentration 10 (Beta(1, 9) from `collapse_at` on);
+* cancels: the client gives up on a call it waits on with `cancel_rate` (0), on a
+  candidate-served one with `candidate_cancel_rate` (canary; in shadow the client waits
+  only on the baseline); a cancelled pair is dropped from every other cell.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from gate.stats.cumulative import PairColumns, looks_every, to_stats
 from gate.stats.engine import Code, Evaluation, evaluate
 from gate.stats.kayenta import kayenta_fails
 from gate.stats.policy import Policy
-from gate.stats.sequences import FloatArray, IntArray
+from gate.stats.sequences import BoolArray, FloatArray, IntArray
 
 TTFT_S = np.array([0.35, 0.25, 0.60, 0.20, 0.20])
 TPOT_S = np.array([0.020, 0.018, 0.022, 0.020, 0.024])
@@ -64,6 +67,9 @@ class Scenario:
     collapse_at: int | None = None
     # Canary: each request is served by one route, the candidate with probability 1/2.
     mode: RolloutMode = RolloutMode.SHADOW
+    cancel_rate: float = 0.0
+    # None: the same as `cancel_rate`.
+    candidate_cancel_rate: float | None = None
 
 
 @dataclass(frozen=True)
@@ -134,6 +140,7 @@ def draw_pairs(s: Scenario, policy: Policy, runs: int, rng: np.random.Generator)
         tail = acceptance[:, s.collapse_at :]
         tail[...] = rng.beta(1.0, 9.0, size=tail.shape)
     evals = {f"eval{j}": _eval_scores(s, drop, shape, rng) for j, drop in enumerate(s.eval_drops)}
+    unserved = np.zeros((*shape, 2), dtype=bool)
     if s.mode is RolloutMode.CANARY:
         # The unserved side never happened: no latency, no failure, no scores.
         unserved = np.stack([rng.random(shape) < 0.5] * 2, axis=-1)
@@ -142,11 +149,25 @@ def draw_pairs(s: Scenario, policy: Policy, runs: int, rng: np.random.Generator)
             x[unserved] = np.nan
         failed &= ~unserved
         acceptance[unserved[..., 1]] = np.nan
+    cancelled = _cancels(s, shape, unserved, rng)
+    failed &= ~cancelled
     return PairColumns(
         segment=seg, created_s=np.broadcast_to(np.arange(s.pairs) / s.pairs_per_s, shape),
-        is_control=np.zeros(shape, dtype=bool), dropped=np.zeros(shape, dtype=bool),
+        is_control=np.zeros(shape, dtype=bool), dropped=np.any(cancelled, axis=-1),
         ttft=ttft, tpot=tpot, e2e=e2e, failed=failed, acceptance=acceptance, evals=evals,
+        cancelled=cancelled,
     )  # fmt: skip
+
+
+def _cancels(
+    s: Scenario, shape: tuple[int, int], unserved: BoolArray, rng: np.random.Generator
+) -> BoolArray:
+    cand = s.cancel_rate if s.candidate_cancel_rate is None else s.candidate_cancel_rate
+    # The shadow candidate is a mirror nobody waits on: it is never cancelled.
+    rates = np.array([s.cancel_rate, cand if s.mode is RolloutMode.CANARY else 0.0])
+    if not rates.any():  # no draw: scenarios without cancels keep their random streams
+        return np.zeros((*shape, 2), dtype=bool)
+    return np.asarray((rng.random((*shape, 2)) < rates) & ~unserved)
 
 
 def _eval_scores(
@@ -227,8 +248,10 @@ def to_records(cols: PairColumns, policy: Policy, run: int = 0) -> list[dict[str
     out = []
     for i in range(cols.segment.shape[-1]):
         sides = [_side(cols, run, i, k) for k in (0, 1)]
-        sides[1]["draft_tokens"] = 100
-        sides[1]["accepted_tokens"] = round(100 * float(cols.acceptance[run, i]))
+        rate = float(cols.acceptance[run, i])
+        if np.isfinite(rate):  # NaN: a canary pair the candidate did not serve
+            sides[1]["draft_tokens"] = 100
+            sides[1]["accepted_tokens"] = round(100 * rate)
         out.append(
             {
                 "pair_id": f"{run}-{i}",
@@ -244,6 +267,8 @@ def to_records(cols: PairColumns, policy: Policy, run: int = 0) -> list[dict[str
 
 def _side(cols: PairColumns, run: int, i: int, k: int) -> dict[str, Any]:
     failed = bool(cols.failed[run, i, k])
+    cancelled = cols.cancelled is not None and bool(cols.cancelled[run, i, k])
+    status = "cancelled" if cancelled else "error" if failed else "ok"
 
     def value(x: FloatArray) -> float | None:
         v = float(x[run, i, k])
@@ -253,7 +278,7 @@ def _side(cols: PairColumns, run: int, i: int, k: int) -> dict[str, Any]:
         "ttft_s": value(cols.ttft),
         "tpot_s": value(cols.tpot),
         "e2e_s": value(cols.e2e),
-        "status": "error" if failed else "ok",
+        "status": status,
         "evals": {name: bool(v[run, i, k] == 0) for name, v in cols.evals.items()},
         "draft_tokens": 0,
         "accepted_tokens": 0,

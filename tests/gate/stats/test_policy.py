@@ -55,3 +55,14 @@ def test_kill_budget_is_split_over_guardrails_segments_and_detectors():
     assert policy.kill_slots(evaluators_seen=6) == 14 * 6 + 5
     lean = load_policy("guardrails: {feedback: {enabled: false}}")
     assert lean.kill_slots() == 11 * 6 + 5
+
+
+def test_the_cancel_rate_takes_a_kill_share_in_canary_mode_only():
+    policy = Policy()
+    # Shadow: nobody waits on the mirrored candidate, so there is no cancel-rate test.
+    assert policy.kill_slots() == 12 * 6 + 5
+    assert policy.kill_slots(canary=True) == 13 * 6 + 5
+    assert policy.alpha_kill_each(canary=True) == pytest.approx(0.025 / 83)
+    assert policy.guardrails.cancels.margin == policy.guardrails.failures.margin
+    off = load_policy("guardrails: {cancels: {enabled: false}}")
+    assert off.kill_slots(canary=True) == 12 * 6 + 5

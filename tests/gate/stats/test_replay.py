@@ -17,6 +17,7 @@ from gate.stats.policy import ALL, Policy
 from gate.stats.replay import columns, fold_order, read_pairs, replay
 from gate.stats.sequences import CohortCounts, MeanStats, PairedCounts, TwoCounts
 from gate.stats.simulate import Scenario, draw_pairs, to_records
+from tests import factories
 
 POLICY = Policy()
 
@@ -182,3 +183,41 @@ def test_malformed_input_is_a_bad_request_naming_the_line(tmp_path):
         replay([{"created_at": 0, "baseline": {"status": "exploded"}}], POLICY)
     with pytest.raises(BadRequest, match="no pairs"):
         replay([], POLICY)
+
+
+def canary_cancel_records(candidate_cancels: float, seed: int) -> list[dict]:
+    """Canary records (one side each) where clients cancel 2% of baseline-served calls."""
+    return factories.canary_cancel_records(POLICY, cancel_rate=0.02, pairs=4000, seed=seed,
+                                           candidate_cancel_rate=candidate_cancels)  # fmt: skip
+
+
+def test_a_canary_whose_clients_give_up_on_the_candidate_is_killed_by_the_cancel_rate():
+    records = canary_cancel_records(0.10, seed=11)
+    assert any(r["candidate"] and r["candidate"]["status"] == "cancelled" for r in records)
+    result = replay(records, POLICY, every=100, mode=RolloutMode.CANARY)
+    assert result.decision is Decision.KILL
+    assert "kill:cancels:all" in result.verdict.reason_codes
+    # The cancelled pairs stay out of every other cell: only the cancel rate saw them.
+    assert all(code.startswith("kill:cancels:") for code in result.verdict.reason_codes)
+
+
+def test_an_aa_canary_with_cancels_is_not_killed_by_them():
+    records = canary_cancel_records(0.02, seed=12)
+    result = replay(records, POLICY, every=100, mode=RolloutMode.CANARY)
+    assert result.decision is not Decision.KILL, result.verdict.reason_codes
+    cancels = [c for c in result.verdict.cells if c.metric == "cancels" and c.segment == ALL]
+    assert len(cancels) == 1 and cancels[0].n > 0
+
+
+def test_shadow_verdicts_ignore_cancels_beyond_dropping_their_pairs():
+    records = simulated(Scenario("gain", 3000, tpot_ratio=0.8), seed=13)
+    for i, record in enumerate(records):
+        if i % 40 == 0:
+            record["baseline"]["status"] = "cancelled"
+    as_dropped = copy.deepcopy(records)
+    for record in as_dropped:
+        if record["baseline"]["status"] == "cancelled":
+            record["baseline"]["status"] = "dropped"
+    cancelled, dropped = replay(records, POLICY), replay(as_dropped, POLICY)
+    assert cancelled.verdict == dropped.verdict and cancelled.pairs == dropped.pairs
+    assert not any(c.metric == "cancels" for c in cancelled.verdict.cells)

@@ -11,6 +11,8 @@ with 95% Clopper-Pearson intervals (run pytest with -s to see the table).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gate.db.enums import RolloutMode
@@ -109,3 +111,27 @@ def test_canary_mode_unpaired_forms_keep_false_kills_low_and_catch_a_drop():
         mode=RolloutMode.CANARY,
     )  # fmt: skip
     assert _run(drop, seed=109).rate(Code.KILL, within=6000)[0] >= 0.90
+
+
+def test_canary_clients_giving_up_on_the_candidate_are_killed_by_the_cancel_rate():
+    # Clients cancel 2% of baseline-served calls; A/A leaves the candidate's at 2%, the
+    # slow variant has candidate-served clients give up 8% of the time (latency unchanged:
+    # the cancelled calls are dropped from every other guardrail, so only this one sees it).
+    aa_cancels = Scenario("canary A/A, 2% cancels", pairs=6000, every=50,
+                          mode=RolloutMode.CANARY, cancel_rate=0.02)  # fmt: skip
+    aa = _run(aa_cancels, seed=110)
+    assert aa.rate(Code.KILL)[0] <= POLICY.alpha_kill
+    assert not any(reason.startswith("cancels:") for reason in aa.kill_reasons)
+    slow = replace(aa_cancels, name="canary cancels +6 points", candidate_cancel_rate=0.08)
+    out = _run(slow, seed=111)
+    assert out.rate(Code.KILL, within=6000)[0] >= 0.90
+    assert out.kill_reasons.get("cancels:all", 0) >= 0.9 * out.count(Code.KILL)
+
+
+def test_shadow_mode_has_no_cancel_rate():
+    # In shadow only the baseline's client can give up; its pairs drop, nothing else.
+    shadow = Scenario("shadow, candidate 'cancels'", pairs=3000, every=50,
+                      cancel_rate=0.02, candidate_cancel_rate=0.5)  # fmt: skip
+    out = run_scenario(shadow, POLICY, runs=20, seed=112)
+    assert not any(reason.startswith("cancels") for reason in out.kill_reasons)
+    assert out.count(Code.KILL) == 0

@@ -5,11 +5,13 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
-from gate.db.enums import Decision, RolloutState
+from gate.db.enums import Decision, RolloutMode, RolloutState
 from gate.db.models import AuditEvent
 from gate.rollouts import service
 from gate.rollouts.states import Action
 from gate.routing.pubsub import RoutingChange
+from gate.stats.policy import load_policy
+from gate.stats.replay import replay
 from gate.verdicts.service import run_gate
 from tests import factories
 
@@ -81,3 +83,20 @@ def test_no_pairs_yet_is_continue(db):
     rollout = running(db)
     verdict = run_gate(db, rollout_id=rollout.id, publisher=None)
     assert verdict.decision is Decision.CONTINUE and verdict.n_pairs == 0
+
+
+@pytest.mark.parametrize(("candidate_cancels", "killed"), [(0.12, True), (0.03, False)])
+def test_the_canary_cancel_rate_on_stored_pairs_agrees_with_replay(db, candidate_cancels, killed):
+    # Clients give up on 3% of baseline-served calls; on candidate-served ones 12% (or 3%).
+    policy = load_policy(POLICY)
+    records = factories.canary_cancel_records(policy, cancel_rate=0.03, pairs=1500, seed=5,
+                                              candidate_cancel_rate=candidate_cancels)  # fmt: skip
+    rollout = running(db, mode=RolloutMode.CANARY)
+    factories.insert_records(db, rollout.id, records)
+    verdict = run_gate(db, rollout_id=rollout.id, publisher=None)
+    offline = replay(records, policy, every=len(records), mode=RolloutMode.CANARY).verdict
+    assert (verdict.decision, tuple(verdict.reason_codes)) == (
+        offline.decision, offline.reason_codes)  # fmt: skip
+    assert verdict.n_pairs == offline.n_pairs and verdict.estimates == offline.estimates()
+    assert ("kill:cancels:all" in verdict.reason_codes) is killed, verdict.summary
+    assert (verdict.decision is Decision.KILL) is killed
