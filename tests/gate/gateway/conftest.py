@@ -142,9 +142,7 @@ def gateway_stack(
             stale_after_s=settings.state_stale_after_s,
             subscriber=bus,
         )
-        app = create_gateway_app(
-            settings, routing=routing, tracer_provider=provider, health=health
-        )
+        app = create_gateway_app(settings, routing=routing, tracer_provider=provider, health=health)
         url = stack.enter_context(serving(app))
         yield Stack(url, base_url, base_log, cand_log, exporter, factory, bus, routing, rollout.id)
     engine.dispose()

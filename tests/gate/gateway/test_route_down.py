@@ -75,7 +75,8 @@ def candidate_appears(port: int) -> Iterator[tuple[TcpProxy, SimLog]]:
 
 def route_down_gauge(stack: Stack) -> str:
     lines = httpx.get(stack.url + "/metrics").text.splitlines()
-    return next(line for line in lines if line.startswith('specgate_gateway_route_down{route="spec"'))
+    gauge = 'specgate_gateway_route_down{route="spec"}'
+    return next(line for line in lines if line.startswith(gauge))
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
