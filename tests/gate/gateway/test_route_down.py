@@ -3,20 +3,23 @@ and recorded as dropped, probed once per back-off, and used again once it answer
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from urllib.parse import urlsplit
 
 import httpx
+import openai
 import pytest
 
 from gate.db.enums import RolloutMode
+from gate.db.models import Route
 from gate.engines.sim import SimLog, SimProfile, create_sim_app
 from gate.routing.health import ROUTE_DOWN, RouteHealth
 from gate.telemetry import attributes as A
 from tests.gate.gateway.conftest import ALIAS, Stack, gateway_stack
-from tests.servers import TcpProxy, serving
+from tests.servers import TcpProxy, closed_port, serving
 
 MESSAGES = [{"role": "user", "content": "hello"}]
 
@@ -40,9 +43,13 @@ class Clock:
         return self.now
 
 
-def statuses(stack: Stack) -> list[str]:
-    spans = sorted(stack.spans("candidate"), key=lambda s: s.start_time)
+def statuses_of(stack: Stack, cohort: str) -> list[str]:
+    spans = sorted(stack.spans(cohort), key=lambda s: s.start_time)
     return [s.attributes[A.STATUS] for s in spans]
+
+
+def statuses(stack: Stack) -> list[str]:
+    return statuses_of(stack, "candidate")
 
 
 def ask(stack: Stack, *, stream: bool) -> None:
@@ -175,3 +182,57 @@ def test_the_back_off_setting_lets_a_recovered_candidate_back(tmp_path):
             # Mirrors resume after the real back-off, with no help from the test.
             assert wait_until(lambda: ask(stack, stream=False) or "ok" in statuses(stack))
             assert log.bodies
+
+
+@contextmanager
+def never_accepting() -> Iterator[int]:
+    """A port whose accept queue is full: connections to it hang (connect timeout)."""
+    listener = socket.create_server(("127.0.0.1", 0), backlog=0)
+    port = listener.getsockname()[1]
+    held = []
+    for _ in range(4):  # fill the queue; the kernel then drops new SYNs
+        sock = socket.socket()
+        sock.setblocking(False)
+        with suppress(BlockingIOError):
+            sock.connect(("127.0.0.1", port))
+        held.append(sock)
+    try:
+        yield port
+    finally:
+        for sock in [*held, listener]:
+            sock.close()
+
+
+def use_candidate(stack: Stack, base_url: str) -> None:
+    with stack.factory() as session, session.begin():
+        session.query(Route).filter_by(name="spec").update({"base_url": base_url})
+    assert wait_until(lambda: stack.routing.lookup(ALIAS).candidate.base_url == base_url)
+
+
+def test_a_candidate_that_times_out_connecting_is_down_too(tmp_path):
+    clock = Clock()
+    health = RouteHealth(backoff_s=5.0, max_backoff_s=60.0, clock=clock)
+    with (
+        never_accepting() as port,
+        gateway_stack(tmp_path, health=health, upstream_connect_timeout_s=0.3) as stack,
+    ):
+        use_candidate(stack, f"http://127.0.0.1:{port}/v1")
+        for n in range(1, 6):
+            ask(stack, stream=False)
+            assert wait_until(lambda n=n: len(stack.spans("candidate")) == n)
+        assert statuses(stack) == ["timeout"] + ["dropped"] * 4
+
+
+def test_the_baseline_is_never_skipped(tmp_path):
+    with gateway_stack(tmp_path, sample_rate=0.0) as stack:
+        refusing = f"http://127.0.0.1:{closed_port()}/v1"
+        with stack.factory() as session, session.begin():
+            session.query(Route).filter_by(name="base").update({"base_url": refusing})
+        assert wait_until(lambda: stack.routing.lookup(ALIAS).baseline.base_url == refusing)
+        for _ in range(3):
+            with pytest.raises(openai.APIStatusError) as refused:
+                ask(stack, stream=False)
+            assert refused.value.body["code"] == "upstream_unreachable"
+        assert wait_until(lambda: len(stack.spans("baseline")) == 3)
+        assert statuses_of(stack, "baseline") == ["error"] * 3
+        assert httpx.get(stack.url + "/healthz").json()["routes_down"]["base"]["failures"] == 3
