@@ -58,6 +58,10 @@ class Settings(BaseSettings):
     state_stale_after_s: float = Field(30.0, gt=0)
     pair_deadline_s: float = Field(300.0, gt=0)
     canary_first_byte_timeout_s: float = Field(10.0, gt=0)
+    # A route that refused a connection (or timed one out) is down this long, doubling
+    # per failed probe up to the cap: a candidate down is skipped (dropped, not failed).
+    route_down_backoff_s: float = Field(5.0, gt=0)
+    route_down_backoff_max_s: float = Field(60.0, gt=0)
     # The only folder route credentials (`--auth file:...`) may be read from.
     route_secrets_dir: Path = Path("/var/run/secrets/specgate/routes")
 

@@ -62,12 +62,14 @@ def closed_port() -> int:
 
 class TcpProxy:
     """Forwards 127.0.0.1:<port> to a target; `cut` drops every connection until `restore`;
-    `stall` holds every byte (connections stay open, nothing answers) until `restore`."""
+    `stall` holds every byte (connections stay open, nothing answers) until `restore`.
+    `accepted` counts the connections it took (`listen_port` picks its own port)."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, *, listen_port: int = 0) -> None:
         self.target = (host, port)
-        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener = socket.create_server(("127.0.0.1", listen_port))
         self.port = self.listener.getsockname()[1]
+        self.accepted = 0
         self._open = True
         self._flowing = threading.Event()
         self._flowing.set()
@@ -104,6 +106,7 @@ class TcpProxy:
             except OSError:
                 return
             with self._lock:
+                self.accepted += 1
                 if not self._open:
                     client.close()  # the database "is down": connections die at once
                     continue

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from gate.db.engine import db_reason
 from gate.errors import Forbidden, NotCommitted, Unauthorized
 from gate.keys.service import Principal, Scope, authenticate
+from gate.routing.health import RouteHealth
 from gate.routing.pubsub import Publisher
 from gate.routing.sync import RoutingState
 from gate.settings import Settings
@@ -28,6 +29,8 @@ class Services:
     publisher: Publisher | None
     # The gateway's routing state, when the control API runs inside a gateway.
     routing: RoutingState | None = None
+    # Its routes' down state (connections refused), shown by /healthz.
+    health: RouteHealth | None = None
 
 
 def services(request: Request) -> Services:

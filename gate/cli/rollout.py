@@ -40,7 +40,15 @@ app.command("controller")(controller)
 @routes_app.command("add")
 def add_route(
     name: Annotated[str, typer.Option()],
-    base_url: Annotated[str, typer.Option(help="e.g. http://127.0.0.1:8000/v1")],
+    base_url: Annotated[
+        str,
+        typer.Option(
+            help="e.g. http://127.0.0.1:8000/v1. Under Argo Rollouts or Flagger, the baseline "
+            "is the controller's stable (primary) Service and the candidate its canary "
+            "Service: while the canary has no pods, the gateway skips it as down (calls "
+            "recorded dropped, the baseline serves) and probes it again after a back-off."
+        ),
+    ],
     model: Annotated[str, typer.Option(help="The model name the route serves.")],
     role: Annotated[RouteRole, typer.Option()],
     metrics_url: Annotated[str | None, typer.Option(help="Prometheus /metrics URL.")] = None,

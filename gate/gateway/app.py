@@ -21,6 +21,7 @@ from gate.gateway.metrics import GatewayMetrics, exposition
 from gate.gateway.mirror import MirrorPool
 from gate.gateway.proxy import Gateway, handle
 from gate.gateway.spans import Redactor, SpanEmitter
+from gate.routing.health import RouteHealth
 from gate.routing.sync import RoutingState
 from gate.settings import Settings
 
@@ -35,9 +36,12 @@ def create_gateway_app(
     own_tracer_provider: bool = False,
     control: Services | None = None,
     on_shutdown: Sequence[Callable[[], None]] = (),
+    health: RouteHealth | None = None,
 ) -> ProxyDispatch:
     """Build the gateway app; its lifespan owns the HTTP client and the routing sync."""
     gateway_metrics = metrics or GatewayMetrics()
+    route_health = health or route_health_for(settings)
+    route_health.on_change = gateway_metrics.set_route_down
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -63,6 +67,7 @@ def create_gateway_app(
             ),
             metrics=gateway_metrics,
             inflight={},
+            health=route_health,
         )
         await routing.start()
         # What exists now lives as long as the process: keep it out of the cyclic
@@ -119,9 +124,17 @@ def create_gateway_app(
                 "status": "ok",
                 "routing_stale": routing.is_stale(),
                 "pubsub_connected": routing.pubsub_connected,
+                "routes_down": route_health.detail(),
             }
 
     return ProxyDispatch(app)
+
+
+def route_health_for(settings: Settings) -> RouteHealth:
+    """The gateway's route down state, with the settings' back-off."""
+    return RouteHealth(
+        backoff_s=settings.route_down_backoff_s, max_backoff_s=settings.route_down_backoff_max_s
+    )
 
 
 PROXY_PATHS = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}

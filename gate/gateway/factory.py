@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from gate.api.deps import Services
 from gate.db.engine import engine_from_settings, session_factory
 from gate.errors import ConfigError
-from gate.gateway.app import ProxyDispatch, create_gateway_app
+from gate.gateway.app import ProxyDispatch, create_gateway_app, route_health_for
 from gate.routing.deployment import DeploymentId
 from gate.routing.pubsub import LocalBus, Publisher, RedisPublisher, RedisSubscriber, Subscriber
 from gate.routing.sync import RoutingState, db_loader
@@ -90,6 +90,7 @@ def build_gateway_app(
         stale_after_s=settings.state_stale_after_s,
         subscriber=subscriber,
     )
+    health = route_health_for(settings)
     closers: list[Callable[[], None]] = []
     if exporter is None and not settings.otlp_endpoint:
         exporter, closers = embedded_export(settings, factory, publisher)
@@ -98,6 +99,13 @@ def build_gateway_app(
         routing=routing,
         tracer_provider=tracer_provider(settings, exporter),
         own_tracer_provider=True,
-        control=Services(settings=settings, sessions=factory, publisher=publisher, routing=routing),
+        control=Services(
+            settings=settings,
+            sessions=factory,
+            publisher=publisher,
+            routing=routing,
+            health=health,
+        ),
         on_shutdown=closers,
+        health=health,
     )

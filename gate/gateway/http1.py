@@ -34,6 +34,14 @@ class UpstreamError(Exception):
     """A route could not be reached, or broke the protocol or the connection."""
 
 
+class Unreachable(UpstreamError):
+    """No connection could be opened (refused, no route, unknown host): nothing was sent."""
+
+
+class ConnectTimeout(TimeoutError):
+    """No connection opened within the connect timeout: nothing was sent."""
+
+
 @dataclass(frozen=True)
 class Origin:
     """Where a route lives: scheme, host and port."""
@@ -385,11 +393,11 @@ class Pool:
                     lambda: _Connection(self, origin), origin.host, origin.port, ssl=context
                 )
         except TimeoutError:  # an OSError too: keep it a timeout
-            raise TimeoutError(
+            raise ConnectTimeout(
                 f"no connection to {origin.host}:{origin.port} within {self.connect_timeout_s} s"
             ) from None
         except OSError as exc:
-            raise UpstreamError(f"cannot connect to {origin.host}:{origin.port}: {exc}") from exc
+            raise Unreachable(f"cannot connect to {origin.host}:{origin.port}: {exc}") from exc
         return connection
 
 

@@ -53,7 +53,8 @@ class GatewayMetrics:
         )
         self.mirror_dropped = Counter(
             "specgate_gateway_mirror_dropped",
-            "Mirror calls never made: the pool was full or they could not start in time.",
+            "Mirror calls never made: the pool was full, they could not start in time,"
+            " or the candidate route was down.",
             ["rollout"],
             registry=r,
         )
@@ -83,6 +84,13 @@ class GatewayMetrics:
             "1 when routing state is stale (baseline only).",
             registry=r,
             multiprocess_mode="max",
+        )
+        self.route_down = Gauge(
+            "specgate_gateway_route_down",
+            "1 while a route refuses connections (a candidate is skipped until a probe connects).",
+            ["route"],
+            registry=r,
+            multiprocess_mode="livemax",
         )
         self.pubsub = Gauge(
             "specgate_gateway_pubsub_connected",
@@ -114,6 +122,10 @@ class GatewayMetrics:
         tpot = result.tpot_s
         if tpot is not None:
             latency[1].observe(tpot)
+
+    def set_route_down(self, route: str, down: bool) -> None:
+        """Record a route going down or coming back."""
+        self.route_down.labels(route).set(1 if down else 0)
 
 
 def exposition(metrics: GatewayMetrics) -> tuple[bytes, str]:

@@ -18,6 +18,8 @@ class CallResult:
     status: GenerationStatus = GenerationStatus.OK
     http_status: int | None = None
     error: str | None = None
+    # No connection could be opened (refused or connect timeout): the request never left.
+    unreachable: bool = False
     ttft_s: float | None = None
     e2e_s: float | None = None
     itl_max_s: float | None = None

@@ -41,6 +41,7 @@ from gate.gateway.upstream import (
     open_stream,
 )
 from gate.rollouts.states import Primary, RoutingPlan
+from gate.routing.health import ROUTE_DOWN, RouteHealth
 from gate.routing.snapshot import RolloutRouting, RouteTarget
 from gate.routing.sync import RoutingState
 from gate.settings import Settings
@@ -73,6 +74,7 @@ class Gateway:
     spans: SpanEmitter
     metrics: GatewayMetrics
     inflight: dict[int, int]
+    health: RouteHealth
 
 
 @dataclass
@@ -114,6 +116,11 @@ async def handle(gw: Gateway, request: Request, endpoint: str) -> Response | Eve
         _schedule_mirrors(gw, call, assignment)
     route, cohort = _primary(call, assignment)
     canary = cohort is Cohort.CANDIDATE and call.plan.primary is Primary.SPLIT
+    if canary and not gw.health.admit(route.id):
+        # A canary whose route refuses connections (scaled to zero) is not called: the
+        # baseline serves, and the skipped call counts as dropped, not as a failure.
+        _skipped(gw, call, route, cohort)
+        route, cohort, canary = call.routing.baseline, Cohort.BASELINE, False
     if call.stream:
         return await _serve_stream(gw, call, route, cohort, canary=canary)
     return await _serve_json(gw, call, route, cohort, canary=canary)
@@ -198,10 +205,12 @@ def _mirror(gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort) -> None
         try:
             # A kill or hold seen since the request arrived stops a call still queued.
             plan = gw.routing.current_plan(call.routing.alias, call.routing.rollout_id)
-            if plan.control_slice if cohort is Cohort.CONTROL else plan.mirror:
-                await call_route(waited_s)
-            else:
+            if not (plan.control_slice if cohort is Cohort.CONTROL else plan.mirror):
                 dropped("the rollout stopped mirroring before the call started")
+            elif cohort is Cohort.CANDIDATE and not gw.health.admit(route.id):
+                dropped(ROUTE_DOWN)  # the baseline (control) is never skipped
+            else:
+                await call_route(waited_s)
         finally:
             gw.metrics.mirror_inflight.dec()
 
@@ -232,6 +241,7 @@ def _mirror(gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort) -> None
             gw.inflight[route.id] -= 1
             gw.spans.end_call(span, result, prompt=call.prompt)
             gw.metrics.observe(route.name, cohort.value, result, status=result.status.value)
+            _reached(gw, route, result)
 
     def dropped(reason: str) -> None:
         gw.spans.dropped(call.ctx, route, cohort, call.body, parent=call.parent, reason=reason)
@@ -430,6 +440,22 @@ def _finish(
     gw.spans.end_call(span, result, prompt=prompt, fallback=fallback)
     status = GenerationStatus.FALLBACK if fallback else result.status
     gw.metrics.observe(route.name, cohort.value, result, status=status.value)
+    _reached(gw, route, result)
+
+
+def _reached(gw: Gateway, route: RouteTarget, result: CallResult) -> None:
+    """Feed the route's down state: a connection refused or timed out, or an answer."""
+    if result.unreachable:
+        gw.health.connect_failed(route.id, route.name)
+    elif result.http_status is not None:
+        gw.health.connected(route.id)
+
+
+def _skipped(gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort) -> None:
+    """Record a canary call not made because its route is down."""
+    gw.spans.dropped(call.ctx, route, cohort, call.body, parent=call.parent, reason=ROUTE_DOWN)
+    result = CallResult().fail(GenerationStatus.DROPPED, ROUTE_DOWN)
+    gw.metrics.observe(route.name, cohort.value, result, status=result.status.value)
 
 
 def _reply_or_error(reply: JsonReply | None, result: CallResult) -> Response:

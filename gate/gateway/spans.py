@@ -156,7 +156,7 @@ class SpanEmitter:
         parent: Context | None,
         reason: str,
     ) -> None:
-        """Record a mirror call that was never made (saturated), so the gate sees it."""
+        """Record a call that was never made (pool saturated, route down), so the gate sees it."""
         span, _ = self.start_call(ctx, route, cohort, body, parent=parent)
         result = CallResult().fail(GenerationStatus.DROPPED, reason)
         self.end_call(span, result, prompt=None)

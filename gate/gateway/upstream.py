@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from gate.db.enums import GenerationStatus
-from gate.gateway.http1 import Pool, Response, UpstreamError
+from gate.gateway.http1 import ConnectTimeout, Pool, Response, Unreachable, UpstreamError
 from gate.gateway.observe import CallResult
 from gate.routing.snapshot import RouteTarget
 
@@ -60,11 +60,18 @@ async def _post(
         raise
 
 
+def _unsent(result: CallResult, exc: UpstreamError) -> CallResult:
+    """A call that failed before a response head: unreachable when no connection opened."""
+    result.unreachable = isinstance(exc, Unreachable)
+    return result.fail(GenerationStatus.ERROR, str(exc))
+
+
 def _timed_out(result: CallResult, exc: TimeoutError) -> CallResult:
     # Only a deadline that ran out before the head is a first-byte timeout; one while
     # reading the body comes after the first byte.
     if isinstance(exc, _NoHead):
         return result.fail(GenerationStatus.TIMEOUT, FIRST_BYTE_TIMEOUT)
+    result.unreachable = isinstance(exc, ConnectTimeout)
     return result.fail(GenerationStatus.TIMEOUT, f"timeout: {exc}")
 
 
@@ -89,7 +96,7 @@ async def call_json(
     except TimeoutError as exc:
         return None, _timed_out(result, exc)
     except UpstreamError as exc:
-        return None, result.fail(GenerationStatus.ERROR, str(exc))
+        return None, _unsent(result, exc)
     result.finish()
     result.http_status = reply.status_code
     if reply.status_code != 200:
@@ -249,7 +256,7 @@ async def open_stream(
     except TimeoutError as exc:
         return None, _timed_out(result, exc)
     except UpstreamError as exc:
-        return None, result.fail(GenerationStatus.ERROR, str(exc))
+        return None, _unsent(result, exc)
     result.http_status = response.status
     if response.status == 200:
         return Stream(response, result, capture=capture), result

@@ -38,6 +38,7 @@ def healthz(svc: ServicesDep) -> dict[str, object]:
         "status": "ok",
         "routing_stale": svc.routing.is_stale(),
         "pubsub_connected": svc.routing.pubsub_connected,
+        "routes_down": svc.health.detail() if svc.health is not None else {},
     }
 
 

@@ -21,6 +21,7 @@ from gate.gateway.app import create_gateway_app
 from gate.rollouts import service
 from gate.rollouts.schemas import RolloutIn, RouteIn
 from gate.rollouts.states import Action
+from gate.routing.health import RouteHealth
 from gate.routing.pubsub import LocalBus
 from gate.routing.sync import RoutingState, db_loader
 from gate.settings import Settings
@@ -71,6 +72,7 @@ def gateway_stack(
     start: bool = True,
     auth: dict[str, str] | None = None,
     require_token: str | None = None,
+    health: RouteHealth | None = None,
     **settings_overrides: Any,
 ) -> Iterator[Stack]:
     defaults: dict[str, Any] = {
@@ -140,7 +142,7 @@ def gateway_stack(
             stale_after_s=settings.state_stale_after_s,
             subscriber=bus,
         )
-        app = create_gateway_app(settings, routing=routing, tracer_provider=provider)
+        app = create_gateway_app(settings, routing=routing, tracer_provider=provider, health=health)
         url = stack.enter_context(serving(app))
         yield Stack(url, base_url, base_log, cand_log, exporter, factory, bus, routing, rollout.id)
     engine.dispose()

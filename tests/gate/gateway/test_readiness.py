@@ -46,7 +46,8 @@ def test_ready_once_routing_loaded_even_with_redis_down(pg_url, redis_url):
         base = stack.enter_context(
             serving(build_gateway_app(settings, exporter=InMemorySpanExporter()))
         )
-        assert httpx.get(base + "/healthz").status_code == 200
+        health = httpx.get(base + "/healthz")
+        assert health.status_code == 200 and health.json()["routes_down"] == {}
         assert httpx.get(base + "/readyz").status_code == 503, "no routing state yet"
 
         database.restore()
