@@ -22,6 +22,7 @@ from gate.settings import load_settings
 from tests.collectors.sdk import record_requests
 from tests.collectors.test_collect_command import ready, run_collect
 from tests.servers import TcpProxy, closed_port, serving
+from tests.waits import wait_until
 
 pytestmark = pytest.mark.postgres
 PROTOBUF = {"Content-Type": "application/x-protobuf"}
@@ -58,15 +59,6 @@ def healthz(base: str) -> dict:
         return httpx.get(f"{base}/healthz", timeout=5).json()
     except httpx.HTTPError:
         return {}
-
-
-def wait_for(condition, timeout: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 class Senders:
@@ -121,12 +113,12 @@ def test_spans_acknowledged_before_a_sigkill_are_in_postgres_after_restart(
     collector = start_collector(port, proxied, tmp_path, env)
     senders = Senders(base, pg_ids, 12)
     try:
-        assert wait_for(lambda: len(senders.answered()) >= 200), "nothing was committed"
+        assert wait_until(lambda: len(senders.answered()) >= 200, 60), "nothing was committed"
         proxy.stall()  # the writers hang in their commits: nothing commits from now on
         before_stall = len(senders.answered())
         # The kill must find spans queued with their senders waiting, and spans acknowledged
         # from the spool during the stall.
-        assert wait_for(
+        assert wait_until(
             lambda: (
                 healthz(base).get("queue_depth", 0) > 0
                 and healthz(base).get("spool_segments", 0) > 0
@@ -162,7 +154,7 @@ def test_spooling_an_overflow_does_not_block_the_event_loop(pg_url, pg_ids, tmp_
         with ThreadPoolExecutor(1) as pool, spool._lock:  # a writer in a slow fsync holds it
             sent = pool.submit(client.post, "/v1/traces", content=body, headers=PROTOBUF)
             received = "specgate_collector_spans_received_total"
-            assert wait_for(lambda: (registry.get_sample_value(received) or 0) > 0)
+            assert wait_until(lambda: (registry.get_sample_value(received) or 0) > 0)
             # The export waits for the spool; the event loop still answers everyone else.
             assert httpx.get(f"{base}/healthz", timeout=10).status_code == 200
             assert not sent.done()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,6 +18,7 @@ from collectors.spool import Segment, Spool
 from collectors.store import is_transient
 from tests.collectors.factory import gateway_spans
 from tests.collectors.test_writer import UNREACHABLE, counts, start, value
+from tests.waits import wait_until
 
 pytestmark = pytest.mark.postgres
 
@@ -37,15 +37,6 @@ def read_only(pg_url: str, pg_engine: Engine) -> Iterator[None]:
             connection.execute(text(f'ALTER DATABASE "{name}" RESET default_transaction_read_only'))
         admin.dispose()
         pg_engine.dispose()
-
-
-def wait_for(condition, timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def spooled(home: Path) -> list[Path]:
@@ -80,13 +71,13 @@ def test_replay_into_a_read_only_database_keeps_the_spool(pg_url, pg_engine, pg_
         up = start(pg_url, tmp_path, registry)
         try:
             # The replay met the read-only database: it is "down", the spool is kept.
-            assert wait_for(lambda: not up.writer.database_up), "replay never met the database"
+            assert wait_until(lambda: not up.writer.database_up), "replay never met the database"
             assert spooled(tmp_path) and value(registry, "spans_failed") == 0
         except BaseException:
             up.close()
             raise
     try:  # writable again: the kept spans land
-        assert wait_for(lambda: not spooled(tmp_path))
+        assert wait_until(lambda: not spooled(tmp_path))
     finally:
         up.close()
     assert counts(pg_engine)[0] == len(spans) and value(registry, "spans_failed") == 0
@@ -122,7 +113,7 @@ def test_a_span_refused_alone_on_replay_is_quarantined_not_deleted(
     with caplog.at_level(logging.ERROR, logger="collectors"):
         pipeline = start(pg_url, tmp_path, registry)
         try:
-            assert wait_for(lambda: not spooled(tmp_path))
+            assert wait_until(lambda: not spooled(tmp_path))
         finally:
             pipeline.close()
     (bad,) = (tmp_path / "spool").glob("*.bad")
@@ -142,7 +133,7 @@ def test_an_idle_collector_replays_many_small_segments_in_few_transactions(
     registry = CollectorRegistry()
     pipeline = start(pg_url, tmp_path, registry)
     try:
-        assert wait_for(lambda: not spooled(tmp_path), timeout=60)
+        assert wait_until(lambda: not spooled(tmp_path), timeout=60)
     finally:
         pipeline.close()
     assert counts(pg_engine)[0] == 800 and value(registry, "spans_replayed") == 800

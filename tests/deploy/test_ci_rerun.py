@@ -150,7 +150,9 @@ def write_as(user: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
 
 def test_the_github_container_user_can_write_the_runner_s_files(tmp_path):
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
-        pytest.skip("needs root and setpriv to act as the runner's and the container's users")
+        pytest.skip(
+            reason="needs root and setpriv to act as the runner's and the container's users"
+        )
     tmp_path.chmod(0o755)
     jobs = yaml.safe_load(GITHUB.read_text())["jobs"]
     checked = 0

@@ -16,9 +16,8 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,22 +26,13 @@ from evaluators.base import EvalResult, GenerationView, NotEvaluable, RequestVie
 from evaluators.jail import probe
 from evaluators.sandbox import Limits, SandboxConfig, configure
 from evaluators.task import NOT_RUN, TaskEvaluator
+from tests.waits import wait_until
 
 LIMITS = Limits(timeout_s=4, memory_mb=256, work_mb=8, max_file_mb=4, max_processes=16)
 SECRET = "sk-worker-secret-" + uuid.uuid4().hex
 DB_PASSWORD = "db-pw-" + uuid.uuid4().hex
 # The escape is the solution; this test only reports what the solution saw.
 REPORT = "assert OK, REPORT"
-
-
-def wait_until(condition: Callable[[], bool], deadline_s: float = 15.0) -> bool:
-    """Poll `condition` until it holds or the deadline passes; return the last value."""
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
 
 
 def processes_with(token: str) -> list[int]:
@@ -123,9 +113,12 @@ def test_a_fork_bomb_is_bounded_by_the_process_limit_and_dies(token):
     code = f"""
     import os, sys, time
     os.posix_spawn(sys.executable, {bomb(token)}, {{}})
-    time.sleep(1)
-    running = [p for p in os.listdir("/proc") if p.isdigit()]
-    OK, REPORT = len(running) <= {LIMITS.max_processes}, len(running)
+    count = lambda: sum(p.isdigit() for p in os.listdir("/proc"))
+    most, end = count(), time.monotonic() + 2
+    while most < {LIMITS.max_processes} and time.monotonic() < end:
+        most = max(most, count())
+    most = max(most, count())
+    OK, REPORT = most <= {LIMITS.max_processes}, most
     """
     result = evaluate(code, timeout_s=20)
     assert result.passed, report(result)
@@ -162,10 +155,9 @@ def test_a_process_that_sleeps_for_ever_after_the_evaluation_is_gone(token):
     if os.fork() == 0:
         os.execv(sys.executable, {sleeper(token)})
     """
-    started = time.monotonic()
     result = evaluate(textwrap.dedent(code) + running(token))
+    # Passed, not "timeout": the box ended with its harness and did not wait for the child.
     assert result.passed, report(result)
-    assert time.monotonic() - started < LIMITS.timeout_s, "the evaluation waited for it"
 
 
 def test_nothing_outside_the_work_dir_can_be_written_and_host_tmp_is_untouched(token):

@@ -3,25 +3,15 @@ gateway has seen since the request arrived means it never reaches the candidate.
 
 from __future__ import annotations
 
-import time
-
 import httpx
 
 from gate.engines.sim import SimProfile
 from gate.rollouts.states import Action
 from gate.routing import service as routing_service
 from tests.gate.gateway.conftest import ALIAS, gateway_stack
+from tests.waits import wait_until
 
 MESSAGES = [{"role": "user", "content": "hi"}]
-
-
-def wait_until(check, deadline_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def inflight(url: str) -> float:

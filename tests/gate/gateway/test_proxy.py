@@ -16,17 +16,9 @@ from gate.rollouts.states import Action
 from gate.routing import service as routing_service
 from gate.telemetry import attributes as A
 from tests.gate.gateway.conftest import ALIAS, gateway_stack
+from tests.waits import wait_until
 
 MESSAGES = [{"role": "user", "content": "Proofread: the cat sat on teh mat."}]
-
-
-def wait_until(predicate, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
 
 
 def strip_volatile(completion) -> dict:

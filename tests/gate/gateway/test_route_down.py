@@ -4,7 +4,6 @@ and recorded as dropped, probed once per back-off, and used again once it answer
 from __future__ import annotations
 
 import socket
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from urllib.parse import urlsplit
@@ -20,17 +19,9 @@ from gate.routing.health import ROUTE_DOWN, RouteHealth
 from gate.telemetry import attributes as A
 from tests.gate.gateway.conftest import ALIAS, Stack, gateway_stack
 from tests.servers import TcpProxy, closed_port, serving
+from tests.waits import wait_until
 
 MESSAGES = [{"role": "user", "content": "hello"}]
-
-
-def wait_until(predicate, timeout=10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
 
 
 class Clock:
