@@ -15,11 +15,12 @@ from starlette.types import Receive, Scope, Send
 from gate.api.app import install_control_api
 from gate.api.deps import Services
 from gate.errors import GateError
+from gate.gateway.call import Gateway
 from gate.gateway.errors import from_gate_error, method_not_allowed
 from gate.gateway.http1 import Pool
 from gate.gateway.metrics import GatewayMetrics, exposition
 from gate.gateway.mirror import MirrorPool
-from gate.gateway.proxy import Gateway, handle
+from gate.gateway.proxy import handle
 from gate.gateway.spans import Redactor, SpanEmitter
 from gate.routing.health import RouteHealth
 from gate.routing.sync import RoutingState

@@ -10,11 +10,9 @@ import asyncio
 import os
 import random
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from opentelemetry.context import Context
 from opentelemetry.propagate import extract
 from starlette.requests import Request
 from starlette.responses import Response
@@ -22,30 +20,25 @@ from starlette.responses import Response
 from gate.db.enums import Cohort, GenerationStatus
 from gate.errors import BadRequest, GateError, NotFound
 from gate.gateway import segments
-from gate.gateway.http1 import Pool
+from gate.gateway.call import Call, Gateway, reached, request_headers
 from gate.gateway.inputs import split_inputs
 from gate.gateway.intake import read_json_body, segment_of, tenant_of
-from gate.gateway.metrics import GatewayMetrics
-from gate.gateway.mirror import SHUTDOWN_RUNNING, MirrorPool
+from gate.gateway.mirroring import schedule_mirrors
 from gate.gateway.observe import CallResult
 from gate.gateway.responses import ClientGone, EventStreamResponse, unless_disconnected
 from gate.gateway.sampling import Assignment, assign, sticky_key
-from gate.gateway.spans import CallContext, SpanEmitter
+from gate.gateway.spans import CallContext
 from gate.gateway.upstream import (
     FIRST_BYTE_TIMEOUT,
     JsonReply,
     Stream,
     call_json,
-    drain_call,
     encode,
     open_stream,
 )
-from gate.rollouts.states import Primary, RoutingPlan
-from gate.routing.health import ROUTE_DOWN, RouteHealth
-from gate.routing.snapshot import RolloutRouting, RouteTarget
-from gate.routing.sync import RoutingState
-from gate.settings import Settings
-from gate.telemetry import attributes as A
+from gate.rollouts.states import Primary
+from gate.routing.health import ROUTE_DOWN
+from gate.routing.snapshot import RouteTarget
 
 # Ids need to be unique, not unpredictable: a per-process PRNG (reseeded in forked
 # children) costs a fraction of uuid4's getrandom call on every request.
@@ -61,39 +54,6 @@ def new_id() -> str:
     """Return a random (version 4) UUID as text."""
     h = "%032x" % ((_ids.getrandbits(128) & ~_UUID_FIXED) | _UUID_V4)
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
-
-
-@dataclass
-class Gateway:
-    """The gateway's long-lived parts, built once in the app's lifespan."""
-
-    settings: Settings
-    routing: RoutingState
-    client: Pool
-    mirror: MirrorPool
-    spans: SpanEmitter
-    metrics: GatewayMetrics
-    inflight: dict[int, int]
-    health: RouteHealth
-
-
-@dataclass
-class Call:
-    """One request on its way through the gateway."""
-
-    request: Request
-    endpoint: str
-    routing: RolloutRouting
-    plan: RoutingPlan
-    body: dict[str, Any]
-    # The body as the client sent it (without declared inputs): what is stored.
-    sent: dict[str, Any]
-    payload: bytes
-    stream: bool
-    strip_usage: bool
-    ctx: CallContext
-    parent: Context | None
-    prompt: str | None
 
 
 async def handle(gw: Gateway, request: Request, endpoint: str) -> Response | EventStreamResponse:
@@ -113,7 +73,7 @@ async def handle(gw: Gateway, request: Request, endpoint: str) -> Response | Eve
             deadline_s=gw.settings.pair_deadline_s,
             parent=call.parent,
         )
-        _schedule_mirrors(gw, call, assignment)
+        schedule_mirrors(gw, call, assignment)
     route, cohort = _primary(call, assignment)
     canary = cohort is Cohort.CANDIDATE and call.plan.primary is Primary.SPLIT
     if canary and not gw.health.admit(route.id):
@@ -193,70 +153,6 @@ def _primary(call: Call, assignment: Assignment) -> tuple[RouteTarget, Cohort]:
     return call.routing.baseline, Cohort.BASELINE
 
 
-def _schedule_mirrors(gw: Gateway, call: Call, assignment: Assignment) -> None:
-    if assignment.control:
-        _mirror(gw, call, call.routing.baseline, Cohort.CONTROL)
-    elif call.plan.mirror:
-        _mirror(gw, call, call.routing.candidate, Cohort.CANDIDATE)
-
-
-def _mirror(gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort) -> None:
-    async def run(waited_s: float) -> None:
-        try:
-            # A kill or hold seen since the request arrived stops a call still queued.
-            plan = gw.routing.current_plan(call.routing.alias, call.routing.rollout_id)
-            if not (plan.control_slice if cohort is Cohort.CONTROL else plan.mirror):
-                dropped("the rollout stopped mirroring before the call started")
-            elif cohort is Cohort.CANDIDATE and not gw.health.admit(route.id):
-                dropped(ROUTE_DOWN)  # the baseline (control) is never skipped
-            else:
-                await call_route(waited_s)
-        finally:
-            gw.metrics.mirror_inflight.dec()
-
-    async def call_route(waited_s: float) -> None:
-        span, headers = gw.spans.start_call(call.ctx, route, cohort, call.body, parent=call.parent)
-        span.set_attribute(A.MIRROR_QUEUE_S, waited_s)
-        gw.metrics.mirror_queue_wait.observe(waited_s)
-        result = CallResult()
-        gw.inflight[route.id] = gw.inflight.get(route.id, 0) + 1
-        try:
-            result = await drain_call(
-                gw.client,
-                route,
-                call.endpoint,
-                call.payload,
-                _headers(route, headers),
-                stream=call.stream,
-                capture=call.prompt is not None,
-            )
-        except asyncio.CancelledError:
-            # A shutdown is not the route's doing; only the mirror deadline is.
-            if gw.mirror.closing:
-                result.fail(GenerationStatus.DROPPED, SHUTDOWN_RUNNING)
-            else:
-                result.fail(GenerationStatus.TIMEOUT, "mirror deadline passed")
-            raise
-        finally:
-            gw.inflight[route.id] -= 1
-            gw.spans.end_call(span, result, prompt=call.prompt)
-            gw.metrics.observe(route.name, cohort.value, result, status=result.status.value)
-            _reached(gw, route, result)
-
-    def dropped(reason: str) -> None:
-        gw.spans.dropped(call.ctx, route, cohort, call.body, parent=call.parent, reason=reason)
-        gw.metrics.mirror_dropped.labels(str(call.routing.rollout_id)).inc()
-
-    def not_started(reason: str) -> None:
-        gw.metrics.mirror_inflight.dec()
-        dropped(reason)
-
-    if gw.mirror.submit(run, not_started):
-        gw.metrics.mirror_inflight.inc()
-    else:
-        dropped("mirror pool saturated")
-
-
 async def _serve_json(
     gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort, *, canary: bool
 ) -> Response:
@@ -271,7 +167,7 @@ async def _serve_json(
                 route,
                 call.endpoint,
                 call.payload,
-                _headers(route, headers),
+                request_headers(route, headers),
                 capture=call.prompt is not None,
                 result=result,
                 head_by=_first_byte_deadline(gw) if canary else None,
@@ -295,7 +191,7 @@ async def _serve_stream(
     span, headers = gw.spans.start_call(call.ctx, route, cohort, call.body, parent=call.parent)
     gw.inflight[route.id] = gw.inflight.get(route.id, 0) + 1
     result = CallResult()
-    opening = _open(gw, call, route, _headers(route, headers), result, canary=canary)
+    opening = _open(gw, call, route, request_headers(route, headers), result, canary=canary)
     try:
         # A canary waits for its first event before answering: a client that leaves
         # meanwhile is gone, and no fallback is made for it.
@@ -440,15 +336,7 @@ def _finish(
     gw.spans.end_call(span, result, prompt=prompt, fallback=fallback)
     status = GenerationStatus.FALLBACK if fallback else result.status
     gw.metrics.observe(route.name, cohort.value, result, status=status.value)
-    _reached(gw, route, result)
-
-
-def _reached(gw: Gateway, route: RouteTarget, result: CallResult) -> None:
-    """Feed the route's down state: a connection refused or timed out, or an answer."""
-    if result.unreachable:
-        gw.health.connect_failed(route.id, route.name)
-    elif result.http_status is not None:
-        gw.health.connected(route.id)
+    reached(gw, route, result)
 
 
 def _skipped(gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort) -> None:
@@ -469,7 +357,3 @@ def _reply_or_error(reply: JsonReply | None, result: CallResult) -> Response:
     if result.status is GenerationStatus.TIMEOUT:
         raise GateError(f"the upstream route timed out: {result.error}", status_code=504)
     raise GateError(f"the upstream route is unreachable: {result.error}", status_code=502)
-
-
-def _headers(route: RouteTarget, trace_headers: dict[str, str]) -> dict[str, str]:
-    return {"content-type": "application/json", **route.headers, **trace_headers}

@@ -1,0 +1,66 @@
+"""What a request carries through the gateway, and the gateway's long-lived parts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry.context import Context
+from starlette.requests import Request
+
+from gate.gateway.http1 import Pool
+from gate.gateway.metrics import GatewayMetrics
+from gate.gateway.mirror import MirrorPool
+from gate.gateway.observe import CallResult
+from gate.gateway.spans import CallContext, SpanEmitter
+from gate.rollouts.states import RoutingPlan
+from gate.routing.health import RouteHealth
+from gate.routing.snapshot import RolloutRouting, RouteTarget
+from gate.routing.sync import RoutingState
+from gate.settings import Settings
+
+
+@dataclass
+class Gateway:
+    """The gateway's long-lived parts, built once in the app's lifespan."""
+
+    settings: Settings
+    routing: RoutingState
+    client: Pool
+    mirror: MirrorPool
+    spans: SpanEmitter
+    metrics: GatewayMetrics
+    inflight: dict[int, int]
+    health: RouteHealth
+
+
+@dataclass
+class Call:
+    """One request on its way through the gateway."""
+
+    request: Request
+    endpoint: str
+    routing: RolloutRouting
+    plan: RoutingPlan
+    body: dict[str, Any]
+    # The body as the client sent it (without declared inputs): what is stored.
+    sent: dict[str, Any]
+    payload: bytes
+    stream: bool
+    strip_usage: bool
+    ctx: CallContext
+    parent: Context | None
+    prompt: str | None
+
+
+def reached(gw: Gateway, route: RouteTarget, result: CallResult) -> None:
+    """Feed the route's down state: a connection refused or timed out, or an answer."""
+    if result.unreachable:
+        gw.health.connect_failed(route.id, route.name)
+    elif result.http_status is not None:
+        gw.health.connected(route.id)
+
+
+def request_headers(route: RouteTarget, trace_headers: dict[str, str]) -> dict[str, str]:
+    """Return the headers of a route call: JSON, the route's credential, the trace."""
+    return {"content-type": "application/json", **route.headers, **trace_headers}

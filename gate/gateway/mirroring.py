@@ -1,0 +1,80 @@
+"""Mirror and control calls: scheduled in the bounded pool, re-checked when they start."""
+
+from __future__ import annotations
+
+import asyncio
+
+from gate.db.enums import Cohort, GenerationStatus
+from gate.gateway.call import Call, Gateway, reached, request_headers
+from gate.gateway.mirror import SHUTDOWN_RUNNING
+from gate.gateway.observe import CallResult
+from gate.gateway.sampling import Assignment
+from gate.gateway.upstream import drain_call
+from gate.routing.health import ROUTE_DOWN
+from gate.routing.snapshot import RouteTarget
+from gate.telemetry import attributes as A
+
+
+def schedule_mirrors(gw: Gateway, call: Call, assignment: Assignment) -> None:
+    """Mirror the candidate, or the baseline for a control pair, as the assignment says."""
+    if assignment.control:
+        _mirror(gw, call, call.routing.baseline, Cohort.CONTROL)
+    elif call.plan.mirror:
+        _mirror(gw, call, call.routing.candidate, Cohort.CANDIDATE)
+
+
+def _mirror(gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort) -> None:
+    async def run(waited_s: float) -> None:
+        try:
+            # A kill or hold seen since the request arrived stops a call still queued.
+            plan = gw.routing.current_plan(call.routing.alias, call.routing.rollout_id)
+            if not (plan.control_slice if cohort is Cohort.CONTROL else plan.mirror):
+                dropped("the rollout stopped mirroring before the call started")
+            elif cohort is Cohort.CANDIDATE and not gw.health.admit(route.id):
+                dropped(ROUTE_DOWN)  # the baseline (control) is never skipped
+            else:
+                await call_route(waited_s)
+        finally:
+            gw.metrics.mirror_inflight.dec()
+
+    async def call_route(waited_s: float) -> None:
+        span, headers = gw.spans.start_call(call.ctx, route, cohort, call.body, parent=call.parent)
+        span.set_attribute(A.MIRROR_QUEUE_S, waited_s)
+        gw.metrics.mirror_queue_wait.observe(waited_s)
+        result = CallResult()
+        gw.inflight[route.id] = gw.inflight.get(route.id, 0) + 1
+        try:
+            result = await drain_call(
+                gw.client,
+                route,
+                call.endpoint,
+                call.payload,
+                request_headers(route, headers),
+                stream=call.stream,
+                capture=call.prompt is not None,
+            )
+        except asyncio.CancelledError:
+            # A shutdown is not the route's doing; only the mirror deadline is.
+            if gw.mirror.closing:
+                result.fail(GenerationStatus.DROPPED, SHUTDOWN_RUNNING)
+            else:
+                result.fail(GenerationStatus.TIMEOUT, "mirror deadline passed")
+            raise
+        finally:
+            gw.inflight[route.id] -= 1
+            gw.spans.end_call(span, result, prompt=call.prompt)
+            gw.metrics.observe(route.name, cohort.value, result, status=result.status.value)
+            reached(gw, route, result)
+
+    def dropped(reason: str) -> None:
+        gw.spans.dropped(call.ctx, route, cohort, call.body, parent=call.parent, reason=reason)
+        gw.metrics.mirror_dropped.labels(str(call.routing.rollout_id)).inc()
+
+    def not_started(reason: str) -> None:
+        gw.metrics.mirror_inflight.dec()
+        dropped(reason)
+
+    if gw.mirror.submit(run, not_started):
+        gw.metrics.mirror_inflight.inc()
+    else:
+        dropped("mirror pool saturated")
