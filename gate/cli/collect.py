@@ -13,11 +13,12 @@ from fastapi import FastAPI
 from collectors.app import create_app
 from collectors.settings import CollectorSettings, load_collector_settings
 from collectors.workers import serve
-from gate.cli.common import DatabaseOption, publisher, settings_with
+from gate.cli.common import DatabaseOption, settings_with
 from gate.db.engine import engine_from_settings, session_factory
 from gate.errors import ConfigError
 from gate.pairs.runner import PairLifecycle, evaluation_queue
 from gate.periodic import start_without_broker
+from gate.routing.deployment import publisher
 from gate.settings import Settings, load_settings
 
 

@@ -13,12 +13,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gate.cli.common import DatabaseOption, publisher, settings_with, transaction
+from gate.cli.common import DatabaseOption, settings_with, transaction
 from gate.db.enums import Decision, RolloutState
 from gate.db.models import Verdict
 from gate.errors import BadRequest, GateError, StaleVersion
 from gate.pairs.export import pair_records
 from gate.rollouts import service as rollouts
+from gate.routing.deployment import publisher
 from gate.settings import Settings
 from gate.verdicts.service import run_gate
 

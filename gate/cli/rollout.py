@@ -14,7 +14,6 @@ from sqlalchemy import select
 from gate.cli.common import (
     DatabaseOption,
     cli_actor,
-    publisher,
     read_yaml,
     settings_with,
     transaction,
@@ -30,6 +29,7 @@ from gate.rollouts.schemas import RolloutIn, RouteAuth, RouteIn
 from gate.rollouts.states import Action
 from gate.routing import service as routing
 from gate.routing.credentials import DEFAULT_HEADER, describe
+from gate.routing.deployment import publisher
 
 app = typer.Typer(help="Create, inspect and steer rollouts.", no_args_is_help=True)
 routes_app = typer.Typer(help="Register, list and remove routes.", no_args_is_help=True)
