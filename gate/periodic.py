@@ -74,21 +74,21 @@ def sweep_pairs(sessions: sessionmaker[Session], enqueue: Enqueue, settings: Set
     return dropped
 
 
-def scrape(sessions: sessionmaker[Session], timeout_s: float = 5.0) -> int:
+def scrape(settings: Settings, sessions: sessionmaker[Session]) -> int:
     """Scrape every route's /metrics once; return how many samples were stored."""
     from collectors.scrape_job import scrape_routes
 
-    with httpx.Client(timeout=timeout_s) as client:
-        return sum(scrape_routes(sessions, client).values())
+    with httpx.Client(timeout=settings.scrape_timeout_s) as client:
+        written = scrape_routes(sessions, client, secrets_dir=settings.route_secrets_dir)
+    return sum(written.values())
 
 
 def purge(settings: Settings, sessions: sessionmaker[Session]) -> int:
     """Purge captured content, old spans and idempotency keys; return rows touched."""
     from collectors.retention import run_purge
-    from collectors.settings import load_collector_settings
     from gate.api.idempotency import purge_keys
 
-    result = run_purge(settings, load_collector_settings())
+    result = run_purge(settings)
     with sessions() as session, session.begin():
         keys = purge_keys(session, max_age_s=settings.idempotency_key_max_age_s)
     return keys + sum(value for value in vars(result).values() if isinstance(value, int))
@@ -174,7 +174,7 @@ JOBS: tuple[PeriodicJob, ...] = (
     PeriodicJob(
         "scrape",
         "specgate.scrape",
-        lambda c: scrape(c.sessions),
+        lambda c: scrape(c.settings, c.sessions),
         _every("scrape_interval_s"),
     ),
     PeriodicJob(

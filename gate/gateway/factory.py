@@ -42,7 +42,6 @@ def embedded_export(
     whose landed generations complete pairs and queue their evaluations; without a broker,
     the periodic jobs (`gate.periodic.JOBS`) run in this process too."""
     from collectors.pipeline import open_pipeline
-    from collectors.settings import load_collector_settings
     from gate.pairs.runner import InProcessEvaluations, PairLifecycle, evaluation_queue
     from gate.periodic import start_without_broker
 
@@ -50,7 +49,6 @@ def embedded_export(
     pairs = PairLifecycle(sessions, enqueue)
     pipeline = open_pipeline(
         settings,
-        load_collector_settings(),
         registry=CollectorRegistry(),
         on_landed=pairs.on_landed,
     )
