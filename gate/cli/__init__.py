@@ -14,8 +14,10 @@ from gate.cli import (
     gatecheck,
     gatecmd,
     keys,
+    pairs,
     report,
     rollout,
+    routes,
     serve,
     status,
     worker,
@@ -40,7 +42,7 @@ def _logging() -> None:
 app.add_typer(db.app, name="db")
 app.add_typer(keys.app, name="keys")
 app.add_typer(rollout.app, name="rollout")
-app.add_typer(rollout.routes_app, name="routes")
+app.add_typer(routes.app, name="routes")
 app.add_typer(
     worker.app, name="worker", help="Run Celery evaluator workers (needs SPECGATE_REDIS_URL)."
 )
@@ -52,7 +54,7 @@ app.command("collect")(collect.collect)
 gatecmd.app.command("check")(gatecheck.check)
 gatecmd.app.command("advise")(advise.advise_command)
 app.add_typer(gatecmd.app, name="gate")
-app.add_typer(gatecheck.pairs_app, name="pairs")
+app.add_typer(pairs.app, name="pairs")
 app.add_typer(report.app, name="report", help="Write regression reports.")
 
 

@@ -62,9 +62,9 @@ def read_yaml(path: Path, what: str) -> Any:
 def transaction(settings: Settings) -> Iterator[Session]:
     """One committed transaction against the configured database, at the newest schema."""
     migrate.require_current(settings.resolved_database_url())
-    engine = engine_from_settings(settings)
+    db_engine = engine_from_settings(settings)
     try:
-        with session_factory(engine)() as session, session.begin():
+        with session_factory(db_engine)() as session, session.begin():
             yield session
     finally:
-        engine.dispose()
+        db_engine.dispose()
