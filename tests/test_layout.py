@@ -138,3 +138,12 @@ def test_the_layout_table_names_every_package_of_gate_and_only_those():
     assert named == packages
     for module in re.findall(r"`(\w+\.py)`", layout_rows()["gate"]):
         assert (ROOT / "gate" / module).is_file(), module
+
+
+def test_the_configuration_table_names_every_setting_and_only_settings():
+    from gate.settings import Settings
+
+    text = (ROOT / "README.md").read_text()
+    table = text.split("\n## Configuration\n", 1)[1].split("\n\nEvery CLI command", 1)[0]
+    named = set(re.findall(r"`(SPECGATE_[A-Z0-9_]+)`", table))
+    assert named == {f"SPECGATE_{field.upper()}" for field in Settings.model_fields}
