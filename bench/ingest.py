@@ -312,10 +312,9 @@ def serve(url: str, port: int, home: str, workers: int, acknowledge: str) -> Non
 def collector_app() -> Any:
     """One collector process (uvicorn's factory: settings from the environment)."""
     from collectors.app import create_app
-    from collectors.settings import load_collector_settings
     from gate.settings import load_settings
 
-    return create_app(load_settings(), load_collector_settings())
+    return create_app(load_settings())
 
 
 def run_collector(

@@ -13,10 +13,9 @@ from prometheus_client import CollectorRegistry
 from collectors.pipeline import Pipeline, open_pipeline
 from collectors.receipt import Receipt, Settled
 from collectors.receiver import Acknowledge, create_router
-from collectors.settings import CollectorSettings, load_collector_settings
 from collectors.spans import SpanRow
 from collectors.writer import LandedCallback
-from gate.settings import Settings
+from gate.settings import CollectorSettings, Settings
 from gate.telemetry import prometheus
 
 
@@ -28,7 +27,7 @@ def create_app(
     registry: CollectorRegistry | None = None,
 ) -> FastAPI:
     """Return the collector app; the span writer starts and stops with its lifespan."""
-    collector = collector or load_collector_settings()
+    collector = settings if collector is None else collector
     registry = registry or CollectorRegistry()
 
     @asynccontextmanager

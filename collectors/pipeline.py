@@ -9,12 +9,11 @@ from sqlalchemy import Engine
 
 from collectors.exporter import SinkSpanExporter
 from collectors.metrics import CollectorMetrics
-from collectors.settings import CollectorSettings
 from collectors.spool import Spool
 from collectors.store import SpanStore
 from collectors.writer import BatchWriter, LandedCallback, WriterLimits
 from gate.db.engine import engine_from_settings
-from gate.settings import Settings
+from gate.settings import CollectorSettings, Settings
 
 
 @dataclass
@@ -39,13 +38,14 @@ class Pipeline:
 
 def open_pipeline(
     settings: Settings,
-    collector: CollectorSettings,
+    collector: CollectorSettings | None = None,
     *,
     registry: CollectorRegistry,
     on_landed: LandedCallback | None = None,
     engine: Engine | None = None,
 ) -> Pipeline:
     """Build and start a writer on the settings' database, spooling in a folder it claims."""
+    collector = settings if collector is None else collector
     engine = engine if engine is not None else engine_from_settings(settings)
     metrics = CollectorMetrics(registry)
     limits = WriterLimits(

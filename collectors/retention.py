@@ -23,11 +23,10 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.types import Text
 
-from collectors.settings import CollectorSettings
 from gate.db.base import utcnow
 from gate.db.engine import engine_from_settings
 from gate.db.models import Generation, RequestRecord, SpanRecord
-from gate.settings import Settings
+from gate.settings import CollectorSettings, Settings
 from gate.telemetry import attributes as a
 
 log = logging.getLogger(__name__)
@@ -49,11 +48,11 @@ class PurgeResult:
     requests_scrubbed: int
 
 
-def run_purge(settings: Settings, collector: CollectorSettings) -> PurgeResult:
+def run_purge(settings: Settings) -> PurgeResult:
     """Purge once with a fresh engine (what a periodic task calls)."""
     engine = engine_from_settings(settings)
     try:
-        return purge(engine, collector)
+        return purge(engine, settings)
     finally:
         engine.dispose()
 

@@ -11,26 +11,12 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from collectors import scraper
-from collectors.settings import CollectorSettings
 from gate.db.base import utcnow
-from gate.db.engine import engine_from_settings, session_factory, transaction
+from gate.db.engine import transaction
 from gate.db.models import EngineSample, Route
 from gate.routing.credentials import DEFAULT_SECRETS_DIR, route_headers
-from gate.settings import Settings
 
 log = logging.getLogger(__name__)
-
-
-def run_scrape(settings: Settings, collector: CollectorSettings) -> dict[str, int]:
-    """Scrape all routes once with a fresh engine and HTTP client (what the beat calls)."""
-    engine = engine_from_settings(settings)
-    try:
-        with httpx.Client(timeout=collector.scrape_timeout_s) as client:
-            return scrape_routes(
-                session_factory(engine), client, secrets_dir=settings.route_secrets_dir
-            )
-    finally:
-        engine.dispose()
 
 
 def scrape_routes(

@@ -1,6 +1,7 @@
-"""Periodic work: judge running rollouts, sweep pair deadlines, scrape engines, purge.
+"""Periodic work: judge running rollouts, sweep pair deadlines, scrape engines, purge,
+write the weekly report, all declared once in `JOBS`.
 
-With Redis these run as Celery beat tasks (`gate.tasks`); in the embedded default one
+With Redis, Celery beat sends them as tasks (`gate.worker`); in the embedded default one
 background thread of `specgate serve` runs them. Each job opens its own transactions, and
 a failing job is logged and retried at its next turn.
 """
@@ -12,6 +13,8 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import partial
 
 import httpx
 from sqlalchemy.orm import Session, sessionmaker
@@ -71,55 +74,142 @@ def sweep_pairs(sessions: sessionmaker[Session], enqueue: Enqueue, settings: Set
     return dropped
 
 
-def scrape(sessions: sessionmaker[Session], timeout_s: float = 5.0) -> int:
+def scrape(settings: Settings, sessions: sessionmaker[Session]) -> int:
     """Scrape every route's /metrics once; return how many samples were stored."""
     from collectors.scrape_job import scrape_routes
 
-    with httpx.Client(timeout=timeout_s) as client:
-        return sum(scrape_routes(sessions, client).values())
+    with httpx.Client(timeout=settings.scrape_timeout_s) as client:
+        written = scrape_routes(sessions, client, secrets_dir=settings.route_secrets_dir)
+    return sum(written.values())
 
 
 def purge(settings: Settings, sessions: sessionmaker[Session]) -> int:
     """Purge captured content, old spans and idempotency keys; return rows touched."""
     from collectors.retention import run_purge
-    from collectors.settings import load_collector_settings
     from gate.api.idempotency import purge_keys
 
-    result = run_purge(settings, load_collector_settings())
+    result = run_purge(settings)
     with sessions() as session, session.begin():
         keys = purge_keys(session, max_age_s=settings.idempotency_key_max_age_s)
     return keys + sum(value for value in vars(result).values() if isinstance(value, int))
 
 
+def weekly_report(settings: Settings) -> int:
+    """Write and store last week's regression report; return its row id."""
+    from gate.reports.jobs import run_weekly
+
+    return run_weekly(settings)
+
+
+@dataclass(frozen=True)
+class Weekly:
+    """A moment of every week, in UTC (`weekday`: Monday is 0)."""
+
+    weekday: int
+    hour: int
+    minute: int = 0
+
+    def seconds_after(self, now: datetime) -> float:
+        """Return the seconds from `now` to this moment's next occurrence."""
+        days = (self.weekday - now.weekday()) % 7
+        moment = now.replace(hour=self.hour, minute=self.minute, second=0, microsecond=0)
+        moment += timedelta(days=days)
+        if moment <= now:
+            moment += timedelta(days=7)
+        return (moment - now).total_seconds()
+
+
+# A number is an interval in seconds; a `Weekly` a moment of the week.
+Period = float | Weekly
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """What a periodic job runs with, built by whoever runs it (beat's task, the loop)."""
+
+    settings: Settings
+    sessions: sessionmaker[Session]
+    publisher: Publisher | None
+    enqueue: Enqueue
+
+
+@dataclass(frozen=True)
+class PeriodicJob:
+    """One row of the job table: its name, its Celery task, what it runs and how often."""
+
+    name: str
+    task: str
+    run: Callable[[JobContext], int]
+    period: Callable[[Settings], Period]
+
+
+def _every(field: str) -> Callable[[Settings], Period]:
+    return lambda settings: float(getattr(settings, field))
+
+
+# Last week's report, Mondays 06:00 UTC.
+WEEKLY_REPORT_AT = Weekly(weekday=0, hour=6)
+
+# The periodic work of a site: Celery beat sends these tasks, and without a broker the
+# embedded loop runs them in-process. Task names are part of the broker's contract.
+JOBS: tuple[PeriodicJob, ...] = (
+    PeriodicJob(
+        "gate",
+        "specgate.gate_all",
+        lambda c: judge_running(c.sessions, c.publisher),
+        _every("gate_interval_s"),
+    ),
+    PeriodicJob(
+        "controller_watch",
+        "specgate.controller_watch",
+        lambda c: watch_controllers(c.sessions, c.publisher),
+        _every("gate_interval_s"),
+    ),
+    PeriodicJob(
+        "sweep_pairs",
+        "specgate.sweep_pairs",
+        lambda c: sweep_pairs(c.sessions, c.enqueue, c.settings),
+        _every("pair_sweep_interval_s"),
+    ),
+    PeriodicJob(
+        "scrape",
+        "specgate.scrape",
+        lambda c: scrape(c.settings, c.sessions),
+        _every("scrape_interval_s"),
+    ),
+    PeriodicJob(
+        "purge",
+        "specgate.purge",
+        lambda c: purge(c.settings, c.sessions),
+        _every("purge_interval_s"),
+    ),
+    PeriodicJob(
+        "weekly_report",
+        "specgate.weekly_report",
+        lambda c: weekly_report(c.settings),
+        lambda _settings: WEEKLY_REPORT_AT,
+    ),
+)
+
+
 @dataclass(frozen=True)
 class Job:
+    """A job as the embedded loop runs it: a name, its period and a call."""
+
     name: str
-    every_s: float
+    period: Period
     run: Callable[[], object]
 
+    def delay_s(self) -> float:
+        """Return the seconds from now to this job's next run."""
+        if isinstance(self.period, Weekly):
+            return self.period.seconds_after(datetime.now(UTC))
+        return self.period
 
-def jobs(
-    settings: Settings,
-    sessions: sessionmaker[Session],
-    publisher: Publisher | None,
-    enqueue: Enqueue,
-) -> list[Job]:
-    """Return the periodic jobs of a process, with their intervals."""
-    return [
-        Job("gate", settings.gate_interval_s, lambda: judge_running(sessions, publisher)),
-        Job(
-            "controller_watch",
-            settings.gate_interval_s,
-            lambda: watch_controllers(sessions, publisher),
-        ),
-        Job(
-            "sweep_pairs",
-            settings.pair_sweep_interval_s,
-            lambda: sweep_pairs(sessions, enqueue, settings),
-        ),
-        Job("scrape", settings.scrape_interval_s, lambda: scrape(sessions)),
-        Job("purge", settings.purge_interval_s, lambda: purge(settings, sessions)),
-    ]
+
+def jobs(context: JobContext) -> list[Job]:
+    """Return the job table bound to one process's context, for the embedded loop."""
+    return [Job(job.name, job.period(context.settings), partial(job.run, context)) for job in JOBS]
 
 
 class PeriodicLoop:
@@ -143,12 +233,12 @@ class PeriodicLoop:
         self._thread.join(timeout=30)
 
     def _loop(self) -> None:
-        due = {job.name: time.monotonic() + job.every_s for job in self._jobs}
+        due = {job.name: time.monotonic() + job.delay_s() for job in self._jobs}
         while not self._stop.is_set():
             now = time.monotonic()
             for job in self._jobs:
                 if now >= due[job.name]:
-                    due[job.name] = now + job.every_s
+                    due[job.name] = now + job.delay_s()
                     try:
                         job.run()
                     except Exception as exc:
@@ -168,6 +258,6 @@ def start_without_broker(
     the sweep catches up go). Return the stopper."""
     if settings.redis_url:
         return None
-    loop = PeriodicLoop(jobs(settings, sessions, publisher, enqueue))
+    loop = PeriodicLoop(jobs(JobContext(settings, sessions, publisher, enqueue)))
     loop.start()
     return loop.stop

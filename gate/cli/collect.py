@@ -9,15 +9,16 @@ from typing import Annotated
 
 import typer
 from fastapi import FastAPI
+from pydantic import SecretStr
 
 from collectors.app import create_app
-from collectors.settings import CollectorSettings, load_collector_settings
 from collectors.workers import serve
-from gate.cli.common import DatabaseOption, publisher, settings_with
+from gate.cli.common import DatabaseOption, settings_with
 from gate.db.engine import engine_from_settings, session_factory
 from gate.errors import ConfigError
 from gate.pairs.runner import PairLifecycle, evaluation_queue
 from gate.periodic import start_without_broker
+from gate.routing.deployment import publisher
 from gate.settings import Settings, load_settings
 
 
@@ -50,9 +51,9 @@ def collect(
     with Retry-After when queue and spool are full.
     """
     settings = settings_with(database_url)
-    overrides: dict[str, object] = {"collector_token": token} if token else {}
-    collector = load_collector_settings(**overrides)
-    count = workers or collector.collector_workers
+    if token:
+        settings = settings.model_copy(update={"collector_token": SecretStr(token)})
+    count = workers or settings.collector_workers
     if count > 1 and settings.embedded:
         raise ConfigError(
             "--workers above 1 needs Postgres (--database-url): SQLite takes one writer at a time"
@@ -62,7 +63,7 @@ def collect(
     enqueue = evaluation_queue(settings, sessions)
     stop_periodic = start_without_broker(settings, sessions, publisher(settings, sessions), enqueue)
     typer.echo(f"specgate collect: listening on http://{host}:{port}/v1/traces ({count} worker(s))")
-    factory: Callable[[], FastAPI] = partial(collector_app, settings, collector)
+    factory: Callable[[], FastAPI] = partial(collector_app, settings)
     if count > 1:
         # Workers read their settings from the environment: pass the CLI's choices on.
         os.environ["SPECGATE_DATABASE_URL"] = settings.resolved_database_url()
@@ -80,14 +81,14 @@ def collect(
             stop_periodic()
 
 
-def collector_app(settings: Settings, collector: CollectorSettings) -> FastAPI:
+def collector_app(settings: Settings) -> FastAPI:
     """Return one process's collector app: landed generations complete their pairs here."""
     # Evaluations go to Celery with Redis, else run in this process.
     sessions = session_factory(engine_from_settings(settings))
     pairs = PairLifecycle(sessions, evaluation_queue(settings, sessions))
-    return create_app(settings, collector, on_landed=pairs.on_landed)
+    return create_app(settings, on_landed=pairs.on_landed)
 
 
 def worker_app() -> FastAPI:
     """One worker of `specgate collect --workers N`, in its own process."""
-    return collector_app(load_settings(), load_collector_settings())
+    return collector_app(load_settings())

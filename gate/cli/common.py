@@ -10,13 +10,11 @@ from typing import Annotated, Any
 
 import typer
 import yaml
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from gate.db import migrate
 from gate.db.engine import engine_from_settings, session_factory
 from gate.errors import InputMalformed, InputMissing
-from gate.routing.deployment import DeploymentId
-from gate.routing.pubsub import Publisher, RedisPublisher
 from gate.settings import Settings, load_settings
 
 DatabaseOption = Annotated[
@@ -39,15 +37,6 @@ def settings_with(database_url: str | None) -> Settings:
 def cli_actor() -> str:
     """Return the audit actor for an operator at this terminal."""
     return f"cli:{getpass.getuser()}"
-
-
-def publisher(settings: Settings, db: Session | sessionmaker[Session]) -> Publisher | None:
-    """Publish routing changes on Redis when configured (gateways also poll the DB)."""
-    if not settings.redis_url:
-        return None
-    # The identity is read on a session of its own: publishing runs inside `db`'s commit.
-    sessions = sessionmaker(db.get_bind()) if isinstance(db, Session) else db
-    return RedisPublisher(settings.redis_url, deployment=DeploymentId(sessions))
 
 
 def read_input(path: Path, what: str) -> str:
@@ -73,9 +62,9 @@ def read_yaml(path: Path, what: str) -> Any:
 def transaction(settings: Settings) -> Iterator[Session]:
     """One committed transaction against the configured database, at the newest schema."""
     migrate.require_current(settings.resolved_database_url())
-    engine = engine_from_settings(settings)
+    db_engine = engine_from_settings(settings)
     try:
-        with session_factory(engine)() as session, session.begin():
+        with session_factory(db_engine)() as session, session.begin():
             yield session
     finally:
-        engine.dispose()
+        db_engine.dispose()

@@ -1,4 +1,4 @@
-"""`specgate gate check` (deploy pipelines) and `specgate pairs export`."""
+"""`specgate gate check`: the gate's verdict as an exit code, for deploy pipelines."""
 
 from __future__ import annotations
 
@@ -6,19 +6,18 @@ import json
 import re
 import sys
 import time
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from gate.cli.common import DatabaseOption, publisher, settings_with, transaction
+from gate.cli.common import DatabaseOption, settings_with, transaction
 from gate.db.enums import Decision, RolloutState
 from gate.db.models import Verdict
 from gate.errors import BadRequest, GateError, StaleVersion
-from gate.pairs.export import pair_records
 from gate.rollouts import service as rollouts
+from gate.routing.deployment import publisher
 from gate.settings import Settings
 from gate.verdicts.service import run_gate
 
@@ -32,8 +31,6 @@ STATE_CODES = {
 }
 ERROR_EXIT = 4
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smh]?)$")
-
-pairs_app = typer.Typer(help="Export recorded pairs.", no_args_is_help=True)
 
 
 def parse_duration(text: str) -> float:
@@ -137,26 +134,3 @@ def _say(head: str, verdict: Verdict | None, as_json: bool, decision: Decision) 
 def _bound(value: object) -> str:
     """Format an interval end; None stands for an unbounded one (no data yet)."""
     return f"{value:.4f}" if isinstance(value, int | float) else "-inf/inf"
-
-
-@pairs_app.command("export")
-def export(
-    rollout: Annotated[int, typer.Option("--rollout", help="Rollout id.")],
-    stage: Annotated[int | None, typer.Option(help="Only this stage (default: all).")] = None,
-    out: Annotated[Path | None, typer.Option(help="File to write (default: stdout).")] = None,
-    database_url: DatabaseOption = None,
-) -> None:
-    """Write closed pairs as JSONL (the schema `specgate gate replay` reads)."""
-    count = 0
-    with transaction(settings_with(database_url)) as db:
-        rollouts.get_rollout(db, rollout_id=rollout)
-        target = out.open("w") if out else sys.stdout
-        try:
-            for record in pair_records(db, rollout_id=rollout, stage=stage):
-                target.write(json.dumps(record) + "\n")
-                count += 1
-        finally:
-            if out:
-                target.close()
-    if out:
-        typer.echo(f"{count} pairs written to {out}")

@@ -11,7 +11,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from gate.cli.advise import advise_command
 from gate.cli.common import read_input
+from gate.cli.gatecheck import check
 from gate.db.enums import RolloutMode
 from gate.errors import ConfigError
 from gate.stats.engine import Code
@@ -156,3 +158,7 @@ def _median(pairs: FloatArray) -> float | None:
 
 def _fmt(rate: list[float]) -> str:
     return f"{rate[0]:.3f} [{rate[1]:.3f}, {rate[2]:.3f}]"
+
+
+app.command("check")(check)
+app.command("advise")(advise_command)

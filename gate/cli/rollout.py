@@ -1,4 +1,4 @@
-"""`specgate rollout` and `specgate routes`: what operators do, without the API."""
+"""`specgate rollout`: create, inspect and steer rollouts without the API."""
 
 from __future__ import annotations
 
@@ -6,126 +6,30 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import select
 
 from gate.cli.common import (
     DatabaseOption,
     cli_actor,
-    publisher,
     read_yaml,
     settings_with,
     transaction,
 )
 from gate.cli.controller import controller
-from gate.cli.routes_launch import launch
-from gate.db.enums import RolloutMode, RouteRole
-from gate.db.models import Rollout, Route
-from gate.errors import BadRequest, Conflict, InputMalformed
-from gate.rollouts import repository, routes, service
+from gate.db.enums import RolloutMode
+from gate.db.models import Rollout
+from gate.errors import Conflict, InputMalformed
+from gate.rollouts import repository, service
 from gate.rollouts.exposure import exposure_of, percent
-from gate.rollouts.schemas import RolloutIn, RouteAuth, RouteIn
+from gate.rollouts.schemas import RolloutIn
 from gate.rollouts.states import Action
 from gate.routing import service as routing
-from gate.routing.credentials import DEFAULT_HEADER, describe
+from gate.routing.deployment import publisher
 
 app = typer.Typer(help="Create, inspect and steer rollouts.", no_args_is_help=True)
-routes_app = typer.Typer(help="Register, list and remove routes.", no_args_is_help=True)
 Reason = Annotated[str, typer.Option("--reason", "-r", help="Why; kept in the audit trail.")]
 app.command("controller")(controller)
-
-
-@routes_app.command("add")
-def add_route(
-    name: Annotated[str, typer.Option()],
-    base_url: Annotated[
-        str,
-        typer.Option(
-            help="e.g. http://127.0.0.1:8000/v1. Under Argo Rollouts or Flagger, the baseline "
-            "is the controller's stable (primary) Service and the candidate its canary "
-            "Service: while the canary has no pods, the gateway skips it as down (calls "
-            "recorded dropped, the baseline serves) and probes it again after a back-off."
-        ),
-    ],
-    model: Annotated[str, typer.Option(help="The model name the route serves.")],
-    role: Annotated[RouteRole, typer.Option()],
-    metrics_url: Annotated[str | None, typer.Option(help="Prometheus /metrics URL.")] = None,
-    spec_method: Annotated[str | None, typer.Option(help="ngram, eagle3, draft_model...")] = None,
-    spec_tokens: Annotated[int | None, typer.Option(help="num_speculative_tokens.")] = None,
-    auth: Annotated[
-        str | None,
-        typer.Option(
-            help="Where the route's credential is: env:SPECGATE_ROUTE_<NAME> (a variable of "
-            "the gateway and workers) or file:/path (a file in SPECGATE_ROUTE_SECRETS_DIR, "
-            "e.g. a mounted Secret). Only this reference is stored.",
-        ),
-    ] = None,
-    auth_header: Annotated[
-        str,
-        typer.Option(
-            help="Header that carries it: 'Authorization' sends 'Bearer <secret>', any "
-            "other header the secret as is (never one the gateway writes itself: Host, "
-            "Content-Length, Transfer-Encoding, Connection, Content-Type, traceparent...)."
-        ),
-    ] = DEFAULT_HEADER,
-    update: Annotated[
-        bool,
-        typer.Option(
-            "--update",
-            help="Change a registered route that differs (refused while a rollout uses it).",
-        ),
-    ] = False,
-    database_url: DatabaseOption = None,
-) -> None:
-    """Register a route; the same spec again is a no-op, a different one an error unless
-    --update."""
-    try:
-        spec = RouteIn(
-            name=name,
-            base_url=base_url,
-            model=model,
-            role=role,
-            metrics_url=metrics_url,
-            spec_method=spec_method,
-            spec_tokens=spec_tokens,
-            auth=RouteAuth(header=auth_header, source=auth) if auth else None,
-        )
-    except ValidationError as exc:
-        raise BadRequest(f"route {name}: {exc}") from None
-    with transaction(settings_with(database_url)) as db:
-        route, done = routes.register_route(db, spec=spec, actor=cli_actor(), update=update)
-        line = f"route {route.id} {route.name} ({route.role.value}) -> {route.base_url}"
-    typer.echo(f"{line} [{done.value}]")
-
-
-@routes_app.command("remove")
-def remove_route(name: str, database_url: DatabaseOption = None) -> None:
-    """Remove a route that no rollout uses."""
-    with transaction(settings_with(database_url)) as db:
-        routes.remove_route(db, name=name, actor=cli_actor())
-    typer.echo(f"route {name} removed")
-
-
-@routes_app.command("list")
-def list_routes(database_url: DatabaseOption = None) -> None:
-    """List routes."""
-    table = Table("id", "name", "role", "model", "base_url", "spec", "metrics_url", "auth")
-    with transaction(settings_with(database_url)) as db:
-        for r in db.scalars(select(Route).order_by(Route.id)):
-            spec = f"{r.spec_method} k={r.spec_tokens}" if r.spec_method else "-"
-            table.add_row(
-                str(r.id),
-                r.name,
-                r.role.value,
-                r.model,
-                r.base_url,
-                spec,
-                r.metrics_url or "-",
-                describe(r.auth),
-            )
-    Console().print(table)
 
 
 @app.command()
@@ -288,6 +192,3 @@ def resume(rollout_id: int, reason: Reason, database_url: DatabaseOption = None)
 def promote(rollout_id: int, reason: Reason, database_url: DatabaseOption = None) -> None:
     """Advance a stage, or promote on the last one."""
     _act(Action.PROMOTE, rollout_id, reason, database_url)
-
-
-routes_app.command("launch")(launch)

@@ -19,11 +19,11 @@ def status(database_url: DatabaseOption = None) -> None:
     settings = settings_with(database_url)
     url = settings.resolved_database_url()
     revision = migrate.require_current(url)
-    engine = make_engine(url)
-    with session_factory(engine)() as session:
+    db_engine = make_engine(url)
+    with session_factory(db_engine)() as session:
         summary = store_status(session, max_requeues=settings.pair_requeue_max)
         unsandboxed = unsandboxed_evaluations(session)
-    engine.dispose()
+    db_engine.dispose()
     console = Console()
     console.print(f"store  {migrate.describe(url)}  (schema {revision})")
     broker = redis_health(settings.redis_url)

@@ -29,7 +29,11 @@ def worker(
     ] = 3600.0,
     hostname: Annotated[str | None, typer.Option(help="Worker node name.")] = None,
     beat: Annotated[
-        bool, typer.Option(help="Also run the beat: gate, pair sweeps, scrapes (one per site).")
+        bool,
+        typer.Option(
+            help="Also run the beat: the periodic jobs (gate, pair sweeps, scrapes, "
+            "purges, weekly report; one per site)."
+        ),
     ] = False,
     heartbeat_s: Annotated[
         int,
@@ -46,10 +50,10 @@ def worker(
     # Imported here: Celery is only loaded by the command that needs it.
     from celery.signals import setup_logging
 
-    from evaluators.beat import HOME_KEY, HeartbeatScheduler
-    from evaluators.celery_app import QUEUE, make_celery
     from evaluators.heartbeat import install_worker_heartbeat
     from evaluators.secrets import make_non_dumpable
+    from gate.worker.app import QUEUE, make_celery
+    from gate.worker.beat import HOME_KEY, HeartbeatScheduler
 
     settings = settings_with(database_url)
     if not settings.redis_url:

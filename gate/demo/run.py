@@ -27,6 +27,9 @@ from gate.gateway.factory import build_gateway_app
 from gate.rollouts import service
 from gate.rollouts.schemas import RolloutIn, RouteIn
 from gate.rollouts.states import Action
+from gate.routing import service as routing
+from gate.routing.deployment import publisher
+from gate.routing.pubsub import Publisher
 from gate.settings import Settings
 from gate.verdicts.service import run_gate
 
@@ -79,7 +82,10 @@ def run_demo(settings: Settings, options: DemoOptions, console: Console) -> Demo
     started: list[EngineProcess | ServerThread] = []
     try:
         engines = _start_engines(options, gguf, logs, started, console)
-        rollout_id, alias = _register(sessions, engines, sorted({w.segment for w in workload}))
+        # Every state change goes through the routing service, published to the gateways.
+        bus = publisher(settings, sessions)
+        segments = sorted({w.segment for w in workload})
+        rollout_id, alias = _register(sessions, engines, segments, bus)
         app = build_gateway_app(settings)
         gateway = ServerThread(app)
         started.append(gateway)
@@ -92,8 +98,8 @@ def run_demo(settings: Settings, options: DemoOptions, console: Console) -> Demo
         started.remove(gateway)
         _settle(sessions, rollout_id, options.settle_timeout_s, console, evaluated=True)
         with transaction(sessions) as session:
-            verdict = run_gate(session, rollout_id=rollout_id, publisher=None)
-            _finish(session, rollout_id)
+            verdict = run_gate(session, rollout_id=rollout_id, publisher=bus)
+            _finish(session, rollout_id, bus)
         with sessions() as session:
             rows = summarise(session, rollout_id=rollout_id)
         return DemoResult(rollout_id, rows, verdict, _report(sessions, settings, console))
@@ -102,16 +108,17 @@ def run_demo(settings: Settings, options: DemoOptions, console: Console) -> Demo
             part.stop()
 
 
-def _finish(session: Session, rollout_id: int) -> None:
+def _finish(session: Session, rollout_id: int, bus: Publisher | None) -> None:
     """The demo's traffic is over: hold a rollout the gate left running."""
     rollout = service.get_rollout(session, rollout_id=rollout_id)
     if rollout.state is RolloutState.RUNNING:
-        service.transition(
+        routing.change_state(
             session,
             rollout_id=rollout_id,
             action=Action.HOLD,
             actor=ACTOR,
             reason="demo finished; judge it again with more traffic",
+            publisher=bus,
         )
 
 
@@ -147,7 +154,10 @@ def _start_engines(
 
 
 def _register(
-    sessions: sessionmaker[Session], engines: dict[RouteRole, EngineProcess], segments: list[str]
+    sessions: sessionmaker[Session],
+    engines: dict[RouteRole, EngineProcess],
+    segments: list[str],
+    bus: Publisher | None,
 ) -> tuple[int, str]:
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     names = {RouteRole.BASELINE: f"demo-{stamp}-plain", RouteRole.CANDIDATE: f"demo-{stamp}-ngram"}
@@ -181,8 +191,13 @@ def _register(
             ),
             actor=ACTOR,
         )
-        service.transition(
-            session, rollout_id=rollout.id, action=Action.START, actor=ACTOR, reason="demo"
+        routing.change_state(
+            session,
+            rollout_id=rollout.id,
+            action=Action.START,
+            actor=ACTOR,
+            reason="demo",
+            publisher=bus,
         )
         return rollout.id, rollout.alias
 

@@ -21,8 +21,8 @@ from typing import Any
 import orjson
 
 from gate.errors import ConfigError
-from gate.gateway.inputs import BODY_FIELD
-from gate.gateway.segments import classify
+from gate.request.fields import BODY_FIELD
+from gate.request.segments import classify
 
 BUILTIN = "workload.jsonl"
 CHAT_PATH = "/v1/chat/completions"

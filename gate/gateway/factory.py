@@ -40,9 +40,8 @@ def embedded_export(
 ) -> tuple[SpanExporter, list[Callable[[], None]]]:
     """The embedded default: spans go straight to an in-process writer into the store,
     whose landed generations complete pairs and queue their evaluations; without a broker,
-    the periodic jobs (gate, sweeps, scrapes) run in this process too."""
+    the periodic jobs (`gate.periodic.JOBS`) run in this process too."""
     from collectors.pipeline import open_pipeline
-    from collectors.settings import load_collector_settings
     from gate.pairs.runner import InProcessEvaluations, PairLifecycle, evaluation_queue
     from gate.periodic import start_without_broker
 
@@ -50,7 +49,6 @@ def embedded_export(
     pairs = PairLifecycle(sessions, enqueue)
     pipeline = open_pipeline(
         settings,
-        load_collector_settings(),
         registry=CollectorRegistry(),
         on_landed=pairs.on_landed,
     )

@@ -13,8 +13,8 @@ from typing import Any
 import orjson
 
 from gate.errors import BadRequest
+from gate.request.fields import BODY_FIELD
 
-BODY_FIELD = "specgate"
 KNOWN = frozenset({"context", "reference", "checks", "tests", "tenant", "schema", "segment"})
 # Code-test limits a request may set: a bad one would run tests under weaker rlimits.
 TEST_LIMITS = ("timeout_s", "memory_mb")

@@ -8,7 +8,7 @@ from typing import Any
 from starlette.requests import Request
 
 from gate.errors import BadRequest, GateError
-from gate.gateway import segments
+from gate.request import segments
 
 
 async def read_json_body(request: Request, limit: int) -> bytes:

@@ -19,7 +19,6 @@ from starlette.responses import Response
 
 from gate.db.enums import Cohort, GenerationStatus
 from gate.errors import BadRequest, GateError, NotFound
-from gate.gateway import segments
 from gate.gateway.call import Call, Gateway, reached, request_headers
 from gate.gateway.inputs import split_inputs
 from gate.gateway.intake import read_json_body, segment_of, tenant_of
@@ -36,6 +35,7 @@ from gate.gateway.upstream import (
     encode,
     open_stream,
 )
+from gate.request import segments
 from gate.rollouts.states import Primary
 from gate.routing.health import ROUTE_DOWN
 from gate.routing.snapshot import RouteTarget

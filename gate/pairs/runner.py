@@ -52,7 +52,7 @@ class InProcessEvaluations:
 def evaluation_queue(settings: Settings, sessions: sessionmaker[Session]) -> Enqueue:
     """Return where completed pairs go: Celery with Redis, else this process."""
     if settings.redis_url:
-        from evaluators.celery_app import make_celery, pair_enqueuer
+        from gate.worker.app import make_celery, pair_enqueuer
 
         return pair_enqueuer(make_celery(settings))
     return InProcessEvaluations(sessions)

@@ -26,11 +26,11 @@ def report_dir(settings: Settings, week: Week, out_root: Path | None = None) -> 
 def run_weekly(settings: Settings, *, week: str | None = None, out_root: Path | None = None) -> int:
     """Build, write and store one weekly report in its own transaction; return its row id."""
     target = Week.parse(week) if week else last_complete_week()
-    engine = engine_from_settings(settings)
+    db_engine = engine_from_settings(settings)
     try:
-        with session_factory(engine)() as session, session.begin():
+        with session_factory(db_engine)() as session, session.begin():
             report = build_weekly(session, target, out_dir=report_dir(settings, target, out_root))
             assert report.report_id is not None
             return report.report_id
     finally:
-        engine.dispose()
+        db_engine.dispose()

@@ -9,6 +9,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from gate.db.models import Deployment
 from gate.errors import ConfigError
+from gate.routing.pubsub import Publisher, RedisPublisher
+from gate.settings import Settings
 
 
 def read_deployment(session: Session) -> str:
@@ -34,3 +36,12 @@ class DeploymentId:
                 with self._sessions() as session:
                     self._value = read_deployment(session)
             return self._value
+
+
+def publisher(settings: Settings, db: Session | sessionmaker[Session]) -> Publisher | None:
+    """Publish routing changes on Redis when configured (gateways also poll the DB)."""
+    if not settings.redis_url:
+        return None
+    # The identity is read on a session of its own: publishing runs inside `db`'s commit.
+    sessions = sessionmaker(db.get_bind()) if isinstance(db, Session) else db
+    return RedisPublisher(settings.redis_url, deployment=DeploymentId(sessions))
