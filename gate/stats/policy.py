@@ -20,7 +20,14 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from gate.errors import InvalidPolicy
 
@@ -141,6 +148,30 @@ class Policy(_Model):
     # How the task evaluator contains the code it runs. `unsafe-local` (no namespaces,
     # for a laptop without bubblewrap) only when named; /ui and the report flag it.
     sandbox: Literal["bwrap", "unsafe-local"] = "bwrap"
+    # The evaluators this rollout runs (None: every built-in one with its defaults). Names
+    # and options are checked against the evaluator registry when the rollout is stored.
+    evaluators: list[str | dict[str, Any]] | dict[str, dict[str, Any] | None] | None = None
+
+    @field_validator("evaluators", mode="before")
+    @classmethod
+    def _evaluators(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, Mapping):
+            entries = [(name, opts) for name, opts in value.items()]
+        elif isinstance(value, list):
+            entries = [_evaluator_entry(item) for item in value]
+        else:
+            raise ValueError(_EVALUATORS_SHAPE)
+        names = [name for name, _ in entries]
+        for name, options in entries:
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"evaluator name must be a non-empty string, not {name!r}")
+            if options is not None and not isinstance(options, Mapping):
+                raise ValueError(f"options of evaluator {name!r} must be a mapping")
+            if names.count(name) > 1:
+                raise ValueError(f"evaluator {name!r} is named more than once")
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> Policy:
@@ -177,6 +208,19 @@ class Policy(_Model):
     def margin_scale(self, segment: str) -> float:
         """Return the factor applied to margins in `segment`."""
         return 1.0 if segment == ALL else self.segment_margin_factor
+
+
+_EVALUATORS_SHAPE = (
+    "must be a list of evaluator names or {name, options} entries, or a mapping name -> options"
+)
+
+
+def _evaluator_entry(item: Any) -> tuple[Any, Any]:
+    if isinstance(item, str):
+        return item, None
+    if isinstance(item, Mapping) and "name" in item and set(item) <= {"name", "options"}:
+        return item["name"], item.get("options")
+    raise ValueError(f"bad evaluator entry {item!r}: {_EVALUATORS_SHAPE}")
 
 
 def log_ratio(relative: float) -> float:
@@ -277,4 +321,8 @@ max_duration_s: 259200.0  # hold after 72 hours without a decision
 max_dropped_share: 0.05 # hold when more than 5% of pairs were dropped
 max_cohort_imbalance: 0.1  # hold when a cohort's share is 10% off its expected share
 auto_kill: true         # a kill verdict flips the kill switch
+sandbox: bwrap          # how the task evaluator contains code: bwrap | unsafe-local
+evaluators: null        # which evaluators run; null: all built-ins with their defaults.
+                        # A list of names or {name, options} entries, or name -> options:
+                        # [schema, {name: task, options: {timeout_s: 5}}]
 """
