@@ -223,6 +223,34 @@ def _evaluator_entry(item: Any) -> tuple[Any, Any]:
     raise ValueError(f"bad evaluator entry {item!r}: {_EVALUATORS_SHAPE}")
 
 
+def kill_alpha(policy: Policy, stage_index: int) -> float:
+    """Return the share of `alpha_kill` that stage `stage_index` (0-based) spends.
+
+    Each stage's tests start afresh on that stage's pairs, so without a split a harmless
+    rollout would face `alpha_kill` at every stage: about S x alpha_kill over S stages.
+    The stages share it equally, alpha_kill / S, so by the union bound the chance that a
+    harmless rollout is killed at any stage is at most alpha_kill.
+
+    Why equal shares: a false kill costs the same at every stage (the rollout is lost), and
+    the pairs a real harm takes to be proven grow with log(1 / share) at every stage alike
+    (the requests exposed to it until the kill are those pairs, whatever the stage's share
+    of traffic), so equal shares minimise the worst stage's cost. Weighting by traffic
+    would starve the 1% stage, where a harm should be caught cheapest; four stages cost
+    log(4) more in the boundary, about 15% more pairs to kill at the default split.
+
+    A stage past the policy's last (its stages were shortened mid-rollout) splits as if
+    the policy had that many stages.
+    """
+    if stage_index < 0:
+        raise ValueError(f"stage index must be at least 0, not {stage_index}")
+    return policy.alpha_kill / max(len(policy.stages), stage_index + 1)
+
+
+def at_stage(policy: Policy, stage_index: int) -> Policy:
+    """Return `policy` with `alpha_kill` set to the share stage `stage_index` spends."""
+    return policy.model_copy(update={"alpha_kill": kill_alpha(policy, stage_index)})
+
+
 def log_ratio(relative: float) -> float:
     """Return the log-ratio threshold of a relative change (0.10 -> log 1.10)."""
     return math.log1p(relative)
@@ -257,7 +285,8 @@ DEFAULT_POLICY_YAML = """\
 # specgate gate policy. Every value below is the default.
 # Harm is candidate minus baseline, positive = worse. Latency thresholds are relative
 # changes of the paired ratio (0.10 = 10% slower); rate thresholds are absolute points.
-alpha_kill: 0.025       # chance of killing a rollout that harms nothing (split below)
+alpha_kill: 0.025       # chance of killing a rollout that harms nothing, over all its
+                        # stages (each stage spends an equal share, split below)
 alpha_promote: 0.025    # chance of promoting one that misses any promotion criterion
 primary:
   metric: tpot          # tpot | e2e: the latency the speculation must improve
