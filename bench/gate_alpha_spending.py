@@ -44,18 +44,21 @@ def rollout_false_kills(
     out: dict[str, Any] = {}
     for label, judged in (("before", _per_stage_alpha(policy)), ("after", policy)):
         killed = np.zeros(runs, dtype=bool)
-        per_stage = []
+        per_stage, reasons = [], dict[str, int]()
         for stage in range(len(policy.stages)):
             # The same seed per stage for both labels: the same pairs are judged twice.
             got = run_scenario(aa, judged, runs=runs, seed=seed + stage, stage=stage)
             hit = got.codes == Code.KILL
             per_stage.append(int(hit.sum()))
             killed |= hit
+            for reason, count in got.kill_reasons.items():
+                reasons[reason] = reasons.get(reason, 0) + count
         rate, lo, hi = clopper_pearson(int(killed.sum()), runs)
         out[label] = {
             "stage_alpha": kill_alpha(judged, 0),
             "kills_per_stage": per_stage,
             "rollouts_killed": int(killed.sum()),
+            "kill_reasons": reasons,
             "rate": rate,
             "cp95": [lo, hi],
         }
@@ -122,7 +125,7 @@ def main() -> None:
             f"A/A over {len(policy.stages)} stages, {label:<6} (stage alpha "
             f"{row['stage_alpha']:.5f}): kills per stage {row['kills_per_stage']}, "
             f"rollouts killed {row['rollouts_killed']}/{args.runs} = {row['rate']:.4f} "
-            f"[{lo:.4f}, {hi:.4f}]"
+            f"[{lo:.4f}, {hi:.4f}]; cells that fired {row['kill_reasons']}"
         )
     for label in ("before", "after"):
         row = cost[label]
