@@ -2,7 +2,10 @@
 
 A policy names its evaluators under `evaluators`, as a list of names or of
 `{"name": ..., "options": {...}}` entries, or as a mapping name -> options. Without the
-key every built-in evaluator runs with its defaults.
+key every built-in evaluator runs with its defaults. The key is part of the gate policy
+(`gate.stats.policy.Policy.evaluators` checks its shape); `rollout create` and policy
+updates also build the set once, so an unknown name or a bad option is a 422 then, not a
+worker error later.
 """
 
 from __future__ import annotations

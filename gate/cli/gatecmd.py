@@ -36,6 +36,9 @@ SCENARIOS: dict[str, tuple[Scenario, int]] = {
 }
 
 
+STAGE_HELP = "The stage (0-based) the pairs belong to: it spends alpha_kill / len(stages)."
+
+
 def _open_share(value: float) -> float:
     if not 0.0 < value < 1.0:
         raise typer.BadParameter(f"{value:g} is not strictly between 0 and 1")
@@ -62,11 +65,17 @@ def replay_command(
             help="Canary: the candidate's share, strictly between 0 and 1.",
         ),
     ] = 0.5,
+    stage: Annotated[int, typer.Option("--stage", min=0, help=STAGE_HELP)] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Backtest recorded pairs: the first decisive verdict and the pair count it came at."""
     result = replay(
-        read_pairs(pairs), _policy(policy), every=every, mode=mode, candidate_share=candidate_share
+        read_pairs(pairs),
+        _policy(policy),
+        every=every,
+        mode=mode,
+        candidate_share=candidate_share,
+        stage=stage,
     )
     if as_json:
         typer.echo(json.dumps(_replay_json(result), indent=2))
@@ -112,9 +121,10 @@ def simulate_command(
         int,
         typer.Option("--kayenta-every", min=0, help="A/A only: Kayenta judge looks (0: off)."),
     ] = 100,
+    stage: Annotated[int, typer.Option("--stage", min=0, help=STAGE_HELP)] = 0,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Print the gate's operating characteristics by seeded simulation."""
+    """Print the gate's operating characteristics by seeded simulation (one stage per run)."""
     names = scenario or list(SCENARIOS)
     unknown = sorted(set(names) - set(SCENARIOS))
     if unknown:
@@ -123,7 +133,9 @@ def simulate_command(
     for name in names:
         spec, within = SCENARIOS[name]
         judge = kayenta_every if name == "aa" and kayenta_every > 0 else None
-        out = run_scenario(spec, _policy(policy), runs=runs, seed=seed, kayenta_every=judge)
+        out = run_scenario(
+            spec, _policy(policy), runs=runs, seed=seed, kayenta_every=judge, stage=stage
+        )
         rows.append(_oc_row(name, out, within))
     if as_json:
         typer.echo(json.dumps(rows, indent=2))

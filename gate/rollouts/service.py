@@ -8,11 +8,20 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
 
+from evaluators.registry import build_evaluators
 from gate import audit
 from gate.db.base import utcnow
 from gate.db.enums import RolloutState, RouteRole
 from gate.db.models import Rollout, Route
-from gate.errors import BadRequest, Conflict, InvalidTransition, NotFound, StaleVersion
+from gate.errors import (
+    BadRequest,
+    ConfigError,
+    Conflict,
+    InvalidPolicy,
+    InvalidTransition,
+    NotFound,
+    StaleVersion,
+)
 from gate.rollouts import repository
 from gate.rollouts.schemas import RolloutIn, RouteIn
 from gate.rollouts.states import IDEMPOTENT, TRANSITIONS, Action, target_state
@@ -44,11 +53,20 @@ def create_route(session: Session, *, spec: RouteIn, actor: str) -> Route:
     return route
 
 
+def check_policy(policy: dict[str, Any]) -> None:
+    """Refuse a bad policy: the gate's fields, and the evaluators it names with their options."""
+    load_policy(policy)
+    try:
+        build_evaluators(policy)
+    except ConfigError as exc:
+        raise InvalidPolicy(f"invalid gate policy: evaluators: {exc.message}") from None
+
+
 def create_rollout(session: Session, *, spec: RolloutIn, actor: str) -> Rollout:
     """Create a pending rollout of the candidate route beside the baseline route."""
     baseline = _route(session, spec.baseline_route, RouteRole.BASELINE)
     candidate = _route(session, spec.candidate_route, RouteRole.CANDIDATE)
-    load_policy(spec.policy)  # refuse a bad policy before anything is stored
+    check_policy(spec.policy)  # refuse a bad policy before anything is stored
     if repository.live_rollout_for_alias(session, spec.alias) is not None:
         raise Conflict(f"alias {spec.alias!r} already has a live rollout")
     rollout = Rollout(
@@ -177,7 +195,7 @@ def update_rollout(
     if unknown:
         raise BadRequest(f"cannot update {', '.join(sorted(unknown))}")
     if "policy" in changes:
-        load_policy(changes["policy"])
+        check_policy(changes["policy"])
     for field, value in changes.items():
         setattr(rollout, field, value)
     audit.record(

@@ -20,7 +20,14 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from gate.errors import InvalidPolicy
 
@@ -141,6 +148,30 @@ class Policy(_Model):
     # How the task evaluator contains the code it runs. `unsafe-local` (no namespaces,
     # for a laptop without bubblewrap) only when named; /ui and the report flag it.
     sandbox: Literal["bwrap", "unsafe-local"] = "bwrap"
+    # The evaluators this rollout runs (None: every built-in one with its defaults). Names
+    # and options are checked against the evaluator registry when the rollout is stored.
+    evaluators: list[str | dict[str, Any]] | dict[str, dict[str, Any] | None] | None = None
+
+    @field_validator("evaluators", mode="before")
+    @classmethod
+    def _evaluators(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, Mapping):
+            entries = [(name, opts) for name, opts in value.items()]
+        elif isinstance(value, list):
+            entries = [_evaluator_entry(item) for item in value]
+        else:
+            raise ValueError(_EVALUATORS_SHAPE)
+        names = [name for name, _ in entries]
+        for name, options in entries:
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"evaluator name must be a non-empty string, not {name!r}")
+            if options is not None and not isinstance(options, Mapping):
+                raise ValueError(f"options of evaluator {name!r} must be a mapping")
+            if names.count(name) > 1:
+                raise ValueError(f"evaluator {name!r} is named more than once")
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> Policy:
@@ -179,6 +210,48 @@ class Policy(_Model):
         return 1.0 if segment == ALL else self.segment_margin_factor
 
 
+_EVALUATORS_SHAPE = (
+    "must be a list of evaluator names or {name, options} entries, or a mapping name -> options"
+)
+
+
+def _evaluator_entry(item: Any) -> tuple[Any, Any]:
+    if isinstance(item, str):
+        return item, None
+    if isinstance(item, Mapping) and "name" in item and set(item) <= {"name", "options"}:
+        return item["name"], item.get("options")
+    raise ValueError(f"bad evaluator entry {item!r}: {_EVALUATORS_SHAPE}")
+
+
+def kill_alpha(policy: Policy, stage_index: int) -> float:
+    """Return the share of `alpha_kill` that stage `stage_index` (0-based) spends.
+
+    Each stage's tests start afresh on that stage's pairs, so without a split a harmless
+    rollout would face `alpha_kill` at every stage: about S x alpha_kill over S stages.
+    The stages share it equally, alpha_kill / S, so by the union bound the chance that a
+    harmless rollout is killed at any stage is at most alpha_kill.
+
+    Why equal shares: a false kill costs the same at every stage (the rollout is lost), and
+    the pairs a real harm takes to be proven grow with log(1 / share) at every stage alike
+    (the requests exposed to it until the kill are those pairs, whatever the stage's share
+    of traffic), so equal shares minimise the worst stage's cost. Weighting by traffic
+    would starve the 1% stage, where a harm should be caught cheapest. Four stages cost
+    log(4) more in the boundary: a 3-point evaluator drop took 15% more pairs to kill
+    (mean, paired; median 2,225 vs 1,900), measured by `bench/gate_alpha_spending.py`.
+
+    A stage past the policy's last (its stages were shortened mid-rollout) splits as if
+    the policy had that many stages.
+    """
+    if stage_index < 0:
+        raise ValueError(f"stage index must be at least 0, not {stage_index}")
+    return policy.alpha_kill / max(len(policy.stages), stage_index + 1)
+
+
+def at_stage(policy: Policy, stage_index: int) -> Policy:
+    """Return `policy` with `alpha_kill` set to the share stage `stage_index` spends."""
+    return policy.model_copy(update={"alpha_kill": kill_alpha(policy, stage_index)})
+
+
 def log_ratio(relative: float) -> float:
     """Return the log-ratio threshold of a relative change (0.10 -> log 1.10)."""
     return math.log1p(relative)
@@ -213,7 +286,8 @@ DEFAULT_POLICY_YAML = """\
 # specgate gate policy. Every value below is the default.
 # Harm is candidate minus baseline, positive = worse. Latency thresholds are relative
 # changes of the paired ratio (0.10 = 10% slower); rate thresholds are absolute points.
-alpha_kill: 0.025       # chance of killing a rollout that harms nothing (split below)
+alpha_kill: 0.025       # chance of killing a rollout that harms nothing, over all its
+                        # stages (each stage spends an equal share, split below)
 alpha_promote: 0.025    # chance of promoting one that misses any promotion criterion
 primary:
   metric: tpot          # tpot | e2e: the latency the speculation must improve
@@ -277,4 +351,8 @@ max_duration_s: 259200.0  # hold after 72 hours without a decision
 max_dropped_share: 0.05 # hold when more than 5% of pairs were dropped
 max_cohort_imbalance: 0.1  # hold when a cohort's share is 10% off its expected share
 auto_kill: true         # a kill verdict flips the kill switch
+sandbox: bwrap          # how the task evaluator contains code: bwrap | unsafe-local
+evaluators: null        # which evaluators run; null: all built-ins with their defaults.
+                        # A list of names or {name, options} entries, or name -> options:
+                        # [schema, {name: task, options: {timeout_s: 5}}]
 """

@@ -51,7 +51,7 @@ from gate.db.enums import Decision, GenerationStatus, Outcome, RolloutMode
 from gate.errors import BadRequest, InputMalformed, InputMissing
 from gate.stats.cumulative import PairColumns, at_look, looks_every, to_stats
 from gate.stats.engine import Code, evaluate
-from gate.stats.policy import Policy
+from gate.stats.policy import Policy, at_stage
 from gate.stats.sequences import FloatArray
 from gate.stats.verdict import DECISIONS, VerdictResult, decide
 
@@ -224,8 +224,13 @@ def replay(
     every: int = 100,
     mode: RolloutMode = RolloutMode.SHADOW,
     candidate_share: float = 0.5,
+    stage: int = 0,
 ) -> ReplayResult:
-    """Replay pairs in order, looking every `every` pairs; stop at the first decision."""
+    """Replay pairs in order, looking every `every` pairs; stop at the first decision.
+
+    The pairs are one stage's, `stage` (0-based), which spends its share of alpha_kill.
+    """
+    policy = at_stage(policy, stage)
     records = fold_order(list(pairs))
     if not records:
         raise BadRequest("no pairs to replay")

@@ -1,8 +1,11 @@
 """Anytime-valid confidence sequences over sufficient statistics.
 
-Every bound here holds uniformly over time: the probability that the true value ever
-leaves the sequence, at any of the (arbitrarily many, data-dependent) looks, is at most
-the stated alpha. That is what lets the gate recompute its verdict after every pair.
+Every bound here is meant to hold uniformly over time: the probability that the true
+value ever leaves the sequence, at any of the (arbitrarily many, data-dependent) looks,
+is at most the stated alpha. That is what lets the gate recompute its verdict after every
+pair. The betting family (below) guarantees it exactly, at every sample size; the
+Gaussian-mixture family only asymptotically. `bench/gate_coverage.py` measures both
+(BENCHMARKS.md, "Time-uniform coverage of the gate's intervals").
 
 All bounds are one-sided and come in pairs: an `Interval` carries a lower bound at
 `alpha_lower` and an upper bound at `alpha_upper`, because the gate kills on a lower

@@ -35,7 +35,7 @@ from gate.db.enums import RolloutMode
 from gate.stats.cumulative import PairColumns, looks_every, to_stats
 from gate.stats.engine import Code, Evaluation, evaluate
 from gate.stats.kayenta import kayenta_fails
-from gate.stats.policy import Policy
+from gate.stats.policy import Policy, at_stage
 from gate.stats.sequences import BoolArray, FloatArray, IntArray
 
 TTFT_S = np.array([0.35, 0.25, 0.60, 0.20, 0.20])
@@ -190,12 +190,15 @@ def run_scenario(
     runs: int = 400,
     seed: int = 0,
     kayenta_every: int | None = None,
+    stage: int = 0,
 ) -> Outcomes:
     """Simulate `runs` rollouts of scenario `s` under `policy` and record each verdict.
 
     With `kayenta_every`, the Kayenta-style judge also judges the same draws, looking
     every `kayenta_every` pairs, on the pairs as recorded and split into canary cohorts.
+    Each run is one stage, `stage` (0-based), at that stage's share of alpha_kill.
     """
+    policy = at_stage(policy, stage)
     rng = np.random.default_rng(seed)
     looks = looks_every(s.pairs, s.every)
     chunk = max(1, CHUNK_PAIRS // s.pairs)

@@ -26,7 +26,7 @@ from gate.rollouts.states import Action
 from gate.routing import service as routing
 from gate.routing.pubsub import Publisher
 from gate.stats import incremental
-from gate.stats.policy import Policy, load_policy
+from gate.stats.policy import Policy, at_stage, load_policy
 from gate.stats.replay import replay
 from gate.stats.verdict import VerdictResult, decide
 from gate.verdicts import folds
@@ -44,18 +44,19 @@ AUTOMATIC = {Decision.KILL: Action.KILL, Decision.HOLD: Action.HOLD}
 
 
 def compute(session: Session, *, rollout: Rollout, policy: Policy) -> VerdictResult:
-    """Return the verdict on the rollout's current stage."""
+    """Return the verdict on the rollout's current stage (at its share of alpha_kill)."""
     if session.get_bind().dialect.name == "postgresql" and rollout.mode is RolloutMode.SHADOW:
         state = folds.fold(session, rollout_id=rollout.id, stage=rollout.stage, policy=policy)
         if not state.pairs:
             return NO_PAIRS
-        return decide(policy, incremental.to_stats(state, policy))
+        return decide(at_stage(policy, rollout.stage), incremental.to_stats(state, policy))
     records = list(
         pair_records(session, rollout_id=rollout.id, stage=rollout.stage, evaluated_only=True)
     )
     if not records:
         return NO_PAIRS
-    return replay(records, policy, every=len(records), mode=rollout.mode).verdict
+    every = len(records)
+    return replay(records, policy, every=every, mode=rollout.mode, stage=rollout.stage).verdict
 
 
 def run_gate(session: Session, *, rollout_id: int, publisher: Publisher | None) -> Verdict:

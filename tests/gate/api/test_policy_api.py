@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from evaluators.service import evaluate_pair
+from gate.db.enums import Cohort, GenerationStatus
+from gate.db.models import Rollout
 from tests import factories
+from tests.evaluators.factories import RIGHT, make_pair
+
+OK = GenerationStatus.OK
 
 BAD_POLICIES = {
     "no stages": {"stages": []},
@@ -26,6 +32,12 @@ BAD_POLICIES = {
     "infinite duration": {"max_duration_s": "Infinity"},
     "zero pairs": {"min_pairs": 0},
     "wrong type": {"stages": "all of them"},
+    "unknown evaluator": {"evaluators": ["toxicity"]},
+    "bad evaluator options": {"evaluators": {"task": {"timeout_s": -1}}},
+    "evaluator option it does not take": {"evaluators": [{"name": "schema", "options": {"x": 1}}]},
+    "evaluators not a list": {"evaluators": "schema"},
+    "evaluator entry without a name": {"evaluators": [{"options": {}}]},
+    "evaluator named twice": {"evaluators": ["schema", "schema"]},
 }
 
 
@@ -55,3 +67,41 @@ def test_a_bad_policy_is_a_clear_422_on_create_and_patch(live, pg_committing, po
         assert "\n" not in answer.json()["detail"]
     assert [r["name"] for r in live.http.get("/v1/rollouts").json()] == ["routes"]
     assert live.http.get(f"/v1/rollouts/{existing.id}").json()["policy"] == {}
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+def test_the_evaluators_key_is_accepted_stored_and_decides_what_scores_a_pair(live, pg_committing):
+    # The evaluator registry's `evaluators:` key: only the named evaluators score the
+    # rollout's pairs, with the options given (here: no greedy parity, no schema).
+    with pg_committing() as db, db.begin():
+        factories.rollout(db, name="routes")
+    chosen = ["groundedness", {"name": "task", "options": {"timeout_s": 5}}]
+    spec = {
+        "name": "chosen",
+        "alias": "chosen",
+        "baseline_route": "routes-base",
+        "candidate_route": "routes-spec",
+        "policy": {"evaluators": chosen},
+    }
+    created = live.http.post("/v1/rollouts", json=spec)
+    assert created.status_code == 201, created.text
+    body = created.json()
+    assert body["policy"] == {"evaluators": chosen}
+    assert scored_by(pg_committing, body["id"]) == {"groundedness", "task"}
+
+    parity_only = {"evaluators": {"greedy_parity": None}}
+    patched = live.http.patch(
+        f"/v1/rollouts/{body['id']}", json={"version": body["version"], "policy": parity_only}
+    )
+    assert patched.status_code == 200, patched.text
+    assert scored_by(pg_committing, body["id"]) == {"greedy_parity"}
+
+
+def scored_by(pg_committing, rollout_id):
+    """Return the evaluators that score a new pair of the rollout, as it is stored."""
+    with pg_committing() as db, db.begin():
+        rollout = db.get(Rollout, rollout_id)
+        sides = [(Cohort.BASELINE, RIGHT, OK), (Cohort.CANDIDATE, RIGHT, OK)]
+        pair = make_pair(db, rollout, sides)
+        return {r.evaluator for r in evaluate_pair(db, pair_id=pair.id)}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gate.errors import BadRequest
-from gate.stats.policy import DEFAULT_POLICY_YAML, Policy, load_policy
+from gate.stats.policy import DEFAULT_POLICY_YAML, Policy, at_stage, kill_alpha, load_policy
 
 
 def test_default_yaml_documents_exactly_the_model_defaults():
@@ -66,3 +66,18 @@ def test_the_cancel_rate_takes_a_kill_share_in_canary_mode_only():
     assert policy.guardrails.cancels.margin == policy.guardrails.failures.margin
     off = load_policy("guardrails: {cancels: {enabled: false}}")
     assert off.kill_slots(canary=True) == 12 * 6 + 5
+
+
+def test_the_stages_share_alpha_kill_equally_and_spend_it_in_full():
+    policy = Policy()
+    shares = [kill_alpha(policy, i) for i in range(len(policy.stages))]
+    assert shares == [pytest.approx(0.025 / 4)] * 4
+    assert sum(shares) == pytest.approx(policy.alpha_kill)
+    assert kill_alpha(load_policy("stages: [100]"), 0) == policy.alpha_kill
+    # A stage past the last (stages shortened mid-rollout) splits as if there were more.
+    assert kill_alpha(policy, 5) == pytest.approx(0.025 / 6)
+    with pytest.raises(ValueError, match="at least 0"):
+        kill_alpha(policy, -1)
+    staged = at_stage(policy, 2)
+    assert staged.alpha_kill_each() == pytest.approx(policy.alpha_kill_each() / 4)
+    assert staged.model_copy(update={"alpha_kill": policy.alpha_kill}) == policy

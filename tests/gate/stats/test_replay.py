@@ -221,3 +221,24 @@ def test_shadow_verdicts_ignore_cancels_beyond_dropping_their_pairs():
     cancelled, dropped = replay(records, POLICY), replay(as_dropped, POLICY)
     assert cancelled.verdict == dropped.verdict and cancelled.pairs == dropped.pairs
     assert not any(c.metric == "cancels" for c in cancelled.verdict.cells)
+
+
+def test_each_stage_spends_an_equal_share_of_alpha_kill():
+    # Seeded 5-point evaluator drop. Every stage of the default four judges at
+    # alpha_kill / 4, as a one-stage policy with that alpha would; the whole alpha_kill
+    # (what each stage spent before) gives a tighter kill-side bound on the same pairs.
+    records = simulated(Scenario("drop", 2000, eval_drops=(0.05, 0.0)), seed=3)
+    share = Policy(stages=[100.0], alpha_kill=POLICY.alpha_kill / 4)
+    whole = Policy(stages=[100.0])
+    once = len(records)  # one look at the end: the same pairs behind every verdict
+    want = replay(records, share, every=once).verdict
+    for stage in range(len(POLICY.stages)):
+        assert replay(records, POLICY, every=once, stage=stage).verdict == want
+    assert replay(records, POLICY, every=once).verdict == want  # stage 0 by default
+
+    def lower(policy: Policy) -> float:
+        verdict = replay(records, policy, every=once).verdict
+        return next(c.lower for c in verdict.cells if (c.metric, c.segment) == ("eval:eval0", ALL))
+
+    assert lower(share) < lower(whole)
+    assert want.decision is Decision.KILL
