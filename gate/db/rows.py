@@ -28,7 +28,7 @@ class RequestRow(TypedDict):
     rollout_id: int | None
     endpoint: str
     body: Any
-    inputs: Any
+    inputs: dict[str, Any]
     truncated: list[str] | None
     segment: str
     tenant: str | None

@@ -21,6 +21,7 @@ from sqlalchemy import (
     func,
 )
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import make_url
 
 from gate.db.rows import (
     ENGINE_FIELDS,
@@ -58,7 +59,8 @@ class PostgresStorage:
     single_writer = False
 
     def create_engine(self, url: str, *, echo: bool) -> Engine:
-        args = {"connect_timeout": 5} if url.startswith("postgresql+psycopg") else {}
+        psycopg = make_url(url).get_driver_name() == "psycopg"
+        args = {"connect_timeout": 5} if psycopg else {}
         return create_engine(url, echo=echo, pool_pre_ping=True, connect_args=args)
 
     def insert(self, table: Table | type[Any]) -> postgresql.Insert:
