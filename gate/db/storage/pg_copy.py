@@ -51,7 +51,9 @@ _JSON_COLUMNS = frozenset(
     name for name, kind in (*_SPAN_TYPES.items(), *_GENERATION_TYPES.items()) if kind == "jsonb"
 )
 _SPAN_FIELDS = attrgetter(*SPAN_COLUMNS[:-1])  # a span row carries all but received_at
-_SPAN_JSON = tuple(i for i, name in enumerate(SPAN_COLUMNS) if name in _JSON_COLUMNS)
+# The JSON columns of `spans` (checked against the table in tests/gate/db/test_rows.py).
+SPAN_JSON = ("attributes", "resource", "extra")
+_ATTRIBUTES, _RESOURCE, _EXTRA = map(SPAN_COLUMNS.index, SPAN_JSON)
 _GENERATION_JSON = tuple(i for i, name in enumerate(GENERATION_COLUMNS) if name in _JSON_COLUMNS)
 
 _KEY = ("trace_id", "span_id")
@@ -93,18 +95,14 @@ def insert_generations(conn: Connection, rows: Sequence[GenerationRow]) -> list[
 
 def _span_tuple(row: SpanFields, received_at: datetime, resources: dict[int, str]) -> list[Any]:
     values = [*_SPAN_FIELDS(row), received_at]
+    values[_ATTRIBUTES] = dump_json(row.attributes)
     # Spans of one resource share its dict: dump it once per batch.
-    for index in _SPAN_JSON:
-        value = values[index]
-        if value is None:
-            continue
-        if value is row.resource:
-            text = resources.get(id(value))
-            if text is None:
-                text = resources[id(value)] = dump_json(value)
-            values[index] = text
-        else:
-            values[index] = dump_json(value)
+    resource = resources.get(id(row.resource))
+    if resource is None:
+        resource = resources[id(row.resource)] = dump_json(row.resource)
+    values[_RESOURCE] = resource
+    if row.extra is not None:
+        values[_EXTRA] = dump_json(row.extra)
     return values
 
 

@@ -62,6 +62,8 @@ def test_column_lists_follow_the_row_types_and_the_spans_table() -> None:
     # A span row carries every `spans` column but the time the collector received it.
     fields = {field.name for field in dataclasses.fields(SpanRow)}
     assert fields == set(rows.SPAN_COLUMNS) - {"received_at"}
+    json = {column.name for column in rows.SPANS.columns if _expected_binary(column) == "jsonb"}
+    assert set(pg_copy.SPAN_JSON) == json
 
 
 def test_engine_fields_are_facts_and_generation_columns() -> None:
