@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gate.cli.common import DatabaseOption, publisher, settings_with, transaction
+from gate.cli.common import DatabaseOption, cli_transaction, publisher, settings_with
 from gate.db.enums import Decision, RolloutState
 from gate.db.models import Verdict
 from gate.errors import BadRequest, GateError, StaleVersion
@@ -91,7 +91,7 @@ def _check(
 
 def _look(settings: Settings, rollout_id: int, as_json: bool, *, judge: bool = True) -> Decision:
     """Judge a running rollout once, or report the state of one that is not running."""
-    with transaction(settings) as db:
+    with cli_transaction(settings) as db:
         rollout = rollouts.get_rollout(db, rollout_id=rollout_id)
         if rollout.state is not RolloutState.RUNNING or not judge:
             decision = STATE_CODES.get(rollout.state, Decision.CONTINUE)
@@ -148,7 +148,7 @@ def export(
 ) -> None:
     """Write closed pairs as JSONL (the schema `specgate gate replay` reads)."""
     count = 0
-    with transaction(settings_with(database_url)) as db:
+    with cli_transaction(settings_with(database_url)) as db:
         rollouts.get_rollout(db, rollout_id=rollout)
         target = out.open("w") if out else sys.stdout
         try:

@@ -14,10 +14,10 @@ from sqlalchemy import select
 from gate.cli.common import (
     DatabaseOption,
     cli_actor,
+    cli_transaction,
     publisher,
     read_yaml,
     settings_with,
-    transaction,
 )
 from gate.cli.controller import controller
 from gate.cli.routes_launch import launch
@@ -94,7 +94,7 @@ def add_route(
         )
     except ValidationError as exc:
         raise BadRequest(f"route {name}: {exc}") from None
-    with transaction(settings_with(database_url)) as db:
+    with cli_transaction(settings_with(database_url)) as db:
         route, done = routes.register_route(db, spec=spec, actor=cli_actor(), update=update)
         line = f"route {route.id} {route.name} ({route.role.value}) -> {route.base_url}"
     typer.echo(f"{line} [{done.value}]")
@@ -103,7 +103,7 @@ def add_route(
 @routes_app.command("remove")
 def remove_route(name: str, database_url: DatabaseOption = None) -> None:
     """Remove a route that no rollout uses."""
-    with transaction(settings_with(database_url)) as db:
+    with cli_transaction(settings_with(database_url)) as db:
         routes.remove_route(db, name=name, actor=cli_actor())
     typer.echo(f"route {name} removed")
 
@@ -112,7 +112,7 @@ def remove_route(name: str, database_url: DatabaseOption = None) -> None:
 def list_routes(database_url: DatabaseOption = None) -> None:
     """List routes."""
     table = Table("id", "name", "role", "model", "base_url", "spec", "metrics_url", "auth")
-    with transaction(settings_with(database_url)) as db:
+    with cli_transaction(settings_with(database_url)) as db:
         for r in db.scalars(select(Route).order_by(Route.id)):
             spec = f"{r.spec_method} k={r.spec_tokens}" if r.spec_method else "-"
             table.add_row(
@@ -173,7 +173,7 @@ def create(
         sample_rate=sample_rate,
         policy=loaded,
     )
-    with transaction(settings_with(database_url)) as db:
+    with cli_transaction(settings_with(database_url)) as db:
         existing = repository.get_rollout_by_name(db, name) if exists_ok else None
         if existing is not None:
             _same_rollout(existing, spec)
@@ -211,7 +211,7 @@ def _same_rollout(rollout: Rollout, spec: RolloutIn) -> None:
 def list_rollouts(database_url: DatabaseOption = None) -> None:
     """List rollouts, newest first."""
     table = Table("id", "name", "alias", "mode", "state", "stage", "sample", "share", "version")
-    with transaction(settings_with(database_url)) as db:
+    with cli_transaction(settings_with(database_url)) as db:
         for r in repository.list_rollouts(db):
             table.add_row(
                 str(r.id),
@@ -230,7 +230,7 @@ def list_rollouts(database_url: DatabaseOption = None) -> None:
 @app.command()
 def show(rollout_id: int, database_url: DatabaseOption = None) -> None:
     """Show one rollout."""
-    with transaction(settings_with(database_url)) as db:
+    with cli_transaction(settings_with(database_url)) as db:
         rollout = service.get_rollout(db, rollout_id=rollout_id)
         change = repository.last_change(db, rollout.id)
         why = f"\n  {rollout.state.value} by {change.actor}: {change.reason}" if change else ""
@@ -247,7 +247,7 @@ def _describe(r: Rollout) -> str:
 
 def _act(action: Action, rollout_id: int, reason: str, database_url: str | None) -> None:
     settings = settings_with(database_url)
-    with transaction(settings) as db:
+    with cli_transaction(settings) as db:
         rollout = routing.change_state(
             db,
             rollout_id=rollout_id,

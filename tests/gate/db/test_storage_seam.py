@@ -138,3 +138,13 @@ def test_an_engine_made_elsewhere_gets_its_storage_once() -> None:
         assert storage.of(engine) is first
     finally:
         engine.dispose()
+
+
+def test_one_transaction_helper() -> None:
+    defined = [
+        path
+        for path, source in _sources()
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef) and node.name == "transaction"
+    ]
+    assert defined == ["gate/db/engine.py"]
