@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Boolean, Column, Enum, Float, Integer, String, Table, Text, Uuid
 
+from collectors.normalise import GENERATION_HELD
 from collectors.spans import SpanRow
 from gate.db import rows
 from gate.db.base import UTCDateTime
@@ -64,6 +65,10 @@ def test_column_lists_follow_the_row_types_and_the_spans_table() -> None:
     assert fields == set(rows.SPAN_COLUMNS) - {"received_at"}
     json = {column.name for column in rows.SPANS.columns if _expected_binary(column) == "jsonb"}
     assert set(pg_copy.SPAN_JSON) == json
+
+
+def test_the_normalisers_held_attributes_name_generation_columns() -> None:
+    assert set(GENERATION_HELD.values()) - set(rows.GENERATION_COLUMNS) == set()
 
 
 def test_engine_fields_are_facts_and_generation_columns() -> None:
