@@ -43,8 +43,8 @@ from ingest_spans import fresh, template
 import collectors
 from collectors.normalise import normalise
 from collectors.otlp import decode_protobuf
-from collectors.pg_bulk import dump_json
 from collectors.store import SpanStore
+from gate.db.storage.pg_copy import dump_json
 
 SCHEMAS = ("as migrated", "no generations FKs", "no generations FKs or indexes")
 _DURATION = re.compile(r"duration: ([0-9.]+) ms\s+(?:statement|execute [^:]*|bind [^:]*):\s*(.*)")

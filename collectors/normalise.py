@@ -9,36 +9,21 @@ import math
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from collectors.spans import STATUS_ERROR, SpanRow
 from gate.db.enums import Cohort, GenerationStatus, PairState
+from gate.db.rows import ENGINE_FIELDS, EngineFacts, GenerationRow, PairRow, RequestRow
 from gate.telemetry import attributes as a
 
 log = logging.getLogger(__name__)
+_Keyed = TypeVar("_Keyed", RequestRow, PairRow)
 
 _COHORTS = frozenset(member.value for member in Cohort)
 _STATUSES = frozenset(member.value for member in GenerationStatus)
 _OK, _ERROR, _OPEN = GenerationStatus.OK.value, GenerationStatus.ERROR.value, PairState.OPEN.value
 _CONTROL = Cohort.CONTROL.value
 
-# Column order of a generation row (also the COPY column order on Postgres).
-GENERATION_COLUMNS = (
-    "rollout_id", "pair_id", "request_id", "cohort", "route_id", "route_fingerprint",
-    "segment", "model", "temperature", "top_p", "max_tokens", "seed", "stream", "ttft_s",
-    "tpot_s", "e2e_s", "queue_s", "input_tokens", "output_tokens", "finish_reason", "status",
-    "error", "spec_drafts", "spec_draft_tokens", "spec_accepted_tokens", "prompt", "output",
-    "output_extra", "output_truncated", "trace_id", "span_id", "response_id", "started_at",
-    "engine_ttft_s", "engine_tpot_s",
-)  # fmt: skip
-
-
-# Facts the pair span owns; a stub written from a route span gets them when it lands.
-PAIR_SPAN_FIELDS = ("request_id", "is_control", "deadline", "created_at", "stage", "segment")
-# (id, pair id, trace id, span id) of a generation a batch inserted.
-NewGeneration = tuple[int, uuid.UUID | None, str, str]
-# Generation fields vLLM's span can fill when the gateway's span did not carry them.
-ENGINE_FIELDS = ("queue_s", "input_tokens", "output_tokens")
 # A normalised span is stored in `spans` without what its rows hold, so nothing is stored
 # twice. Captured content always goes: prompts and outputs are then purged once, by
 # retention on `generations` and `requests`. A route-call span also drops the attributes
@@ -74,14 +59,14 @@ class NormaliseError(ValueError):
 class Normalised:
     """The rows one batch of spans becomes."""
 
-    requests: list[dict[str, Any]] = field(default_factory=list)
+    requests: list[RequestRow] = field(default_factory=list)
     # From pair spans: they own the pair's facts and overwrite a stub.
-    pairs: list[dict[str, Any]] = field(default_factory=list)
+    pairs: list[PairRow] = field(default_factory=list)
     # From route spans whose pair span has not landed yet: inserted only if absent.
-    pair_stubs: list[dict[str, Any]] = field(default_factory=list)
-    generations: list[dict[str, Any]] = field(default_factory=list)
+    pair_stubs: list[PairRow] = field(default_factory=list)
+    generations: list[GenerationRow] = field(default_factory=list)
     # From vLLM `llm_request` spans: engine-side facts for the generation that is their parent.
-    engine_facts: list[dict[str, Any]] = field(default_factory=list)
+    engine_facts: list[EngineFacts] = field(default_factory=list)
     # The spans to store: those normalised above without the content their rows now hold.
     spans: list[SpanRow] = field(default_factory=list)
     skipped: int = 0
@@ -102,15 +87,15 @@ def normalise(rows: list[SpanRow], *, pair_deadline_s: float) -> Normalised:
                 row.trace_id, row.span_id, str(exc),
             )  # fmt: skip
     # One row per key: an upsert cannot touch the same row twice in one statement.
-    out.pairs = _unique(out.pairs, "id")
-    out.requests = _unique(out.requests, "id")
+    out.pairs = _unique(out.pairs)
+    out.requests = _unique(out.requests)
     full = {row["id"] for row in out.pairs}
     out.pair_stubs = _merge_stubs([stub for stub in out.pair_stubs if stub["id"] not in full])
     merge_engine_facts(out.generations, out.engine_facts)
     return out
 
 
-def _without_held(attrs: dict[str, Any], generation: dict[str, Any]) -> dict[str, Any]:
+def _without_held(attrs: dict[str, Any], generation: GenerationRow) -> dict[str, Any]:
     """Return a copy of a route-call span's attributes without its content and without what
     its generation holds exactly: the same type and value (`True` is not 1, nor 2.0 is 2;
     NaN is never equal to itself; -0.0 stays, as SQLite stores it as 0). The caller's span
@@ -145,7 +130,7 @@ def _uuid_text(value: uuid.UUID) -> str:
     return str(value)
 
 
-def merge_engine_facts(generations: list[dict[str, Any]], facts: list[dict[str, Any]]) -> None:
+def merge_engine_facts(generations: list[GenerationRow], facts: list[EngineFacts]) -> None:
     """Fill generations' missing engine-side fields from the facts of their vLLM spans."""
     by_parent = {(fact["trace_id"], fact["parent_span_id"]): fact for fact in facts}
     if not by_parent:
@@ -182,14 +167,15 @@ def _normalise_one(out: Normalised, row: SpanRow, pair_deadline_s: float) -> dic
     return None
 
 
-def pair_rows(row: SpanRow, deadline_s: float) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+def pair_rows(row: SpanRow, deadline_s: float) -> tuple[RequestRow | None, PairRow]:
     """Return the `requests` row (if the span names a request) and the `pairs` row."""
     attrs = row.attributes
     pair_id = _uuid(attrs.get(a.PAIR_ID), required=a.PAIR_ID)
     rollout_id = _int(attrs.get(a.ROLLOUT_ID), required=a.ROLLOUT_ID)
+    assert pair_id is not None and rollout_id is not None  # `required` raised otherwise
     request_id = _uuid(attrs.get(a.REQUEST_ID))
     segment = _str(attrs.get(a.SEGMENT), 64) or "chat"
-    request = None
+    request: RequestRow | None = None
     if request_id is not None:
         body, inputs = _json(attrs.get(a.REQUEST_BODY)), _json(attrs.get(a.REQUEST_INPUTS))
         request = {
@@ -206,7 +192,7 @@ def pair_rows(row: SpanRow, deadline_s: float) -> tuple[dict[str, Any] | None, d
             "created_at": row.start_time,
         }
     deadline = _float(attrs.get(a.PAIR_DEADLINE_S))
-    pair = {
+    pair: PairRow = {
         "id": pair_id,
         "rollout_id": rollout_id,
         "request_id": request_id,
@@ -220,7 +206,7 @@ def pair_rows(row: SpanRow, deadline_s: float) -> tuple[dict[str, Any] | None, d
     return request, pair
 
 
-def pair_stub(row: SpanRow, generation: dict[str, Any], deadline_s: float) -> dict[str, Any] | None:
+def pair_stub(row: SpanRow, generation: GenerationRow, deadline_s: float) -> PairRow | None:
     """Return a placeholder `pairs` row so a generation can land before its pair span."""
     if generation["pair_id"] is None or generation["rollout_id"] is None:
         return None
@@ -237,7 +223,7 @@ def pair_stub(row: SpanRow, generation: dict[str, Any], deadline_s: float) -> di
     }
 
 
-def generation_row(row: SpanRow) -> dict[str, Any]:
+def generation_row(row: SpanRow) -> GenerationRow:
     """Return the `generations` row of one route-call span."""
     attrs = row.attributes
     get = attrs.get
@@ -289,7 +275,7 @@ def generation_row(row: SpanRow) -> dict[str, Any]:
     }
 
 
-def engine_facts(trace_id: str, parent_span_id: str, attrs: dict[str, Any]) -> dict[str, Any]:
+def engine_facts(trace_id: str, parent_span_id: str, attrs: dict[str, Any]) -> EngineFacts:
     """Return the engine-side facts of a vLLM `llm_request` span, keyed by its parent."""
     return {
         "trace_id": trace_id,
@@ -300,8 +286,8 @@ def engine_facts(trace_id: str, parent_span_id: str, attrs: dict[str, Any]) -> d
     }
 
 
-def _merge_stubs(stubs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    merged: dict[uuid.UUID, dict[str, Any]] = {}
+def _merge_stubs(stubs: list[PairRow]) -> list[PairRow]:
+    merged: dict[uuid.UUID, PairRow] = {}
     for stub in stubs:
         first = merged.setdefault(stub["id"], stub)
         # Only the second call of a control pair says "control": any of them decides.
@@ -309,8 +295,8 @@ def _merge_stubs(stubs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(merged.values())
 
 
-def _unique(rows: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
-    return list({row[key]: row for row in reversed(rows)}.values())
+def _unique(rows: list[_Keyed]) -> list[_Keyed]:
+    return list({row["id"]: row for row in reversed(rows)}.values())
 
 
 def _after(start: datetime, seconds: float) -> datetime:

@@ -12,6 +12,7 @@ from collectors.metrics import CollectorMetrics
 from collectors.spool import Spool
 from collectors.store import SpanStore
 from collectors.writer import BatchWriter, LandedCallback, WriterLimits
+from gate.db import storage
 from gate.db.engine import engine_from_settings
 from gate.settings import CollectorSettings, Settings
 
@@ -54,8 +55,8 @@ def open_pipeline(
         flush_interval_s=collector.collector_flush_interval_s,
         retry_initial_s=collector.collector_retry_initial_s,
         retry_max_s=collector.collector_retry_max_s,
-        # SQLite takes one writer at a time: a second thread would only wait on its lock.
-        threads=1 if engine.dialect.name == "sqlite" else collector.collector_writer_threads,
+        # A single-writer database (SQLite): a second thread would only wait on its lock.
+        threads=1 if storage.of(engine).single_writer else collector.collector_writer_threads,
         group_commit=collector.collector_acknowledge == "durable",
     )
     writer = BatchWriter(

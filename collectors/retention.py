@@ -7,25 +7,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import (
-    ColumnElement,
-    Engine,
-    Table,
-    bindparam,
-    delete,
-    func,
-    null,
-    or_,
-    select,
-    tuple_,
-    update,
-)
-from sqlalchemy.dialects.postgresql import ARRAY
-from sqlalchemy.types import Text
+from sqlalchemy import Engine, Table, delete, null, select, tuple_, update
 
+from gate.db import storage
 from gate.db.base import utcnow
 from gate.db.engine import engine_from_settings
 from gate.db.models import Generation, RequestRecord, SpanRecord
+from gate.db.storage import Storage
 from gate.settings import CollectorSettings, Settings
 from gate.telemetry import attributes as a
 
@@ -65,10 +53,10 @@ def purge(
     content_cut = now - timedelta(days=settings.retention_content_days)
     spans_cut = now - timedelta(days=settings.retention_spans_days)
     size = settings.retention_batch_rows
-    postgres = engine.dialect.name == "postgresql"
+    chosen = storage.of(engine)
     result = PurgeResult(
         spans_deleted=_repeat(engine, lambda: _delete_spans(spans_cut, size)),
-        spans_scrubbed=_repeat(engine, lambda: _scrub_spans(content_cut, size, postgres)),
+        spans_scrubbed=_repeat(engine, lambda: _scrub_spans(content_cut, size, chosen)),
         generations_scrubbed=_repeat(engine, lambda: _scrub_generations(content_cut, size, now)),
         requests_scrubbed=_repeat(engine, lambda: _scrub_requests(content_cut, size)),
     )
@@ -99,18 +87,11 @@ def _delete_spans(cut: datetime, size: int) -> tuple[Any, int]:
     return delete(_SPANS).where(key.in_(old)), size
 
 
-def _scrub_spans(cut: datetime, size: int, postgres: bool) -> tuple[Any, int]:
+def _scrub_spans(cut: datetime, size: int, chosen: Storage) -> tuple[Any, int]:
     attributes = _SPANS.c.attributes
     keys = list(CONTENT_ATTRIBUTES)
-    holds: ColumnElement[bool]
-    if postgres:
-        array = bindparam("content_keys", keys, type_=ARRAY(Text))
-        holds = attributes.op("?|")(array)
-        scrubbed: Any = attributes.op("-")(array)
-    else:
-        paths = [f'$."{key}"' for key in keys]
-        holds = or_(*[func.json_type(attributes, path).is_not(None) for path in paths])
-        scrubbed = func.json_remove(attributes, *paths)
+    holds = chosen.json_has_any_key(attributes, keys)
+    scrubbed = chosen.json_without_keys(attributes, keys)
     key = tuple_(_SPANS.c.trace_id, _SPANS.c.span_id)
     old = select(_SPANS.c.trace_id, _SPANS.c.span_id).where(_SPANS.c.start_time < cut, holds)
     return update(_SPANS).where(key.in_(old.limit(size))).values(attributes=scrubbed), size

@@ -6,20 +6,17 @@ import sqlite3
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import psycopg
-from sqlalchemy import Connection, Engine, Table
+from sqlalchemy import Connection, Engine
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.dialects import sqlite
 
-from collectors import landing, pg_bulk
+from collectors import landing
 from collectors.normalise import normalise
 from collectors.spans import SpanRow
+from gate.db import storage
 from gate.db.base import utcnow
-from gate.db.models import SpanRecord
 
-_SPANS: Table = SpanRecord.__table__  # type: ignore[assignment]
 # SQLSTATE classes that blame the values written, not the database: 22 data exception (too
 # long, out of range, bad encoding), 23 integrity constraint violation, 54 program limit
 # exceeded (a value too large for an index). Everything else (read-only after a failover
@@ -75,7 +72,7 @@ class SpanStore:
     def __init__(self, engine: Engine, *, pair_deadline_s: float) -> None:
         self.engine = engine
         self.pair_deadline_s = pair_deadline_s
-        self.is_postgres = engine.dialect.name == "postgresql"
+        self.storage = storage.of(engine)
 
     def write(self, rows: Sequence[SpanRow], *, normalise_rows: bool = True) -> Landed:
         """Store `rows` in one transaction; raise on failure (nothing is then stored)."""
@@ -97,42 +94,14 @@ class SpanStore:
             normalised = normalise(stored, pair_deadline_s=self.pair_deadline_s)
             # Content a normalised row holds is not stored a second time in `spans`.
             stored = normalised.spans
-        if self.is_postgres:
-            new = pg_bulk.insert_spans(conn, stored, received_at)
-        else:
-            new = _sqlite_insert_spans(conn, stored, received_at)
+        new = self.storage.insert_spans(conn, stored, received_at)
         landed = Landed(spans_new=new, spans_duplicate=len(rows) - new)
         if normalised is None:
             return landed
-        generations = landing.land(conn, normalised)
+        generations = landing.land(conn, self.storage, normalised)
         landed.generation_ids = [generation[0] for generation in generations]
         # Pairs a new generation or a pair span landed in: where gate/pairs should look.
         pair_ids = {pair_id for _, pair_id, _, _ in generations if pair_id is not None}
         landed.pair_ids = sorted(pair_ids | {pair["id"] for pair in normalised.pairs}, key=str)
         landed.normalise_skipped = normalised.skipped
         return landed
-
-
-def _sqlite_insert_spans(conn: Connection, rows: Sequence[SpanRow], received_at: Any) -> int:
-    statement = sqlite.insert(_SPANS).on_conflict_do_nothing()
-    values = [
-        {
-            "trace_id": row.trace_id,
-            "span_id": row.span_id,
-            "parent_span_id": row.parent_span_id,
-            "name": row.name,
-            "kind": row.kind,
-            "service": row.service,
-            "start_time": row.start_time,
-            "end_time": row.end_time,
-            "status_code": row.status_code,
-            "status_message": row.status_message,
-            "attributes": row.attributes,
-            "resource": row.resource,
-            "extra": row.extra,
-            "received_at": received_at,
-        }
-        for row in rows
-    ]
-    result = conn.execute(statement, values)
-    return max(result.rowcount, 0)

@@ -11,7 +11,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from evaluators.base import (
@@ -22,6 +21,7 @@ from evaluators.base import (
     run_pair_evaluator,
 )
 from evaluators.registry import EvaluatorSet, build_evaluators
+from gate.db import storage
 from gate.db.enums import Cohort, PairState
 from gate.db.models import Evaluation, Generation, Pair, RequestRecord, Rollout
 from gate.errors import Conflict, NotFound
@@ -140,10 +140,9 @@ def _store(session: Session, item: Scored) -> Scored:
         "not_evaluable": item.result.not_evaluable,
         "details": item.result.details,
     }
-    dialect = session.get_bind().dialect.name
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     statement = (
-        insert(Evaluation)
+        storage.of(session)
+        .insert(Evaluation)
         .values(**values)
         .on_conflict_do_nothing(index_elements=["generation_id", "evaluator", "version"])
         .returning(Evaluation.id)

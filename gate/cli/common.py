@@ -13,7 +13,7 @@ import yaml
 from sqlalchemy.orm import Session
 
 from gate.db import migrate
-from gate.db.engine import engine_from_settings, session_factory
+from gate.db.engine import engine_from_settings, session_factory, transaction
 from gate.errors import InputMalformed, InputMissing
 from gate.settings import Settings, load_settings
 
@@ -59,12 +59,12 @@ def read_yaml(path: Path, what: str) -> Any:
 
 
 @contextmanager
-def transaction(settings: Settings) -> Iterator[Session]:
-    """One committed transaction against the configured database, at the newest schema."""
+def cli_transaction(settings: Settings) -> Iterator[Session]:
+    """One command's `transaction` on the configured database, checked at the newest schema."""
     migrate.require_current(settings.resolved_database_url())
     db_engine = engine_from_settings(settings)
     try:
-        with session_factory(db_engine)() as session, session.begin():
+        with transaction(session_factory(db_engine)) as session:
             yield session
     finally:
         db_engine.dispose()

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from gate.cli.common import DatabaseOption, cli_actor, settings_with, transaction
+from gate.cli.common import DatabaseOption, cli_actor, cli_transaction, settings_with
 from gate.controllers.links import link_rollout
 from gate.db.models import ControllerKind
 
@@ -31,7 +31,7 @@ def controller(
 ) -> None:
     """Link a rollout to its controller; for Flagger, print a new hook token once."""
     settings = settings_with(database_url)
-    with transaction(settings) as db:
+    with cli_transaction(settings) as db:
         _, token = link_rollout(
             db,
             rollout_id=rollout_id,

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gate.cli.common import DatabaseOption, settings_with, transaction
+from gate.cli.common import DatabaseOption, cli_transaction, settings_with
 from gate.db.enums import Decision, RolloutState
 from gate.db.models import Verdict
 from gate.errors import BadRequest, GateError, StaleVersion
@@ -88,7 +88,7 @@ def _check(
 
 def _look(settings: Settings, rollout_id: int, as_json: bool, *, judge: bool = True) -> Decision:
     """Judge a running rollout once, or report the state of one that is not running."""
-    with transaction(settings) as db:
+    with cli_transaction(settings) as db:
         rollout = rollouts.get_rollout(db, rollout_id=rollout_id)
         if rollout.state is not RolloutState.RUNNING or not judge:
             decision = STATE_CODES.get(rollout.state, Decision.CONTINUE)

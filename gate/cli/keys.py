@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import select
 
-from gate.cli.common import DatabaseOption, cli_actor, settings_with, transaction
+from gate.cli.common import DatabaseOption, cli_actor, cli_transaction, settings_with
 from gate.db.models import ApiKey
 from gate.keys.service import create_key, revoke_key
 
@@ -24,7 +24,7 @@ def create(
 ) -> None:
     """Create a key and print it once; only its HMAC is stored."""
     settings = settings_with(database_url)
-    with transaction(settings) as db:
+    with cli_transaction(settings) as db:
         row, token = create_key(
             db,
             name=name,
@@ -39,7 +39,7 @@ def create(
 @app.command("list")
 def list_keys(database_url: DatabaseOption = None) -> None:
     """List keys (never their secrets)."""
-    with transaction(settings_with(database_url)) as db:
+    with cli_transaction(settings_with(database_url)) as db:
         table = Table("name", "scopes", "created", "revoked")
         for row in db.scalars(select(ApiKey).order_by(ApiKey.id)):
             revoked = str(row.revoked_at) if row.revoked_at else ""
@@ -53,6 +53,6 @@ def revoke(
     database_url: DatabaseOption = None,
 ) -> None:
     """Revoke a key; it stops working at once."""
-    with transaction(settings_with(database_url)) as db:
+    with cli_transaction(settings_with(database_url)) as db:
         revoke_key(db, name=name, actor=cli_actor())
     typer.echo(f"key {name!r} revoked")

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from gate.cli.common import DatabaseOption, settings_with, transaction
+from gate.cli.common import DatabaseOption, cli_transaction, settings_with
 from gate.pairs.export import pair_records
 from gate.rollouts import service as rollouts
 
@@ -25,7 +25,7 @@ def export(
 ) -> None:
     """Write closed pairs as JSONL (the schema `specgate gate replay` reads)."""
     count = 0
-    with transaction(settings_with(database_url)) as db:
+    with cli_transaction(settings_with(database_url)) as db:
         rollouts.get_rollout(db, rollout_id=rollout)
         target = out.open("w") if out else sys.stdout
         try:

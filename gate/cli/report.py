@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from gate.cli.common import DatabaseOption, settings_with, transaction
+from gate.cli.common import DatabaseOption, cli_transaction, settings_with
 from gate.reports.jobs import last_complete_week
 from gate.reports.model import Week
 from gate.reports.weekly import build_weekly
@@ -25,7 +25,7 @@ def weekly(
 ) -> None:
     """Write the weekly report (HTML, Markdown, PNG plots) and store it for the API."""
     target = Week.parse(week) if week else last_complete_week()
-    with transaction(settings_with(database_url)) as db:
+    with cli_transaction(settings_with(database_url)) as db:
         report = build_weekly(db, target, out_dir=out)
         report_id = report.report_id
     typer.echo(

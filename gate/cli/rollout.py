@@ -12,9 +12,9 @@ from rich.table import Table
 from gate.cli.common import (
     DatabaseOption,
     cli_actor,
+    cli_transaction,
     read_yaml,
     settings_with,
-    transaction,
 )
 from gate.cli.controller import controller
 from gate.db.enums import RolloutMode
@@ -77,7 +77,7 @@ def create(
         sample_rate=sample_rate,
         policy=loaded,
     )
-    with transaction(settings_with(database_url)) as db:
+    with cli_transaction(settings_with(database_url)) as db:
         existing = repository.get_rollout_by_name(db, name) if exists_ok else None
         if existing is not None:
             _same_rollout(existing, spec)
@@ -115,7 +115,7 @@ def _same_rollout(rollout: Rollout, spec: RolloutIn) -> None:
 def list_rollouts(database_url: DatabaseOption = None) -> None:
     """List rollouts, newest first."""
     table = Table("id", "name", "alias", "mode", "state", "stage", "sample", "share", "version")
-    with transaction(settings_with(database_url)) as db:
+    with cli_transaction(settings_with(database_url)) as db:
         for r in repository.list_rollouts(db):
             table.add_row(
                 str(r.id),
@@ -134,7 +134,7 @@ def list_rollouts(database_url: DatabaseOption = None) -> None:
 @app.command()
 def show(rollout_id: int, database_url: DatabaseOption = None) -> None:
     """Show one rollout."""
-    with transaction(settings_with(database_url)) as db:
+    with cli_transaction(settings_with(database_url)) as db:
         rollout = service.get_rollout(db, rollout_id=rollout_id)
         change = repository.last_change(db, rollout.id)
         why = f"\n  {rollout.state.value} by {change.actor}: {change.reason}" if change else ""
@@ -151,7 +151,7 @@ def _describe(r: Rollout) -> str:
 
 def _act(action: Action, rollout_id: int, reason: str, database_url: str | None) -> None:
     settings = settings_with(database_url)
-    with transaction(settings) as db:
+    with cli_transaction(settings) as db:
         rollout = routing.change_state(
             db,
             rollout_id=rollout_id,

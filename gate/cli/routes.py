@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import select
 
-from gate.cli.common import DatabaseOption, cli_actor, settings_with, transaction
+from gate.cli.common import DatabaseOption, cli_actor, cli_transaction, settings_with
 from gate.cli.routes_launch import launch
 from gate.db.enums import RouteRole
 from gate.db.models import Route
@@ -79,7 +79,7 @@ def add_route(
         )
     except ValidationError as exc:
         raise BadRequest(f"route {name}: {exc}") from None
-    with transaction(settings_with(database_url)) as db:
+    with cli_transaction(settings_with(database_url)) as db:
         route, done = routes.register_route(db, spec=spec, actor=cli_actor(), update=update)
         line = f"route {route.id} {route.name} ({route.role.value}) -> {route.base_url}"
     typer.echo(f"{line} [{done.value}]")
@@ -88,7 +88,7 @@ def add_route(
 @app.command("remove")
 def remove_route(name: str, database_url: DatabaseOption = None) -> None:
     """Remove a route that no rollout uses."""
-    with transaction(settings_with(database_url)) as db:
+    with cli_transaction(settings_with(database_url)) as db:
         routes.remove_route(db, name=name, actor=cli_actor())
     typer.echo(f"route {name} removed")
 
@@ -97,7 +97,7 @@ def remove_route(name: str, database_url: DatabaseOption = None) -> None:
 def list_routes(database_url: DatabaseOption = None) -> None:
     """List routes."""
     table = Table("id", "name", "role", "model", "base_url", "spec", "metrics_url", "auth")
-    with transaction(settings_with(database_url)) as db:
+    with cli_transaction(settings_with(database_url)) as db:
         for r in db.scalars(select(Route).order_by(Route.id)):
             spec = f"{r.spec_method} k={r.spec_tokens}" if r.spec_method else "-"
             table.add_row(

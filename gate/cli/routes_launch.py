@@ -55,7 +55,7 @@ import httpx
 import typer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from gate.cli.common import DatabaseOption, cli_actor, read_yaml, settings_with, transaction
+from gate.cli.common import DatabaseOption, cli_actor, cli_transaction, read_yaml, settings_with
 from gate.cli.gatecheck import parse_duration
 from gate.db.enums import RouteRole
 from gate.errors import BadRequest, ConfigError, InputMalformed
@@ -177,7 +177,7 @@ def _root(base_url: str) -> str:
 
 def register(spec: RouteIn, database_url: str | None) -> str:
     """Register a route, or keep the identical one already there; return what happened."""
-    with transaction(settings_with(database_url)) as db:
+    with cli_transaction(settings_with(database_url)) as db:
         route, done = routes.register_route(db, spec=spec, actor=cli_actor())
         if done is routes.Registered.CREATED:
             return f"route {route.id} {route.name} ({route.role.value}) -> {route.base_url}"

@@ -5,10 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, Integer, MetaData
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy import DateTime, MetaData
 from sqlalchemy.orm import DeclarativeBase
 from sqlalchemy.types import TypeDecorator
+
+from gate.db.storage.types import BigIntPK as BigIntPK
+from gate.db.storage.types import JSONType as JSONType
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -17,11 +19,6 @@ NAMING_CONVENTION = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
-
-# JSONB on Postgres (indexable, compact), plain JSON text on SQLite.
-JSONType = JSON().with_variant(JSONB(), "postgresql")
-# SQLite only auto-increments INTEGER PRIMARY KEY columns.
-BigIntPK = BigInteger().with_variant(Integer(), "sqlite")
 
 
 class UTCDateTime(TypeDecorator[datetime]):

@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy import func, select, text, update
 from sqlalchemy.orm import Session
 
+from gate.db import storage
 from gate.db.base import utcnow
 from gate.db.enums import PairState
 from gate.db.models import Pair
@@ -33,8 +34,9 @@ _SHARED = text("SELECT pg_advisory_xact_lock_shared(CAST(:space AS integer), CAS
 _EXCLUSIVE = text("SELECT pg_advisory_xact_lock(CAST(:space AS integer), CAST(:id AS integer))")
 
 
-def _postgres(session: Session) -> bool:
-    return session.get_bind().dialect.name == "postgresql"
+def _single_writer(session: Session) -> bool:
+    # One writer at a time commits in time order: no stamp can be in flight behind a fold.
+    return storage.of(session).single_writer
 
 
 def stamp_evaluated(session: Session, *, pair_ids: Sequence[uuid.UUID]) -> int:
@@ -42,7 +44,7 @@ def stamp_evaluated(session: Session, *, pair_ids: Sequence[uuid.UUID]) -> int:
     if not pair_ids:
         return 0
     now: Any = utcnow()
-    if _postgres(session):
+    if not _single_writer(session):
         rollouts = session.scalars(
             select(Pair.rollout_id).where(Pair.id.in_(pair_ids)).distinct()
         ).all()
@@ -62,7 +64,7 @@ def stamp_evaluated(session: Session, *, pair_ids: Sequence[uuid.UUID]) -> int:
 
 def fold_horizon(session: Session, *, rollout_id: int) -> datetime:
     """Wait for the rollout's stamps in flight; return the time up to which all committed."""
-    if not _postgres(session):
+    if _single_writer(session):
         return utcnow()
     session.execute(_EXCLUSIVE, {"space": LOCK_SPACE, "id": rollout_id})
     horizon = session.scalar(text("SELECT clock_timestamp()"))

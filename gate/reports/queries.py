@@ -1,7 +1,8 @@
 """Statements over generations, evaluations, verdicts and audit events. Never commits.
 
-Quantiles run in SQL on Postgres (`percentile_cont`); other dialects (the embedded SQLite)
-fetch the values and interpolate the same way with numpy, so both give identical numbers.
+Quantiles run in SQL where the storage can (Postgres: `percentile_cont`); elsewhere (the
+embedded SQLite) the values are fetched and interpolated the same way with numpy, so both
+give identical numbers.
 """
 
 from __future__ import annotations
@@ -14,20 +15,15 @@ from typing import Any
 
 import numpy as np
 from sqlalchemy import (
-    BigInteger,
     ColumnElement,
-    Float,
-    Integer,
     case,
-    cast,
-    extract,
     func,
     select,
     union,
 )
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
+from gate.db import storage
 from gate.db.enums import Cohort, GenerationStatus
 from gate.db.models import AuditEvent, Evaluation, Generation, Rollout, Verdict
 
@@ -81,17 +77,9 @@ class StatusRow:
     count: int
 
 
-def is_postgres(session: Session) -> bool:
-    """Whether the session talks to Postgres."""
-    return session.get_bind().dialect.name == "postgresql"
-
-
 def epoch_bucket(session: Session, column: Any, step: int) -> ColumnElement[int]:
     """Return the start (epoch seconds) of the `step`-second bucket holding `column`."""
-    if is_postgres(session):
-        return cast(func.floor(extract("epoch", column) / step) * step, BigInteger)
-    seconds = cast(func.strftime("%s", column), Integer)
-    return cast((seconds.op("/")(step)).op("*")(step), BigInteger)
+    return storage.of(session).epoch_bucket(column, step)
 
 
 def generation_filter(window: Window) -> list[ColumnElement[bool]]:
@@ -112,13 +100,9 @@ def quantiles(
 ) -> dict[Key, Quantiles]:
     """Return linear-interpolated quantiles of `value` per group of `keys` (NULLs skipped)."""
     clauses = [*where, value.is_not(None)]
-    if is_postgres(session):
-        grid = cast(postgresql.array([float(p) for p in probs]), postgresql.ARRAY(Float))
-        statement = (
-            select(*keys, func.count(value), func.percentile_cont(grid).within_group(value))
-            .where(*clauses)
-            .group_by(*keys)
-        )
+    in_sql = storage.of(session).percentiles(value, probs)
+    if in_sql is not None:
+        statement = select(*keys, func.count(value), in_sql).where(*clauses).group_by(*keys)
         found: dict[Key, Quantiles] = {}
         for row in session.execute(statement):
             *key, n, values = row

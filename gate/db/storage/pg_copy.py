@@ -1,55 +1,74 @@
-"""Postgres bulk path: binary COPY into temporary staging tables, then idempotent INSERT."""
+"""Postgres bulk path: binary COPY into temporary staging tables, then idempotent INSERT.
+
+Column lists and their binary types come from the ORM tables (`gate.db.rows`)."""
 
 from __future__ import annotations
 
 import json
 import math
-import uuid
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from decimal import Decimal
+from operator import attrgetter
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection
+from sqlalchemy import Column, Connection, Table
+from sqlalchemy.dialects import postgresql
 
-from collectors.normalise import GENERATION_COLUMNS
-from collectors.spans import SpanRow
+from gate.db.rows import (
+    GENERATION_COLUMNS,
+    GENERATIONS,
+    SPAN_COLUMNS,
+    SPANS,
+    GenerationRow,
+    NewGeneration,
+)
+from gate.db.storage.fields import SpanFields
 
-SPAN_COLUMNS = (
-    "trace_id", "span_id", "parent_span_id", "name", "kind", "service", "start_time",
-    "end_time", "status_code", "status_message", "attributes", "resource", "extra",
-    "received_at",
-)  # fmt: skip
-_SPAN_TYPES = (
-    "text", "text", "text", "text", "int4", "text", "timestamptz",
-    "timestamptz", "int4", "text", "text", "text", "text", "timestamptz",
-)  # fmt: skip
-_GENERATION_TYPES = {
-    "rollout_id": "int4", "pair_id": "uuid", "request_id": "uuid", "route_id": "int4",
-    "temperature": "float8", "top_p": "float8", "max_tokens": "int4", "seed": "int4",
-    "stream": "bool", "ttft_s": "float8", "tpot_s": "float8", "e2e_s": "float8",
-    "queue_s": "float8", "input_tokens": "int4", "output_tokens": "int4",
-    "spec_drafts": "int4", "spec_draft_tokens": "int4", "spec_accepted_tokens": "int4",
-    "output_truncated": "bool", "started_at": "timestamptz", "engine_ttft_s": "float8",
-    "engine_tpot_s": "float8",
+# The binary COPY/unnest type of a column, from its Postgres DDL type; JSON travels as text.
+_BINARY_TYPES = {
+    "UUID": "uuid", "INTEGER": "int4", "BIGINT": "int8", "FLOAT": "float8",
+    "DOUBLE PRECISION": "float8", "BOOLEAN": "bool", "TIMESTAMP WITH TIME ZONE": "timestamptz",
+    "JSONB": "jsonb",
 }  # fmt: skip
-_EXTRA = GENERATION_COLUMNS.index("output_extra")
-_JSON_COLUMNS = frozenset({"attributes", "resource", "extra", "output_extra"})
+
+
+def binary_type(column: Column[Any]) -> str:
+    """The type a column's values are sent as (`text` for strings, enums and JSON text)."""
+    ddl = column.type.compile(dialect=postgresql.dialect())  # type: ignore[no-untyped-call]
+    return _BINARY_TYPES.get(ddl, "text")
+
+
+def binary_types(table: Table, names: Sequence[str]) -> dict[str, str]:
+    """The binary type of each named column of `table`, in the order named."""
+    return {name: binary_type(table.c[name]) for name in names}
+
+
+_SPAN_TYPES = binary_types(SPANS, SPAN_COLUMNS)
+_GENERATION_TYPES = binary_types(GENERATIONS, GENERATION_COLUMNS)
+_JSON_COLUMNS = frozenset(
+    name for name, kind in (*_SPAN_TYPES.items(), *_GENERATION_TYPES.items()) if kind == "jsonb"
+)
+_SPAN_FIELDS = attrgetter(*SPAN_COLUMNS[:-1])  # a span row carries all but received_at
+# The JSON columns of `spans` (checked against the table in tests/gate/db/test_rows.py).
+SPAN_JSON = ("attributes", "resource", "extra")
+_ATTRIBUTES, _RESOURCE, _EXTRA = map(SPAN_COLUMNS.index, SPAN_JSON)
+_GENERATION_JSON = tuple(i for i, name in enumerate(GENERATION_COLUMNS) if name in _JSON_COLUMNS)
 
 _KEY = ("trace_id", "span_id")
 _SPANS_STAGE = "specgate_spans_stage"
 _GENERATIONS_STAGE = "specgate_generations_stage"
 
 
-def insert_spans(conn: Connection, rows: Sequence[SpanRow], received_at: datetime) -> int:
+def insert_spans(conn: Connection, rows: Sequence[SpanFields], received_at: datetime) -> int:
     """COPY `rows` into staging, insert the ones not stored yet; return how many were new."""
     _ensure_stages(conn)
     resources: dict[int, str] = {}
     with cursor(conn) as cur:
         copy_sql = f"COPY {_SPANS_STAGE} ({', '.join(SPAN_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
         with cur.copy(copy_sql) as copy:
-            copy.set_types(_SPAN_TYPES)
+            copy.set_types(_stage_types(_SPAN_TYPES))
             for row in rows:
                 copy.write_row(_span_tuple(row, received_at, resources))
         cur.execute(_insert_select("spans", SPAN_COLUMNS, _SPANS_STAGE, _KEY))
@@ -57,19 +76,16 @@ def insert_spans(conn: Connection, rows: Sequence[SpanRow], received_at: datetim
     return max(inserted, 0)
 
 
-def insert_generations(
-    conn: Connection, rows: Sequence[dict[str, Any]]
-) -> list[tuple[int, uuid.UUID | None, str, str]]:
+def insert_generations(conn: Connection, rows: Sequence[GenerationRow]) -> list[NewGeneration]:
     """Insert generations not stored yet; return (id, pair id, trace id, span id) of new ones."""
     if not rows:
         return []
     _ensure_stages(conn)
     columns = ", ".join(GENERATION_COLUMNS)
-    types = [_GENERATION_TYPES.get(column, "text") for column in GENERATION_COLUMNS]
     with cursor(conn) as cur:
         copy_sql = f"COPY {_GENERATIONS_STAGE} ({columns}) FROM STDIN (FORMAT BINARY)"
         with cur.copy(copy_sql) as copy:
-            copy.set_types(types)
+            copy.set_types(_stage_types(_GENERATION_TYPES))
             for row in rows:
                 copy.write_row(_generation_tuple(row))
         insert = _insert_select("generations", GENERATION_COLUMNS, _GENERATIONS_STAGE, _KEY)
@@ -77,34 +93,29 @@ def insert_generations(
         return [(int(r[0]), r[1], str(r[2]), str(r[3])) for r in cur.fetchall()]
 
 
-def _span_tuple(row: SpanRow, received_at: datetime, resources: dict[int, str]) -> tuple[Any, ...]:
+def _span_tuple(row: SpanFields, received_at: datetime, resources: dict[int, str]) -> list[Any]:
+    values = [*_SPAN_FIELDS(row), received_at]
+    values[_ATTRIBUTES] = dump_json(row.attributes)
     # Spans of one resource share its dict: dump it once per batch.
     resource = resources.get(id(row.resource))
     if resource is None:
         resource = resources[id(row.resource)] = dump_json(row.resource)
-    return (
-        row.trace_id,
-        row.span_id,
-        row.parent_span_id,
-        row.name,
-        row.kind,
-        row.service,
-        row.start_time,
-        row.end_time,
-        row.status_code,
-        row.status_message,
-        dump_json(row.attributes),
-        resource,
-        None if row.extra is None else dump_json(row.extra),
-        received_at,
-    )
+    values[_RESOURCE] = resource
+    if row.extra is not None:
+        values[_EXTRA] = dump_json(row.extra)
+    return values
 
 
-def _generation_tuple(row: dict[str, Any]) -> tuple[Any, ...]:
-    values = [row[column] for column in GENERATION_COLUMNS]
-    extra = values[_EXTRA]
-    values[_EXTRA] = None if extra is None else dump_json(extra)
-    return tuple(values)
+def _generation_tuple(row: GenerationRow) -> list[Any]:
+    values = [row[column] for column in GENERATION_COLUMNS]  # type: ignore[literal-required]
+    for index in _GENERATION_JSON:
+        if values[index] is not None:
+            values[index] = dump_json(values[index])
+    return values
+
+
+def _stage_types(types: dict[str, str]) -> list[str]:
+    return ["text" if kind == "jsonb" else kind for kind in types.values()]
 
 
 def dump_json(value: Any) -> str:
@@ -166,13 +177,8 @@ def _insert_select(table: str, columns: Iterable[str], stage: str, key: Sequence
 def _ensure_stages(conn: Connection) -> None:
     # Cheap when they exist; not cached per connection, since a rolled-back batch that
     # created them also rolls back their creation.
-    span_columns = ", ".join(
-        f"{name} {'text' if name in _JSON_COLUMNS else kind}"
-        for name, kind in zip(SPAN_COLUMNS, _SPAN_TYPES, strict=True)
-    )
-    generation_columns = ", ".join(
-        f"{name} {_GENERATION_TYPES.get(name, 'text')}" for name in GENERATION_COLUMNS
-    )
+    span_columns = _stage_columns(_SPAN_TYPES)
+    generation_columns = _stage_columns(_GENERATION_TYPES)
     with cursor(conn) as cur:
         for stage, columns in (
             (_SPANS_STAGE, span_columns),
@@ -184,6 +190,11 @@ def _ensure_stages(conn: Connection) -> None:
                 f"CREATE TEMP TABLE IF NOT EXISTS {stage} ({columns}) "
                 "WITH (toast_tuple_target = 8160) ON COMMIT DELETE ROWS"
             )
+
+
+def _stage_columns(types: dict[str, str]) -> str:
+    kinds = _stage_types(types)
+    return ", ".join(f"{name} {kind}" for name, kind in zip(types, kinds, strict=True))
 
 
 def cursor(conn: Connection) -> Any:

@@ -1,0 +1,118 @@
+"""Typed rows the collector writes, and their column lists, derived from the ORM tables.
+
+A row type names the columns a writer fills (a subset of its table's); its keys are the
+column order everywhere a list is needed (COPY, unnest, INSERT). `tests/gate/test_rows.py`
+fails when a row type and its table disagree.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any, Literal, TypedDict
+
+from sqlalchemy import Table
+
+from gate.db.models import Generation, Pair, RequestRecord, SpanRecord
+
+SPANS: Table = SpanRecord.__table__  # type: ignore[assignment]
+REQUESTS: Table = RequestRecord.__table__  # type: ignore[assignment]
+PAIRS: Table = Pair.__table__  # type: ignore[assignment]
+GENERATIONS: Table = Generation.__table__  # type: ignore[assignment]
+
+
+class RequestRow(TypedDict):
+    """A `requests` row, from a pair span."""
+
+    id: uuid.UUID
+    rollout_id: int | None
+    endpoint: str
+    body: Any
+    inputs: dict[str, Any]
+    truncated: list[str] | None
+    segment: str
+    tenant: str | None
+    inflight_baseline: int
+    inflight_candidate: int
+    created_at: datetime
+
+
+class PairRow(TypedDict):
+    """A `pairs` row, from a pair span or (a stub) from a route call's span."""
+
+    id: uuid.UUID
+    rollout_id: int
+    request_id: uuid.UUID | None
+    stage: int
+    state: str
+    is_control: bool
+    segment: str
+    created_at: datetime
+    deadline: datetime
+
+
+class GenerationRow(TypedDict):
+    """A `generations` row, from a route call's span."""
+
+    rollout_id: int | None
+    pair_id: uuid.UUID | None
+    request_id: uuid.UUID | None
+    cohort: str
+    route_id: int | None
+    route_fingerprint: str | None
+    segment: str
+    model: str | None
+    temperature: float | None
+    top_p: float | None
+    max_tokens: int | None
+    seed: int | None
+    stream: bool
+    ttft_s: float | None
+    tpot_s: float | None
+    e2e_s: float | None
+    queue_s: float | None
+    input_tokens: int | None
+    output_tokens: int | None
+    finish_reason: str | None
+    status: str
+    error: str | None
+    spec_drafts: int | None
+    spec_draft_tokens: int | None
+    spec_accepted_tokens: int | None
+    prompt: str | None
+    output: str | None
+    output_extra: Any
+    output_truncated: bool | None
+    trace_id: str
+    span_id: str
+    response_id: str | None
+    started_at: datetime
+    engine_ttft_s: float | None
+    engine_tpot_s: float | None
+
+
+class EngineFacts(TypedDict):
+    """What a vLLM span tells about the generation it served (its parent span)."""
+
+    trace_id: str
+    parent_span_id: str
+    queue_s: float | None
+    input_tokens: int | None
+    output_tokens: int | None
+
+
+# (id, pair id, trace id, span id) of a generation a batch inserted.
+NewGeneration = tuple[int, uuid.UUID | None, str, str]
+
+REQUEST_COLUMNS: tuple[str, ...] = tuple(RequestRow.__annotations__)
+PAIR_COLUMNS: tuple[str, ...] = tuple(PairRow.__annotations__)
+GENERATION_COLUMNS: tuple[str, ...] = tuple(GenerationRow.__annotations__)
+FACT_COLUMNS: tuple[str, ...] = tuple(EngineFacts.__annotations__)
+# Generation fields vLLM's span can fill when the gateway's span did not carry them (a
+# literal type, so mypy checks each against both row types).
+EngineField = Literal["queue_s", "input_tokens", "output_tokens"]
+ENGINE_FIELDS: tuple[EngineField, ...] = ("queue_s", "input_tokens", "output_tokens")
+# Every `spans` column, in the table's order; a span row carries all but `received_at`.
+SPAN_COLUMNS: tuple[str, ...] = tuple(column.name for column in SPANS.columns)
+# Facts the pair span owns; a stub written from a route span gets them when it lands.
+PAIR_SPAN_FIELDS = ("request_id", "is_control", "deadline", "created_at", "stage", "segment")

@@ -1,0 +1,165 @@
+"""The Postgres storage: rows passed as typed arrays or COPY, JSONB, quantiles in SQL."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Connection,
+    Engine,
+    Float,
+    Table,
+    Text,
+    bindparam,
+    cast,
+    create_engine,
+    extract,
+    func,
+)
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import make_url
+
+from gate.db.rows import (
+    ENGINE_FIELDS,
+    FACT_COLUMNS,
+    GENERATIONS,
+    PAIR_COLUMNS,
+    PAIR_SPAN_FIELDS,
+    PAIRS,
+    REQUEST_COLUMNS,
+    REQUESTS,
+    EngineFacts,
+    GenerationRow,
+    NewGeneration,
+    PairRow,
+    RequestRow,
+)
+from gate.db.storage import pg_copy
+from gate.db.storage.fields import SpanFields
+from gate.telemetry import attributes as a
+
+_REQUEST_TYPES = pg_copy.binary_types(REQUESTS, REQUEST_COLUMNS)
+_PAIR_TYPES = pg_copy.binary_types(PAIRS, PAIR_COLUMNS)
+# A vLLM span's facts are keyed by its parent: the generation's own span.
+_FACT_TYPES = dict(
+    zip(
+        FACT_COLUMNS,
+        pg_copy.binary_types(GENERATIONS, ("trace_id", "span_id", *ENGINE_FIELDS)).values(),
+        strict=True,
+    )
+)
+
+
+class PostgresStorage:
+    """Postgres: concurrent writers, JSONB, binary COPY and unnest for landing."""
+
+    single_writer = False
+
+    def create_engine(self, url: str, *, echo: bool) -> Engine:
+        psycopg = make_url(url).get_driver_name() == "psycopg"
+        args = {"connect_timeout": 5} if psycopg else {}
+        return create_engine(url, echo=echo, pool_pre_ping=True, connect_args=args)
+
+    def insert(self, table: Table | type[Any]) -> postgresql.Insert:
+        return postgresql.insert(table)
+
+    def insert_spans(
+        self, conn: Connection, rows: Sequence[SpanFields], received_at: datetime
+    ) -> int:
+        return pg_copy.insert_spans(conn, rows, received_at)
+
+    def insert_requests(self, conn: Connection, rows: Sequence[RequestRow]) -> None:
+        _insert(conn, "requests", _REQUEST_TYPES, rows, "ON CONFLICT (id) DO NOTHING")
+
+    def upsert_pairs(self, conn: Connection, rows: Sequence[PairRow]) -> None:
+        fields = ", ".join(f"{name} = EXCLUDED.{name}" for name in PAIR_SPAN_FIELDS)
+        _insert(conn, "pairs", _PAIR_TYPES, rows, f"ON CONFLICT (id) DO UPDATE SET {fields}")
+
+    def insert_pair_stubs(self, conn: Connection, rows: Sequence[PairRow]) -> None:
+        # A control call landing after its pair's stub marks the pair as a control pair.
+        tail = (
+            "ON CONFLICT (id) DO UPDATE SET is_control = true "
+            "WHERE EXCLUDED.is_control AND NOT pairs.is_control"
+        )
+        _insert(conn, "pairs", _PAIR_TYPES, rows, tail)
+
+    def vllm_spans(
+        self, conn: Connection, trace_ids: Sequence[str]
+    ) -> list[tuple[str, str, dict[str, Any]]]:
+        # One primary-key probe per trace: the LATERAL with OFFSET 0 keeps the planner from
+        # turning this into a scan of the whole spans table.
+        query = (
+            "SELECT s.trace_id, s.parent_span_id, s.attributes "
+            "FROM unnest(%b::text[]) AS v(trace_id) "
+            "CROSS JOIN LATERAL (SELECT trace_id, parent_span_id, attributes FROM spans "
+            "WHERE trace_id = v.trace_id AND name = %s OFFSET 0) AS s"
+        )
+        with pg_copy.cursor(conn) as cursor:
+            cursor.execute(query, [list(trace_ids), a.VLLM_SPAN_NAME])
+            return [(t, p, attrs) for t, p, attrs in cursor.fetchall()]
+
+    def insert_generations(
+        self, conn: Connection, rows: Sequence[GenerationRow]
+    ) -> list[NewGeneration]:
+        return pg_copy.insert_generations(conn, rows)
+
+    def fill_engine_facts(self, conn: Connection, facts: Sequence[EngineFacts]) -> None:
+        if not facts:
+            return
+        names = ", ".join(_FACT_TYPES)
+        arrays = ", ".join(f"%b::{kind}[]" for kind in _FACT_TYPES.values())
+        fields = ", ".join(f"{name} = COALESCE(g.{name}, v.{name})" for name in ENGINE_FIELDS)
+        with pg_copy.cursor(conn) as cursor:
+            cursor.execute(
+                f"UPDATE generations AS g SET {fields} FROM unnest({arrays}) AS v({names}) "
+                "WHERE g.trace_id = v.trace_id AND g.span_id = v.parent_span_id",
+                [_column(facts, name, kind) for name, kind in _FACT_TYPES.items()],
+            )
+
+    def json_has_any_key(self, column: Any, keys: Sequence[str]) -> ColumnElement[bool]:
+        result: ColumnElement[bool] = column.op("?|")(_text_array(keys))
+        return result
+
+    def json_without_keys(self, column: Any, keys: Sequence[str]) -> ColumnElement[Any]:
+        result: ColumnElement[Any] = column.op("-")(_text_array(keys))
+        return result
+
+    def epoch_bucket(self, column: Any, step: int) -> ColumnElement[int]:
+        return cast(func.floor(extract("epoch", column) / step) * step, BigInteger)
+
+    def percentiles(self, value: Any, probs: Sequence[float]) -> ColumnElement[Any] | None:
+        grid = cast(postgresql.array([float(p) for p in probs]), postgresql.ARRAY(Float))
+        return func.percentile_cont(grid).within_group(value)
+
+
+def _text_array(keys: Sequence[str]) -> Any:
+    return bindparam("content_keys", list(keys), type_=postgresql.ARRAY(Text))
+
+
+def _insert(
+    conn: Connection, table: str, columns: dict[str, str], rows: Sequence[Any], tail: str
+) -> None:
+    if not rows:
+        return
+    names = ", ".join(columns)
+    # JSON travels as text and is cast once selected; arrays go in binary (%b), which
+    # psycopg dumps in C, where the text format escapes every element in Python.
+    arrays = ", ".join(f"%b::{'text' if kind == 'jsonb' else kind}[]" for kind in columns.values())
+    selected = ", ".join(f"{n}::jsonb" if kind == "jsonb" else n for n, kind in columns.items())
+    rows = sorted(rows, key=lambda row: str(row["id"]))  # lock order, as in pg_copy
+    with pg_copy.cursor(conn) as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} ({names}) SELECT {selected} "
+            f"FROM unnest({arrays}) AS v({names}) {tail}",
+            [_column(rows, name, kind) for name, kind in columns.items()],
+        )
+
+
+def _column(rows: Sequence[Any], name: str, kind: str) -> list[Any]:
+    if kind == "jsonb":
+        return [None if row[name] is None else pg_copy.dump_json(row[name]) for row in rows]
+    return [row[name] for row in rows]
