@@ -464,7 +464,9 @@ def _sentence(
             key=lambda x: CAUSES.index(x.family),
         )
         harmed = harmed or [_line(c, policy) for c in facts.cells if c.status == "harmful"][:3]
-        causes = "; ".join(_cause(line) for line in harmed[:3]) or "proven harm"
+        causes = "; ".join(_cause(line) for line in harmed[:2]) or "proven harm"
+        if len(harmed) > 2:
+            causes += f"; and {len(harmed) - 2} more guardrail(s)"
         return f"{words}: {causes}."
     if facts.decision == "hold":
         why = [r for r in codes if r.kind == "hold"]
