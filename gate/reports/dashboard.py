@@ -170,6 +170,11 @@ def overview(session: Session) -> list[RolloutRow]:
     return rows
 
 
+def first_seen(session: Session, *, rollout_id: int) -> datetime | None:
+    """Return when the rollout's first pair or verdict was recorded (its data's birth)."""
+    return queries.first_seen(session, rollout_id=rollout_id)
+
+
 def rollout_dashboard(
     session: Session, *, rollout_id: int, since: datetime, until: datetime
 ) -> RolloutDashboard:

@@ -257,3 +257,14 @@ def stage_pace(session: Session, *, rollout_id: int, stage: int) -> tuple[int, d
         )
     ).one()
     return int(count or 0), first
+
+
+def first_seen(session: Session, *, rollout_id: int) -> datetime | None:
+    """Return when the rollout's first pair or verdict was recorded."""
+    times = [
+        session.scalar(select(func.min(Pair.created_at)).where(Pair.rollout_id == rollout_id)),
+        session.scalar(
+            select(func.min(Verdict.created_at)).where(Verdict.rollout_id == rollout_id)
+        ),
+    ]
+    return min((t for t in times if t is not None), default=None)

@@ -56,7 +56,8 @@ def rollout_series(
     if end.tzinfo is None:
         raise BadRequest("give `until` with a timezone, e.g. 2026-11-20T12:00:00Z")
     if hours is None:
-        born = rollout.started_at or rollout.created_at
+        seen = dashboard.first_seen(db, rollout_id=rollout.id)
+        born = min(t for t in (rollout.started_at, rollout.created_at, seen) if t is not None)
         lifetime = min(max(end - born, MIN_LIFETIME), MAX_WINDOW)
         since = end - lifetime * 1.05  # a little room before the first point
     else:
