@@ -13,6 +13,7 @@ from rich.table import Table
 from gate.cli.common import DatabaseOption, settings_with
 from gate.demo.run import DemoOptions, DemoResult, run_demo
 from gate.demo.summary import SegmentRow
+from gate.reports import headline
 
 
 def demo(
@@ -33,7 +34,7 @@ def demo(
     """Run a plain and an n-gram speculative SmolLM2 engine, the gateway in shadow mode,
     the collectors, evaluators and the gate on SQLite; replay the built-in workload and
     print per-segment results and the verdict."""
-    console = Console()
+    console = Console(width=min(Console().width, WIDTH))
     settings = settings_with(database_url).model_copy(
         update={"otlp_endpoint": None, "redis_url": None}
     )
@@ -57,51 +58,75 @@ def _ms(value: float) -> str:
     return "-" if math.isnan(value) else f"{value * 1000:.0f}"
 
 
+# A terminal the output must fit without cutting a cell (`--requests 20` is checked at it).
+WIDTH = 100
+
+
 def show(result: DemoResult, console: Console) -> None:
-    """Print the per-segment table, the verdict and where the report is."""
-    table = Table(title=f"rollout {result.rollout_id}: plain (base) vs n-gram speculative (spec)")
-    for column in (
-        "segment",
-        "pairs",
-        "TTFT p50/p99 ms base",
-        "spec",
-        "TPOT p50/p99 ms base",
-        "spec",
-        "TPOT speedup",
-        "acceptance",
-        "pass rate base / spec",
-        "greedy parity",
-    ):
+    """Print the latency and quality tables, where the report is, then the headline."""
+    console.print(_latency_table(result))
+    console.print(_quality_table(result))
+    unjudged = next((row.not_evaluable for row in result.rows if row.segment == "all"), 0)
+    if unjudged:
+        console.print(f"{unjudged} evaluation(s) not evaluable, left out of the pass rates")
+    console.print(f"every interval: specgate gate check --rollout {result.rollout_id}")
+    if result.report_dir:
+        console.print(f"report: {result.report_dir / 'report.html'}")
+        console.print(f"        {result.report_dir / 'report.md'}")
+    verdict = result.verdict
+    console.print(f"\n[bold]verdict: {verdict.decision.value.upper()}[/bold]")
+    if result.glance is None:
+        console.print(verdict.summary)
+        return
+    width = min(console.width, WIDTH)
+    for line in headline.text_lines(result.glance.headline, width=width):
+        console.print(line, markup=False, highlight=False, overflow="fold")
+
+
+def _latency_table(result: DemoResult) -> Table:
+    table = Table(
+        title=f"rollout {result.rollout_id}: plain (base) vs n-gram speculative (spec), "
+        "p50/p99 in ms",
+    )
+    for column in ("segment", "pairs", "TTFT base", "TTFT spec", "TPOT base", "TPOT spec",
+                   "speedup", "accept"):  # fmt: skip
         table.add_column(column, justify="left" if column == "segment" else "right")
     for row in result.rows:
         table.add_row(*_cells(row), end_section=row.segment == "all")
     if any(row.burst for row in result.rows):
         table.caption = (
-            "TPOT speedup '-': the answers reached the gateway in one burst "
-            "(tool calls are held back until complete), so there is no decode speed to compare"
+            "speedup '-': the answers reached the gateway in one burst (tool calls are held "
+            "back until complete), so there is no decode speed to compare"
         )
-    console.print(table)
-    unjudged = next((row.not_evaluable for row in result.rows if row.segment == "all"), 0)
-    if unjudged:
-        console.print(f"{unjudged} evaluation(s) not evaluable, left out of the pass rates")
-    verdict = result.verdict
-    console.print(f"\n[bold]verdict: {verdict.decision.value.upper()}[/bold]")
-    console.print(verdict.summary)
-    console.print(f"every interval: specgate gate check --rollout {result.rollout_id}")
-    if result.report_dir:
-        console.print(
-            f"\nreport: {result.report_dir / 'report.html'} and {result.report_dir / 'report.md'}"
+    return table
+
+
+def _quality_table(result: DemoResult) -> Table:
+    names = sorted({name for row in result.rows for name in row.pass_rates})
+    table = Table(title="pass rate base/spec per evaluator; greedy parity")
+    table.add_column("segment")
+    for name in names:
+        table.add_column(name.replace("_", " "), justify="right")
+    table.add_column("parity", justify="right")
+    for row in result.rows:
+        rates = [row.pass_rates.get(name, {}) for name in names]
+        table.add_row(
+            row.segment,
+            *(f"{_rate(by.get('baseline'))}/{_rate(by.get('candidate'))}" for by in rates),
+            "-" if row.parity is None else f"{row.parity:.0%}",
+            end_section=row.segment == "all",
         )
+    return table
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:.2f}"
 
 
 def _cells(row: SegmentRow) -> list[str]:
     def pair(values: tuple[float, float]) -> str:
         return f"{_ms(values[0])}/{_ms(values[1])}"
 
-    rates = "; ".join(
-        f"{name} {by.get('baseline', float('nan')):.2f}/{by.get('candidate', float('nan')):.2f}"
-        for name, by in sorted(row.pass_rates.items())
-    )
     return [
         row.segment,
         str(row.pairs),
@@ -111,6 +136,4 @@ def _cells(row: SegmentRow) -> list[str]:
         pair(row.tpot["candidate"]),
         "-" if row.speedup is None else f"{row.speedup:.2f}x",
         "-" if row.acceptance is None else f"{row.acceptance:.0%}",
-        rates or "-",
-        "-" if row.parity is None else f"{row.parity:.0%}",
     ]

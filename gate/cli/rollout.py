@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -24,6 +25,7 @@ from gate.cli.routes_launch import launch
 from gate.db.enums import RolloutMode, RouteRole
 from gate.db.models import Rollout, Route
 from gate.errors import BadRequest, Conflict, InputMalformed
+from gate.reports import glance, headline
 from gate.rollouts import repository, routes, service
 from gate.rollouts.exposure import exposure_of, percent
 from gate.rollouts.schemas import RolloutIn, RouteAuth, RouteIn
@@ -228,13 +230,38 @@ def list_rollouts(database_url: DatabaseOption = None) -> None:
 
 
 @app.command()
-def show(rollout_id: int, database_url: DatabaseOption = None) -> None:
-    """Show one rollout."""
+def show(
+    rollout_id: int,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print the rollout, the headline, the reason codes and the guardrail x "
+            "segment grid as JSON.",
+        ),
+    ] = False,
+    database_url: DatabaseOption = None,
+) -> None:
+    """Show one rollout and the answer at a glance of its newest verdict."""
     with transaction(settings_with(database_url)) as db:
         rollout = service.get_rollout(db, rollout_id=rollout_id)
         change = repository.last_change(db, rollout.id)
+        look = glance.latest(db, rollout=rollout)
+        if as_json:
+            body = {
+                "id": rollout.id,
+                "name": rollout.name,
+                "state": rollout.state.value,
+                "stage": rollout.stage,
+                "exposure": exposure_of(rollout).describe(),
+                "state_reason": change.reason if change else None,
+                "glance": look.model_dump(mode="json"),
+            }
+            typer.echo(json.dumps(body))
+            return
         why = f"\n  {rollout.state.value} by {change.actor}: {change.reason}" if change else ""
         typer.echo(_describe(rollout) + why)
+        typer.echo("\n".join(["", *headline.text_lines(look.headline, width=100)]))
 
 
 def _describe(r: Rollout) -> str:

@@ -279,6 +279,8 @@ class Headline(BaseModel):
     seconds_needed: float | None
     next_decision: str | None
     n_pairs: int
+    # Evaluated pairs of the stage so far, warm-up included (None: pace unknown).
+    pairs_seen: int | None = None
 
 
 def headline(verdict: Any, *, policy: Policy, pace: Pace | None = None) -> Headline:
@@ -302,6 +304,7 @@ def headline(verdict: Any, *, policy: Policy, pace: Pace | None = None) -> Headl
         seconds_needed=seconds,
         next_decision=goal,
         n_pairs=facts.n_pairs,
+        pairs_seen=pace.pairs if pace else None,
     )
 
 
