@@ -74,12 +74,12 @@ def show(result: DemoResult, console: Console) -> None:
         console.print(f"report: {result.report_dir / 'report.html'}")
         console.print(f"        {result.report_dir / 'report.md'}")
     verdict = result.verdict
-    console.print(f"\n[bold]verdict: {verdict.decision.value.upper()}[/bold]")
     if result.glance is None:
-        console.print(verdict.summary)
+        console.print(f"\nverdict: {verdict.decision.value.upper()}: {verdict.summary}")
         return
+    console.print()
     width = min(console.width, WIDTH)
-    for line in headline.text_lines(result.glance.headline, width=width):
+    for line in headline.text_lines(result.glance.headline, width=width, prefix="verdict: "):
         console.print(line, markup=False, highlight=False, overflow="fold")
 
 

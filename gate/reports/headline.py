@@ -222,10 +222,19 @@ def reason_sentences(codes: Iterable[str], policy: Policy | None = None) -> list
         if not by_metric:
             continue
         count = sum(len(s) for s in by_metric.values())
-        listed = "; ".join(f"{label(m)}: {', '.join(s)}" for m, s in by_metric.items())
+        listed = "; ".join(f"{label(m)}: {_segments(s, policy)}" for m, s in by_metric.items())
         cells = f"{count} cell{'s' if count != 1 else ''}"
         out.append(f"{heads.capitalize()} in {cells} ({listed}).")
     return out
+
+
+def _segments(segments: list[str], policy: Policy | None) -> str:
+    """Name a few segments; `every segment` when all the policy's are there."""
+    if policy is not None and set(segments) >= {ALL, *policy.segments}:
+        return "every segment"
+    if len(segments) <= 4:
+        return ", ".join(segments)
+    return ", ".join(segments[:3]) + f" and {len(segments) - 3} more"
 
 
 def _plain_reason(r: Reason, policy: Policy | None) -> str:
@@ -287,7 +296,8 @@ def headline(verdict: Any, *, policy: Policy, pace: Pace | None = None) -> Headl
     """Return the headline of a stored verdict (a row, a result or its JSON)."""
     facts = Facts.of(verdict)
     lines = [_line(c, policy) for c in _ordered(facts.cells) if c.segment == ALL]
-    needed, goal = _pairs_needed(facts, policy, pace)
+    needs = _pairs_needed(facts, policy, pace)
+    needed, goal = needs.pairs, needs.goal
     rate = pace.per_second if pace else None
     seconds = needed / rate if needed is not None and rate else None
     if goal == "promotion" and pace is not None:
@@ -296,7 +306,7 @@ def headline(verdict: Any, *, policy: Policy, pace: Pace | None = None) -> Headl
     return Headline(
         decision=facts.decision,
         decision_words=DECISION_WORDS.get(facts.decision, facts.decision.title()),
-        sentence=_sentence(facts, policy, lines, needed, seconds, goal, pace),
+        sentence=_sentence(facts, policy, lines, needs, seconds, pace),
         lines=lines,
         reasons=reason_sentences(facts.reason_codes, policy),
         reason_codes=list(facts.reason_codes),
@@ -398,24 +408,43 @@ def _ordered(cells: Iterable[Cell]) -> list[Cell]:
 # --- what the next decision needs -----------------------------------------------------
 
 
-def _pairs_needed(facts: Facts, policy: Policy, pace: Pace | None) -> tuple[int | None, str | None]:
+def _pairs_needed(facts: Facts, policy: Policy, pace: Pace | None) -> Needs:
     """Return about how many more pairs the next decision needs, and which decision."""
     codes = {parse_reason(c).what for c in facts.reason_codes}
     if facts.decision != "continue":
-        return None, None
+        return Needs(None, None)
     seen = pace.pairs if pace else facts.n_pairs
     if codes & {"warmup", "no_pairs"}:
-        return max(0, policy.warmup_pairs + 1 - seen), "the first test"
+        return Needs(max(0, policy.warmup_pairs + 1 - seen), "the first test")
     total = max(facts.n_pairs, 1)
-    wanted = float(policy.min_pairs)
+    wanted, at_least = float(policy.min_pairs), False
     for cell in facts.cells:
         if cell.status != "unproven" and not _gain_cell(cell, policy):
             continue
+        if _out_of_reach(cell, policy):
+            return Needs(None, "promotion", blocked=label(cell.metric))
         scale = _cell_scale(cell, policy)
         if scale is None:
-            return None, "promotion"  # the estimate sits on the wrong side: more data won't do
+            at_least = True  # its estimate sits past the goal, inside a wide interval
+            continue
         wanted = max(wanted, total * scale)
-    return max(0, math.ceil(wanted - facts.n_pairs)), "promotion"
+    return Needs(max(0, math.ceil(wanted - facts.n_pairs)), "promotion", at_least=at_least)
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What the next decision needs: about how many more pairs, for which decision."""
+
+    pairs: int | None
+    goal: str | None
+    at_least: bool = False
+    blocked: str | None = None  # a guardrail proven outside its margin: promotion is out
+
+
+def _goal(cell: Cell, policy: Policy) -> float | None:
+    if cell.metric == "acceptance":
+        return cell.kill_at
+    return 1 - policy.primary.min_gain if _gain_cell(cell, policy) else cell.margin
 
 
 def _gain_cell(cell: Cell, policy: Policy) -> bool:
@@ -423,21 +452,31 @@ def _gain_cell(cell: Cell, policy: Policy) -> bool:
     return cell.metric == policy.primary.metric and cell.segment == ALL and unproven
 
 
+def _out_of_reach(cell: Cell, policy: Policy) -> bool:
+    """Whether the whole interval lies past the goal: more pairs will not bring it inside."""
+    goal = _goal(cell, policy)
+    if cell.estimate is None or goal is None:
+        return False
+    if cell.metric == "acceptance":
+        return cell.upper is not None and cell.upper <= goal
+    return cell.lower is not None and cell.lower >= goal
+
+
 def _cell_scale(cell: Cell, policy: Policy) -> float | None:
     """Return how many times today's pairs the cell needs for its bound to reach its goal.
 
     Interval widths shrink about as 1/sqrt(n), so n grows with the square of
-    (half-width / distance from the estimate to the goal).
+    (half-width / distance from the estimate to the goal). None: the estimate itself is
+    past the goal, so no extrapolation says when the bound gets there.
     """
-    if cell.estimate is None or not cell.n:
+    goal = _goal(cell, policy)
+    if cell.estimate is None or not cell.n or goal is None:
         return 1.0  # no data of its own yet: nothing to extrapolate from
     if cell.metric == "acceptance":
-        bound, goal = cell.lower, cell.kill_at
-        if bound is None or goal is None or cell.estimate <= goal:
+        if cell.lower is None or cell.estimate <= goal:
             return None
-        return ((cell.estimate - bound) / (cell.estimate - goal)) ** 2
-    goal = 1 - policy.primary.min_gain if _gain_cell(cell, policy) else cell.margin
-    if goal is None or cell.estimate >= goal:
+        return ((cell.estimate - cell.lower) / (cell.estimate - goal)) ** 2
+    if cell.estimate >= goal:
         return None
     if cell.upper is None:  # unbounded yet: wait for the first bounded look
         return 2.0
@@ -451,16 +490,15 @@ def _sentence(
     facts: Facts,
     policy: Policy,
     lines: list[Line],
-    needed: int | None,
+    needs: Needs,
     seconds: float | None,
-    goal: str | None,
     pace: Pace | None,
 ) -> str:
     words = DECISION_WORDS.get(facts.decision, facts.decision.title())
     codes = [parse_reason(c) for c in facts.reason_codes]
     if any(r.what in ("warmup", "no_pairs") for r in codes):
         seen = f"{pace.pairs:,} of {policy.warmup_pairs:,} warm-up pairs seen, " if pace else ""
-        return f"{words}: not enough data yet; {seen}" + _needs(needed, seconds, goal) + "."
+        return f"{words}: not enough data yet; {seen}" + _needs(needs, seconds) + "."
     if facts.decision == "kill":
         harmed = sorted(
             (line for line in lines if line.status == "harmful"),
@@ -476,7 +514,7 @@ def _sentence(
         return f"{words}: " + " ".join(_plain_reason(r, policy) for r in why).rstrip(".") + "."
     parts = [_speed(lines, policy), _quality(lines, policy)]
     if facts.decision == "continue":
-        parts.append(_needs(needed, seconds, goal))
+        parts.append(_needs(needs, seconds))
     return f"{words}: " + ", ".join(p for p in parts if p) + "."
 
 
@@ -510,17 +548,21 @@ def _quality(lines: list[Line], policy: Policy) -> str:
     if harmful:
         return "harm proven in " + ", ".join(harmful)
     if unproven:
-        return f"{len(unproven)} guardrail(s) not yet within margin ({', '.join(unproven[:4])})"
+        more = f" and {len(unproven) - 3} more" if len(unproven) > 3 else ""
+        return (
+            f"{len(unproven)} guardrail(s) not yet within margin ({', '.join(unproven[:3])}{more})"
+        )
     return "quality within margins"
 
 
-def _needs(needed: int | None, seconds: float | None, goal: str | None) -> str:
-    if goal is None:
+def _needs(needs: Needs, seconds: float | None) -> str:
+    if needs.goal is None:
         return ""
-    if needed is None:
-        return f"no amount of data makes {goal} likely at the current estimates"
+    if needs.pairs is None:
+        return f"{needs.goal} out of reach: {needs.blocked} is proven outside its margin"
     when = f", about {_duration(seconds)} at this rate" if seconds is not None else ""
-    return f"{needed:,} more pairs needed for {goal}{when}"
+    least = "at least " if needs.at_least else ""
+    return f"{least}{needs.pairs:,} more pairs needed for {needs.goal}{when}"
 
 
 def _duration(seconds: float | None) -> str:
@@ -610,14 +652,15 @@ def _grid_cell(cell: Cell | None, policy: Policy) -> GridCell | None:
 # --- text renderings (terminal and Markdown) ------------------------------------------
 
 
-def text_lines(head: Headline, *, width: int = 100) -> list[str]:
+def text_lines(head: Headline, *, width: int = 100, prefix: str = "") -> list[str]:
     """Return the headline as plain lines no wider than `width` (terminal, logs)."""
-    out = _wrap(f"{head.decision_words.upper()}: {head.sentence.split(': ', 1)[-1]}", width)
+    first = f"{prefix}{head.decision_words.upper()}: {head.sentence.split(': ', 1)[-1]}"
+    out = _wrap(first, width)
     empty = [line.label for line in head.lines if line.status == "no_data"]
     for line in head.lines:
         if line.status == "no_data":
             continue
-        mark = {"harmful": "✗", "unproven": "…", "better": "▲", "inside": "✓"}.get(line.status, "·")
+        mark = {"harmful": "✗", "unproven": "?", "better": "▲", "inside": "✓"}.get(line.status, "·")
         out += _wrap(f"  {mark} {line.text}", width, indent="      ")
     if empty:
         out += _wrap("  · no data yet: " + ", ".join(empty), width, indent="      ")
