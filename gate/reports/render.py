@@ -45,11 +45,11 @@ def _too_early(report: WeeklyReport) -> list[str]:
     return out
 
 
-def _no_findings(report: WeeklyReport) -> list[str]:
-    early = _too_early(report)
-    if not early:
-        return []
-    return [f"none found, but not enough data to call {item}" for item in early]
+def _regressions(report: WeeklyReport) -> list[str]:
+    """Return the regressions, then the rollouts too young to call (never a bare 'none')."""
+    found = [_finding(f) for f in report.regressions]
+    lead = "not enough data to call" if found else "none found, but not enough data to call"
+    return found + [f"{lead} {item}" for item in _too_early(report)]
 
 
 def _finding(f: Finding) -> str:
@@ -220,8 +220,7 @@ def markdown(report: WeeklyReport) -> str:
     previous = str(report.week.previous())
     lines = [f"# specgate weekly report {report.week}", "", _intro(report), ""]
     lines += [f"## Regressions ({len(report.regressions)})", ""]
-    found = [_finding(f) for f in report.regressions] or _no_findings(report)
-    lines += [*_md_list(found), ""]
+    lines += [*_md_list(_regressions(report)), ""]
     lines += [f"## Improvements ({len(report.improvements)})", ""]
     lines += [*_md_list([_finding(f) for f in report.improvements]), ""]
     lines += [f"## Kills ({len(report.kills)})", "", *_md_list([_event(e) for e in report.kills])]
@@ -270,7 +269,7 @@ def html(report: WeeklyReport) -> str:
         f"<title>specgate weekly report {report.week}</title><style>{_STYLE}</style></head><body>",
         f"<h1>specgate weekly report {report.week}</h1><p>{escape(_intro(report))}</p>",
         f"<h2>Regressions ({len(report.regressions)})</h2><div class='regressions'>"
-        + _html_list([_finding(f) for f in report.regressions] or _no_findings(report))
+        + _html_list(_regressions(report))
         + "</div>",
         f"<h2>Improvements ({len(report.improvements)})</h2>"
         + _html_list([_finding(f) for f in report.improvements]),

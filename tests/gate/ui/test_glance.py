@@ -13,7 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from gate.db.base import utcnow
 from gate.reports import headline as words
+from gate.reports.model import Week
+from gate.reports.weekly import build_weekly
 from gate.stats.policy import load_policy
 from tests.gate.ui import glance_seed
 from tests.gate.ui.harness import bearer, control_app, make_keys
@@ -127,7 +130,7 @@ def test_grid_cell_shows_its_evidence_and_reasons_read_as_words(browser_page, ju
     expect(page.locator("#cell-evidence")).to_contain_text("route failures in chat: harmful")
     # Reasons in words, grouped; the codes stay available, folded away.
     reasons = page.locator("#headline-reasons").inner_text()
-    assert "Proven harm in" in reasons and "route failures: all, chat, code" in reasons
+    assert "Proven harm in" in reasons and "route failures: every segment" in reasons
     assert "kill:failures:all" not in reasons
     expect(page.locator("#headline-codes")).to_contain_text("kill:failures:all")
     # A read key sees the kill controls disabled, with the reason.
@@ -135,4 +138,38 @@ def test_grid_cell_shows_its_evidence_and_reasons_read_as_words(browser_page, ju
     expect(kill).to_be_disabled()
     expect(kill).to_have_attribute("title", "Needs a key with the operate scope")
     expect(page.locator("#global-kill")).to_be_disabled()
+    assert page.errors == []
+
+
+def test_the_report_has_the_same_headline_and_grid(browser_page, judged, pg_committing, tmp_path):
+    from playwright.sync_api import expect
+
+    page = browser_page
+    base, tokens, ids = judged
+    with pg_committing() as db, db.begin():
+        report = build_weekly(db, Week.containing(utcnow()), out_dir=tmp_path)
+    md = report.markdown
+    for name, rollout_id in ids.items():
+        look = httpx.get(f"{base}/v1/rollouts/{rollout_id}/glance", headers=bearer(tokens["read"]))
+        head, grid = look.json()["headline"], look.json()["grid"]
+        section = md.split(f"## {name} (")[1].split("\n## ")[0]
+        assert f"**{head['sentence']}**" in section
+        # The grid: one row per guardrail, one column per segment, as /ui draws it.
+        assert "| guardrail | " + " | ".join(grid["segments"]) + " |" in section
+        for row in grid["rows"]:
+            assert f"| {row['label']} | " in section
+        assert "### Latency per segment (medians)" in section
+    # A week too young to call says so, with the pairs seen and needed.
+    young = glance_seed.KINDS["young"][0]
+    assert "Not enough data to call: young" in md and f"({young:,} pairs seen" in md
+    assert "- not enough data to call young (" in md.split("## Improvements")[0]
+    assert "Evidence (pairs per cell" in md
+    sign_in(page, base, tokens["read"])
+    item = page.locator("#report-list li").first
+    expect(item).to_contain_text("not enough data to call young")
+    item.locator("button").click()
+    expect(page.locator("#report-body")).to_contain_text(
+        md.split("## fast-fine (")[1].split("**")[1]
+    )
+    page.locator("#report-body").screenshot(path=str(SHOTS / "report.png"))
     assert page.errors == []
