@@ -672,12 +672,16 @@ def text_lines(head: Headline, *, width: int = 100, prefix: str = "") -> list[st
 def markdown(head: Headline, table: Grid | None = None) -> list[str]:
     """Return the headline (and grid, and its evidence) as Markdown lines."""
     out = [f"**{head.sentence}**", ""]
-    out += [f"- {_md_status(line.status)} {line.text}" for line in head.lines]
+    empty = [line.label for line in head.lines if line.status == "no_data"]
+    out += [f"- {line.text}" for line in head.lines if line.status != "no_data"]
+    out += [f"- no data yet: {', '.join(empty)}"] if empty else []
     if head.lines:
         out.append("")
     if head.reasons:
         out += ["Why:", "", *[f"- {reason}" for reason in head.reasons], ""]
-    if table and table.rows:
+    if table and table.rows and not _has_data(table):
+        out += ["No guardrail has data yet: the grid fills in once the first test runs.", ""]
+    elif table and table.rows:
         out += ["| guardrail | " + " | ".join(table.segments) + " |"]
         out += ["|---|" + "---|" * len(table.segments)]
         for row in table.rows:
@@ -697,8 +701,8 @@ def markdown(head: Headline, table: Grid | None = None) -> list[str]:
     return out
 
 
-def _md_status(status: str) -> str:
-    return {"harmful": "🟥", "unproven": "🟨", "better": "🟩", "inside": "🟩"}.get(status, "⬜")
+def _has_data(table: Grid) -> bool:
+    return any(c is not None and c.status != "no_data" for row in table.rows for c in row.cells)
 
 
 def _md_cell(cell: GridCell | None) -> str:
@@ -706,7 +710,9 @@ def _md_cell(cell: GridCell | None) -> str:
         return "n/a"
     if cell.status == "no_data":
         return "no data"
-    return f"{_md_status(cell.status)} {cell.estimate} ({cell.interval}), n={cell.n}"
+    # The status in words (Markdown has no colour): **bold** where it is harmful.
+    words = f"**{cell.status_words}**" if cell.status == "harmful" else cell.status_words
+    return f"{cell.estimate} ({cell.interval}), n={cell.n}, {words}"
 
 
 def _wrap(text: str, width: int, indent: str = "  ") -> list[str]:

@@ -57,7 +57,9 @@ def _finding(f: Finding) -> str:
 
 
 def _event(e: Event) -> str:
-    why = f": {e.reason}" if e.reason else ""
+    # The gate's reason is its whole summary; the rollout's headline below says it in words.
+    reason = e.reason if len(e.reason or "") <= 200 else e.reason[:199] + "…"
+    why = f": {reason}" if reason else ""
     return f"{e.at:%a %Y-%m-%d %H:%M} UTC {e.rollout} killed by {e.actor}{why}"
 
 
@@ -169,6 +171,7 @@ def _html_glance(week: RolloutWeek) -> str:
     if week.glance is None:
         return "<p>No verdict this week: the gate did not judge this rollout.</p>"
     head, grid = week.glance.headline, week.glance.grid
+    has_data = any(c is not None and c.status != "no_data" for r in grid.rows for c in r.cells)
     chip = "<span style='background:{};color:#fff;border-radius:4px;padding:0 .4rem'>{}</span>"
     parts = [
         f"<h3>At a glance</h3><p class='headline'><strong>{escape(head.sentence)}</strong></p>"
@@ -183,8 +186,8 @@ def _html_glance(week: RolloutWeek) -> str:
     )
     if head.reasons:
         parts.append(_html_list(head.reasons))
-    if not grid.rows:
-        return "".join(parts)
+    if not has_data:
+        return "".join([*parts, "<p>No guardrail has data yet.</p>"])
     header = "".join(f"<th>{escape(s)}</th>" for s in ["guardrail", *grid.segments])
     body = []
     for row in grid.rows:
