@@ -141,13 +141,13 @@ def test_grid_cell_shows_its_evidence_and_reasons_read_as_words(browser_page, ju
     assert page.errors == []
 
 
-def test_the_report_has_the_same_headline_and_grid(browser_page, judged, pg_committing, tmp_path):
+def test_the_report_has_the_same_headline_and_grid(browser_page, judged, pg_committing):
     from playwright.sync_api import expect
 
     page = browser_page
     base, tokens, ids = judged
     with pg_committing() as db, db.begin():
-        report = build_weekly(db, Week.containing(utcnow()), out_dir=tmp_path)
+        report = build_weekly(db, Week.containing(utcnow()), out_dir=SHOTS / "report")
     md = report.markdown
     for name, rollout_id in ids.items():
         look = httpx.get(f"{base}/v1/rollouts/{rollout_id}/glance", headers=bearer(tokens["read"]))
@@ -176,4 +176,7 @@ def test_the_report_has_the_same_headline_and_grid(browser_page, judged, pg_comm
         md.split("## fast-fine (")[1].split("**")[1]
     )
     page.locator("#report-body").screenshot(path=str(SHOTS / "report.png"))
+    # The HTML page with its plots, as a reader opens it.
+    page.goto((SHOTS / "report" / "report.html").resolve().as_uri())
+    page.screenshot(path=str(SHOTS / "report-html.png"), full_page=True)
     assert page.errors == []
