@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import math
 import sys
-from typing import Annotated
+from dataclasses import asdict
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -29,6 +31,14 @@ def demo(
             "shipped Q4_1) or q4_1 (as shipped; transformers default)."
         ),
     ] = "",
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="End with one JSON document (per-segment rows, headline, reason codes, "
+            "guardrail x segment grid) instead of the tables.",
+        ),
+    ] = False,
     database_url: DatabaseOption = None,
 ) -> None:
     """Run a plain and an n-gram speculative SmolLM2 engine, the gateway in shadow mode,
@@ -51,7 +61,32 @@ def demo(
             "\nspecgate demo: interrupted; every process it started was stopped.", file=sys.stderr
         )
         raise typer.Exit(130) from None
+    if as_json:
+        typer.echo(json.dumps(as_document(result)))
+        return
     show(result, console)
+
+
+def as_document(result: DemoResult) -> dict[str, Any]:
+    """Return everything the demo shows, JSON-ready (NaN as null)."""
+    return {
+        "rollout_id": result.rollout_id,
+        "rows": [_finite(asdict(row)) for row in result.rows],
+        "decision": result.verdict.decision.value,
+        "reason_codes": list(result.verdict.reason_codes),
+        "glance": result.glance.model_dump(mode="json") if result.glance else None,
+        "report_dir": str(result.report_dir) if result.report_dir else None,
+    }
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _ms(value: float) -> str:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 from rich.console import Console
 from sqlalchemy import update
 
-from gate.cli.demo import WIDTH, show
+from gate.cli.demo import WIDTH, as_document, show
 from gate.db.base import utcnow
 from gate.db.models import Generation, Pair
 from gate.demo.run import DemoResult, demo_policy
@@ -53,3 +54,8 @@ def test_the_demo_output_fits_100_columns_and_ends_with_the_headline(sqlite_sess
     # The tables are all there: every segment, both cohorts' latency, every evaluator.
     cells = {c.strip() for line in lines for c in line.replace("┃", "│").split("│")}
     assert {row.segment for row in result.rows} | {"groundedness", "schema"} <= cells
+    # --json: the same, for scripts (strict JSON: no NaN).
+    document = json.loads(json.dumps(as_document(result), allow_nan=False))
+    assert document["glance"]["headline"]["sentence"] == look.headline.sentence
+    assert document["reason_codes"] == list(verdict.reason_codes)
+    assert {row["segment"] for row in document["rows"]} == {row.segment for row in result.rows}
