@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 from typing import Annotated
 
@@ -260,7 +261,9 @@ def show(
             typer.echo(json.dumps(body))
             return
         why = f"\n  {rollout.state.value} by {change.actor}: {change.reason}" if change else ""
-        typer.echo(_describe(rollout) + why)
+        # Fits a 100-column terminal: long lines wrap under their indent.
+        for line in (_describe(rollout) + why).splitlines():
+            typer.echo("\n".join(textwrap.wrap(line, width=100, subsequent_indent="    ")))
         typer.echo("\n".join(["", *headline.text_lines(look.headline, width=100)]))
 
 

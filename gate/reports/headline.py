@@ -428,7 +428,9 @@ def _pairs_needed(facts: Facts, policy: Policy, pace: Pace | None) -> Needs:
             at_least = True  # its estimate sits past the goal, inside a wide interval
             continue
         wanted = max(wanted, total * scale)
-    return Needs(max(0, math.ceil(wanted - facts.n_pairs)), "promotion", at_least=at_least)
+    # Rounded first: 9.000000001 times the pairs is 9 times, not one more.
+    more = math.ceil(round(wanted - facts.n_pairs, 6))
+    return Needs(max(0, more), "promotion", at_least=at_least)
 
 
 @dataclass(frozen=True)
