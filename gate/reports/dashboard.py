@@ -103,6 +103,9 @@ class FailurePoint(BaseModel):
     error_rate: float
     fallback_rate: float
     not_attributable_rate: float
+    # The two kinds of not attributable, apart: the gateway's own bounds, the client.
+    dropped_rate: float = 0.0
+    cancelled_rate: float = 0.0
 
 
 class StateChange(BaseModel):
@@ -284,6 +287,8 @@ def _failures(rows: list[queries.StatusRow]) -> list[FailurePoint]:
                 error_rate=errors / n,
                 fallback_rate=by_status.get(GenerationStatus.FALLBACK, 0) / n,
                 not_attributable_rate=unattributable / n,
+                dropped_rate=by_status.get(GenerationStatus.DROPPED, 0) / n,
+                cancelled_rate=by_status.get(GenerationStatus.CANCELLED, 0) / n,
             )
         )
     return points

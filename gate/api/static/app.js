@@ -379,7 +379,8 @@
     const kinds = [
       ["error_rate", "errors", [], "crossRot"],
       ["fallback_rate", "fallbacks", [6, 4], "triangle"],
-      ["not_attributable_rate", "not attributable (dropped, cancelled)", [2, 3], "rect"],
+      ["dropped_rate", "dropped (not attributable)", [2, 3], "rect"],
+      ["cancelled_rate", "cancelled (not attributable)", [2, 3], "star"],
     ];
     for (const cohort of cohorts(points)) {
       const mine = points.filter((p) => p.cohort === cohort);

@@ -20,8 +20,8 @@ from gate.reports.weekly import build_weekly
 from gate.stats.policy import load_policy
 from tests.gate.ui import glance_seed
 from tests.gate.ui.harness import bearer, control_app, make_keys
+from tests.gate.ui.test_browser import DRAWN, playwright_api, sign_in
 from tests.gate.ui.test_browser import page as browser_page
-from tests.gate.ui.test_browser import playwright_api, sign_in
 from tests.servers import serving
 
 pytestmark = pytest.mark.postgres
@@ -133,6 +133,20 @@ def test_grid_cell_shows_its_evidence_and_reasons_read_as_words(browser_page, ju
     assert "Proven harm in" in reasons and "route failures: every segment" in reasons
     assert "kill:failures:all" not in reasons
     expect(page.locator("#headline-codes")).to_contain_text("kill:failures:all")
+    # Errors and fallbacks differ by marker, not only by dash; latency reads in ms.
+    page.wait_for_function(DRAWN, arg="chart-failures")
+    markers = page.evaluate(
+        "() => Object.fromEntries(Chart.getChart(document.getElementById('chart-failures'))"
+        ".data.datasets.map((d) => [d.label, d.pointStyle]))"
+    )
+    assert markers["candidate errors"] != markers["candidate fallbacks"]
+    axis = page.evaluate(
+        "() => Chart.getChart(document.getElementById('chart-ttft')).options.scales.y.title.text"
+    )
+    assert axis == "ms"
+    # The window is the rollout's lifetime: it starts before the first pair, not 6 h ago.
+    note = page.locator("#detail-note").inner_text()
+    assert " to " in note and "buckets of 1 min" in note
     # A read key sees the kill controls disabled, with the reason.
     kill = page.locator(f"#rollouts tbody tr[data-rollout-id='{ids['young']}'] button.kill")
     expect(kill).to_be_disabled()
