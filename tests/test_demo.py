@@ -13,6 +13,7 @@ from sqlalchemy import select
 from gate.db.engine import make_engine, session_factory
 from gate.db.enums import RolloutState
 from gate.db.models import Evaluation, Generation, RequestRecord, Rollout, Verdict
+from gate.reports import glance, headline
 
 
 def test_demo_replays_the_workload_and_prints_a_verdict(tmp_path):
@@ -53,3 +54,36 @@ def test_demo_replays_the_workload_and_prints_a_verdict(tmp_path):
         assert len(requests) == 10, out[-3000:]
         assert [r.inflight_candidate for r in requests] == [0] * 10, out[-3000:]
     assert (tmp_path / ".specgate" / "reports").is_dir()
+
+
+def test_demo_output_fits_100_columns_and_ends_with_the_headline(tmp_path):
+    """`specgate demo --requests 20` in a 100-column terminal: nothing cut, the headline last."""
+    result = subprocess.run(
+        [sys.executable, "-m", "gate", "demo", "--requests", "20"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "100"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    lines = result.stdout.rstrip("\n").splitlines()
+    assert max(len(line) for line in lines) <= 100, result.stdout
+    tables = result.stdout.split("replaying 20 requests")[-1]
+    assert "…" not in tables, "a cell or header was cut"
+    # The last lines are the headline of the demo's verdict (the embedded periodic gate may
+    # have stored others beside it). Its first sentence says how long the next decision takes
+    # at the rate seen when it was printed, so only the lines after it are compared exactly.
+    sessions = session_factory(make_engine(f"sqlite:///{tmp_path}/.specgate/specgate.db"))
+    with sessions() as db:
+        rollout = db.scalars(select(Rollout)).one()
+        verdicts = db.scalars(select(Verdict)).all()
+        heads = [glance.of_rollout(db, rollout=rollout, verdict=v).headline for v in verdicts]
+    shown = []
+    for head in heads:
+        short = head.model_copy(update={"sentence": "x: y"})
+        rest = headline.text_lines(short, width=100, prefix="verdict: ")[1:]
+        if lines[len(lines) - len(rest) :] == rest:
+            shown.append((head, rest))
+    assert shown, result.stdout[-3000:]
+    head, rest = shown[-1]
+    first = max(i for i, line in enumerate(lines) if line.startswith("verdict: "))
+    assert lines[first].startswith(f"verdict: {head.decision.upper()}: ")
+    assert first >= len(lines) - len(rest) - 4  # the sentence takes a few wrapped lines

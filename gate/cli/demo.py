@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import math
 import sys
-from typing import Annotated
+from dataclasses import asdict
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -13,6 +15,7 @@ from rich.table import Table
 from gate.cli.common import DatabaseOption, settings_with
 from gate.demo.run import DemoOptions, DemoResult, run_demo
 from gate.demo.summary import SegmentRow
+from gate.reports import headline
 
 
 def demo(
@@ -28,12 +31,20 @@ def demo(
             "shipped Q4_1) or q4_1 (as shipped; transformers default)."
         ),
     ] = "",
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="End with one JSON document (per-segment rows, headline, reason codes, "
+            "guardrail x segment grid) instead of the tables.",
+        ),
+    ] = False,
     database_url: DatabaseOption = None,
 ) -> None:
     """Run a plain and an n-gram speculative SmolLM2 engine, the gateway in shadow mode,
     the collectors, evaluators and the gate on SQLite; replay the built-in workload and
     print per-segment results and the verdict."""
-    console = Console()
+    console = Console(width=min(Console().width, WIDTH))
     settings = settings_with(database_url).model_copy(
         update={"otlp_endpoint": None, "redis_url": None}
     )
@@ -50,58 +61,107 @@ def demo(
             "\nspecgate demo: interrupted; every process it started was stopped.", file=sys.stderr
         )
         raise typer.Exit(130) from None
+    if as_json:
+        typer.echo(json.dumps(as_document(result)))
+        return
     show(result, console)
+
+
+def as_document(result: DemoResult) -> dict[str, Any]:
+    """Return everything the demo shows, JSON-ready (NaN as null)."""
+    return {
+        "rollout_id": result.rollout_id,
+        "rows": [_finite(asdict(row)) for row in result.rows],
+        "decision": result.verdict.decision.value,
+        "reason_codes": list(result.verdict.reason_codes),
+        "glance": result.glance.model_dump(mode="json") if result.glance else None,
+        "report_dir": str(result.report_dir) if result.report_dir else None,
+    }
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _ms(value: float) -> str:
     return "-" if math.isnan(value) else f"{value * 1000:.0f}"
 
 
+# A terminal the output must fit without cutting a cell (`--requests 20` is checked at it).
+WIDTH = 100
+
+
 def show(result: DemoResult, console: Console) -> None:
-    """Print the per-segment table, the verdict and where the report is."""
-    table = Table(title=f"rollout {result.rollout_id}: plain (base) vs n-gram speculative (spec)")
-    for column in (
-        "segment",
-        "pairs",
-        "TTFT p50/p99 ms base",
-        "spec",
-        "TPOT p50/p99 ms base",
-        "spec",
-        "TPOT speedup",
-        "acceptance",
-        "pass rate base / spec",
-        "greedy parity",
-    ):
+    """Print the latency and quality tables, where the report is, then the headline."""
+    console.print(_latency_table(result))
+    console.print(_quality_table(result))
+    unjudged = next((row.not_evaluable for row in result.rows if row.segment == "all"), 0)
+    if unjudged:
+        console.print(f"{unjudged} evaluation(s) not evaluable, left out of the pass rates")
+    console.print(f"every interval: specgate gate check --rollout {result.rollout_id}")
+    if result.report_dir:
+        console.print(f"report: {result.report_dir / 'report.html'}")
+        console.print(f"        {result.report_dir / 'report.md'}")
+    verdict = result.verdict
+    if result.glance is None:
+        console.print(f"\nverdict: {verdict.decision.value.upper()}: {verdict.summary}")
+        return
+    console.print()
+    width = min(console.width, WIDTH)
+    for line in headline.text_lines(result.glance.headline, width=width, prefix="verdict: "):
+        console.print(line, markup=False, highlight=False, overflow="fold")
+
+
+def _latency_table(result: DemoResult) -> Table:
+    table = Table(
+        title=f"rollout {result.rollout_id}: plain (base) vs n-gram speculative (spec), "
+        "p50/p99 in ms",
+    )
+    for column in ("segment", "pairs", "TTFT base", "TTFT spec", "TPOT base", "TPOT spec",
+                   "speedup", "accept"):  # fmt: skip
         table.add_column(column, justify="left" if column == "segment" else "right")
     for row in result.rows:
         table.add_row(*_cells(row), end_section=row.segment == "all")
     if any(row.burst for row in result.rows):
         table.caption = (
-            "TPOT speedup '-': the answers reached the gateway in one burst "
-            "(tool calls are held back until complete), so there is no decode speed to compare"
+            "speedup '-': the answers reached the gateway in one burst (tool calls are held "
+            "back until complete), so there is no decode speed to compare"
         )
-    console.print(table)
-    unjudged = next((row.not_evaluable for row in result.rows if row.segment == "all"), 0)
-    if unjudged:
-        console.print(f"{unjudged} evaluation(s) not evaluable, left out of the pass rates")
-    verdict = result.verdict
-    console.print(f"\n[bold]verdict: {verdict.decision.value.upper()}[/bold]")
-    console.print(verdict.summary)
-    console.print(f"every interval: specgate gate check --rollout {result.rollout_id}")
-    if result.report_dir:
-        console.print(
-            f"\nreport: {result.report_dir / 'report.html'} and {result.report_dir / 'report.md'}"
+    return table
+
+
+def _quality_table(result: DemoResult) -> Table:
+    names = sorted({name for row in result.rows for name in row.pass_rates})
+    table = Table(title="pass rate base/spec per evaluator; greedy parity")
+    table.add_column("segment")
+    for name in names:
+        table.add_column(name.replace("_", " "), justify="right")
+    table.add_column("parity", justify="right")
+    for row in result.rows:
+        rates = [row.pass_rates.get(name, {}) for name in names]
+        table.add_row(
+            row.segment,
+            *(f"{_rate(by.get('baseline'))}/{_rate(by.get('candidate'))}" for by in rates),
+            "-" if row.parity is None else f"{row.parity:.0%}",
+            end_section=row.segment == "all",
         )
+    return table
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:.2f}"
 
 
 def _cells(row: SegmentRow) -> list[str]:
     def pair(values: tuple[float, float]) -> str:
         return f"{_ms(values[0])}/{_ms(values[1])}"
 
-    rates = "; ".join(
-        f"{name} {by.get('baseline', float('nan')):.2f}/{by.get('candidate', float('nan')):.2f}"
-        for name, by in sorted(row.pass_rates.items())
-    )
     return [
         row.segment,
         str(row.pairs),
@@ -111,6 +171,4 @@ def _cells(row: SegmentRow) -> list[str]:
         pair(row.tpot["candidate"]),
         "-" if row.speedup is None else f"{row.speedup:.2f}x",
         "-" if row.acceptance is None else f"{row.acceptance:.0%}",
-        rates or "-",
-        "-" if row.parity is None else f"{row.parity:.0%}",
     ]

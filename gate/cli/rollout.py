@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import textwrap
 from pathlib import Path
 from typing import Annotated
 
@@ -20,6 +22,7 @@ from gate.cli.controller import controller
 from gate.db.enums import RolloutMode
 from gate.db.models import Rollout
 from gate.errors import Conflict, InputMalformed
+from gate.reports import glance, headline
 from gate.rollouts import repository, service
 from gate.rollouts.exposure import exposure_of, percent
 from gate.rollouts.schemas import RolloutIn
@@ -132,13 +135,40 @@ def list_rollouts(database_url: DatabaseOption = None) -> None:
 
 
 @app.command()
-def show(rollout_id: int, database_url: DatabaseOption = None) -> None:
-    """Show one rollout."""
+def show(
+    rollout_id: int,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print the rollout, the headline, the reason codes and the guardrail x "
+            "segment grid as JSON.",
+        ),
+    ] = False,
+    database_url: DatabaseOption = None,
+) -> None:
+    """Show one rollout and the answer at a glance of its newest verdict."""
     with cli_transaction(settings_with(database_url)) as db:
         rollout = service.get_rollout(db, rollout_id=rollout_id)
         change = repository.last_change(db, rollout.id)
+        look = glance.latest(db, rollout=rollout)
+        if as_json:
+            body = {
+                "id": rollout.id,
+                "name": rollout.name,
+                "state": rollout.state.value,
+                "stage": rollout.stage,
+                "exposure": exposure_of(rollout).describe(),
+                "state_reason": change.reason if change else None,
+                "glance": look.model_dump(mode="json"),
+            }
+            typer.echo(json.dumps(body))
+            return
         why = f"\n  {rollout.state.value} by {change.actor}: {change.reason}" if change else ""
-        typer.echo(_describe(rollout) + why)
+        # Fits a 100-column terminal: long lines wrap under their indent.
+        for line in (_describe(rollout) + why).splitlines():
+            typer.echo("\n".join(textwrap.wrap(line, width=100, subsequent_indent="    ")))
+        typer.echo("\n".join(["", *headline.text_lines(look.headline, width=100)]))
 
 
 def _describe(r: Rollout) -> str:

@@ -24,6 +24,8 @@ from gate.engines.weights import default_encoding, weights_path
 from gate.engines.workload import WorkloadItem, load_workload
 from gate.gateway.app import ProxyDispatch
 from gate.gateway.factory import build_gateway_app
+from gate.reports import glance
+from gate.reports.glance import Glance
 from gate.rollouts import service
 from gate.rollouts.schemas import RolloutIn, RouteIn
 from gate.rollouts.states import Action
@@ -52,6 +54,8 @@ class DemoResult:
     rows: list[SegmentRow]
     verdict: Verdict
     report_dir: Path | None
+    # The answer at a glance of the verdict: what the demo ends with.
+    glance: Glance | None = None
 
 
 def demo_policy(segments: list[str]) -> dict[str, object]:
@@ -102,7 +106,10 @@ def run_demo(settings: Settings, options: DemoOptions, console: Console) -> Demo
             _finish(session, rollout_id, bus)
         with sessions() as session:
             rows = summarise(session, rollout_id=rollout_id)
-        return DemoResult(rollout_id, rows, verdict, _report(sessions, settings, console))
+            rollout = service.get_rollout(session, rollout_id=rollout_id)
+            look = glance.of_rollout(session, rollout=rollout, verdict=verdict)
+        report = _report(sessions, settings, console)
+        return DemoResult(rollout_id, rows, verdict, report, look)
     finally:
         for part in reversed(started):
             part.stop()

@@ -11,8 +11,8 @@ from sqlalchemy.orm import Session
 
 from evaluators.registry import code_sandbox
 from gate.db.enums import Cohort, Decision, GenerationStatus, Outcome, RolloutState
-from gate.db.models import Generation, Route
-from gate.reports import queries
+from gate.db.models import Generation, Route, Verdict
+from gate.reports import glance, headline, queries
 from gate.reports.intervals import wilson
 from gate.rollouts import repository
 from gate.rollouts.exposure import exposure_of
@@ -29,6 +29,8 @@ class VerdictBrief(BaseModel):
     n_pairs: int
     stage: int
     created_at: datetime
+    # The reason codes in words, one sentence per reason family (codes stay above).
+    reasons: list[str] = []
 
 
 class RolloutRow(BaseModel):
@@ -38,6 +40,8 @@ class RolloutRow(BaseModel):
     mode: str
     state: RolloutState
     stage: int
+    # The stage for people: "2 of 4 (5 %)" (`stage` counts from 0).
+    stage_label: str = ""
     sample_rate: float
     # Fraction of the alias's requests the candidate gets now and after the next promote
     # (sample rate x stage percent), and the same in words.
@@ -48,6 +52,8 @@ class RolloutRow(BaseModel):
     baseline_route: str
     candidate_route: str
     latest_verdict: VerdictBrief | None
+    # The answer at a glance, in one sentence (the same words as the glance endpoint's).
+    headline: str = ""
     # How the task evaluator contains code: `/ui` flags `unsafe-local` next to the mode.
     sandbox: str | None = None
     # Why the rollout is in its state: the reason of the change that put it there (a hold
@@ -97,6 +103,9 @@ class FailurePoint(BaseModel):
     error_rate: float
     fallback_rate: float
     not_attributable_rate: float
+    # The two kinds of not attributable, apart: the gateway's own bounds, the client.
+    dropped_rate: float = 0.0
+    cancelled_rate: float = 0.0
 
 
 class StateChange(BaseModel):
@@ -130,6 +139,7 @@ def bucket_for(window: timedelta) -> int:
 def overview(session: Session) -> list[RolloutRow]:
     """Return every rollout, newest first, with its routes and latest verdict."""
     latest = queries.latest_verdicts(session)
+    # One headline per rollout (a count query each): the table says what the detail says.
     names = {r.id: r.name for r in session.query(Route)}
     rows = []
     for r in repository.list_rollouts(session):
@@ -143,6 +153,8 @@ def overview(session: Session) -> list[RolloutRow]:
                 mode=r.mode.value,
                 state=r.state,
                 stage=r.stage,
+                stage_label=f"{r.stage + 1} of {len(exposure.stages)} "
+                f"({exposure.stage_percent:g} %)",
                 sample_rate=r.sample_rate,
                 share=exposure.share,
                 next_share=exposure.next_share,
@@ -150,9 +162,8 @@ def overview(session: Session) -> list[RolloutRow]:
                 version=r.version,
                 baseline_route=names.get(r.baseline_route_id, ""),
                 candidate_route=names.get(r.candidate_route_id, ""),
-                latest_verdict=VerdictBrief.model_validate(verdict, from_attributes=True)
-                if verdict
-                else None,
+                latest_verdict=_brief(verdict) if verdict else None,
+                headline=glance.of_rollout(session, rollout=r, verdict=verdict).headline.sentence,
                 sandbox=code_sandbox(r.policy),
                 state_reason=change.reason
                 if (change := repository.last_change(session, r.id))
@@ -160,6 +171,11 @@ def overview(session: Session) -> list[RolloutRow]:
             )
         )
     return rows
+
+
+def first_seen(session: Session, *, rollout_id: int) -> datetime | None:
+    """Return when the rollout's first pair or verdict was recorded (its data's birth)."""
+    return queries.first_seen(session, rollout_id=rollout_id)
 
 
 def rollout_dashboard(
@@ -177,15 +193,18 @@ def rollout_dashboard(
         acceptance=[_acceptance(a) for a in queries.acceptance(session, window)],
         quality=[_pass_rate(p) for p in queries.pass_counts(session, window)],
         failures=_failures(queries.status_counts(session, window, step=step)),
-        verdicts=[
-            VerdictBrief.model_validate(v, from_attributes=True)
-            for v in queries.verdicts(session, window)
-        ],
+        verdicts=[_brief(v) for v in queries.verdicts(session, window)],
         events=[
             StateChange.model_validate(e, from_attributes=True)
             for e in queries.state_changes(session, window)
         ],
     )
+
+
+def _brief(verdict: Verdict) -> VerdictBrief:
+    brief = VerdictBrief.model_validate(verdict, from_attributes=True)
+    brief.reasons = headline.reason_sentences(verdict.reason_codes)
+    return brief
 
 
 def _when(epoch: int) -> datetime:
@@ -268,6 +287,8 @@ def _failures(rows: list[queries.StatusRow]) -> list[FailurePoint]:
                 error_rate=errors / n,
                 fallback_rate=by_status.get(GenerationStatus.FALLBACK, 0) / n,
                 not_attributable_rate=unattributable / n,
+                dropped_rate=by_status.get(GenerationStatus.DROPPED, 0) / n,
+                cancelled_rate=by_status.get(GenerationStatus.CANCELLED, 0) / n,
             )
         )
     return points

@@ -7,12 +7,15 @@ import re
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from gate.errors import BadRequest
 from gate.reports.intervals import Z95, Difference, Proportion
+
+if TYPE_CHECKING:
+    from gate.reports.glance import Glance
 
 # Quantile grid of the latency CDFs: 0.00, 0.01, ..., 1.00.
 PROBS = tuple(i / 100 for i in range(101))
@@ -147,6 +150,17 @@ class RolloutStats:
     acceptance: dict[str, Acceptance]
     quality: list[Quality]
     failures: dict[str, Failures]
+    # Median TTFT and TPOT (seconds) per segment and cohort: {segment: {cohort: SegmentLatency}}.
+    segments: dict[str, dict[str, SegmentLatency]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SegmentLatency:
+    """One segment and cohort: calls answered, and median TTFT and TPOT in seconds."""
+
+    n: int
+    ttft_p50: float | None
+    tpot_p50: float | None
 
 
 @dataclass(frozen=True)
@@ -160,6 +174,13 @@ class RolloutWeek:
     verdicts: dict[str, int]
     # How the task evaluator contained code; the report flags `unsafe-local`.
     sandbox: str | None = None
+    # The answer at a glance of the week's newest verdict (None: never judged this week).
+    glance: Glance | None = None
+
+    def too_early(self) -> bool:
+        """Whether the gate could not call this rollout yet for want of pairs."""
+        head = self.glance.headline if self.glance else None
+        return head is not None and head.decision == "continue" and head.pairs_needed is not None
 
 
 @dataclass(frozen=True)
@@ -211,6 +232,8 @@ class WeeklyReport:
             "kills": [_event(e) for e in self.kills],
             "verdicts": {"counts": counts, "events": [_event(e) for e in self.verdicts]},
             "rollouts": [_rollout(r) for r in self.rollouts],
+            "not_enough_data": [r.name for r in self.rollouts if r.too_early()],
+            "headlines": {r.name: r.glance.headline.sentence for r in self.rollouts if r.glance},
             "files": sorted(p.name for p in self.files),
         }
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import LogLocator, MaxNLocator, NullFormatter
 
 from gate.reports.model import PROBS, Distribution, Event, RolloutWeek, WeeklyReport
 
@@ -29,8 +30,11 @@ def _save(figure: Figure, path: Path) -> Path:
     return path
 
 
-def _empty(ax: Axes, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#6b7280")
+def _empty(ax: Axes, text: str, title: str) -> None:
+    # An empty plot keeps its title and says why it is empty, instead of a blank box.
+    ax.set_title(title)
+    ax.text(0.5, 0.5, f"no data: {text}", ha="center", va="center", transform=ax.transAxes,
+            color="#6b7280", fontsize=12)  # fmt: skip
     ax.set_xticks([])
     ax.set_yticks([])
 
@@ -49,7 +53,8 @@ def draw_all(report: WeeklyReport, out_dir: Path) -> list[Path]:
 def _cdf(ax: Axes, arms: dict[str, Distribution], style: str, suffix: str) -> None:
     for cohort, dist in arms.items():
         label = f"{cohort}{suffix} (n={dist.n})"
-        ax.plot(dist.grid, PROBS, style, color=COLOURS.get(cohort, "black"), label=label)
+        ms = [1000 * v for v in dist.grid]
+        ax.plot(ms, PROBS, style, color=COLOURS.get(cohort, "black"), label=label)
 
 
 def latency_cdfs(week: RolloutWeek, previous: str, path: Path) -> Path:
@@ -57,16 +62,23 @@ def latency_cdfs(week: RolloutWeek, previous: str, path: Path) -> Path:
     figure, axes = _figure(2)
     for ax, metric in zip(axes, ("ttft", "tpot"), strict=True):
         now, before = getattr(week.current, metric), getattr(week.previous, metric)
+        name = {"ttft": "time to first token", "tpot": "time per output token"}[metric]
         if not now and not before:
-            _empty(ax, f"no {metric.upper()} this week")
+            _empty(ax, f"no {metric.upper()} this week", f"{metric.upper()}: {name}")
             continue
+        ax.set_title(f"{metric.upper()}: {name}", fontsize=10)
         _cdf(ax, now, "-", "")
         _cdf(ax, before, ":", f" {previous}")
         values = [v for d in [*now.values(), *before.values()] for v in d.grid if v > 0]
         wide = bool(values) and max(values) / min(values) > 30
         if wide:
             ax.set_xscale("log")
-        ax.set_xlabel(f"{metric.upper()} (s{', log scale' if wide else ''})")
+            # Decades only: minor-tick labels on a log axis run into each other.
+            ax.xaxis.set_major_locator(LogLocator(base=10, numticks=6))
+            ax.xaxis.set_minor_formatter(NullFormatter())
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(nbins=5))
+        ax.set_xlabel(f"{metric.upper()} (ms{', log scale' if wide else ''})")
         ax.set_ylabel("fraction of calls")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7, loc="lower right")
@@ -79,7 +91,7 @@ def acceptance(week: RolloutWeek, previous: str, path: Path) -> Path:
     figure, (ax,) = _figure()
     segments = sorted(set(week.current.acceptance) | set(week.previous.acceptance))
     if not segments:
-        _empty(ax, "no speculative counters this week")
+        _empty(ax, "no speculative counters this week", f"{week.name}: draft acceptance")
         return _save(figure, path)
     xs = list(range(len(segments)))
     for offset, stats, label, colour in (
@@ -101,7 +113,7 @@ def quality(week: RolloutWeek, path: Path) -> Path:
     figure, (ax,) = _figure()
     rows = [q for q in week.current.quality if q.delta is not None]
     if not rows:
-        _empty(ax, "no evaluations of both arms this week")
+        _empty(ax, "no evaluations of both arms this week", f"{week.name}: quality deltas")
         return _save(figure, path)
     ys = list(range(len(rows)))
     for y, q in zip(ys, rows, strict=True):
@@ -129,7 +141,7 @@ def verdict_timeline(report: WeeklyReport, path: Path) -> Path:
     figure, (ax,) = _figure()
     names = sorted({e.rollout for e in [*report.verdicts, *report.kills]})
     if not names:
-        _empty(ax, "no verdicts or kills this week")
+        _empty(ax, "no verdicts or kills this week", f"{report.week}: verdicts and kills")
         return _save(figure, path)
     row = {name: i for i, name in enumerate(names)}
     start = report.week.start

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from gate.db import storage
 from gate.db.enums import Cohort, GenerationStatus
-from gate.db.models import AuditEvent, Evaluation, Generation, Rollout, Verdict
+from gate.db.models import AuditEvent, Evaluation, Generation, Pair, Rollout, Verdict
 
 Key = tuple[Any, ...]
 # Audit actions that change what a rollout serves, shown on timelines.
@@ -210,9 +210,12 @@ def state_changes(
     return list(session.scalars(statement.order_by(AuditEvent.created_at, AuditEvent.id)))
 
 
-def latest_verdicts(session: Session) -> dict[int, Verdict]:
-    """Return each rollout's newest verdict."""
-    newest = select(func.max(Verdict.id)).group_by(Verdict.rollout_id).scalar_subquery()
+def latest_verdicts(session: Session, *, rollout_id: int | None = None) -> dict[int, Verdict]:
+    """Return each rollout's newest verdict (or only `rollout_id`'s)."""
+    newest_ids = select(func.max(Verdict.id)).group_by(Verdict.rollout_id)
+    if rollout_id is not None:
+        newest_ids = newest_ids.where(Verdict.rollout_id == rollout_id)
+    newest = newest_ids.scalar_subquery()
     rows = session.scalars(select(Verdict).where(Verdict.id.in_(newest)))
     return {v.rollout_id: v for v in rows}
 
@@ -228,3 +231,24 @@ def active_rollouts(session: Session, *, since: datetime, until: datetime) -> li
     ).subquery()
     statement = select(Rollout).where(Rollout.id.in_(select(ids.c[0]))).order_by(Rollout.id)
     return list(session.scalars(statement))
+
+
+def stage_pace(session: Session, *, rollout_id: int, stage: int) -> tuple[int, datetime | None]:
+    """Return the stage's evaluated pairs and when its first pair arrived."""
+    count, first = session.execute(
+        select(func.count(Pair.id), func.min(Pair.created_at)).where(
+            Pair.rollout_id == rollout_id, Pair.stage == stage, Pair.evaluated_at.is_not(None)
+        )
+    ).one()
+    return int(count or 0), first
+
+
+def first_seen(session: Session, *, rollout_id: int) -> datetime | None:
+    """Return when the rollout's first pair or verdict was recorded."""
+    times = [
+        session.scalar(select(func.min(Pair.created_at)).where(Pair.rollout_id == rollout_id)),
+        session.scalar(
+            select(func.min(Verdict.created_at)).where(Verdict.rollout_id == rollout_id)
+        ),
+    ]
+    return min((t for t in times if t is not None), default=None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from html import escape
 
+from gate.reports import headline
 from gate.reports.model import DECISIONS, Event, Finding, RolloutWeek, WeeklyReport
 
 Table = tuple[list[str], list[list[str]]]
@@ -20,11 +21,35 @@ def _pct(value: float | None) -> str:
 
 def _intro(report: WeeklyReport) -> str:
     week = report.week
+    early = _too_early(report)
     return (
         f"{week.start:%a %Y-%m-%d} to {week.end:%a %Y-%m-%d} (UTC), compared with "
         f"{week.previous()}. {len(report.rollouts)} rollout(s) active, "
         f"{len(report.regressions)} regression(s), {len(report.kills)} kill(s)."
+        + (f" Not enough data to call: {'; '.join(early)}." if early else "")
     )
+
+
+def _too_early(report: WeeklyReport) -> list[str]:
+    """Say, per rollout the gate could not call yet, the pairs seen and still needed."""
+    out = []
+    for week in report.rollouts:
+        if not week.too_early() or week.glance is None:
+            continue
+        head = week.glance.headline
+        seen = head.pairs_seen if head.pairs_seen is not None else head.n_pairs
+        out.append(
+            f"{week.name} ({seen:,} pairs seen, about {head.pairs_needed:,} more needed "
+            f"for {head.next_decision})"
+        )
+    return out
+
+
+def _regressions(report: WeeklyReport) -> list[str]:
+    """Return the regressions, then the rollouts too young to call (never a bare 'none')."""
+    found = [_finding(f) for f in report.regressions]
+    lead = "not enough data to call" if found else "none found, but not enough data to call"
+    return found + [f"{lead} {item}" for item in _too_early(report)]
 
 
 def _finding(f: Finding) -> str:
@@ -32,7 +57,9 @@ def _finding(f: Finding) -> str:
 
 
 def _event(e: Event) -> str:
-    why = f": {e.reason}" if e.reason else ""
+    # The gate's reason is its whole summary; the rollout's headline below says it in words.
+    reason = e.reason if len(e.reason or "") <= 200 else e.reason[:199] + "…"
+    why = f": {reason}" if reason else ""
     return f"{e.at:%a %Y-%m-%d %H:%M} UTC {e.rollout} killed by {e.actor}{why}"
 
 
@@ -96,8 +123,86 @@ def _quality_table(week: RolloutWeek) -> Table:
     return headers, rows
 
 
+_TITLES = (
+    "Latency per cohort",
+    "Latency per segment (medians)",
+    "Acceptance per segment",
+    "Quality per evaluator",
+)
+
+
 def _tables(week: RolloutWeek, previous: str) -> list[Table]:
-    return [_latency_table(week), _acceptance_table(week, previous), _quality_table(week)]
+    return [
+        _latency_table(week),
+        _segment_table(week),
+        _acceptance_table(week, previous),
+        _quality_table(week),
+    ]
+
+
+def _segment_table(week: RolloutWeek) -> Table:
+    rows = []
+    for segment, arms in sorted(week.current.segments.items()):
+        base, cand = arms.get("baseline"), arms.get("candidate")
+        rows.append(
+            [
+                segment,
+                f"{base.n if base else 0} / {cand.n if cand else 0}",
+                _ms(base.ttft_p50 if base else None),
+                _ms(cand.ttft_p50 if cand else None),
+                _ms(base.tpot_p50 if base else None),
+                _ms(cand.tpot_p50 if cand else None),
+            ]
+        )
+    headers = [
+        "segment", "calls base / spec", "TTFT p50 base", "TTFT p50 spec",
+        "TPOT p50 base", "TPOT p50 spec",
+    ]  # fmt: skip
+    return headers, rows
+
+
+def _md_glance(week: RolloutWeek) -> list[str]:
+    if week.glance is None:
+        return ["No verdict this week: the gate did not judge this rollout.", ""]
+    return ["### At a glance", "", *headline.markdown(week.glance.headline, week.glance.grid)]
+
+
+def _html_glance(week: RolloutWeek) -> str:
+    if week.glance is None:
+        return "<p>No verdict this week: the gate did not judge this rollout.</p>"
+    head, grid = week.glance.headline, week.glance.grid
+    has_data = any(c is not None and c.status != "no_data" for r in grid.rows for c in r.cells)
+    chip = "<span style='background:{};color:#fff;border-radius:4px;padding:0 .4rem'>{}</span>"
+    parts = [
+        f"<h3>At a glance</h3><p class='headline'><strong>{escape(head.sentence)}</strong></p>"
+    ]
+    parts.append(
+        "<ul>"
+        + "".join(
+            f"<li>{chip.format(line.colour, escape(line.status_words))} {escape(line.text)}</li>"
+            for line in head.lines
+        )
+        + "</ul>"
+    )
+    if head.reasons:
+        parts.append(_html_list(head.reasons))
+    if not has_data:
+        return "".join([*parts, "<p>No guardrail has data yet.</p>"])
+    header = "".join(f"<th>{escape(s)}</th>" for s in ["guardrail", *grid.segments])
+    body = []
+    for row in grid.rows:
+        cells = []
+        for c in row.cells:
+            if c is None or c.status == "no_data":
+                cells.append("<td>no data</td>")
+                continue
+            cells.append(
+                f"<td style='border-left:6px solid {c.colour}' title='{escape(c.status_words)}'>"
+                f"{escape(c.estimate)}<br><small>{escape(c.interval)}, n={c.n}</small></td>"
+            )
+        body.append(f"<tr><th>{escape(row.label)}</th>{''.join(cells)}</tr>")
+    parts.append(f"<table><thead><tr>{header}</tr></thead><tbody>{''.join(body)}</tbody></table>")
+    return "".join(parts)
 
 
 def _md_table(table: Table) -> list[str]:
@@ -118,7 +223,7 @@ def markdown(report: WeeklyReport) -> str:
     previous = str(report.week.previous())
     lines = [f"# specgate weekly report {report.week}", "", _intro(report), ""]
     lines += [f"## Regressions ({len(report.regressions)})", ""]
-    lines += [*_md_list([_finding(f) for f in report.regressions]), ""]
+    lines += [*_md_list(_regressions(report)), ""]
     lines += [f"## Improvements ({len(report.improvements)})", ""]
     lines += [*_md_list([_finding(f) for f in report.improvements]), ""]
     lines += [f"## Kills ({len(report.kills)})", "", *_md_list([_event(e) for e in report.kills])]
@@ -126,8 +231,10 @@ def markdown(report: WeeklyReport) -> str:
     for week in report.rollouts:
         lines += [f"## {week.name} ({week.alias}), now {week.state}", ""]
         lines += [_weak_sandbox(week), ""] if _weak_sandbox(week) else []
-        for table in _tables(week, previous):
-            lines += _md_table(table)
+        lines += _md_glance(week)
+        for title, table in zip(_TITLES, _tables(week, previous), strict=True):
+            rows = _md_table(table)
+            lines += [f"### {title}", "", *(rows or ["No data this week.", ""])]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -165,7 +272,7 @@ def html(report: WeeklyReport) -> str:
         f"<title>specgate weekly report {report.week}</title><style>{_STYLE}</style></head><body>",
         f"<h1>specgate weekly report {report.week}</h1><p>{escape(_intro(report))}</p>",
         f"<h2>Regressions ({len(report.regressions)})</h2><div class='regressions'>"
-        + _html_list([_finding(f) for f in report.regressions])
+        + _html_list(_regressions(report))
         + "</div>",
         f"<h2>Improvements ({len(report.improvements)})</h2>"
         + _html_list([_finding(f) for f in report.improvements]),
@@ -179,7 +286,10 @@ def html(report: WeeklyReport) -> str:
         )
         if _weak_sandbox(week):
             parts.append(f"<p><strong>{escape(_weak_sandbox(week))}</strong></p>")
-        parts += [_html_table(t) for t in _tables(week, previous)]
+        parts.append(_html_glance(week))
+        for title, table in zip(_TITLES, _tables(week, previous), strict=True):
+            shown = _html_table(table) or "<p>No data this week.</p>"
+            parts.append(f"<h3>{escape(title)}</h3>{shown}")
         for kind in ("latency", "acceptance", "quality"):
             parts.append(_img(f"{kind}-{week.rollout_id}.png", f"{kind} of {week.name}"))
     return "\n".join([*parts, "</body></html>"]) + "\n"

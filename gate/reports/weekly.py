@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.orm import Session
 
 from evaluators.registry import code_sandbox
+from gate.db.base import utcnow
 from gate.db.enums import Cohort, GenerationStatus, Outcome
-from gate.db.models import Generation
-from gate.reports import findings, plots, queries, render, store
+from gate.db.models import Generation, Rollout, Verdict
+from gate.reports import findings, glance, plots, queries, render, store
 from gate.reports.intervals import newcombe, wilson
 from gate.reports.model import (
     PROBS,
@@ -21,6 +24,7 @@ from gate.reports.model import (
     Quality,
     RolloutStats,
     RolloutWeek,
+    SegmentLatency,
     Week,
     WeeklyReport,
 )
@@ -61,6 +65,7 @@ def compute_weekly(session: Session, week: Week) -> WeeklyReport:
             previous=rollout_stats(session, queries.Window(r.id, before.start, before.end)),
             verdicts=dict(Counter(v.decision.value for v in verdict_rows if v.rollout_id == r.id)),
             sandbox=code_sandbox(r.policy),
+            glance=_glance(session, r, verdict_rows, until=week.end),
         )
         for r in rollouts
     ]
@@ -83,6 +88,17 @@ def compute_weekly(session: Session, week: Week) -> WeeklyReport:
     ]
     regressions, improvements = findings.compare(weeks, previous=str(before))
     return WeeklyReport(week, weeks, regressions, improvements, verdicts, kills)
+
+
+def _glance(
+    session: Session, rollout: Rollout, verdicts: list[Verdict], *, until: datetime
+) -> glance.Glance | None:
+    """Return the answer at a glance of the rollout's newest verdict of the week."""
+    mine = [v for v in verdicts if v.rollout_id == rollout.id]
+    if not mine:
+        return None
+    newest = max(mine, key=lambda v: (v.created_at, v.id))
+    return glance.of_rollout(session, rollout=rollout, verdict=newest, now=min(until, utcnow()))
 
 
 def write_weekly(report: WeeklyReport, out_dir: Path) -> None:
@@ -111,7 +127,25 @@ def rollout_stats(session: Session, window: queries.Window) -> RolloutStats:
         },
         quality=_quality(queries.pass_counts(session, window)),
         failures=_failures(queries.status_counts(session, window, step=None)),
+        segments=_segments(session, where),
     )
+
+
+def _segments(session: Session, where: list[Any]) -> dict[str, dict[str, SegmentLatency]]:
+    keys = [Generation.segment, Generation.cohort]
+    ttft, tpot = (
+        queries.quantiles(session, value=column, keys=keys, where=where, probs=(0.5,))
+        for column in (Generation.ttft_s, Generation.tpot_s)
+    )
+    out: dict[str, dict[str, SegmentLatency]] = {}
+    for key in sorted(set(ttft) | set(tpot), key=str):
+        a, b = ttft.get(key), tpot.get(key)
+        out.setdefault(str(key[0]), {})[Cohort(key[1]).value] = SegmentLatency(
+            n=max(a.n if a else 0, b.n if b else 0),
+            ttft_p50=a.values[0] if a else None,
+            tpot_p50=b.values[0] if b else None,
+        )
+    return out
 
 
 def _quality(rows: list[queries.PassRow]) -> list[Quality]:

@@ -22,6 +22,8 @@ class ReportBrief(BaseModel):
     location: str | None
     regressions: int
     created_at: datetime
+    # The findings in words: "0 regression(s)" alone would hide "not enough data to call".
+    summary_text: str = ""
 
 
 class ReportOut(ReportBrief):
@@ -31,7 +33,13 @@ class ReportOut(ReportBrief):
 
 def _brief(row: Report) -> dict[str, Any]:
     found = row.summary.get("regressions", [])
+    count = len(found) if isinstance(found, list) else 0
+    early = row.summary.get("not_enough_data") or []
+    text = f"{count} regression(s)" + (
+        f"; not enough data to call {', '.join(map(str, early))}" if early else ""
+    )
     return {
+        "summary_text": text,
         "id": row.id,
         "kind": row.kind,
         "period": row.period,

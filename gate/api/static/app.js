@@ -12,7 +12,7 @@
   const $ = (id) => document.getElementById(id);
   const state = {
     key: sessionStorage.getItem(STORAGE_KEY), rollouts: [], selected: null,
-    charts: {}, kill: null, timer: null, range: { min: 0, max: 0 },
+    charts: {}, kill: null, timer: null, range: { min: 0, max: 0 }, me: null,
     // Each load takes a ticket; only the newest ticket may render, so a slow answer that
     // was asked before a kill can never paint the old state over the new one.
     tickets: { rollouts: 0, detail: 0 },
@@ -81,12 +81,25 @@
     sessionStorage.removeItem(STORAGE_KEY);
     state.key = null;
     state.selected = null;
+    state.me = null;
     clearInterval(state.timer);
     Object.values(state.charts).forEach((chart) => chart.destroy());
     state.charts = {};
     $("detail").hidden = true;
     status("");
     showApp(false);
+  }
+
+  // What the key may do: controls it cannot use are disabled, with the reason.
+  async function loadMe() {
+    state.me = await api("/v1/whoami");
+    const refused = canOperate() ? "" : `Needs a key with the operate scope (this key: ${state.me.scopes.join(", ")})`;
+    $("global-kill").disabled = !!refused;
+    $("global-kill").title = refused;
+  }
+
+  function canOperate() {
+    return !!state.me && state.me.scopes.some((s) => s === "operate" || s === "admin");
   }
 
   function start() {
@@ -102,23 +115,22 @@
   }
 
   async function refresh() {
+    if (state.me === null) await loadMe();
     await loadRollouts();
-    if (state.selected !== null) await loadDetail();
     await loadReports();
   }
 
   // --- rollouts table --------------------------------------------------------------
 
+  // The table and the selected rollout's charts are fetched together and painted together,
+  // so the table's verdict never lags what the charts show.
   async function loadRollouts() {
     const ticket = ++state.tickets.rollouts;
     const rollouts = await api("/v1/dashboard/rollouts");
     if (ticket !== state.tickets.rollouts) return;
-    state.rollouts = rollouts;
-    renderRollouts();
-    if (state.selected === null && state.rollouts.length > 0) {
-      state.selected = state.rollouts[0].id;
-      await loadDetail();
-    }
+    if (state.selected === null && rollouts.length > 0) state.selected = rollouts[0].id;
+    if (state.selected === null) { state.rollouts = rollouts; renderRollouts(); return; }
+    await loadDetail(rollouts);
   }
 
   function renderRollouts() {
@@ -136,27 +148,34 @@
       cell.append(el("span", r.state, `badge state ${r.state}`));
       // Why it is held or killed (e.g. "promoted by argo-rollouts: ..."): the audited reason.
       if (r.state_reason && (r.state === "held" || r.state === "killed")) {
-        cell.append(el("div", r.state_reason, "hint state-reason"));
+        // The gate's own reason is its full summary: the headline (latest verdict) says it
+        // in words, so the table keeps a short line and the whole text in the tooltip.
+        const reason = el("div", clip(r.state_reason, 90), "hint state-reason");
+        reason.title = r.state_reason;
+        cell.append(reason);
       }
       const share = el("td", `${percent(r.share)} → ${r.next_share === null ? "promoted" : percent(r.next_share)}`);
-      share.title = `sample rate ${r.sample_rate}: ${r.exposure}`;
-      row.append(cell, el("td", r.stage), share);
+      share.title = `${percent(r.sample_rate)} of requests sampled: ${r.exposure}`;
+      row.append(cell, el("td", r.stage_label || `${r.stage + 1}`), share);
       row.append(el("td", `${r.baseline_route} → ${r.candidate_route}`));
-      row.append(verdictCell(r.latest_verdict), actionsCell(r));
+      row.append(verdictCell(r.latest_verdict, r.headline), actionsCell(r));
       body.append(row);
     }
   }
+
+  function clip(text, n) { return text.length > n ? `${text.slice(0, n - 1)}…` : text; }
 
   function percent(fraction) {
     return `${Number((fraction * 100).toPrecision(4))} %`;
   }
 
-  function verdictCell(verdict) {
+  function verdictCell(verdict, headline) {
     const cell = el("td", null, "verdict");
     if (!verdict) { cell.textContent = "none yet"; return cell; }
     cell.append(el("span", verdict.decision, `badge ${verdict.decision}`));
     cell.append(el("span", ` ${when(verdict.created_at)}`, "hint"));
-    cell.title = verdict.reason_codes.join(", ") || verdict.summary;
+    if (headline) cell.append(el("div", clip(headline.slice(headline.indexOf(":") + 1).trim(), 110), "verdict-words"));
+    cell.title = headline || verdict.summary;
     return cell;
   }
 
@@ -167,11 +186,13 @@
     view.addEventListener("click", () => {
       state.selected = r.id;
       renderRollouts();
-      loadDetail().catch(handle);
+      loadRollouts().catch(handle);
     });
     const kill = el("button", "Kill", "danger kill");
     kill.type = "button";
-    kill.disabled = r.state === "killed";
+    kill.disabled = r.state === "killed" || !canOperate();
+    if (!canOperate()) kill.title = "Needs a key with the operate scope";
+    else if (r.state === "killed") kill.title = "Already killed";
     kill.addEventListener("click", () => openKill({ rollout: r }));
     cell.append(view, kill);
     return cell;
@@ -226,8 +247,10 @@
     const step = 60000 * (STEPS_MIN.find((m) => m * 60000 >= (max - min) / 6) || 1440);
     const format = max - min > 36 * 3600 * 1000
       ? { weekday: "short", hour: "2-digit" } : { hour: "2-digit", minute: "2-digit" };
+    // A little room after the newest point, so a marker drawn "now" is not cut in half.
+    const pad = (max - min) * 0.03;
     return {
-      type: "linear", min, max,
+      type: "linear", min, max: max + pad,
       afterBuildTicks: (axis) => {
         axis.ticks = [];
         for (let v = Math.ceil(min / step) * step; v <= max; v += step) axis.ticks.push({ value: v });
@@ -236,11 +259,31 @@
     };
   }
 
+  // An empty chart says so instead of showing bare axes.
+  const emptyNote = {
+    id: "emptyNote",
+    afterDraw(chart) {
+      if (chart.data.datasets.some((d) => d.data.some((v) => v !== null && v !== undefined))) return;
+      const { ctx, chartArea: a } = chart;
+      ctx.save();
+      ctx.fillStyle = "#6b7280";
+      ctx.font = "14px system-ui, sans-serif";
+      ctx.textAlign = "center";
+      ctx.fillText(chart.options.emptyText || "No data in this window", (a.left + a.right) / 2, (a.top + a.bottom) / 2);
+      ctx.restore();
+    },
+  };
+
+  function title(text) { return { display: true, text }; }
+
   function draw(id, config) {
     if (state.charts[id]) state.charts[id].destroy();
     config.options = Object.assign({ animation: false, responsive: true, maintainAspectRatio: false }, config.options);
+    config.plugins = [...(config.plugins || []), emptyNote];
     state.charts[id] = new Chart($(id), config);
   }
+
+  function withTitle(axis, text) { return Object.assign(axis, { title: title(text) }); }
 
   function cohorts(points) { return [...new Set(points.map((p) => p.cohort))].sort(); }
 
@@ -252,11 +295,14 @@
         datasets.push({
           label: `${cohort} ${q}`, borderColor: COHORT_COLOURS[cohort], backgroundColor: COHORT_COLOURS[cohort],
           borderDash: dash, pointRadius: 2, borderWidth: 2,
-          data: mine.filter((p) => p[`${field}_${q}`] !== null).map((p) => ({ x: Date.parse(p.t), y: p[`${field}_${q}`] })),
+          data: mine.filter((p) => p[`${field}_${q}`] !== null).map((p) => ({ x: Date.parse(p.t), y: 1000 * p[`${field}_${q}`] })),
         });
       }
     }
-    draw(id, { type: "line", data: { datasets }, options: { scales: { x: timeAxis(), y: { beginAtZero: true } } } });
+    draw(id, {
+      type: "line", data: { datasets },
+      options: { scales: { x: withTitle(timeAxis(), "time (local)"), y: { beginAtZero: true, title: title("ms") } } },
+    });
   }
 
   function acceptanceChart(rows) {
@@ -267,7 +313,7 @@
         datasets: [{ label: "accepted / draft tokens", data: rows.map((r) => r.rate), backgroundColor: COHORT_COLOURS.candidate }],
       },
       options: {
-        scales: { y: { min: 0, max: 1 } },
+        scales: { x: { title: title("segment") }, y: { min: 0, max: 1, title: title("accepted / drafted tokens") } },
         plugins: { tooltip: { callbacks: { afterLabel: (ctx) => `${rows[ctx.dataIndex].accepted_tokens} of ${rows[ctx.dataIndex].draft_tokens} tokens` } } },
       },
     });
@@ -316,7 +362,7 @@
     draw("chart-quality", {
       type: "bar", data: { labels: evaluators, datasets }, plugins: [whiskers],
       options: {
-        scales: { y: { min: 0, max: 1 } },
+        scales: { x: { title: title("evaluator") }, y: { min: 0, max: 1, title: title("pass rate") } },
         plugins: { tooltip: { callbacks: { afterLabel: (ctx) => {
           const d = ctx.dataset;
           const iv = d.intervals[ctx.dataIndex];
@@ -329,31 +375,43 @@
 
   function failureChart(points) {
     const datasets = [];
-    const kinds = [["error_rate", "errors", []], ["fallback_rate", "fallbacks", [6, 4]], ["not_attributable_rate", "not attributable (dropped, cancelled)", [2, 3]]];
+    // Marker shapes tell the outcomes apart even when a series is a single point.
+    const kinds = [
+      ["error_rate", "errors", [], "crossRot"],
+      ["fallback_rate", "fallbacks", [6, 4], "triangle"],
+      ["dropped_rate", "dropped (not attributable)", [2, 3], "rect"],
+      ["cancelled_rate", "cancelled (not attributable)", [2, 3], "star"],
+    ];
     for (const cohort of cohorts(points)) {
       const mine = points.filter((p) => p.cohort === cohort);
-      for (const [field, name, dash] of kinds) {
+      for (const [field, name, dash, marker] of kinds) {
         if (field !== "error_rate" && !mine.some((p) => p[field] > 0)) continue;
         datasets.push({
           label: `${cohort} ${name}`, borderColor: COHORT_COLOURS[cohort], backgroundColor: COHORT_COLOURS[cohort],
-          borderDash: dash, pointRadius: 2, borderWidth: 2,
+          borderDash: dash, pointRadius: 5, pointStyle: marker, borderWidth: 2,
           data: mine.map((p) => ({ x: Date.parse(p.t), y: p[field] })),
         });
       }
     }
-    draw("chart-failures", { type: "line", data: { datasets }, options: { scales: { x: timeAxis(), y: { beginAtZero: true, suggestedMax: 0.05 } } } });
+    draw("chart-failures", {
+      type: "line", data: { datasets },
+      options: {
+        plugins: { legend: { labels: { usePointStyle: true } } },
+        scales: { x: withTitle(timeAxis(), "time (local)"), y: { beginAtZero: true, suggestedMax: 0.05, title: title("share of calls") } },
+      },
+    });
   }
 
   function verdictChart(verdicts) {
     const datasets = DECISIONS.map((decision) => ({
       label: decision, backgroundColor: DECISION_COLOURS[decision], borderColor: DECISION_COLOURS[decision],
       pointRadius: 5, pointStyle: decision === "kill" ? "crossRot" : "circle", borderWidth: 2,
-      data: verdicts.filter((v) => v.decision === decision).map((v) => ({ x: Date.parse(v.created_at), y: decision, n: v.n_pairs, why: v.reason_codes.join(", ") })),
+      data: verdicts.filter((v) => v.decision === decision).map((v) => ({ x: Date.parse(v.created_at), y: decision, n: v.n_pairs, why: v.reasons.join(" ") })),
     }));
     draw("chart-verdicts", {
       type: "scatter", data: { datasets },
       options: {
-        scales: { x: timeAxis(), y: { type: "category", labels: [...DECISIONS].reverse(), offset: true } },
+        scales: { x: withTitle(timeAxis(), "time (local)"), y: { type: "category", labels: [...DECISIONS].reverse(), offset: true, title: title("decision") } },
         plugins: { tooltip: { callbacks: { label: (ctx) => `${ctx.dataset.label}: ${ctx.raw.n} pairs ${ctx.raw.why}` } } },
       },
     });
@@ -361,28 +419,38 @@
 
   function renderTimeline(data) {
     const items = [
-      ...data.verdicts.map((v) => ({ at: v.created_at, what: `verdict: ${v.decision} (stage ${v.stage}, ${v.n_pairs} pairs)`, by: "gate", why: v.reason_codes.join(", ") || v.summary })),
+      ...data.verdicts.map((v) => ({ at: v.created_at, what: `verdict: ${v.decision} (stage ${v.stage + 1}, ${v.n_pairs} pairs)`, by: "gate", why: v.reasons.join(" ") || v.summary })),
       ...data.events.map((e) => ({ at: e.created_at, what: `${e.action}: ${e.from_state || "–"} → ${e.to_state || "–"}`, by: e.actor, why: e.reason })),
     ].sort((a, b) => Date.parse(b.at) - Date.parse(a.at));
     const body = $("timeline").querySelector("tbody");
     body.replaceChildren(...items.map((item) => {
       const row = el("tr");
-      row.append(el("td", when(item.at)), el("td", item.what), el("td", item.by), el("td", item.why));
+      const why = el("td", clip(item.why || "", 240));
+      why.title = item.why || "";
+      row.append(el("td", when(item.at)), el("td", item.what), el("td", item.by), why);
       return row;
     }));
   }
 
-  async function loadDetail() {
+  async function loadDetail(rollouts) {
     const id = state.selected;
     const ticket = ++state.tickets.detail;
     const hours = $("window").value;
-    const data = await api(`/v1/rollouts/${id}/dashboard?hours=${encodeURIComponent(hours)}`);
+    const query = hours ? `?hours=${encodeURIComponent(hours)}` : "";
+    const [data, glance, fresh] = await Promise.all([
+      api(`/v1/rollouts/${id}/dashboard${query}`),
+      api(`/v1/rollouts/${id}/glance`),
+      rollouts ? Promise.resolve(rollouts) : api("/v1/dashboard/rollouts"),
+    ]);
     if (ticket !== state.tickets.detail) return;
+    state.rollouts = fresh;
+    renderRollouts();
+    renderGlance(glance);
     state.range = { min: Date.parse(data.since), max: Date.parse(data.until) };
     const rollout = state.rollouts.find((r) => r.id === id);
     $("detail").hidden = false;
     $("detail-title").textContent = `Rollout ${rollout ? rollout.name : id}`;
-    $("detail-note").textContent = `buckets of ${Math.round(data.bucket_s / 60)} min · ${data.latency.reduce((n, p) => n + p.n, 0)} successful calls`;
+    $("detail-note").textContent = `${when(data.since)} to ${when(data.until)} · buckets of ${Math.round(data.bucket_s / 60)} min · ${data.latency.reduce((n, p) => n + p.n, 0)} successful calls`;
     latencyChart("chart-ttft", data.latency, "ttft");
     latencyChart("chart-tpot", data.latency, "tpot");
     acceptanceChart(data.acceptance);
@@ -391,6 +459,68 @@
     verdictChart(data.verdicts);
     renderTimeline(data);
     status(`Updated ${new Date().toLocaleTimeString()}`);
+  }
+
+  // --- the answer at a glance -------------------------------------------------------
+
+  function renderGlance(glance) {
+    const head = glance.headline;
+    const line = $("headline");
+    line.replaceChildren(el("span", head.decision_words, `badge ${head.decision}`), " ",
+      el("span", head.sentence.slice(head.sentence.indexOf(":") + 1).trim()));
+    line.dataset.decision = head.decision;
+    line.dataset.rollout = String(glance.rollout_id);
+    const empty = head.lines.filter((item) => item.status === "no_data").map((item) => item.label);
+    const items = head.lines.filter((item) => item.status !== "no_data").map((item) => {
+      const li = el("li", null, `status ${item.status}`);
+      li.dataset.metric = item.metric;
+      const chip = el("span", item.status_words, "chip");
+      chip.style.background = item.colour;
+      li.append(chip, " ", el("span", item.text));
+      return li;
+    });
+    if (empty.length) {
+      const li = el("li", null, "status no_data");
+      const chip = el("span", "no data", "chip");
+      chip.style.background = "#6b7280";
+      li.append(chip, " ", el("span", `no data yet: ${empty.join(", ")}`));
+      items.push(li);
+    }
+    $("headline-lines").replaceChildren(...items);
+    $("headline-reasons").replaceChildren(...head.reasons.map((r) => el("li", r)));
+    $("headline-codes").textContent = head.reason_codes.join(", ") || "none";
+    renderGrid(glance.grid);
+  }
+
+  function renderGrid(grid) {
+    const table = $("guardrail-grid");
+    const some = grid.rows.some((row) => row.cells.some((c) => c && c.status !== "no_data"));
+    table.hidden = !some;
+    $("cell-evidence").textContent = some ? "" : "No guardrail has data yet: the grid fills in once the first test runs.";
+    const headRow = el("tr");
+    headRow.append(el("th", "guardrail"), ...grid.segments.map((s) => el("th", s === "all" ? "all segments" : s)));
+    table.querySelector("thead").replaceChildren(headRow);
+    table.querySelector("tbody").replaceChildren(...grid.rows.map((row) => {
+      const tr = el("tr");
+      tr.dataset.metric = row.metric;
+      tr.append(el("th", row.label));
+      for (const cell of row.cells) {
+        const td = el("td", null, cell ? `cell ${cell.status}` : "cell none");
+        if (!cell) { td.textContent = "–"; tr.append(td); continue; }
+        td.dataset.segment = cell.segment;
+        td.style.borderLeft = `6px solid ${cell.colour}`;
+        if (cell.status === "no_data") td.textContent = "no data";
+        else td.append(el("div", cell.estimate, "estimate"), el("div", cell.interval, "hint"));
+        td.title = `${cell.status_words}; ${cell.n} pairs`;
+        td.addEventListener("click", () => {
+          $("cell-evidence").textContent = `${row.label} in ${cell.segment}: ${cell.status_words}. `
+            + `${cell.n} pairs; estimate ${cell.estimate}${cell.interval ? ` (95 % CI ${cell.interval})` : ""}; `
+            + `margin ${cell.margin || "n/a"}, kill threshold ${cell.kill_at || "n/a"}.`;
+        });
+        tr.append(td);
+      }
+      return tr;
+    }));
   }
 
   // --- reports ---------------------------------------------------------------------
@@ -408,7 +538,7 @@
         $("report-body").hidden = false;
         $("report-body").textContent = full.markdown;
       });
-      item.append(link, el("span", ` ${r.regressions} regression(s), generated ${when(r.created_at)}`, "hint"));
+      item.append(link, el("span", ` ${r.summary_text || `${r.regressions} regression(s)`}, generated ${when(r.created_at)}`, "hint"));
       return item;
     }));
     if (reports.length === 0) list.replaceChildren(el("li", "No reports yet.", "hint"));
@@ -422,7 +552,7 @@
     $("global-kill").addEventListener("click", () => openKill({ rollout: null }));
     $("kill-form").addEventListener("submit", confirmKill);
     $("kill-cancel").addEventListener("click", () => $("kill-dialog").close());
-    $("window").addEventListener("change", () => loadDetail().catch(handle));
+    $("window").addEventListener("change", () => loadRollouts().catch(handle));
     if (state.key) {
       api("/v1/dashboard/rollouts").then(start).catch((error) => { signOut(); $("login-error").textContent = error.message; });
     } else {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from datetime import timedelta
 from pathlib import Path
@@ -180,11 +181,17 @@ def test_a_read_key_sees_everything_but_cannot_kill(page, served):
     sign_in(page, base, tokens["read"])
     row = page.locator(f"#rollouts tbody tr[data-rollout-id='{ids['eagle-next']}']")
     expect(row.locator(".badge.state")).to_have_text("running")
-    row.locator("button.kill").click()
-    page.fill("#kill-reason", "trying without the scope")
-    page.click("#kill-confirm")
-    expect(page.locator("#kill-error")).to_contain_text("operate scope")
-    expect(page.locator("#kill-dialog")).to_be_visible()
+    # The page knows the key's scopes: the kill controls are disabled, and say why.
+    expect(row.locator("button.kill")).to_be_disabled()
+    expect(row.locator("button.kill")).to_have_attribute("title", re.compile("operate scope"))
+    expect(page.locator("#global-kill")).to_be_disabled()
+    # The API is the authority either way: the same key is refused there.
+    refused = httpx.post(
+        f"{base}/v1/rollouts/{ids['eagle-next']}/kill",
+        json={"reason": "trying without the scope"},
+        headers=bearer(tokens["read"]),
+    )
+    assert refused.status_code == 403 and "operate" in refused.json()["detail"]
     assert state_of(base, tokens["read"], ids["eagle-next"]) == "running"
 
 

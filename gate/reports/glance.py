@@ -1,0 +1,54 @@
+"""One rollout's answer at a glance, read from the database: headline and grid."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel
+from sqlalchemy.orm import Session
+
+from gate.db.base import utcnow
+from gate.db.models import Rollout, Verdict
+from gate.reports import headline as words
+from gate.reports import queries
+from gate.stats.policy import load_policy
+
+# What a rollout without a verdict reads as: the gate has not judged any pair yet.
+NO_VERDICT = {"decision": "continue", "reason_codes": ["no_pairs"], "estimates": [], "n_pairs": 0}
+
+
+class Glance(BaseModel):
+    """The headline and grid of a rollout's newest verdict, and which verdict that was."""
+
+    rollout_id: int
+    verdict_id: int | None
+    verdict_at: datetime | None
+    stage: int
+    headline: words.Headline
+    grid: words.Grid
+
+
+def of_rollout(
+    session: Session, *, rollout: Rollout, verdict: Verdict | None, now: datetime | None = None
+) -> Glance:
+    """Return the glance of `rollout` as of `verdict` (None: not judged yet)."""
+    policy = load_policy(rollout.policy)
+    pairs, first = queries.stage_pace(session, rollout_id=rollout.id, stage=rollout.stage)
+    until = now or utcnow()
+    elapsed = (until - first).total_seconds() if first is not None else 0.0
+    pace = words.Pace(pairs=pairs, elapsed_s=max(0.0, elapsed))
+    source = verdict if verdict is not None else NO_VERDICT
+    return Glance(
+        rollout_id=rollout.id,
+        verdict_id=verdict.id if verdict else None,
+        verdict_at=verdict.created_at if verdict else None,
+        stage=rollout.stage,
+        headline=words.headline(source, policy=policy, pace=pace),
+        grid=words.grid(source, policy=policy),
+    )
+
+
+def latest(session: Session, *, rollout: Rollout) -> Glance:
+    """Return the glance of the rollout's newest verdict."""
+    verdict = queries.latest_verdicts(session, rollout_id=rollout.id).get(rollout.id)
+    return of_rollout(session, rollout=rollout, verdict=verdict)

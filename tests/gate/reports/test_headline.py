@@ -1,0 +1,109 @@
+"""The headline module: reason codes in words, statuses, pairs needed, and `rollout show`."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from gate.cli import app
+from gate.reports import headline as words
+from gate.reports.glance import latest
+from gate.rollouts import service
+from gate.stats.policy import load_policy
+from tests.gate.ui import glance_seed
+
+M = words.MINUS
+POLICY = load_policy({"segments": ["chat", "code"], "min_pairs": 200, "warmup_pairs": 50})
+
+
+def cell(metric: str, segment: str = "all", **values: object) -> dict[str, object]:
+    base = {"metric": metric, "segment": segment, "estimate": 1.0, "lower": 0.9, "upper": 1.1,
+            "n": 100, "kill_at": 1.1, "margin": 1.1, "status": "unproven"}  # fmt: skip
+    return {**base, **values}
+
+
+def test_reason_codes_parse_with_colons_in_metric_names():
+    got = words.parse_reason("kill:eval:groundedness:chat")
+    assert (got.kind, got.what, got.metric, got.segment) == (
+        "kill",
+        "harm",
+        "eval:groundedness",
+        "chat",
+    )
+    got = words.parse_reason("continue:unproven:e2e_tail:all")
+    assert (got.what, got.metric, got.segment) == ("unproven", "e2e_tail", "all")
+    assert words.parse_reason("kill:acceptance_collapse:rag").what == "collapse"
+    assert words.parse_reason("hold:dropped_share").what == "dropped_share"
+
+
+def test_reasons_are_grouped_sentences_not_codes():
+    codes = ["continue:min_pairs", "continue:gain_unproven"] + [
+        f"continue:unproven:{m}:{s}"
+        for m in ("failures", "e2e_tail")
+        for s in ("all", "chat", "code")
+    ]
+    said = words.reason_sentences(codes, POLICY)
+    assert said[0] == "Fewer tested pairs than the minimum for promotion (200)."
+    assert said[1] == "The TPOT gain is not proven yet."
+    assert said[2] == (
+        "Waiting for more data in 6 cells (route failures: every segment; "
+        "end-to-end tail: every segment)."
+    )
+    assert not any(":" in s.split("(")[0] for s in said[2:])
+
+
+def test_pairs_needed_follow_the_interval_width():
+    # TPOT proven faster; failures at +0.5 pts with the promotion bound at +3.5 pts against a
+    # 1.5-point margin: the half-width (3 pts) must shrink to 1 pt, so 9x the pairs.
+    verdict = {
+        "decision": "continue", "n_pairs": 300, "reason_codes": ["continue:unproven:failures:all"],
+        "estimates": [
+            cell("tpot", estimate=0.6, lower=0.55, upper=0.65, kill_at=1.1, margin=1.1,
+                 status="inside"),
+            cell("failures", estimate=0.005, lower=-0.02, upper=0.035, kill_at=0.0, margin=0.015),
+        ],
+    }  # fmt: skip
+    head = words.headline(verdict, policy=POLICY, pace=words.Pace(pairs=350, elapsed_s=3500))
+    assert head.pairs_needed == 300 * 9 - 300
+    assert head.seconds_needed == 2400 / 0.1
+    assert head.sentence == (
+        f"Continue: faster (TPOT {M}40 %, 95 % CI {M}45 % to {M}35 %), 1 guardrail(s) not yet "
+        "within margin (route failures), 2,400 more pairs needed for promotion, about 6.7 h at "
+        "this rate."
+    )
+    assert [line.status for line in head.lines] == ["better", "unproven"]
+
+
+def test_a_guardrail_proven_outside_its_margin_puts_promotion_out_of_reach():
+    verdict = {
+        "decision": "continue", "n_pairs": 300, "reason_codes": [],
+        "estimates": [cell("failures", estimate=0.03, lower=0.02, upper=0.04, kill_at=0.05,
+                           margin=0.015)],
+    }  # fmt: skip
+    head = words.headline(verdict, policy=POLICY)
+    assert head.pairs_needed is None
+    assert "promotion out of reach: route failures is proven outside its margin" in head.sentence
+
+
+def test_rollout_show_prints_the_headline_and_json(pg_committing, pg_url):
+    with pg_committing() as db, db.begin():
+        ids = glance_seed.judged(db)
+    runner = CliRunner()
+    env = {"COLUMNS": "100", "NO_COLOR": "1"}
+    for name, rollout_id in ids.items():
+        with pg_committing() as db:
+            want = latest(db, rollout=service.get_rollout(db, rollout_id=rollout_id)).headline
+        shown = runner.invoke(
+            app, ["rollout", "show", str(rollout_id), "--database-url", pg_url], env=env
+        )
+        assert shown.exit_code == 0, shown.output
+        assert "\n".join(words.text_lines(want, width=100)) in shown.output
+        assert max(len(line) for line in shown.output.splitlines()) <= 100
+        got = runner.invoke(
+            app, ["rollout", "show", str(rollout_id), "--json", "--database-url", pg_url], env=env
+        )
+        document = json.loads(got.output)
+        assert document["name"] == name
+        assert document["glance"]["headline"]["sentence"] == want.sentence
+        assert document["glance"]["headline"]["reason_codes"] == want.reason_codes

@@ -1,0 +1,71 @@
+"""Three rollouts judged by the real gate: faster and fine, failing candidate, too young."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy import update
+from sqlalchemy.orm import Session
+
+from gate.db.base import utcnow
+from gate.db.models import Generation, Pair
+from gate.rollouts.states import Action
+from gate.routing import service as routing
+from gate.verdicts.service import run_gate
+from tests import factories
+from tests.gate.reports import seed
+
+# Small minimums so a few hundred seeded pairs can reach a decision; default margins.
+POLICY = {
+    "segments": list(seed.SEGMENTS),
+    "warmup_pairs": 20,
+    "min_pairs": 150,
+    "min_duration_s": 0,
+    "stages": [100],
+    "guardrails": {
+        "failures": {"margin": 0.15},
+        "evaluators": {"default": {"margin": 0.15}},
+        "ttft_tail": {"margin": 0.15},
+        "e2e_tail": {"margin": 0.15},
+    },
+}
+YOUNG = {**POLICY, "warmup_pairs": 200, "min_pairs": 1000}
+KINDS = {
+    # name: (pairs, candidate arm, policy)
+    "fast-fine": (
+        600,
+        seed.Arm(ttft_s=0.2, tpot_s=0.012, fail=0.0, acceptance={"chat": 0.6, "code": 0.7}),
+        POLICY,
+    ),
+    # A failed call fails every evaluator, as the evaluators record it.
+    "failing": (300, seed.Arm(fail=1.0, passes=dict.fromkeys(seed.EVALUATORS, 0.0)), POLICY),
+    "young": (12, seed.Arm(tpot_s=0.012, acceptance={"chat": 0.6, "code": 0.7}), YOUNG),
+}
+BASELINE = seed.Arm(fail=0.0)
+
+
+def judged(db: Session) -> dict[str, int]:
+    """Seed each kind of rollout, run the gate once on it, return the rollout ids."""
+    start = utcnow() - timedelta(minutes=50)
+    ids = {}
+    for name, (pairs, candidate, policy) in KINDS.items():
+        rollout = factories.rollout(db, name=name, policy=policy)
+        routing.change_state(
+            db, rollout_id=rollout.id, action=Action.START, actor="t", reason="t", publisher=None
+        )
+        seed.traffic(
+            db, rollout.id, start=start, hours=0.75, pairs=pairs,
+            baseline=BASELINE, candidate=candidate, seed=7,
+        )  # fmt: skip
+        # The seeded pairs are complete and evaluated, as the sweeper would leave them.
+        db.execute(
+            update(Generation)
+            .where(Generation.rollout_id == rollout.id)
+            .values(e2e_s=Generation.ttft_s + 40 * Generation.tpot_s)
+        )
+        db.execute(
+            update(Pair).where(Pair.rollout_id == rollout.id).values(evaluated_at=Pair.created_at)
+        )
+        run_gate(db, rollout_id=rollout.id, publisher=None)
+        ids[name] = rollout.id
+    return ids
