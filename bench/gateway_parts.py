@@ -30,7 +30,8 @@ from sse_upstream import chunks, sse
 
 from gate.db.enums import GenerationStatus
 from gate.gateway.observe import CallResult
-from gate.gateway.upstream import Stream, _data
+from gate.gateway.sse import event_data
+from gate.gateway.upstream import Stream
 from gate.telemetry.otlp_encode import SpanEncoder
 
 
@@ -114,7 +115,7 @@ def main() -> None:
         stream = Stream(Arrived(), CallResult(), capture=False)  # type: ignore[arg-type]
         now = time.perf_counter()
         for event in events[:-2].split(b"\n\n"):
-            stream._observe(_data(event), now)
+            stream._observe(event_data(event), now)
 
     def in_one_call() -> None:
         stream = Stream(Arrived(), CallResult(), capture=False)  # type: ignore[arg-type]

@@ -220,4 +220,5 @@ def _status_response(
 
 def _status_proto(message: str) -> bytes:
     """A `google.rpc.Status` with only its message, as OTLP asks for errors."""
-    return Status(message=message).SerializeToString()
+    body: bytes = Status(message=message).SerializeToString()
+    return body
