@@ -12,8 +12,14 @@ import orjson
 
 from gate.db.enums import GenerationStatus
 from gate.gateway import sse
-from gate.gateway.http1 import ConnectTimeout, Pool, Response, Unreachable, UpstreamError
 from gate.gateway.observe import CallResult
+from gate.gateway.transport import (
+    ConnectTimeout,
+    Transport,
+    Unreachable,
+    UpstreamError,
+    UpstreamResponse,
+)
 from gate.routing.snapshot import RouteTarget
 
 PATHS = {"chat": "/chat/completions", "completions": "/completions"}
@@ -41,8 +47,8 @@ class _NoHead(TimeoutError):
 
 
 async def _post(
-    client: Pool, url: str, body: bytes, headers: dict[str, str], head_by: float | None
-) -> Response:
+    client: Transport, url: str, body: bytes, headers: dict[str, str], head_by: float | None
+) -> UpstreamResponse:
     """POST and wait for the response head; `head_by` (event-loop time) bounds connect,
     write and head together (_NoHead when that bound, not the upstream timeout, ran out)."""
     if head_by is None:
@@ -73,7 +79,7 @@ def _timed_out(result: CallResult, exc: TimeoutError) -> CallResult:
 
 
 async def call_json(
-    client: Pool,
+    client: Transport,
     route: RouteTarget,
     endpoint: str,
     body: bytes,
@@ -114,7 +120,7 @@ async def call_json(
 class Stream:
     """An open streaming call. Iterate `events()` to forward SSE events as they arrive."""
 
-    def __init__(self, response: Response, result: CallResult, *, capture: bool) -> None:
+    def __init__(self, response: UpstreamResponse, result: CallResult, *, capture: bool) -> None:
         self.response = response
         self.result = result
         self.capture = capture
@@ -208,7 +214,7 @@ class Stream:
 
 
 async def open_stream(
-    client: Pool,
+    client: Transport,
     route: RouteTarget,
     endpoint: str,
     body: bytes,
@@ -239,7 +245,7 @@ async def open_stream(
 
 
 async def drain_call(
-    client: Pool,
+    client: Transport,
     route: RouteTarget,
     endpoint: str,
     body: bytes,
@@ -270,7 +276,7 @@ def _kept(chunk: dict[str, Any]) -> bool:
     return bool(chunk.get("choices")) or chunk.get("usage") is None
 
 
-def _content_type(response: Response) -> str:
+def _content_type(response: UpstreamResponse) -> str:
     return response.headers.get("content-type", "application/json")
 
 
