@@ -96,6 +96,11 @@ class HttpxResponse:
     async def chunks(self) -> AsyncIterator[bytes]:
         """Yield everything that has arrived, each time more arrives, to the end."""
         while True:
+            if self._chunks and not self._complete:
+                # httpcore passes one checkpoint (a zero sleep) between the last bytes and
+                # the end of the body that came with them: let the reader get there, so
+                # that `at_end` knows, as http1's does, without waiting for more bytes.
+                await asyncio.sleep(0)
             if self._chunks:
                 data = b"".join(self._chunks) if len(self._chunks) > 1 else self._chunks[0]
                 self._chunks.clear()
