@@ -12,6 +12,7 @@ so a route sees what the http1 client sends.
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
 from collections.abc import AsyncIterator, Mapping
 
@@ -22,6 +23,7 @@ from gate.gateway.transport import ConnectTimeout, Unreachable, UpstreamError, c
 
 # As the http1 client: below uvicorn's (and so vLLM's) 5 s keep-alive.
 IDLE_TIMEOUT_S = 4.0
+_HTTPX_LOG = logging.getLogger("httpx")
 
 
 class HttpxTransport:
@@ -43,6 +45,11 @@ class HttpxTransport:
         for name in list(self._client.headers):
             del self._client.headers[name]
         self._closed = False
+        # httpx logs every request at INFO: a line per route call (which spans and metrics
+        # already record), enough to fill a log pipe nobody drains and stall the gateway.
+        # Warnings pass; a level set on purpose stays.
+        if _HTTPX_LOG.level == logging.NOTSET:
+            _HTTPX_LOG.setLevel(logging.WARNING)
 
     async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> HttpxResponse:
         """POST `body` to `url`; return once the response head has arrived."""

@@ -5,6 +5,7 @@ headers; and the setting that picks the client."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 
 import pytest
@@ -247,3 +248,15 @@ def test_headers_that_cannot_go_are_refused_without_their_value(make, headers, m
         assert "s3cr" not in str(raised.value) and "evil" not in str(raised.value)
 
     asyncio.run(run())
+
+
+def test_route_calls_log_nothing_at_info(make, caplog):
+    async def work(base: str) -> None:
+        client = make()
+        for _ in range(3):
+            assert await (await client.post(f"{base}/x", b"", {})).read() == b"{}"
+        await client.close()
+
+    with caplog.at_level("INFO"):
+        asyncio.run(serving(answering(reply(b"{}"), every=True), work))
+    assert [r.getMessage() for r in caplog.records if r.levelno < logging.WARNING] == []
