@@ -5,8 +5,7 @@
 - OTLP encoding of gateway-shaped spans: the SDK's encoder against `SpanEncoder`;
 - accounting for one streamed answer (32 content chunks, the usage chunk, `[DONE]`, as
   `bench/sse_upstream.py` writes them) arriving in one read: event by event (the fallback)
-  against the whole read parsed in one call (the usual path);
-- request ids: `uuid.uuid4()` against `new_id()`.
+  against the whole read parsed in one call (the usual path).
 """
 
 from __future__ import annotations
@@ -31,8 +30,8 @@ from sse_upstream import chunks, sse
 
 from gate.db.enums import GenerationStatus
 from gate.gateway.observe import CallResult
-from gate.gateway.proxy import new_id
-from gate.gateway.upstream import Stream, _data
+from gate.gateway.sse import event_data
+from gate.gateway.upstream import Stream
 from gate.telemetry.otlp_encode import SpanEncoder
 
 
@@ -116,7 +115,7 @@ def main() -> None:
         stream = Stream(Arrived(), CallResult(), capture=False)  # type: ignore[arg-type]
         now = time.perf_counter()
         for event in events[:-2].split(b"\n\n"):
-            stream._observe(_data(event), now)
+            stream._observe(event_data(event), now)
 
     def in_one_call() -> None:
         stream = Stream(Arrived(), CallResult(), capture=False)  # type: ignore[arg-type]
@@ -132,10 +131,6 @@ def main() -> None:
         f"accounting for one streamed answer (34 events), µs: event by event {slow:.0f}, "
         f"one read in one call {fast:.0f} ({slow / fast:.1f}x)"
     )
-
-    old_id = per_call(lambda: str(uuid.uuid4()), 20 * args.requests)
-    new = per_call(new_id, 20 * args.requests)
-    print(f"request id, µs: uuid4 {old_id:.2f}, new_id {new:.2f}")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from fastapi import APIRouter, Request, Response
+from google.rpc.status_pb2 import Status
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
@@ -218,14 +219,6 @@ def _status_response(
 
 
 def _status_proto(message: str) -> bytes:
-    """Encode a `google.rpc.Status` with only its `message` (field 2), as OTLP asks for errors."""
-    data = message.encode()
-    length = len(data)
-    varint = bytearray()
-    while True:
-        byte = length & 0x7F
-        length >>= 7
-        varint.append(byte | (0x80 if length else 0))
-        if not length:
-            break
-    return b"\x12" + bytes(varint) + data
+    """A `google.rpc.Status` with only its message, as OTLP asks for errors."""
+    body: bytes = Status(message=message).SerializeToString()
+    return body

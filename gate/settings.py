@@ -17,6 +17,9 @@ class GatewaySettings(BaseModel):
     gateway_workers: int = Field(1, ge=1)
     upstream_timeout_s: float = Field(120.0, gt=0)
     upstream_connect_timeout_s: float = Field(5.0, gt=0)
+    # The HTTP client of route calls (gate/gateway/transport.py): the lean HTTP/1.1 client,
+    # or httpx.
+    upstream_transport: Literal["http1", "httpx"] = "http1"
     mirror_max_concurrency: int = Field(64, ge=1)
     mirror_max_queue: int = Field(256, ge=0)
     mirror_deadline_s: float = Field(120.0, gt=0)

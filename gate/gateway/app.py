@@ -17,11 +17,11 @@ from gate.api.deps import Services
 from gate.errors import GateError
 from gate.gateway.call import Gateway
 from gate.gateway.errors import from_gate_error, method_not_allowed
-from gate.gateway.http1 import Pool
 from gate.gateway.metrics import GatewayMetrics, exposition
 from gate.gateway.mirror import MirrorPool
 from gate.gateway.proxy import handle
 from gate.gateway.spans import Redactor, SpanEmitter
+from gate.gateway.transport import create_transport
 from gate.routing.health import RouteHealth
 from gate.routing.sync import RoutingState
 from gate.settings import Settings
@@ -47,7 +47,8 @@ def create_gateway_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # The read timeout bounds the wait for each chunk, so long generations are not cut.
-        client = Pool(
+        client = create_transport(
+            settings.upstream_transport,
             connect_timeout_s=settings.upstream_connect_timeout_s,
             read_timeout_s=settings.upstream_timeout_s,
         )

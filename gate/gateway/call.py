@@ -8,11 +8,11 @@ from typing import Any
 from opentelemetry.context import Context
 from starlette.requests import Request
 
-from gate.gateway.http1 import Pool
 from gate.gateway.metrics import GatewayMetrics
 from gate.gateway.mirror import MirrorPool
 from gate.gateway.observe import CallResult
 from gate.gateway.spans import CallContext, SpanEmitter
+from gate.gateway.transport import Transport
 from gate.rollouts.states import RoutingPlan
 from gate.routing.health import RouteHealth
 from gate.routing.snapshot import RolloutRouting, RouteTarget
@@ -26,7 +26,7 @@ class Gateway:
 
     settings: Settings
     routing: RoutingState
-    client: Pool
+    client: Transport
     mirror: MirrorPool
     spans: SpanEmitter
     metrics: GatewayMetrics

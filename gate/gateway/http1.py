@@ -22,24 +22,16 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from gate.gateway.transport import ConnectTimeout, Unreachable, UpstreamError, check_header
+
+__all__ = ["ConnectTimeout", "Pool", "Response", "Unreachable", "UpstreamError"]
+
 # A reader this far behind stops reading from its upstream until it catches up.
 HIGH_WATER_BYTES = 256 * 1024
 # A reused connection that fails this soon after the request was written, before any
 # answer, was being closed by the upstream as we wrote: the request is sent again. Later
 # failures are not retried (the upstream may have been generating all along).
 RETRY_WINDOW_S = 1.0
-
-
-class UpstreamError(Exception):
-    """A route could not be reached, or broke the protocol or the connection."""
-
-
-class Unreachable(UpstreamError):
-    """No connection could be opened (refused, no route, unknown host): nothing was sent."""
-
-
-class ConnectTimeout(TimeoutError):
-    """No connection opened within the connect timeout: nothing was sent."""
 
 
 @dataclass(frozen=True)
@@ -301,7 +293,8 @@ class _Connection(asyncio.Protocol):
 
 
 class Pool:
-    """Keep-alive connections per origin; POST a body, get a streaming Response."""
+    """Keep-alive connections per origin; POST a body, get a streaming Response (the
+    default `Transport`)."""
 
     def __init__(
         self,
@@ -406,19 +399,9 @@ def _request_head(origin: Origin, path: str, length: int, headers: Mapping[str, 
         raise UpstreamError(f"the route path {path!r} holds a space or line break")
     lines = [f"POST {path} HTTP/1.1", f"host: {origin.host_header}", f"content-length: {length}"]
     for name, value in headers.items():
-        if "\r" in value or "\n" in value or "\r" in name or "\n" in name:
-            raise UpstreamError(f"header {name!r} holds a line break")
-        if not _latin1(value) or not _latin1(name):
-            # A fixed message: the codec's own names the offending character, and a
-            # credential's characters must never reach an error, a span or a log.
-            shown = repr(name) if _latin1(name) else "(name not Latin-1)"
-            raise UpstreamError(f"header {shown} holds a character outside Latin-1")
+        check_header(name, value)
         lines.append(f"{name}: {value}")
     try:
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
     except UnicodeEncodeError:
         raise UpstreamError("the route URL holds a character outside Latin-1") from None
-
-
-def _latin1(text: str) -> bool:
-    return all(ord(c) < 256 for c in text)

@@ -7,8 +7,7 @@ background pool and never delay or fail the primary response.
 from __future__ import annotations
 
 import asyncio
-import os
-import random
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -40,20 +39,10 @@ from gate.rollouts.states import Primary
 from gate.routing.health import ROUTE_DOWN
 from gate.routing.snapshot import RouteTarget
 
-# Ids need to be unique, not unpredictable: a per-process PRNG (reseeded in forked
-# children) costs a fraction of uuid4's getrandom call on every request.
-_ids = random.Random()
-os.register_at_fork(after_in_child=_ids.seed)
-
-
-_UUID_V4 = (0x4 << 76) | (0x2 << 62)  # version 4, RFC 4122 variant
-_UUID_FIXED = (0xF << 76) | (0x3 << 62)
-
 
 def new_id() -> str:
     """Return a random (version 4) UUID as text."""
-    h = "%032x" % ((_ids.getrandbits(128) & ~_UUID_FIXED) | _UUID_V4)
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    return str(uuid.uuid4())
 
 
 async def handle(gw: Gateway, request: Request, endpoint: str) -> Response | EventStreamResponse:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -12,14 +11,18 @@ from typing import Any
 import orjson
 
 from gate.db.enums import GenerationStatus
-from gate.gateway.http1 import ConnectTimeout, Pool, Response, Unreachable, UpstreamError
+from gate.gateway import sse
 from gate.gateway.observe import CallResult
+from gate.gateway.transport import (
+    ConnectTimeout,
+    Transport,
+    Unreachable,
+    UpstreamError,
+    UpstreamResponse,
+)
 from gate.routing.snapshot import RouteTarget
 
 PATHS = {"chat": "/chat/completions", "completions": "/completions"}
-# A `"usage": null` member (an unescaped quote can only be JSON structure, never inside a
-# string), removed for a client that did not ask for usage.
-_NULL_USAGE = re.compile(rb',\s*"usage"\s*:\s*null(?=\s*[,}])|"usage"\s*:\s*null\s*,')
 
 
 def upstream_url(route: RouteTarget, endpoint: str) -> str:
@@ -44,8 +47,8 @@ class _NoHead(TimeoutError):
 
 
 async def _post(
-    client: Pool, url: str, body: bytes, headers: dict[str, str], head_by: float | None
-) -> Response:
+    client: Transport, url: str, body: bytes, headers: dict[str, str], head_by: float | None
+) -> UpstreamResponse:
     """POST and wait for the response head; `head_by` (event-loop time) bounds connect,
     write and head together (_NoHead when that bound, not the upstream timeout, ran out)."""
     if head_by is None:
@@ -76,7 +79,7 @@ def _timed_out(result: CallResult, exc: TimeoutError) -> CallResult:
 
 
 async def call_json(
-    client: Pool,
+    client: Transport,
     route: RouteTarget,
     endpoint: str,
     body: bytes,
@@ -117,7 +120,7 @@ async def call_json(
 class Stream:
     """An open streaming call. Iterate `events()` to forward SSE events as they arrive."""
 
-    def __init__(self, response: Response, result: CallResult, *, capture: bool) -> None:
+    def __init__(self, response: UpstreamResponse, result: CallResult, *, capture: bool) -> None:
         self.response = response
         self.result = result
         self.capture = capture
@@ -132,19 +135,15 @@ class Stream:
         finished = False
         try:
             async for raw in self.response.chunks():
-                buffer = buffer + raw if buffer else raw
-                if b"\r" in buffer:
-                    buffer = buffer.replace(b"\r\n", b"\n")
-                end = buffer.rfind(b"\n\n")
-                if end == -1:
+                complete, buffer = sse.split_complete(sse.normalise(buffer + raw))
+                if not complete:
                     continue
-                complete, buffer = buffer[: end + 2], buffer[end + 2 :]
                 ready = self._complete(complete, strip_usage=strip_usage)
                 if ready:
                     self.ended = self.response.at_end and not buffer
                     yield ready
             if buffer.strip() and (
-                self._observe(_data(buffer), time.perf_counter()) or not strip_usage
+                self._observe(sse.event_data(buffer), time.perf_counter()) or not strip_usage
             ):
                 self.ended = True
                 yield buffer
@@ -166,58 +165,35 @@ class Stream:
         """Observe complete events (ending in a blank line); return what to forward:
         the events as they came, unless a usage-only chunk is dropped."""
         now = time.perf_counter()
-        if strip_usage and b'"usage"' in events:
+        if strip_usage and sse.USAGE_KEY in events:
             # What the gateway asked for on the client's behalf leaves no trace.
-            events = _NULL_USAGE.sub(b"", events)
-        chunks = self._parse_plain(events)
-        if chunks is None:
-            split = events[:-2].split(b"\n\n")
-            keep = [self._observe(_data(event), now) for event in split]
+            events = sse.strip_null_usage(events)
+        plain = sse.parse_plain(events)
+        if plain is None:
+            split = sse.split_events(events)
+            keep = [self._observe(sse.event_data(event), now) for event in split]
         else:
+            chunks, done = plain
+            self.done = self.done or done
             self.result.on_chunks(chunks, now, capture=self.capture)
-            if not strip_usage or b'"usage"' not in events:
+            if not strip_usage or sse.USAGE_KEY not in events:
                 return events
             keep = [_kept(chunk) for chunk in chunks]
             if all(keep):
                 return events
             if keep.index(False) == len(chunks) - 1:  # the usual: usage comes last
-                # (a one-line JSON payload never holds a raw line break)
-                cut = events.rfind(b"\n\ndata: {")
-                start = 0 if cut < 0 else cut + 2
-                return events[:start] + events[events.index(b"\n\n", start) + 2 :]
-            split = events[:-2].split(b"\n\n")
+                return sse.without_last_object(events)
+            split = sse.split_events(events)
             keep += [True] * (len(split) - len(chunks))  # the end marker
         if not strip_usage or all(keep):
             return events
-        return b"".join(event + b"\n\n" for event, kept in zip(split, keep, strict=True) if kept)
-
-    def _parse_plain(self, events: bytes) -> list[dict[str, Any]] | None:
-        """Parse a read of plain events (each one `data: {...}` line, then perhaps
-        `data: [DONE]`) in one parser call, their objects joined into one JSON array.
-        None for anything else, which `_observe` takes event by event."""
-        body = events[:-2]
-        if body[:7] != b"data: {":
-            return None
-        joined = body[6:].replace(b"}\n\ndata: {", b"},{")
-        done = joined.endswith(b"}\n\ndata: [DONE]")
-        if done:
-            joined = joined[:-14]
-        if b"\n" in joined:
-            return None
-        try:
-            parsed: list[dict[str, Any]] = orjson.loads(b"[" + joined + b"]")
-        except orjson.JSONDecodeError:
-            return None
-        if len(parsed) != events.count(b"\n\n") - done:
-            return None  # an event held more than one value: take them one by one
-        self.done = self.done or done
-        return parsed
+        return sse.join_events([event for event, kept in zip(split, keep, strict=True) if kept])
 
     def _observe(self, payload: bytes | None, now: float) -> bool:
         """Account for one event's data; return False for a usage-only chunk."""
         if payload is None:
             return True
-        if payload[:1] == b"[" and payload.rstrip() == b"[DONE]":
+        if sse.is_done(payload):
             self.done = True
             return True
         try:
@@ -238,7 +214,7 @@ class Stream:
 
 
 async def open_stream(
-    client: Pool,
+    client: Transport,
     route: RouteTarget,
     endpoint: str,
     body: bytes,
@@ -269,7 +245,7 @@ async def open_stream(
 
 
 async def drain_call(
-    client: Pool,
+    client: Transport,
     route: RouteTarget,
     endpoint: str,
     body: bytes,
@@ -300,14 +276,7 @@ def _kept(chunk: dict[str, Any]) -> bool:
     return bool(chunk.get("choices")) or chunk.get("usage") is None
 
 
-def _data(event: bytes) -> bytes | None:
-    if event.startswith(b"data: ") and b"\n" not in event:  # the usual one-line event
-        return event[6:]
-    lines = [line[5:].strip() for line in event.splitlines() if line.startswith(b"data:")]
-    return b"\n".join(lines) if lines else None
-
-
-def _content_type(response: Response) -> str:
+def _content_type(response: UpstreamResponse) -> str:
     return response.headers.get("content-type", "application/json")
 
 

@@ -8,6 +8,7 @@ import json
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from google.rpc.status_pb2 import Status
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
@@ -178,6 +179,24 @@ def test_bad_requests_get_a_clear_4xx(content, headers, status, message):
     response = client(sink).post("/v1/traces", content=content, headers=headers)
     assert response.status_code == status and message.encode() in response.content
     assert sink.rows == []
+
+
+def test_protobuf_errors_are_google_rpc_statuses():
+    guarded = client(Sink(), token="s3cret").post("/v1/traces", content=b"", headers=PROTOBUF)
+    assert guarded.headers["content-type"] == "application/x-protobuf"
+    status = Status.FromString(guarded.content)
+    assert (status.code, status.message, list(status.details)) == (
+        0,
+        "missing or wrong bearer token",
+        [],
+    )
+    encoding = "x" * 200  # a message longer than one length byte holds
+    refused = client(Sink()).post(
+        "/v1/traces", content=b"x", headers={**PROTOBUF, "Content-Encoding": encoding}
+    )
+    assert refused.status_code == 415
+    message = Status.FromString(refused.content).message
+    assert message == f"unsupported Content-Encoding {encoding!r}; use gzip or none"
 
 
 def test_bodies_over_the_limit_are_refused_even_when_compressed(body):

@@ -18,6 +18,7 @@ from gate.db.engine import make_engine
 from gate.db.enums import RolloutMode, RouteRole
 from gate.engines.sim import SimLog, SimProfile, create_sim_app
 from gate.gateway.app import create_gateway_app
+from gate.gateway.transport import TRANSPORTS, Transport, TransportName, create_transport
 from gate.rollouts import service
 from gate.rollouts.schemas import RolloutIn, RouteIn
 from gate.rollouts.states import Action
@@ -29,6 +30,23 @@ from gate.telemetry import attributes as A
 from tests.servers import closed_port, serving
 
 ALIAS = "smol"
+# The upstream transport of the gateways built here (and of `upstream_client`): modules
+# whose tests every transport must pass use `pytest.mark.usefixtures("each_transport")`.
+_transport: list[TransportName] = ["http1"]
+
+
+@pytest.fixture(params=TRANSPORTS)
+def each_transport(request: pytest.FixtureRequest) -> Iterator[TransportName]:
+    _transport[0] = request.param
+    try:
+        yield request.param
+    finally:
+        _transport[0] = "http1"
+
+
+def upstream_client(read_timeout_s: float = 5.0) -> Transport:
+    """A route client of the current transport (see each_transport)."""
+    return create_transport(_transport[0], connect_timeout_s=2.0, read_timeout_s=read_timeout_s)
 
 
 @dataclass
@@ -81,6 +99,7 @@ def gateway_stack(
         "mirror_deadline_s": 2.0,
         "upstream_timeout_s": 10.0,
         "route_secrets_dir": tmp_path / "secrets",
+        "upstream_transport": _transport[0],
     }
     settings = Settings(
         home=tmp_path,
@@ -144,7 +163,18 @@ def gateway_stack(
         )
         app = create_gateway_app(settings, routing=routing, tracer_provider=provider, health=health)
         url = stack.enter_context(serving(app))
-        yield Stack(url, base_url, base_log, cand_log, exporter, factory, bus, routing, rollout.id)
+        yield Stack(
+            url,
+            base_url,
+            base_log,
+            cand_log,
+            exporter,
+            factory,
+            bus,
+            routing,
+            rollout.id,
+            extra={"app": app},
+        )
     engine.dispose()
 
 

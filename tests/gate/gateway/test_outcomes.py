@@ -21,6 +21,9 @@ from gate.telemetry import attributes as A
 from tests.gate.gateway.conftest import ALIAS, gateway_stack
 from tests.gate.gateway.test_proxy import MESSAGES, wait_until
 
+# Every route client passes these (gate/gateway/transport.py).
+pytestmark = pytest.mark.usefixtures("each_transport")
+
 DEFAULT_UPSTREAM_TIMEOUT_S = Settings.model_fields["upstream_timeout_s"].default
 
 

@@ -11,12 +11,17 @@ import pytest
 
 from gate.db.enums import RolloutMode
 from gate.engines.sim import SimProfile
+from gate.gateway.http1 import Pool
+from gate.gateway.httpx_transport import HttpxTransport
 from gate.gateway.proxy import new_id
 from gate.rollouts.states import Action
 from gate.routing import service as routing_service
 from gate.telemetry import attributes as A
 from tests.gate.gateway.conftest import ALIAS, gateway_stack
 from tests.waits import wait_until
+
+# Every route client passes these (gate/gateway/transport.py).
+pytestmark = pytest.mark.usefixtures("each_transport")
 
 MESSAGES = [{"role": "user", "content": "Proofread: the cat sat on teh mat."}]
 
@@ -254,3 +259,9 @@ def test_request_and_pair_ids_are_distinct_version_4_uuids():
     for text in ids[:500]:
         parsed = uuid.UUID(text)
         assert (parsed.version, parsed.variant, str(parsed)) == (4, uuid.RFC_4122, text)
+
+
+def test_the_gateway_calls_routes_through_the_chosen_transport(stack, each_transport):
+    stack.client().chat.completions.create(model=ALIAS, messages=MESSAGES)
+    client = stack.extra["app"].api.state.gateway.client
+    assert type(client) is {"http1": Pool, "httpx": HttpxTransport}[each_transport]

@@ -21,6 +21,9 @@ from tests.gate.gateway.conftest import ALIAS, Stack, gateway_stack
 from tests.servers import TcpProxy, closed_port, serving
 from tests.waits import wait_until
 
+# Every route client passes these (gate/gateway/transport.py).
+pytestmark = pytest.mark.usefixtures("each_transport")
+
 MESSAGES = [{"role": "user", "content": "hello"}]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
@@ -14,6 +15,9 @@ from starlette.routing import Route
 from gate.telemetry import attributes as A
 from tests.gate.gateway.conftest import ALIAS, gateway_stack
 from tests.gate.gateway.test_proxy import MESSAGES, wait_until
+
+# Every route client passes these (gate/gateway/transport.py).
+pytestmark = pytest.mark.usefixtures("each_transport")
 
 CHUNK = (
     b'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"sim",'

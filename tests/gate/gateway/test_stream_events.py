@@ -11,7 +11,11 @@ import pytest
 from gate.db.enums import GenerationStatus
 from gate.gateway.upstream import Stream, open_stream
 from gate.routing.snapshot import RouteTarget
-from tests.gate.gateway.test_http1 import chunk, pool, read_request, serving
+from tests.gate.gateway.conftest import upstream_client
+from tests.gate.gateway.test_http1 import chunk, read_request, serving
+
+# Every route client passes these (gate/gateway/transport.py).
+pytestmark = pytest.mark.usefixtures("each_transport")
 
 
 def event(document: object) -> bytes:
@@ -45,7 +49,7 @@ def stream_through(writes: list[bytes], *, strip_usage: bool, capture: bool = Fa
     outcome = {}
 
     async def work(base: str) -> None:
-        client = pool()
+        client = upstream_client()
         route = RouteTarget(id=1, name="r", base_url=base + "/v1", model="m", fingerprint="f")
         opened, result = await open_stream(client, route, "chat", b"{}", {}, capture=capture)
         assert isinstance(opened, Stream)
