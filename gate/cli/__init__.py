@@ -14,6 +14,7 @@ from gate.cli import (
     gatecheck,
     gatecmd,
     keys,
+    rehearse,
     report,
     rollout,
     serve,
@@ -49,6 +50,7 @@ app.command("status")(status.status)
 app.command("serve")(serve.serve)
 app.command("engine")(engine.engine)
 app.command("collect")(collect.collect)
+app.command("rehearse")(rehearse.rehearse_command)
 gatecmd.app.command("check")(gatecheck.check)
 gatecmd.app.command("advise")(advise.advise_command)
 app.add_typer(gatecmd.app, name="gate")
