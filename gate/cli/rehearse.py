@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -68,6 +69,8 @@ def rehearse_command(
     """Replay a workload against two routes at rising concurrency; find where speculation stops
     paying. Routes run in alternating blocks, never at once. Exit 0 pays at --at, 1 does not,
     2 could not tell (or --at above the sweep, or no --at given), 4 error."""
+    # One progress line per round on stderr, not one log line per request.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         code = _rehearse(
             (Route("baseline", baseline.rstrip("/"), model or None),
