@@ -14,7 +14,7 @@ from gate.telemetry import attributes as a
 _REQUEST_COLUMNS = {
     "id": "uuid", "rollout_id": "int4", "endpoint": "text", "body": "jsonb", "inputs": "jsonb",
     "truncated": "jsonb", "segment": "text", "tenant": "text", "inflight_baseline": "int4",
-    "inflight_candidate": "int4", "created_at": "timestamptz",
+    "inflight_candidate": "int4", "gateway_replica": "text", "created_at": "timestamptz",
 }  # fmt: skip
 _PAIR_COLUMNS = {
     "id": "uuid", "rollout_id": "int4", "request_id": "uuid", "stage": "int4", "state": "text",
