@@ -94,19 +94,23 @@ def precise(value: Speedup | None, precision: float) -> bool:
 
 
 def crossover(levels: list[int], calls: list[Call | None]) -> Crossover:
-    """Return where the candidate stops winning over the swept levels (ascending)."""
-    wins = 0
-    while wins < len(levels) and calls[wins] == "wins":
-        wins += 1
-    if wins == len(levels):
-        return Crossover(None, None, f"none within the sweep (wins up to {levels[-1]})")
-    low = levels[wins - 1] if wins else None
-    lost = next((i for i in range(wins, len(levels)) if calls[i] == "loses"), None)
+    """Return where the candidate stops winning over the swept levels (ascending).
+
+    As `decide` does, it assumes the gain does not grow with load: the lower end is the
+    highest level where the candidate is proven to win, the upper end the first level
+    above it where it is proven to lose.
+    """
+    won = [i for i, call in enumerate(calls) if call == "wins"]
+    if won and won[-1] == len(levels) - 1:
+        return Crossover(None, None, f"none within the sweep (wins at {levels[-1]})")
+    after = won[-1] + 1 if won else 0
+    lost = next((i for i in range(after, len(levels)) if calls[i] == "loses"), None)
+    low = levels[won[-1]] if won else None
     high = levels[lost] if lost is not None else None
-    if low is None and lost == 0:
-        return Crossover(None, levels[0], f"at or below {levels[0]} (loses there)")
+    if low is None and high is None:
+        return Crossover(None, None, "could not tell (no level proven to win or to lose)")
     if low is None:
-        return Crossover(None, high, "could not tell (no level proven to win)")
+        return Crossover(None, high, f"at or below {high} (no level proven to win)")
     if high is None:
         return Crossover(low, None, f"above {low}; no level up to {levels[-1]} proven to lose")
     return Crossover(low, high, f"between {low} and {high}")

@@ -39,6 +39,11 @@ def test_the_crossover_is_an_interval_between_the_last_win_and_the_first_loss():
     assert (above.low, above.high) == (1, None)
     below = crossover(levels, ["loses"] * 4)
     assert (below.low, below.high) == (None, 1)
+    # A win proven at a higher load outweighs an unclear lower level (gain falls with load).
+    assert crossover(levels, ["unclear", "wins", "wins", "wins"]).text.startswith("none within")
+    late = crossover(levels, ["unclear", "wins", "unclear", "loses"])
+    assert (late.low, late.high) == (2, 8)
+    assert crossover(levels, ["unclear"] * 4).text.startswith("could not tell")
 
 
 def test_the_decision_assumes_gain_falls_with_load():
