@@ -3,23 +3,27 @@ level and segment, the crossover where the candidate stops winning, and the exit
 
 Speedup is the baseline's end-to-end seconds per output token over the candidate's (> 1: the
 candidate is faster), so answers of different lengths compare fairly and queueing counts.
-The two routes never ran at once, so their requests are independent samples: the interval
-resamples each route's requests on its own (percentile bootstrap, pointwise 95 %).
+Both routes replay the same requests at each level, so answers are paired by request and the
+interval resamples pairs (percentile bootstrap, pointwise 95 %): the spread between prompts,
+large in a mixed workload, then cancels out of the ratio.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from gate.rehearse.runner import Sample
 
 ALL = "all"
 BOOTSTRAP = 2000
 Call = Literal["wins", "loses", "unclear"]
+FloatArray = npt.NDArray[np.float64]
 
 
 class Decision(IntEnum):
@@ -56,35 +60,49 @@ class Crossover:
     text: str
 
 
-def seconds_per_token(samples: list[Sample]) -> tuple[np.ndarray, np.ndarray]:
-    """Return the successful samples' e2e seconds and output tokens."""
-    ok = [s for s in samples if s.ok and s.tokens > 0]
-    return np.array([s.e2e_s for s in ok]), np.array([s.tokens for s in ok], dtype=float)
+def matched(baseline: list[Sample], candidate: list[Sample]) -> FloatArray:
+    """Return (baseline s, baseline tokens, candidate s, candidate tokens) per matched pair.
+
+    Both routes replay the same requests at a level, so each successful baseline answer is
+    paired with one successful candidate answer to the same request (in arrival order); a
+    request that failed or went unanswered on either side is left out.
+    """
+    queues: dict[str, list[Sample]] = defaultdict(list)
+    for sample in candidate:
+        if sample.ok and sample.tokens > 0:
+            queues[sample.item].append(sample)
+    rows = []
+    for b in baseline:
+        if b.ok and b.tokens > 0 and queues[b.item]:
+            c = queues[b.item].pop(0)
+            rows.append((b.e2e_s, b.tokens, c.e2e_s, c.tokens))
+    return np.array(rows, dtype=float).reshape(-1, 4)
 
 
 def speedup(
     baseline: list[Sample], candidate: list[Sample], *, seed: int = 0, alpha: float = 0.05
 ) -> Speedup | None:
-    """Return the speedup with a bootstrap interval, or None with under 2 samples a side.
+    """Return the speedup with a paired bootstrap interval, or None under 2 matched pairs.
 
     Args:
         baseline: the baseline route's samples (failures are ignored).
-        candidate: the candidate route's samples.
+        candidate: the candidate route's samples, matched to the baseline's by request.
         seed: the bootstrap's seed (the same data give the same interval).
         alpha: 1 - the interval's coverage.
 
     Returns:
-        The estimate and its two-sided percentile interval.
+        The estimate (ratio of the two routes' seconds per token over the matched pairs)
+        and its two-sided percentile interval, resampling pairs.
     """
-    (eb, tb), (ec, tc) = seconds_per_token(baseline), seconds_per_token(candidate)
-    if len(eb) < 2 or len(ec) < 2:
+    pairs = matched(baseline, candidate)
+    if len(pairs) < 2:
         return None
     rng = np.random.default_rng(seed)
-    ib = rng.integers(0, len(eb), (BOOTSTRAP, len(eb)))
-    ic = rng.integers(0, len(ec), (BOOTSTRAP, len(ec)))
-    ratios = (eb[ib].sum(1) / tb[ib].sum(1)) / (ec[ic].sum(1) / tc[ic].sum(1))
+    sums = pairs[rng.integers(0, len(pairs), (BOOTSTRAP, len(pairs)))].sum(axis=1)
+    ratios = (sums[:, 0] / sums[:, 1]) / (sums[:, 2] / sums[:, 3])
     low, high = np.quantile(ratios, [alpha / 2, 1 - alpha / 2])
-    estimate = (eb.sum() / tb.sum()) / (ec.sum() / tc.sum())
+    total = pairs.sum(axis=0)
+    estimate = (total[0] / total[1]) / (total[2] / total[3])
     return Speedup(float(estimate), float(low), float(high))
 
 

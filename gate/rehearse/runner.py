@@ -8,7 +8,7 @@ import asyncio
 import itertools
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
@@ -38,6 +38,7 @@ class Sample:
     tokens: int = 0
     drafted: int = 0
     accepted: int = 0
+    item: str = ""  # the workload request it replayed: both routes replay the same ones
 
     @property
     def tpot_s(self) -> float | None:
@@ -106,12 +107,13 @@ async def measure(
     if route.model:
         body["model"] = route.model
     start = time.perf_counter()
+    url = route.base_url + item.path.removeprefix("/v1")
     try:
         async with asyncio.timeout(timeout_s):
-            return await _stream(client, route.base_url + item.path.removeprefix("/v1"), body,
-                                 item.segment, start)  # fmt: skip
+            sample = await _stream(client, url, body, item.segment, start)
     except (httpx.HTTPError, TimeoutError, ValueError):
-        return Sample(item.segment, ok=False, e2e_s=time.perf_counter() - start)
+        sample = Sample(item.segment, ok=False, e2e_s=time.perf_counter() - start)
+    return replace(sample, item=item.id)
 
 
 async def _stream(

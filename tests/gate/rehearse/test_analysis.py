@@ -54,3 +54,22 @@ def test_the_decision_assumes_gain_falls_with_load():
     assert decide(levels, calls, 8) == Decision.DOES_NOT_PAY
     assert decide(levels, ["wins"] * 4, 16) == Decision.CANNOT_TELL  # above the sweep
     assert decide(levels, ["wins", "loses", "loses", "loses"], 3) == Decision.DOES_NOT_PAY
+
+
+def test_answers_are_paired_by_request_so_the_prompt_mix_cancels_out():
+    # Requests differ tenfold in seconds per token; the candidate halves each one.
+    rng = np.random.default_rng(3)
+    base, cand = [], []
+    for i, scale in enumerate(rng.uniform(0.01, 0.1, 30)):
+        base.append(Sample("chat", ok=True, e2e_s=scale * 20, tokens=20, item=f"r{i}"))
+        cand.append(
+            Sample(
+                "chat", ok=True, e2e_s=scale * 10 * rng.uniform(0.97, 1.03), tokens=20, item=f"r{i}"
+            )
+        )
+    cand.reverse()  # answers arrive in another order: matched by request, not position
+    value = speedup(base, cand)
+    assert value is not None and 1.95 < value.low < value.high < 2.05
+    # A request answered on one side only is left out.
+    extra = Sample("chat", ok=True, e2e_s=9.0, tokens=1, item="x")
+    assert speedup([*base, extra], cand) == value
