@@ -14,6 +14,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gate.cli import main
+from gate.engines.local import build_backend
+from gate.errors import ConfigError
 from tests.gate.engines.conftest import start_engine, stop_engine
 from tests.waits import wait_until
 
@@ -106,3 +108,10 @@ def test_a_rehearsal_sweeps_the_two_local_engines(parallel_engines, tmp_path, ca
         assert cell["baseline"]["errors"] == cell["candidate"]["errors"] == 0
         assert cell["candidate"]["acceptance"] is not None and cell["speedup"] is not None
         assert cell["baseline"]["acceptance"] is None
+
+
+def test_parallel_slots_need_llamacpp():
+    with pytest.raises(ConfigError, match="--parallel needs the llamacpp backend"):
+        build_backend("transformers", spec=None, parallel=2)
+    with pytest.raises(ConfigError, match="--parallel must be at least 1"):
+        build_backend("llamacpp", spec=None, parallel=0)
