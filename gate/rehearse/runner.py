@@ -130,7 +130,7 @@ async def _stream(
             if not line.startswith("data:") or line.strip() == "data: [DONE]":
                 continue
             chunk = orjson.loads(line[5:])
-            if "error" in chunk:
+            if not isinstance(chunk, dict) or "error" in chunk:
                 return Sample(segment, ok=False, e2e_s=time.perf_counter() - start)
             if any(_text(choice) for choice in chunk.get("choices") or ()):
                 first = first if first is not None else time.perf_counter()

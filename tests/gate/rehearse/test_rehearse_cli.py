@@ -177,3 +177,25 @@ def test_exported_pairs_with_a_cut_prompt_are_counted_and_skipped(capsys, tmp_pa
     )
     assert code == 4
     assert "1 skipped with a cut prompt" in err and "--with-requests" in err
+
+
+def test_a_candidate_that_fails_every_request_is_counted_and_cannot_pay(capsys, tmp_path, workload):
+    code, out, err = rehearse(
+        capsys,
+        tmp_path,
+        workload,
+        Engine(gap_s=0.002),
+        Engine(gap_s=0.002, fail=True),
+        "--max",
+        "1",
+        "--at",
+        "1",
+    )
+    assert code == 2, err
+    summary = json.loads((tmp_path / "out" / "rehearsal.json").read_text())
+    (level,) = summary["levels"]
+    cell = level["segments"]["all"]
+    assert level["stopped"] == "cap" and cell["speedup"] is None
+    assert cell["candidate"]["errors"] == cell["candidate"]["requests"] == 24
+    assert cell["baseline"]["errors"] == 0
+    assert "at concurrency 1: could not tell" in out
