@@ -153,7 +153,8 @@ def plot(summary: dict[str, Any], path: Path) -> None:
     ax.set_xlabel("concurrent requests (closed loop)")
     ax.set_ylabel("speedup (baseline / candidate s per token)")
     ax.set_title("specgate rehearsal: speedup vs concurrency (95 % intervals)")
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:  # no speedup anywhere: nothing to name
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
