@@ -189,6 +189,7 @@ def pair_rows(row: SpanRow, deadline_s: float) -> tuple[RequestRow | None, PairR
             "tenant": _str(attrs.get(a.TENANT), 128),
             "inflight_baseline": _int(attrs.get(a.INFLIGHT_BASELINE)) or 0,
             "inflight_candidate": _int(attrs.get(a.INFLIGHT_CANDIDATE)) or 0,
+            "gateway_replica": _str(attrs.get(a.GATEWAY_REPLICA), 128),
             "created_at": row.start_time,
         }
     deadline = _float(attrs.get(a.PAIR_DEADLINE_S))

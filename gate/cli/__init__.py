@@ -47,6 +47,11 @@ COMMANDS: dict[str, Lazy] = {
         "gate.cli.engine:engine",
         "Serve SmolLM2 on llama.cpp or transformers (plain or n-gram speculative), or `sim`.",
     ),
+    "rehearse": Lazy(
+        "gate.cli.rehearse:rehearse_command",
+        "Replay a workload against two routes at rising concurrency; find where speculation\n"
+        "stops paying.",
+    ),
     "collect": Lazy(
         "gate.cli.collect:collect",
         "Receive OTLP/HTTP spans on POST /v1/traces and write them to the database.",

@@ -24,6 +24,12 @@ def demo(
     ] = 80,
     backend: Annotated[str, typer.Option(help="llamacpp (default) or transformers.")] = "llamacpp",
     num_speculative_tokens: Annotated[int, typer.Option(min=1, max=32)] = 8,
+    parallel: Annotated[
+        int,
+        typer.Option(
+            min=1, help="llamacpp: requests each engine decodes at once (llama.cpp slots)."
+        ),
+    ] = 1,
     weights: Annotated[
         str,
         typer.Option(
@@ -52,6 +58,7 @@ def demo(
         requests=requests,
         backend=backend,
         num_speculative_tokens=num_speculative_tokens,
+        parallel=parallel,
         weights=weights or None,
     )
     try:

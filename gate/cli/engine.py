@@ -46,7 +46,16 @@ def engine(
     cpus: Annotated[
         str, typer.Option(help="Pin the process to these CPUs, e.g. '0' or '0,1'.")
     ] = "",
-    ctx_size: Annotated[int, typer.Option(help="smollm2 llamacpp: context length.")] = 4096,
+    ctx_size: Annotated[
+        int, typer.Option(help="smollm2 llamacpp: context length (per slot).")
+    ] = 4096,
+    parallel: Annotated[
+        int,
+        typer.Option(
+            help="smollm2 llamacpp: requests decoded at once (llama.cpp slots, n_parallel); "
+            "the rest queue."
+        ),
+    ] = 1,
     gguf: Annotated[
         str,
         typer.Option(
@@ -98,12 +107,14 @@ def engine(
         spec=spec,
         threads=threads,
         ctx_size=ctx_size,
+        parallel=parallel,
         gguf=Path(gguf) if gguf else None,
         weights=weights or None,
         announce=typer.echo,
     )
     name = served_model_name or SERVED_NAME
     mode = f"ngram k={spec.num_speculative_tokens}" if spec else "plain"
+    mode += f", {parallel} slots" if parallel > 1 else ""
     typer.echo(f"specgate engine ({name}, {backend}, {mode}) on http://{host}:{port}/v1")
     app = create_engine_app(lambda: loaded, model=name)
     uvicorn.run(

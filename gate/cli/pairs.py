@@ -21,6 +21,10 @@ def export(
     rollout: Annotated[int, typer.Option("--rollout", help="Rollout id.")],
     stage: Annotated[int | None, typer.Option(help="Only this stage (default: all).")] = None,
     out: Annotated[Path | None, typer.Option(help="File to write (default: stdout).")] = None,
+    with_requests: Annotated[
+        bool,
+        typer.Option(help="Add each pair's kept request (a workload for `specgate rehearse`)."),
+    ] = False,
     database_url: DatabaseOption = None,
 ) -> None:
     """Write closed pairs as JSONL (the schema `specgate gate replay` reads)."""
@@ -29,7 +33,9 @@ def export(
         rollouts.get_rollout(db, rollout_id=rollout)
         target = out.open("w") if out else sys.stdout
         try:
-            for record in pair_records(db, rollout_id=rollout, stage=stage):
+            for record in pair_records(
+                db, rollout_id=rollout, stage=stage, with_requests=with_requests
+            ):
                 target.write(json.dumps(record) + "\n")
                 count += 1
         finally:

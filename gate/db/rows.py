@@ -34,6 +34,7 @@ class RequestRow(TypedDict):
     tenant: str | None
     inflight_baseline: int
     inflight_candidate: int
+    gateway_replica: str | None
     created_at: datetime
 
 

@@ -43,6 +43,7 @@ class DemoOptions:
     requests: int = 80
     backend: str = "llamacpp"
     num_speculative_tokens: int = 8
+    parallel: int = 1  # llama.cpp slots per engine: requests each decodes at once
     weights: str | None = None  # None: the backend's default encoding
     engine_timeout_s: float = 180.0
     settle_timeout_s: float = 180.0
@@ -140,6 +141,7 @@ def _start_engines(
     # One core per engine, so the two routes never share a core unevenly.
     pin = [str(cores[0]), str(cores[1 % len(cores)])]
     common = ["--model", "smollm2", "--backend", options.backend, "--threads", "1"]
+    common += ["--parallel", str(options.parallel)]
     common += ["--gguf", str(gguf)]
     spec = [
         "--speculative",

@@ -51,10 +51,11 @@ class Outcome:
 
 
 class Backend(Protocol):
-    """A model that generates for one request at a time."""
+    """A model that generates for `slots` requests at a time (each call blocks its thread)."""
 
     name: str
     spec: NgramConfig | None
+    slots: int
 
     def generate(self, request: GenRequest, emit: Emit) -> Outcome:
         """Generate, calling `emit` with each delta; stop early when it returns False."""

@@ -25,6 +25,7 @@ class TransformersBackend:
     """SmolLM2 through transformers and torch (CPU, fp32)."""
 
     name = "transformers"
+    slots = 1
 
     def __init__(self, gguf: Path, *, spec: NgramConfig | None, threads: int = 1) -> None:
         # Everything comes from the local GGUF; never reach for a model hub.

@@ -5,9 +5,12 @@ Pinned to xllamacpp 2026.10.11549, whose settings differ from its README: specul
 and `size_m` (the draft length). `ngram_simple` has one n, so `prompt_lookup_max` sets it
 and `prompt_lookup_min` has no llama.cpp counterpart.
 
-Per-request steps and per-position acceptance come from llama.cpp's own counters, read
-before and after each request: requests run one at a time, so the difference is the
-request's own.
+With one slot (`parallel=1`, the default), per-request steps and per-position acceptance
+come from llama.cpp's own counters, read before and after each request: requests run one at
+a time, so the difference is the request's own. With several slots (`n_parallel`, requests
+decoded in one batch) the counters mix requests, so drafted and accepted tokens come from
+the request's own `timings`; its steps are estimated as drafted / k and per-position counts
+are not known.
 """
 
 from __future__ import annotations
@@ -33,14 +36,21 @@ class LlamaCppBackend:
     name = "llamacpp"
 
     def __init__(
-        self, gguf: Path, *, spec: NgramConfig | None, threads: int = 1, ctx_size: int = 4096
+        self,
+        gguf: Path,
+        *,
+        spec: NgramConfig | None,
+        threads: int = 1,
+        ctx_size: int = 4096,
+        parallel: int = 1,
     ) -> None:
         xllamacpp = require("xllamacpp", LLAMACPP_INSTALL)
         self.spec = spec
+        self.slots = parallel
         params = xllamacpp.CommonParams()
         params.model.path = str(gguf)
-        params.n_ctx = ctx_size
-        params.n_parallel = 1
+        params.n_ctx = ctx_size * parallel  # llama.cpp splits the context across its slots
+        params.n_parallel = parallel
         params.cpuparams.n_threads = threads
         params.cpuparams_batch.n_threads = threads
         params.endpoint_metrics = True
@@ -54,7 +64,8 @@ class LlamaCppBackend:
 
     def generate(self, request: GenRequest, emit: Emit) -> Outcome:
         """Stream one request through llama.cpp, forwarding its deltas."""
-        before = self._counters() if self.spec else {}
+        counted = self.spec is not None and self.slots == 1
+        before = self._counters() if counted else {}
         state = _StreamState(emit)
         body = _body(request)
         handle = (
@@ -68,8 +79,10 @@ class LlamaCppBackend:
         if state.error is not None:
             raise GateError(state.error, status_code=400)
         outcome = state.outcome()
-        if self.spec is not None:
+        if counted:
             outcome.spec = self._spec_stats(before, state.drafted)
+        elif self.spec is not None:
+            outcome.spec = _timed_stats(self.spec.num_speculative_tokens, state)
         return outcome
 
     def _counters(self) -> dict[tuple[str, str], float]:
@@ -110,6 +123,7 @@ class _StreamState:
         self.finish_reason = "stop"
         self.usage: dict[str, int] = {}
         self.drafted = 0
+        self.accepted = 0
         self.cancelled = False
         self.error: str | None = None
 
@@ -127,6 +141,7 @@ class _StreamState:
         timings = chunk.get("timings")
         if isinstance(timings, dict):
             self.drafted = int(timings.get("draft_n", 0))
+            self.accepted = int(timings.get("draft_n_accepted", 0))
         return self.cancelled
 
     def _choice(self, choice: dict[str, Any]) -> None:
@@ -146,6 +161,12 @@ class _StreamState:
             prompt_tokens=int(self.usage.get("prompt_tokens", 0)),
             completion_tokens=int(self.usage.get("completion_tokens", 0)),
         )
+
+
+def _timed_stats(k: int, state: _StreamState) -> SpecStats:
+    """Return the request's own drafted and accepted tokens (from its `timings`)."""
+    steps = -(-state.drafted // k)  # each step drafts at most k tokens
+    return SpecStats(k, steps, state.drafted, min(state.accepted, state.drafted))
 
 
 def _body(request: GenRequest) -> dict[str, Any]:

@@ -21,6 +21,7 @@ def build_backend(
     spec: NgramConfig | None,
     threads: int = 1,
     ctx_size: int = 4096,
+    parallel: int = 1,
     gguf: Path | None = None,
     weights: str | None = None,
     announce: Callable[[str], None] | None = None,
@@ -31,6 +32,10 @@ def build_backend(
     """
     if backend not in BACKENDS:
         raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}")
+    if parallel < 1:
+        raise ConfigError("--parallel must be at least 1")
+    if parallel > 1 and backend != "llamacpp":
+        raise ConfigError("--parallel needs the llamacpp backend (transformers runs one at a time)")
     if gguf is not None and weights:
         raise ConfigError("give --gguf (a file) or --weights (an encoding), not both")
     if gguf is not None and not gguf.is_file():
@@ -40,7 +45,9 @@ def build_backend(
     if backend == "llamacpp":
         from gate.engines.llamacpp import LlamaCppBackend
 
-        return LlamaCppBackend(gguf, spec=spec, threads=threads, ctx_size=ctx_size)
+        return LlamaCppBackend(
+            gguf, spec=spec, threads=threads, ctx_size=ctx_size, parallel=parallel
+        )
     from gate.engines.hf import TransformersBackend
 
     return TransformersBackend(gguf, spec=spec, threads=threads)

@@ -1,6 +1,7 @@
 """The local engines' OpenAI-compatible API over one backend, with vLLM-shaped `/metrics`.
 
-One request runs at a time (a small model on one core gains nothing from batching); the
+As many requests run at once as the backend has slots (one by default: a small model on one
+core gains little from batching; llama.cpp's `--parallel` decodes several in one batch); the
 others wait, and that wait shows as queue time and in TTFT, as in vLLM. Generation runs in
 a worker thread owned by a task of its own, so a client that leaves never frees the engine
 while the backend is still busy: the backend sees `emit` return False and stops.
@@ -33,7 +34,7 @@ Sink = Callable[[dict[str, Any]], object]
 
 
 class EngineService:
-    """Runs requests on one backend, one at a time, and keeps its metrics."""
+    """Runs requests on one backend, up to its slots at a time, and keeps its metrics."""
 
     def __init__(self, backend: Backend, *, model: str, default_max_tokens: int = 512) -> None:
         self.backend = backend
@@ -41,7 +42,7 @@ class EngineService:
         self.default_max_tokens = default_max_tokens
         k = backend.spec.num_speculative_tokens if backend.spec else 0
         self.metrics = EngineMetrics(model, spec_tokens=k, backend=backend.name)
-        self._lock = asyncio.Lock()
+        self._slots = asyncio.Semaphore(backend.slots)
         self._tasks: set[asyncio.Task[Outcome]] = set()
 
     async def submit(self, request: GenRequest, timing: Timing, emit: Emit) -> Outcome:
@@ -55,7 +56,7 @@ class EngineService:
         outcome = Outcome(finish_reason="error")
         self.metrics.waiting.inc()
         try:
-            async with self._lock:
+            async with self._slots:
                 self.metrics.waiting.dec()
                 timing.started = time.perf_counter()
                 self.metrics.running.inc()

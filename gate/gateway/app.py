@@ -21,7 +21,7 @@ from gate.gateway.metrics import GatewayMetrics, exposition
 from gate.gateway.mirror import MirrorPool
 from gate.gateway.proxy import handle
 from gate.gateway.spans import Redactor, SpanEmitter
-from gate.gateway.transport import create_transport
+from gate.gateway.transports import create_transport
 from gate.routing.health import RouteHealth
 from gate.routing.sync import RoutingState
 from gate.settings import Settings

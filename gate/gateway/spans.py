@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import secrets
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +60,8 @@ class SpanEmitter:
         self._max_chars = max_chars
         self._eval_max_chars = max(max_chars, eval_max_chars or 0)
         self._redact = redact or (lambda text: text)
+        # In-flight counts are this process's own: name it, so they can be summed over replicas.
+        self.replica = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
     def pair_span(
         self,
@@ -78,6 +83,7 @@ class SpanEmitter:
             A.PAIR_DEADLINE_S: deadline_s,
             A.INFLIGHT_BASELINE: inflight[0],
             A.INFLIGHT_CANDIDATE: inflight[1],
+            A.GATEWAY_REPLICA: self.replica,
             A.REQUEST_ENDPOINT: ctx.endpoint,
         }
         cut = []

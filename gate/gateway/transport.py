@@ -82,19 +82,6 @@ class Transport(Protocol):
         ...
 
 
-def create_transport(
-    name: TransportName, *, connect_timeout_s: float, read_timeout_s: float
-) -> Transport:
-    """The named transport; the read timeout bounds the wait for the head and each read."""
-    if name == "httpx":
-        from gate.gateway.httpx_transport import HttpxTransport
-
-        return HttpxTransport(connect_timeout_s=connect_timeout_s, read_timeout_s=read_timeout_s)
-    from gate.gateway.http1 import Pool
-
-    return Pool(connect_timeout_s=connect_timeout_s, read_timeout_s=read_timeout_s)
-
-
 def check_header(name: str, value: str) -> None:
     """Refuse a header that could smuggle a line or that HTTP/1.1 cannot carry. The
     message names the header, never its value (it may be a credential)."""

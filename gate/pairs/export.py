@@ -5,13 +5,14 @@ from __future__ import annotations
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
+from itertools import chain
 from typing import Any
 
 from sqlalchemy import ColumnElement, select, tuple_
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from gate.db.enums import Cohort, PairState
-from gate.db.models import Evaluation, Feedback, Generation, Pair
+from gate.db.models import Evaluation, Feedback, Generation, Pair, RequestRecord
 
 CHUNK = 5000
 _SIDES = {Cohort.BASELINE: "baseline", Cohort.CANDIDATE: "candidate", Cohort.CONTROL: "candidate"}
@@ -19,19 +20,29 @@ _CLOSED = (PairState.COMPLETE, PairState.DROPPED)
 
 
 def pair_records(
-    session: Session, *, rollout_id: int, stage: int | None = None, evaluated_only: bool = False
+    session: Session,
+    *,
+    rollout_id: int,
+    stage: int | None = None,
+    evaluated_only: bool = False,
+    with_requests: bool = False,
 ) -> Iterator[dict[str, Any]]:
     """Yield the rollout's closed pairs as replay records, in fold order.
 
     Fold order (the gate's, see `gate.stats.incremental`): evaluated pairs by
     (evaluated_at, id); then, unless `evaluated_only`, pairs whose evaluations have not
-    landed yet, oldest first.
+    landed yet, oldest first. `with_requests` adds each pair's kept request (`request`:
+    endpoint, body, declared inputs, and what the gateway cut), for `specgate rehearse`.
     """
     evaluated = Pair.evaluated_at.is_not(None)
-    yield from _pages(session, rollout_id, stage, evaluated, (Pair.evaluated_at, Pair.id))
+    pages = _pages(session, rollout_id, stage, evaluated, (Pair.evaluated_at, Pair.id))
     if not evaluated_only:
         waiting = Pair.evaluated_at.is_(None)
-        yield from _pages(session, rollout_id, stage, waiting, (Pair.created_at, Pair.id))
+        pages = chain(
+            pages, _pages(session, rollout_id, stage, waiting, (Pair.created_at, Pair.id))
+        )
+    for page in pages:
+        yield from _records(session, page, with_requests)
 
 
 def _pages(
@@ -40,7 +51,7 @@ def _pages(
     stage: int | None,
     where: ColumnElement[bool],
     order: tuple[InstrumentedAttribute[Any], InstrumentedAttribute[Any]],
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[list[Pair]]:
     after: tuple[Any, uuid.UUID] | None = None
     while True:
         statement = (
@@ -56,12 +67,14 @@ def _pages(
         pairs = list(session.scalars(statement))
         if not pairs:
             return
-        yield from _records(session, pairs)
+        yield pairs
         last = pairs[-1]
         after = (getattr(last, order[0].key), last.id)
 
 
-def _records(session: Session, pairs: Sequence[Pair]) -> Iterator[dict[str, Any]]:
+def _records(
+    session: Session, pairs: Sequence[Pair], with_requests: bool
+) -> Iterator[dict[str, Any]]:
     generations = list(
         session.scalars(select(Generation).where(Generation.pair_id.in_([p.id for p in pairs])))
     )
@@ -88,9 +101,11 @@ def _records(session: Session, pairs: Sequence[Pair]) -> Iterator[dict[str, Any]
     for g in generations:
         assert g.pair_id is not None
         sides[g.pair_id][_SIDES[g.cohort]] = _side(g, evals.get(g.id, {}), feedback.get(g.id))
+    kept = _requests(session, pairs) if with_requests else {}
     for pair in pairs:
         found = sides.get(pair.id, {})
-        yield {
+        extra = {"request": kept.get(pair.request_id)} if with_requests else {}
+        yield extra | {
             "pair_id": str(pair.id),
             "segment": pair.segment,
             "created_at": pair.created_at.isoformat(),
@@ -99,6 +114,15 @@ def _records(session: Session, pairs: Sequence[Pair]) -> Iterator[dict[str, Any]
             "baseline": found.get("baseline"),
             "candidate": found.get("candidate"),
         }
+
+
+def _requests(session: Session, pairs: Sequence[Pair]) -> dict[uuid.UUID | None, Any]:
+    ids = [p.request_id for p in pairs if p.request_id is not None]
+    rows = session.scalars(select(RequestRecord).where(RequestRecord.id.in_(ids))) if ids else ()
+    return {
+        r.id: {"endpoint": r.endpoint, "body": r.body, "inputs": r.inputs, "truncated": r.truncated}
+        for r in rows
+    }
 
 
 def _side(g: Generation, evals: dict[str, bool], thumbs: int | None) -> dict[str, Any]:

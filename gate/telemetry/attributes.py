@@ -56,6 +56,8 @@ PAIR_IS_CONTROL = "specgate.pair.is_control"  # bool
 PAIR_DEADLINE_S = "specgate.pair.deadline_s"  # seconds after the pair span's start
 INFLIGHT_BASELINE = "specgate.inflight.baseline"  # int, at the pair's start
 INFLIGHT_CANDIDATE = "specgate.inflight.candidate"  # int
+# str: the gateway process that counted them; summing over replicas gives a route's load
+GATEWAY_REPLICA = "specgate.gateway.replica"
 REQUEST_ENDPOINT = "specgate.request.endpoint"  # "chat" | "completions"
 REQUEST_BODY = "specgate.request.body"  # JSON string, bounded, absent if not captured
 REQUEST_INPUTS = "specgate.request.inputs"  # JSON string: context, reference, tests, schema

@@ -45,6 +45,7 @@ def check_one_sampled_request(engine: Engine, ids: Ids) -> None:
     assert request.body == {"messages": [{"role": "user", "content": "fix"}]}
     assert request.inputs == {"tests": ["assert f() == 1"]} and request.tenant == "acme"
     assert (request.inflight_baseline, request.inflight_candidate) == (3, 1)
+    assert request.gateway_replica == "gw-1:42:0a0b0c0d"
 
     base, cand = generations["baseline"], generations["candidate"]
     assert (base.route_id, cand.route_id) == (ids.baseline_route, ids.candidate_route)

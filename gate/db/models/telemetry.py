@@ -65,6 +65,8 @@ class RequestRecord(Base):
     tenant: Mapped[str | None] = mapped_column(String(128))
     inflight_baseline: Mapped[int] = mapped_column(Integer, default=0)
     inflight_candidate: Mapped[int] = mapped_column(Integer, default=0)
+    # The gateway process whose in-flight counts these are (NULL: recorded before 0012).
+    gateway_replica: Mapped[str | None] = mapped_column(String(128))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 
@@ -76,6 +77,8 @@ def test_shadow_mirrors_the_identical_body_and_records_a_pair(stack):
     pair_id = pair.attributes[A.PAIR_ID]
     assert base.attributes[A.PAIR_ID] == cand.attributes[A.PAIR_ID] == pair_id
     assert json.loads(pair.attributes[A.REQUEST_INPUTS])["reference"] == "The cat sat on the mat."
+    # In-flight counts name the gateway process that counted them (summed over replicas).
+    assert pair.attributes[A.GATEWAY_REPLICA].split(":")[1] == str(os.getpid())
     assert cand.attributes[A.SPEC_ACCEPTED_TOKENS] > 0 and cand.attributes[A.SPEC_DRAFT_TOKENS] > 0
     assert base.attributes[A.GEN_AI_USAGE_OUTPUT_TOKENS] == 16
     assert base.name == "chat sim" and base.attributes[A.GEN_AI_OPERATION_NAME] == "chat"

@@ -18,8 +18,8 @@ from gate.gateway.transport import (
     Transport,
     Unreachable,
     UpstreamError,
-    create_transport,
 )
+from gate.gateway.transports import create_transport
 from gate.settings import Settings
 from tests.gate.gateway.test_http1 import answering, chunk, read_request, reply, serving
 

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import uuid
 from datetime import timedelta
 
 import pytest
 
 from gate.db.base import utcnow
 from gate.db.enums import Cohort, PairState
+from gate.db.models import RequestRecord
 from gate.pairs.export import pair_records
+from gate.rehearse import workload
 from tests import factories
 
 
@@ -38,3 +42,29 @@ def test_records_follow_fold_order_and_can_leave_out_unevaluated_pairs(session):
     assert records[-1]["evaluated_at"] is None and records[0]["evaluated_at"] is not None
     evaluated = pair_records(session, rollout_id=rollout.id, stage=0, evaluated_only=True)
     assert [r["pair_id"] for r in evaluated] == want[:3]
+
+
+def test_records_with_requests_carry_the_kept_body_and_what_was_cut(session):
+    rollout = factories.rollout(session)
+    body = {"model": "m", "messages": [{"role": "user", "content": "fix this"}]}
+    for truncated in (None, ["body"]):
+        request = RequestRecord(
+            id=uuid.uuid4(),
+            rollout_id=rollout.id,
+            body=body,
+            inputs={"reference": "r"},
+            truncated=truncated,
+        )
+        session.add(request)
+        session.flush()
+        pair = factories.pair(session, rollout.id)
+        pair.request_id, pair.state, pair.segment = request.id, PairState.COMPLETE, "proofread"
+    session.flush()
+    plain = list(pair_records(session, rollout_id=rollout.id))
+    assert all("request" not in r for r in plain)  # the replay schema is unchanged by default
+    records = list(pair_records(session, rollout_id=rollout.id, with_requests=True))
+    assert sorted(str(r["request"]["truncated"]) for r in records) == ["None", "['body']"]
+    found = workload.parse("\n".join(json.dumps(r) for r in records), source="pairs.jsonl")
+    assert found.cut == 1 and len(found.items) == 1
+    assert found.items[0].segment == "proofread"
+    assert found.items[0].engine_body == body

@@ -1,0 +1,155 @@
+"""`specgate rehearse`: does speculation pay at our concurrency, before any live traffic?"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gate.cli.gatecheck import parse_duration
+from gate.errors import ConfigError, GateError
+from gate.rehearse import report
+from gate.rehearse.analysis import ALL, Decision, decide
+from gate.rehearse.runner import Route
+from gate.rehearse.sweep import Plan, levels_up_to, rehearse
+from gate.rehearse.workload import load
+
+_WORDS = {
+    Decision.PAYS: "pays",
+    Decision.DOES_NOT_PAY: "does not pay",
+    Decision.CANNOT_TELL: "could not tell",
+}
+
+
+def rehearse_command(
+    baseline: Annotated[str, typer.Option(help="Baseline OpenAI base URL (…/v1).")],
+    candidate: Annotated[str, typer.Option(help="Speculative candidate's OpenAI base URL.")],
+    workload: Annotated[
+        Path | None,
+        typer.Option(
+            help="JSONL of OpenAI chat/completion bodies or `pairs export --with-requests` "
+            "records (default: the built-in workload)."
+        ),
+    ] = None,
+    segment: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Replay only these prompt classes: CLASS, or NAME=CLASS,CLASS to report "
+            "several under one name (repeat the option)."
+        ),
+    ] = None,
+    model: Annotated[str, typer.Option(help="Send this model name (default: the body's).")] = "",
+    max_tokens: Annotated[int, typer.Option(help="Cap every request's max_tokens (0: keep).")] = 0,
+    max_concurrency: Annotated[
+        int, typer.Option("--max", help="Sweep 1, 2, 4, … up to this many concurrent requests.")
+    ] = 8,
+    at: Annotated[
+        int, typer.Option(help="Production concurrency the exit code answers for (0: none).")
+    ] = 0,
+    budget: Annotated[
+        str, typer.Option(help="Time budget for the whole sweep (10m, 90s).")
+    ] = "10m",
+    min_requests: Annotated[
+        int, typer.Option(help="Requests per route and level before the precision rule.")
+    ] = 16,
+    max_requests: Annotated[int, typer.Option(help="Requests per route and level, at most.")] = 400,
+    precision: Annotated[
+        float, typer.Option(help="Stop a level once its interval is this narrow (relative).")
+    ] = 0.10,
+    timeout: Annotated[float, typer.Option(help="Seconds one request may take.")] = 120.0,
+    out: Annotated[Path, typer.Option(help="Folder for rehearsal.json, .md and .png.")] = Path(
+        "rehearsal"
+    ),
+) -> None:
+    """Replay a workload against two routes at rising concurrency; find where speculation
+    stops paying.
+
+    Routes run in alternating blocks, never at once. Exit 0 pays at --at, 1 does not,
+    2 could not tell (or --at above the sweep, or no --at given), 4 error."""
+    # One progress line per round on stderr, not one log line per request.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    try:
+        code = _rehearse(
+            (Route("baseline", baseline.rstrip("/"), model or None),
+             Route("candidate", candidate.rstrip("/"), model or None)),
+            workload, segment or [], max_tokens, max_concurrency, at,
+            Plan(levels=[], budget_s=parse_duration(budget), min_requests=min_requests,
+                 max_requests=max_requests, precision=precision, timeout_s=timeout),
+            out,
+        )  # fmt: skip
+    except GateError as exc:
+        _error(exc.message)
+    except Exception as exc:  # the pipeline must see 4, never a traceback's 1
+        _error(f"{type(exc).__name__}: {exc}")
+    raise typer.Exit(code)
+
+
+def _rehearse(
+    routes: tuple[Route, Route],
+    path: Path | None,
+    segments: list[str],
+    max_tokens: int,
+    top: int,
+    at: int,
+    plan: Plan,
+    out: Path,
+) -> int:
+    _check(top, at, plan)
+    found = load(path, segments=_segments(segments), max_tokens=max_tokens or None)
+    levels = levels_up_to(top)
+    plan = Plan(**{**vars(plan), "levels": levels})
+    skipped = f", {found.cut} skipped with a cut prompt" if found.cut else ""
+    _say(f"{len(found.items)} requests from {found.source}{skipped}; levels {levels}, "
+         f"budget {plan.budget_s:.0f} s")  # fmt: skip
+    done = asyncio.run(rehearse(routes, found.items, plan, _say))
+    summary = report.summarise(routes, found, done, plan.budget_s)
+    decision = decide(levels, report.calls(summary), at) if at else Decision.CANNOT_TELL
+    summary["at"] = at or None
+    summary["decision"] = _WORDS[decision] if at else "no --at given"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "rehearsal.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "rehearsal.md").write_text(report.markdown(summary, at=at, decision=summary["decision"]))
+    report.plot(summary, out / "rehearsal.png")
+    typer.echo(f"crossover: {summary['crossover'][ALL]['text']}")
+    typer.echo(f"at concurrency {at}: {summary['decision']}" if at else summary["decision"])
+    typer.echo(f"written: {out}/rehearsal.json, rehearsal.md, rehearsal.png")
+    return int(decision)
+
+
+def _check(top: int, at: int, plan: Plan) -> None:
+    if top < 1:
+        raise ConfigError("--max must be at least 1")
+    if at < 0:
+        raise ConfigError("--at must be a concurrency (0: none)")
+    if plan.budget_s <= 0:
+        raise ConfigError("--budget must be positive")
+    if not plan.precision > 0:
+        raise ConfigError("--precision must be positive")
+    if plan.min_requests < 2 or plan.max_requests < plan.min_requests:
+        raise ConfigError("need 2 <= --min-requests <= --max-requests")
+
+
+def _segments(specs: list[str]) -> dict[str, str]:
+    """Map prompt classes to reported segment names."""
+    mapping: dict[str, str] = {}
+    for spec in specs:
+        name, _, classes = spec.partition("=")
+        for cls in (classes or name).split(","):
+            if not cls.strip() or not name.strip():
+                raise ConfigError(f"--segment {spec!r} is not CLASS or NAME=CLASS,CLASS")
+            mapping[cls.strip()] = name.strip()
+    return mapping
+
+
+def _say(line: str) -> None:
+    print(f"specgate rehearse: {line}", file=sys.stderr, flush=True)
+
+
+def _error(message: str) -> None:
+    print(f"specgate rehearse: error: {' '.join(message.split())}", file=sys.stderr)
+    raise typer.Exit(int(Decision.ERROR))

@@ -1,0 +1,175 @@
+"""Each pair's load at its start: how many requests each route was serving then.
+
+The engine's own gauge is preferred: the scraper's `requests_running` (vLLM's
+`vllm:num_requests_running`, summed over the engine's processes), interpolated linearly
+between the two scrapes around the pair's start when both lie within `max_gap_s` of it.
+Without such scrapes the gateway's count stands in: the in-flight calls the pair's own
+gateway replica had open to the route, plus, for every other replica, its latest count
+recorded before the start within `max_gap_s` (each replica counts only its own calls).
+Requests recorded before replicas were named count for their own replica only.
+"""
+
+from __future__ import annotations
+
+import uuid
+from bisect import bisect_right
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gate.db.models import EngineSample, Pair, RequestRecord, Rollout
+from gate.errors import NotFound
+
+RUNNING = "requests_running"  # the scraper's canonical name of vllm:num_requests_running
+Source = Literal["engine", "gateway", "none"]
+
+
+@dataclass(frozen=True)
+class Load:
+    """One route's load at a pair's start, and where the number came from."""
+
+    value: float | None
+    source: Source
+
+
+@dataclass(frozen=True)
+class PairLoad:
+    """A pair's start and the load of both routes then."""
+
+    pair_id: uuid.UUID
+    started_at: datetime
+    baseline: Load
+    candidate: Load
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """One recorded request: when, which replica, its in-flight counts per role."""
+
+    at: datetime
+    replica: str | None
+    inflight: tuple[int, int]
+
+
+def pair_loads(
+    session: Session, *, rollout_id: int, stage: int | None = None, max_gap_s: float = 30.0
+) -> list[PairLoad]:
+    """Return each pair's load at its start (engine gauge, else summed gateway counts)."""
+    rollout = session.get(Rollout, rollout_id)
+    if rollout is None:
+        raise NotFound(f"rollout {rollout_id} not found")
+    rows = _pairs(session, rollout_id, stage)
+    if not rows:
+        return []
+    gap = timedelta(seconds=max_gap_s)
+    first, last = rows[0][1] - gap, rows[-1][1] + gap
+    gauges = [
+        _gauge(session, route_id, first, last)
+        for route_id in (rollout.baseline_route_id, rollout.candidate_route_id)
+    ]
+    replicas = _replicas(session, rollout_id, first, last)
+    return [
+        PairLoad(
+            pair_id,
+            start,
+            *(_load(gauges[role], replicas, start, seen, role, gap) for role in (0, 1)),
+        )
+        for pair_id, start, seen in rows
+    ]
+
+
+def _pairs(
+    session: Session, rollout_id: int, stage: int | None
+) -> list[tuple[uuid.UUID, datetime, _Seen | None]]:
+    statement = (
+        select(Pair.id, Pair.created_at, RequestRecord)
+        .outerjoin(RequestRecord, RequestRecord.id == Pair.request_id)
+        .where(Pair.rollout_id == rollout_id)
+        .order_by(Pair.created_at, Pair.id)
+    )
+    if stage is not None:
+        statement = statement.where(Pair.stage == stage)
+    return [
+        (pair_id, start, None if request is None else _seen(request))
+        for pair_id, start, request in session.execute(statement)
+    ]
+
+
+def _seen(request: RequestRecord) -> _Seen:
+    inflight = (request.inflight_baseline, request.inflight_candidate)
+    return _Seen(request.created_at, request.gateway_replica, inflight)
+
+
+def _gauge(
+    session: Session, route_id: int, first: datetime, last: datetime
+) -> list[tuple[datetime, float]]:
+    """Return the route's running-requests gauge per scrape (summed over label sets)."""
+    summed: dict[datetime, float] = defaultdict(float)
+    for at, value in session.execute(
+        select(EngineSample.scraped_at, EngineSample.value).where(
+            EngineSample.route_id == route_id,
+            EngineSample.metric == RUNNING,
+            EngineSample.scraped_at.between(first, last),
+        )
+    ):
+        summed[at] += value
+    return sorted(summed.items())
+
+
+def _replicas(
+    session: Session, rollout_id: int, first: datetime, last: datetime
+) -> dict[str, list[_Seen]]:
+    """Return the rollout's named requests in the window, per replica, oldest first."""
+    found: dict[str, list[_Seen]] = defaultdict(list)
+    for request in session.scalars(
+        select(RequestRecord)
+        .where(
+            RequestRecord.rollout_id == rollout_id,
+            RequestRecord.gateway_replica.is_not(None),
+            RequestRecord.created_at.between(first, last),
+        )
+        .order_by(RequestRecord.created_at)
+    ):
+        found[str(request.gateway_replica)].append(_seen(request))
+    return found
+
+
+def _load(
+    gauge: list[tuple[datetime, float]],
+    replicas: dict[str, list[_Seen]],
+    start: datetime,
+    own: _Seen | None,
+    role: int,
+    gap: timedelta,
+) -> Load:
+    engine = interpolate(gauge, start, gap)
+    if engine is not None:
+        return Load(engine, "engine")
+    if own is None:
+        return Load(None, "none")
+    total = own.inflight[role]
+    for replica, seen in replicas.items():
+        if replica == own.replica:
+            continue
+        i = bisect_right([s.at for s in seen], start) - 1
+        if i >= 0 and start - seen[i].at <= gap:
+            total += seen[i].inflight[role]
+    return Load(float(total), "gateway")
+
+
+def interpolate(points: list[tuple[datetime, float]], at: datetime, gap: timedelta) -> float | None:
+    """Interpolate a gauge linearly at `at` between the samples around it, both within `gap`."""
+    i = bisect_right([t for t, _ in points], at)
+    if i == 0:
+        return None
+    (t0, v0) = points[i - 1]
+    if t0 == at:
+        return v0
+    if i == len(points) or at - t0 > gap or points[i][0] - at > gap:
+        return None
+    (t1, v1) = points[i]
+    return v0 + (v1 - v0) * ((at - t0) / (t1 - t0))

@@ -1,0 +1,127 @@
+"""The sweep: for each concurrency level, blocks of requests to the baseline and the
+candidate in turn (never both at once), until the level's speedup is precise enough, its
+request cap is reached, or its share of the time budget is spent.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+import httpx
+
+from gate.engines.workload import WorkloadItem
+from gate.rehearse.analysis import precise, speedup
+from gate.rehearse.runner import Block, Route, Sample, check_reachable, cycle, run_block
+
+Stop = Literal["precise", "cap", "budget"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How long and how hard to rehearse."""
+
+    levels: list[int]
+    budget_s: float
+    min_requests: int = 16  # per route and level before the precision rule may stop it
+    max_requests: int = 400  # per route and level
+    precision: float = 0.10  # stop once the interval is this narrow relative to the estimate
+    block_per_worker: int = 2  # a block sends this many requests per concurrent worker
+    timeout_s: float = 120.0
+
+
+@dataclass
+class Level:
+    """What one concurrency level measured, and why it stopped."""
+
+    concurrency: int
+    blocks: list[Block] = field(default_factory=list)
+    stop: Stop | None = None
+    elapsed_s: float = 0.0
+
+    def samples(self, route: str) -> list[Sample]:
+        """Return one route's samples at this level."""
+        return [s for b in self.blocks if b.route == route for s in b.samples]
+
+
+def levels_up_to(top: int) -> list[int]:
+    """Return 1, 2, 4, … up to `top` (and `top` itself when it is not a power of two)."""
+    out = [1]
+    while out[-1] * 2 <= top:
+        out.append(out[-1] * 2)
+    return out if out[-1] == top else [*out, top]
+
+
+async def rehearse(
+    routes: tuple[Route, Route],
+    items: list[WorkloadItem],
+    plan: Plan,
+    progress: Callable[[str], None],
+) -> list[Level]:
+    """Check both routes, warm them up, then run every level of the plan."""
+    async with httpx.AsyncClient(timeout=httpx.Timeout(plan.timeout_s, connect=10)) as client:
+        for route in routes:
+            await check_reachable(client, route)
+        for route in routes:  # the first request pays for loading; it is not measured
+            await run_block(client, route, cycle(items), concurrency=1, count=1,
+                            timeout_s=plan.timeout_s)  # fmt: skip
+        start = time.monotonic()
+        done: list[Level] = []
+        for i, concurrency in enumerate(plan.levels):
+            left = plan.budget_s - (time.monotonic() - start)
+            share = left / (len(plan.levels) - i)
+            done.append(await _level(client, routes, items, plan, concurrency, share, progress))
+        return done
+
+
+async def _level(
+    client: httpx.AsyncClient,
+    routes: tuple[Route, Route],
+    items: list[WorkloadItem],
+    plan: Plan,
+    concurrency: int,
+    share_s: float,
+    progress: Callable[[str], None],
+) -> Level:
+    level = Level(concurrency)
+    # Each route starts from the same request, so both see the same mix of prompts.
+    streams = {route.name: cycle(items) for route in routes}
+    count = max(concurrency * plan.block_per_worker, 2)
+    start = time.monotonic()
+    while level.stop is None:
+        for route in routes:
+            block = await run_block(client, route, streams[route.name],
+                                    concurrency=concurrency, count=count,
+                                    timeout_s=plan.timeout_s)  # fmt: skip
+            level.blocks.append(block)
+        level.elapsed_s = time.monotonic() - start
+        level.stop = _stop(level, routes, plan, share_s)
+        progress(_line(level, routes))
+    return level
+
+
+def _stop(level: Level, routes: tuple[Route, Route], plan: Plan, share_s: float) -> Stop | None:
+    base, cand = (level.samples(r.name) for r in routes)
+    n = min(len(base), len(cand))
+    if n >= plan.min_requests and precise(speedup(base, cand), plan.precision):
+        return "precise"
+    if n >= plan.max_requests:
+        return "cap"
+    rounds = len(level.blocks) // 2
+    # Stop before a further round of blocks would overrun the level's share of the budget.
+    if level.elapsed_s + level.elapsed_s / rounds > share_s:
+        return "budget"
+    return None
+
+
+def _line(level: Level, routes: tuple[Route, Route]) -> str:
+    base, cand = (level.samples(r.name) for r in routes)
+    value = speedup(base, cand)
+    shown = f"{value.estimate:.2f} [{value.low:.2f}, {value.high:.2f}]" if value else "n/a"
+    state = f"stopped ({level.stop})" if level.stop else "running"
+    return (
+        f"concurrency {level.concurrency}: {len(base)}+{len(cand)} requests in "
+        f"{level.elapsed_s:.0f} s, speedup {shown}, {state}"
+    )

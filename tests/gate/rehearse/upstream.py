@@ -1,0 +1,69 @@
+"""The network edge for rehearsal tests: an OpenAI-style streaming server whose gap between
+tokens grows with the requests it is serving at once, as a busy engine's does."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+
+@dataclass
+class Engine:
+    """Token gap = `gap_s` + `per_request_s` * (requests in flight - 1)."""
+
+    gap_s: float
+    per_request_s: float = 0.0
+    tokens: int = 6
+    drafted: int = 0
+    accepted: int = 0
+    fail: bool = False
+    seen: list[int] = field(default_factory=list)  # in-flight count at each arrival
+    inflight: int = 0
+    peer: Engine | None = None  # the other route: its in-flight count at each arrival
+    peer_seen: list[int] = field(default_factory=list)
+
+
+def engine_app(engine: Engine) -> Starlette:
+    """Serve `engine` at /v1/models and /v1/chat/completions (streamed)."""
+
+    async def models(_request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+    async def chat(request: Request) -> Response:
+        await request.json()
+        if engine.fail:
+            return JSONResponse({"error": {"message": "boom"}}, status_code=500)
+        engine.inflight += 1
+        engine.seen.append(engine.inflight)
+        engine.peer_seen.append(engine.peer.inflight if engine.peer else 0)
+        return StreamingResponse(_stream(engine), media_type="text/event-stream")
+
+    return Starlette(
+        routes=[
+            Route("/v1/models", models),
+            Route("/v1/chat/completions", chat, methods=["POST"]),
+        ]
+    )
+
+
+async def _stream(engine: Engine):  # type: ignore[no-untyped-def]
+    try:
+        for _ in range(engine.tokens):
+            await asyncio.sleep(engine.gap_s + engine.per_request_s * (engine.inflight - 1))
+            yield _sse({"choices": [{"index": 0, "delta": {"content": "tok "}}]})
+        spec = {"num_draft_tokens": engine.drafted, "num_accepted_draft_tokens": engine.accepted}
+        usage = {"completion_tokens": engine.tokens, "prompt_tokens": 3}
+        yield _sse({"choices": [], "usage": usage, "metrics": {"speculative_decoding": spec}})
+        yield b"data: [DONE]\n\n"
+    finally:
+        engine.inflight -= 1
+
+
+def _sse(body: dict) -> bytes:
+    return b"data: " + orjson.dumps(body) + b"\n\n"
