@@ -28,10 +28,11 @@ from typing import Any, TypeVar
 import numpy as np
 
 from gate.stats.change import CollapseState, log_evalues, update
-from gate.stats.engine import (
+from gate.stats.ids import ALL, Cell, MetricId
+from gate.stats.policy import Policy
+from gate.stats.rule import (
     ACCEPTANCE,
     E2E_TAIL,
-    EVAL_PREFIX,
     FAILURES,
     GREEDY,
     TTFT_P50,
@@ -39,7 +40,6 @@ from gate.stats.engine import (
     CellStats,
     GateStats,
 )
-from gate.stats.policy import ALL, Policy
 from gate.stats.sequences import CountStats, FloatArray, MeanStats, PairedCounts, TwoCounts
 
 # Bump when what a fold stores changes meaning: stored states then refold from scratch.
@@ -221,7 +221,7 @@ def _cells(state: FoldState, b: Bucket, segment: str) -> dict[tuple[str, str], C
     for name, per in state.evaluators.items():
         picked = per.values() if segment == ALL else [per.get(segment, _PAIRED)]
         counts = reduce(_plus, picked, _PAIRED)
-        cells[(EVAL_PREFIX + name, segment)] = replace(counts, n=counts.n + b.both_failed)
+        cells[Cell(MetricId("eval", name), segment)] = replace(counts, n=counts.n + b.both_failed)
     return cells
 
 

@@ -2,7 +2,7 @@
 
 Each scenario draws whole rollouts of pairs (runs x pairs arrays), turns them into
 statistics at every look with the same code replay uses, and applies the gate's rule
-(`engine.evaluate`) to every look at once. A run's outcome is its first decisive verdict.
+(`rule.apply_rule`) to every look at once. A run's outcome is its first decisive verdict.
 
 Simulated pair (defaults; shadow mode, both routes see every request):
 * segment uniform over the policy's segments; a pair arrives every 1 / `pairs_per_s` s;
@@ -33,9 +33,9 @@ from scipy.stats import beta as beta_dist  # type: ignore[import-untyped]
 
 from gate.db.enums import RolloutMode
 from gate.stats.cumulative import PairColumns, looks_every, to_stats
-from gate.stats.engine import Code, Evaluation, evaluate
 from gate.stats.kayenta import kayenta_fails
 from gate.stats.policy import Policy
+from gate.stats.rule import Code, LookFlags, apply_rule
 from gate.stats.sequences import BoolArray, FloatArray, IntArray
 
 TTFT_S = np.array([0.35, 0.25, 0.60, 0.20, 0.20])
@@ -203,7 +203,7 @@ def run_scenario(
     kayenta: dict[str, list[FloatArray]] = {"paired": [], "split": []}
     for start in range(0, runs, chunk):
         cols = draw_pairs(s, policy, min(chunk, runs - start), rng)
-        ev = evaluate(policy, to_stats(cols, policy, looks, mode=s.mode))
+        ev = apply_rule(policy, to_stats(cols, policy, looks, mode=s.mode))
         decisive = ev.code != Code.CONTINUE
         first = np.where(decisive.any(axis=-1), decisive.argmax(axis=-1), -1)
         rows = np.arange(first.size)
@@ -221,7 +221,7 @@ def run_scenario(
 
 
 def _count_reasons(
-    ev: Evaluation, rows: IntArray, first: IntArray, codes: IntArray, reasons: dict[str, int]
+    ev: LookFlags, rows: IntArray, first: IntArray, codes: IntArray, reasons: dict[str, int]
 ) -> None:
     flags = [*ev.harmful.items(), *((("collapse", k), v) for k, v in ev.collapsed.items())]
     killed = (first >= 0) & (codes == Code.KILL)

@@ -15,9 +15,10 @@ from sqlalchemy.orm import Session
 
 from gate.db.models import GateFold
 from gate.pairs.watermark import fold_horizon
-from gate.stats import incremental, sql
+from gate.stats import incremental
 from gate.stats.incremental import FoldState
 from gate.stats.policy import Policy
+from gate.verdicts import slices as sql
 
 
 def fold(session: Session, *, rollout_id: int, stage: int, policy: Policy) -> FoldState:

@@ -16,8 +16,8 @@ from dataclasses import replace
 import pytest
 
 from gate.db.enums import RolloutMode
-from gate.stats.engine import Code
 from gate.stats.policy import Policy
+from gate.stats.rule import Code
 from gate.stats.simulate import Outcomes, Scenario, format_row, run_scenario
 
 RUNS = 400

@@ -4,7 +4,7 @@ A slice is the stage's closed pairs after one key and up to another in fold orde
 (`evaluated_at`, `id`), each joined to its baseline generation and to its second one
 (cohort `candidate`, or `control` for baseline-vs-baseline pairs) and to their
 evaluations. `gate.verdicts.folds` folds each new slice into the stored state
-(`gate.stats.incremental`); every query reads only the slice, through the index on
+(`gate.stats.incremental`, pure); every query reads only the slice, through the index on
 (rollout_id, stage, evaluated_at, id). Assumptions: one generation per cohort per pair; an
 evaluator with several results (versions) for one generation passes only if all of them
 passed. Not here: canary mode (unpaired cohorts), user feedback.
