@@ -30,6 +30,7 @@ import numpy as np
 from gate.stats.change import CollapseState, log_evalues, update
 from gate.stats.ids import ALL, Cell, MetricId
 from gate.stats.policy import Policy
+from gate.stats.registry import collapse_segments
 from gate.stats.rule import (
     ACCEPTANCE,
     E2E_TAIL,
@@ -43,7 +44,7 @@ from gate.stats.rule import (
 from gate.stats.sequences import CountStats, FloatArray, MeanStats, PairedCounts, TwoCounts
 
 # Bump when what a fold stores changes meaning: stored states then refold from scratch.
-FOLD_VERSION = 1
+FOLD_VERSION = 2  # 2: pooled and undeclared collapse detectors
 # The bucket of pairs whose segment the policy does not declare ("all" is never declared).
 POOLED_ONLY = ALL
 Key = tuple[datetime, uuid.UUID]
@@ -195,7 +196,9 @@ def to_stats(state: FoldState, policy: Policy) -> GateStats:
         b = pooled if segment == ALL else state.buckets.get(segment, Bucket())
         cells.update(_cells(state, b, segment))
     enabled = policy.guardrails.acceptance.enabled
-    collapse = {s: state.collapse.get(s, CollapseState()).max_log_sr for s in policy.segments}
+    collapse = {
+        s: state.collapse.get(s, CollapseState()).max_log_sr for s in collapse_segments(policy)
+    }
     elapsed = (state.last_at - state.first_at) if state.first_at and state.last_at else None
     return GateStats(
         cells=cells,

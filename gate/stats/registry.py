@@ -186,7 +186,7 @@ def _evaluators(policy: Policy, segment: str) -> Rule | None:
 
 def collapse_segments(policy: Policy) -> list[str]:
     """Return the collapse detectors: per declared segment, pooled, and undeclared pooled."""
-    return [*policy.segments]  # STEP1
+    return [*policy.segments, ALL, UNDECLARED]
 
 
 _LATENCY = {"unit": Unit.PAIR, "ratio": True}

@@ -23,8 +23,10 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from gate.db.enums import Outcome, sql_statuses
+from gate.stats.ids import ALL, UNDECLARED
 from gate.stats.incremental import POOLED_ONLY, Bucket, Delta, Key, Tail, WarmUp
 from gate.stats.policy import Policy
+from gate.stats.registry import collapse_segments
 from gate.stats.sequences import LOG_RATIO_CLIP, CountStats, MeanStats, PairedCounts
 
 # Below every real key: the lower end of the first slice, the warm-up end of none.
@@ -150,7 +152,12 @@ def warmup(session: Session, piece: Slice, policy: Policy) -> WarmUp:
     pooled = total / max(n, 1)
     means = {r.seg: float(r.s) / r.n for r in rows if r.n}
     ratio = g.acceptance.collapse_ratio
-    return WarmUp(ttft, e2e, {s: ratio * means.get(s, pooled) for s in policy.segments})
+    # The pooled detector's level is the pooled mean; the undeclared one's the mean of the
+    # undeclared segments' bucket (`POOLED_ONLY`), else the pooled mean.
+    levels = {s: ratio * means.get(s, pooled) for s in policy.segments}
+    levels[ALL] = ratio * pooled
+    levels[UNDECLARED] = ratio * means.get(POOLED_ONLY, pooled)
+    return WarmUp(ttft, e2e, levels)
 
 
 def _tail(
@@ -221,7 +228,7 @@ SELECT seg, count(*) AS pairs, count(*) FILTER (WHERE warm) AS warm_n,
   count(acc) FILTER (WHERE live) AS acc_n, coalesce(sum(acc) FILTER (WHERE live), 0) AS acc_s,
   coalesce(sum(acc * acc) FILTER (WHERE live), 0) AS acc_ss,
   array_agg(acc ORDER BY evaluated_at, id)
-    FILTER (WHERE live AND acc IS NOT NULL AND seg <> :pooled_only) AS acc_series
+    FILTER (WHERE live AND acc IS NOT NULL) AS acc_series
 FROM t GROUP BY seg"""
 
 
@@ -273,7 +280,8 @@ def delta(session: Session, piece: Slice, policy: Policy, warm: WarmUp | None) -
             buckets[row["seg"]] = replace(b, greedy_control=control, greedy_candidate=candidate)
         else:
             evaluators[row["evaluator"]][row["seg"]] = _counts(row, "e")
-    series = {row["seg"]: row["acc_series"] for row in rows}
+    series = {_detector(row["seg"]): row["acc_series"] for row in rows}
+    series[ALL] = session.execute(text(_POOLED_SERIES), params).scalar_one()
     return Delta(
         last=piece.upto,
         pairs=sum(row["pairs"] for row in rows),
@@ -282,8 +290,21 @@ def delta(session: Session, piece: Slice, policy: Policy, warm: WarmUp | None) -
         last_at=max((row["last_at"] for row in rows), default=None),
         buckets=buckets,
         evaluators=dict(evaluators),
-        acceptance={s: np.asarray(series.get(s) or [], dtype=np.float64) for s in policy.segments},
+        acceptance={
+            s: np.asarray(series.get(s) or [], dtype=np.float64) for s in collapse_segments(policy)
+        },
     )
+
+
+# Every live acceptance rate of the slice in fold order, for the pooled collapse detector.
+_POOLED_SERIES = (
+    _SLICE + "SELECT array_agg(acc ORDER BY evaluated_at, id) FROM y WHERE live AND acc IS NOT NULL"
+)
+
+
+def _detector(bucket: str) -> str:
+    # The bucket of undeclared segments feeds the undeclared detector.
+    return UNDECLARED if bucket == POOLED_ONLY else bucket
 
 
 def _mean(row: Any, key: str) -> MeanStats:
