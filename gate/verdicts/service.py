@@ -29,7 +29,7 @@ from gate.stats import incremental
 from gate.stats.policy import Policy, load_policy
 from gate.stats.replay import replay
 from gate.stats.verdict import VerdictResult, decide
-from gate.verdicts import folds
+from gate.verdicts import folds, slices
 
 log = logging.getLogger(__name__)
 NO_PAIRS = VerdictResult(
@@ -45,7 +45,10 @@ AUTOMATIC = {Decision.KILL: Action.KILL, Decision.HOLD: Action.HOLD}
 
 def compute(session: Session, *, rollout: Rollout, policy: Policy) -> VerdictResult:
     """Return the verdict on the rollout's current stage."""
-    if session.get_bind().dialect.name == "postgresql" and rollout.mode is RolloutMode.SHADOW:
+    postgres = session.get_bind().dialect.name == "postgresql"
+    # A guardrail whose statistics the fold's SQL does not build yet is judged by replay.
+    foldable = all(slices.foldable(g) for g in incremental.folded())
+    if postgres and rollout.mode is RolloutMode.SHADOW and foldable:
         state = folds.fold(session, rollout_id=rollout.id, stage=rollout.stage, policy=policy)
         if not state.pairs:
             return NO_PAIRS
