@@ -160,6 +160,8 @@ class RolloutWeek:
     verdicts: dict[str, int]
     # How the task evaluator contained code; the report flags `unsafe-local`.
     sandbox: str | None = None
+    # The latest verdict's pooled cell per guardrail (`gate.reports.guardrails`).
+    guardrails: list[list[str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -250,4 +252,5 @@ def _rollout(week: RolloutWeek) -> dict[str, Any]:
         "verdicts": week.verdicts,
         "current": _stats(week.current),
         "previous": _stats(week.previous),
+        "guardrails": week.guardrails,
     }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from html import escape
 
+from gate.reports import guardrails
 from gate.reports.model import DECISIONS, Event, Finding, RolloutWeek, WeeklyReport
 
 Table = tuple[list[str], list[list[str]]]
@@ -97,7 +98,12 @@ def _quality_table(week: RolloutWeek) -> Table:
 
 
 def _tables(week: RolloutWeek, previous: str) -> list[Table]:
-    return [_latency_table(week), _acceptance_table(week, previous), _quality_table(week)]
+    return [
+        _latency_table(week),
+        _acceptance_table(week, previous),
+        _quality_table(week),
+        (guardrails.HEADERS, week.guardrails),
+    ]
 
 
 def _md_table(table: Table) -> list[str]:

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 from evaluators.registry import code_sandbox
 from gate.db.enums import Cohort, GenerationStatus, Outcome
 from gate.db.models import Generation
-from gate.reports import findings, plots, queries, render, store
+from gate.reports import findings, guardrails, plots, queries, render, store
 from gate.reports.intervals import newcombe, wilson
 from gate.reports.model import (
     PROBS,
@@ -61,6 +61,9 @@ def compute_weekly(session: Session, week: Week) -> WeeklyReport:
             previous=rollout_stats(session, queries.Window(r.id, before.start, before.end)),
             verdicts=dict(Counter(v.decision.value for v in verdict_rows if v.rollout_id == r.id)),
             sandbox=code_sandbox(r.policy),
+            guardrails=guardrails.latest_rows(
+                [v for v in verdict_rows if v.rollout_id == r.id], r.mode
+            ),
         )
         for r in rollouts
     ]

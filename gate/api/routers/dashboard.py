@@ -11,7 +11,7 @@ from gate.api.deps import Reader, SessionDep
 from gate.api.schemas import IsoTime
 from gate.db.base import utcnow
 from gate.errors import BadRequest
-from gate.reports import dashboard
+from gate.reports import dashboard, guardrails
 from gate.rollouts import service
 
 router = APIRouter(prefix="/v1", tags=["dashboard"])
@@ -23,6 +23,12 @@ MAX_WINDOW = timedelta(days=92)
 def rollouts(db: SessionDep, _: Reader) -> list[dashboard.RolloutRow]:
     """Rollouts, newest first, with their routes and latest verdict."""
     return dashboard.overview(db)
+
+
+@router.get("/guardrails", response_model=list[guardrails.GuardrailInfo])
+def guardrail_list(_: Reader) -> list[guardrails.GuardrailInfo]:
+    """The gate's guardrails as declared in its registry (what /ui and the report list)."""
+    return guardrails.declared()
 
 
 @router.get("/rollouts/{rollout_id}/dashboard", response_model=dashboard.RolloutDashboard)
