@@ -83,9 +83,12 @@ class Reason:
     @property
     def decision_word(self) -> str:
         """Return the decision the reason belongs to (`kill`, `hold`, `continue`, ...)."""
-        return self.kind.value.split(":", 1)[0]
+        return self.kind.value.partition(":")[0]
 
     @property
     def detail(self) -> str:
-        """Return the reason without its decision word, for people (`min_pairs`)."""
-        return self.code.split(":", 1)[1] if ":" in self.code else self.code
+        """Return the reason without its decision word, for people (`unproven:tpot:all`)."""
+        head = self.kind.value.partition(":")[2] or self.kind.value
+        if self.cell is not None:
+            return f"{head}:{self.cell.metric}:{self.cell.segment}"
+        return f"{head}:{self.segment}" if self.segment is not None else head

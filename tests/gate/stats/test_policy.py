@@ -67,3 +67,9 @@ def test_the_cancel_rate_takes_a_kill_share_in_canary_mode_only():
     assert policy.guardrails.cancels.margin == policy.guardrails.failures.margin
     off = load_policy("guardrails: {cancels: {enabled: false}}")
     assert off.kill_slots(canary=True) == 12 * 6 + 7
+
+
+def test_the_pooled_detector_names_are_no_segment_names():
+    for name in ("all", "undeclared"):
+        with pytest.raises(BadRequest, match="must not include"):
+            load_policy(f"segments: [chat, {name}]")
