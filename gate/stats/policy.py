@@ -222,7 +222,8 @@ primary:
   min_gain: 0.05        # promote only once the ratio is proven below 0.95
   kill_slowdown: 0.10   # kill when proven 10% slower (pooled or in any segment)
 guardrails:
-  ttft_p50:             # mean paired log-ratio of time to first token
+  ttft_p50:             # TTFT geometric-mean ratio (exp of the mean paired log-ratio;
+                        # the name is historical: it is no median)
     enabled: true
     margin: 0.1         # promotion needs TTFT proven less than 10% slower
     kill_at: 0.1        # killed once proven more than 10% slower
