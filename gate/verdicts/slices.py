@@ -28,7 +28,14 @@ from gate.stats.incremental import POOLED_ONLY, Bucket, Delta, Key, Tail, WarmUp
 from gate.stats.policy import Policy
 from gate.stats.registry import Family, Guardrail, Source, collapse_segments
 from gate.stats.rule import CellStats
-from gate.stats.sequences import LOG_RATIO_CLIP, CountStats, MeanStats, PairedCounts, TwoCounts
+from gate.stats.sequences import (
+    LOG_RATIO_CLIP,
+    CountStats,
+    FloatArray,
+    MeanStats,
+    PairedCounts,
+    TwoCounts,
+)
 
 # Below every real key: the lower end of the first slice, the warm-up end of none.
 _NO_KEY: Key = (datetime(1970, 1, 1, tzinfo=UTC), uuid.UUID(int=0))
@@ -269,14 +276,18 @@ def _in_main(g: Guardrail) -> bool:
 def _main_query(parts: list[_Part]) -> str:
     columns = ", ".join(c for part in parts for c in part.columns)
     aggregates = ",\n  ".join(part.aggregates for part in parts)
-    return f"""{_SLICE}, t AS (SELECT y.*{", " + columns if columns else ""} FROM y)
+    # `k`: each row's place in fold order, so the pooled series is merged from the buckets'.
+    return f"""{_SLICE}, t AS (
+  SELECT y.*, row_number() OVER (ORDER BY evaluated_at, id) AS k{", " + columns if columns else ""}
+  FROM y)
 SELECT seg, count(*) AS pairs, count(*) FILTER (WHERE warm) AS warm_n,
   count(*) FILTER (WHERE live) AS live_n, count(*) FILTER (WHERE NOT warm AND dropped) AS dropped_n,
   count(*) FILTER (WHERE live AND b_failed AND c_failed) AS both_failed_n,
   min(created_at) AS first_at, max(created_at) AS last_at,
   {aggregates},
   array_agg(acc ORDER BY evaluated_at, id)
-    FILTER (WHERE live AND acc IS NOT NULL) AS acc_series
+    FILTER (WHERE live AND acc IS NOT NULL) AS acc_series,
+  array_agg(k ORDER BY evaluated_at, id) FILTER (WHERE live AND acc IS NOT NULL) AS acc_order
 FROM t GROUP BY seg"""
 
 
@@ -330,7 +341,7 @@ def delta(session: Session, piece: Slice, policy: Policy, warm: WarmUp | None) -
         else:
             evaluators[row["evaluator"]][row["seg"]] = _counts(row, "e")
     series = {_detector(row["seg"]): row["acc_series"] for row in rows}
-    series[ALL] = session.execute(text(_POOLED_SERIES), params).scalar_one()
+    series[ALL] = _pooled_series(rows).tolist()
     return Delta(
         last=piece.upto,
         pairs=sum(row["pairs"] for row in rows),
@@ -345,10 +356,14 @@ def delta(session: Session, piece: Slice, policy: Policy, warm: WarmUp | None) -
     )
 
 
-# Every live acceptance rate of the slice in fold order, for the pooled collapse detector.
-_POOLED_SERIES = (
-    _SLICE + "SELECT array_agg(acc ORDER BY evaluated_at, id) FROM y WHERE live AND acc IS NOT NULL"
-)
+def _pooled_series(rows: Any) -> FloatArray:
+    """Return every live acceptance rate of the slice in fold order (the pooled detector's)."""
+    rates = [np.asarray(r["acc_series"] or [], dtype=np.float64) for r in rows]
+    order = [np.asarray(r["acc_order"] or [], dtype=np.int64) for r in rows]
+    if not rates:
+        return np.zeros(0)
+    merged, places = np.concatenate(rates), np.concatenate(order)
+    return np.asarray(merged[np.argsort(places, kind="stable")], dtype=np.float64)
 
 
 def _detector(bucket: str) -> str:
