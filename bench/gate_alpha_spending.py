@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from gate.stats.engine import Code
 from gate.stats.policy import Policy, kill_alpha
+from gate.stats.rule import Code
 from gate.stats.simulate import Outcomes, Scenario, clopper_pearson, run_scenario
 
 

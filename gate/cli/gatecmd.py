@@ -16,9 +16,9 @@ from gate.cli.common import read_input
 from gate.cli.gatecheck import check
 from gate.db.enums import RolloutMode
 from gate.errors import ConfigError
-from gate.stats.engine import Code
 from gate.stats.policy import Policy, load_policy
 from gate.stats.replay import ReplayResult, read_pairs, replay
+from gate.stats.rule import Code
 from gate.stats.sequences import FloatArray
 from gate.stats.simulate import Outcomes, Scenario, run_scenario
 

@@ -182,6 +182,9 @@ class RolloutWeek:
         head = self.glance.headline if self.glance else None
         return head is not None and head.decision == "continue" and head.pairs_needed is not None
 
+    # The latest verdict's pooled cell per guardrail (`gate.reports.guardrails`).
+    guardrails: list[list[str]] = field(default_factory=list)
+
 
 @dataclass(frozen=True)
 class Finding:
@@ -273,4 +276,5 @@ def _rollout(week: RolloutWeek) -> dict[str, Any]:
         "verdicts": week.verdicts,
         "current": _stats(week.current),
         "previous": _stats(week.previous),
+        "guardrails": week.guardrails,
     }

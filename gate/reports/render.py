@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from html import escape
 
-from gate.reports import headline
+from gate.reports import guardrails, headline
 from gate.reports.model import DECISIONS, Event, Finding, RolloutWeek, WeeklyReport
 
 Table = tuple[list[str], list[list[str]]]
@@ -128,6 +128,7 @@ _TITLES = (
     "Latency per segment (medians)",
     "Acceptance per segment",
     "Quality per evaluator",
+    "Every declared guardrail, pooled over segments (newest verdict)",
 )
 
 
@@ -137,6 +138,7 @@ def _tables(week: RolloutWeek, previous: str) -> list[Table]:
         _segment_table(week),
         _acceptance_table(week, previous),
         _quality_table(week),
+        (guardrails.HEADERS, week.guardrails),
     ]
 
 

@@ -13,7 +13,7 @@ from evaluators.registry import code_sandbox
 from gate.db.base import utcnow
 from gate.db.enums import Cohort, GenerationStatus, Outcome
 from gate.db.models import Generation, Rollout, Verdict
-from gate.reports import findings, glance, plots, queries, render, store
+from gate.reports import findings, glance, guardrails, plots, queries, render, store
 from gate.reports.intervals import newcombe, wilson
 from gate.reports.model import (
     PROBS,
@@ -66,6 +66,9 @@ def compute_weekly(session: Session, week: Week) -> WeeklyReport:
             verdicts=dict(Counter(v.decision.value for v in verdict_rows if v.rollout_id == r.id)),
             sandbox=code_sandbox(r.policy),
             glance=_glance(session, r, verdict_rows, until=week.end),
+            guardrails=guardrails.latest_rows(
+                [v for v in verdict_rows if v.rollout_id == r.id], r.mode
+            ),
         )
         for r in rollouts
     ]

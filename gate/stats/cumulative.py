@@ -3,7 +3,8 @@
 Replay (one recorded rollout) and simulation (thousands of simulated ones) both hold
 pairs as `PairColumns` with leading axes (runs, pairs) or (pairs,), and turn them into
 one `GateStats` whose arrays have a trailing looks axis, with cumulative sums taken once.
-Production folds the same statistics incrementally in SQL (`gate.stats.incremental`).
+Production folds the same statistics incrementally: SQL aggregates of each new slice of
+pairs (`gate.verdicts.slices`) added into a stored state (`gate.stats.incremental`).
 
 Warm-up: the first `policy.warmup_pairs` pairs, in the order given (fold order for
 recorded pairs, see `gate.stats.replay`), are excluded from every test. They fix
@@ -24,20 +25,10 @@ import numpy.typing as npt
 
 from gate.db.enums import RolloutMode
 from gate.stats.change import log_evalues
-from gate.stats.engine import (
-    ACCEPTANCE,
-    CANCELS,
-    E2E_TAIL,
-    EVAL_PREFIX,
-    FAILURES,
-    FEEDBACK,
-    GREEDY,
-    TTFT_P50,
-    TTFT_TAIL,
-    CellStats,
-    GateStats,
-)
-from gate.stats.policy import ALL, Policy
+from gate.stats.ids import ALL, UNDECLARED, Cell, MetricId
+from gate.stats.policy import Policy
+from gate.stats.registry import Family, Guardrail, Source, collapse_segments, tested
+from gate.stats.rule import CellStats, GateStats
 from gate.stats.sequences import (
     LOG_RATIO_CLIP,
     BoolArray,
@@ -173,18 +164,13 @@ def to_stats(
     live = ~warm & ~cols.dropped & ~cols.is_control
     acc = _Acc(cols.segment, len(policy.segments), looks)
     cells: dict[tuple[str, str], CellStats] = {}
-    segs: list[tuple[str, int | None]] = [
-        (ALL, None),
-        *((s, i) for i, s in enumerate(policy.segments)),
-    ]
-    builders = (
-        _shadow_builders(cols, policy, warm, live)
-        if mode is RolloutMode.SHADOW
-        else _canary_builders(cols, policy, warm, live, candidate_share)
-    )
-    for name, seg in segs:
-        for metric, build in builders.items():
-            cells[(metric, name)] = build(acc, seg)
+    seg_index = {name: i for i, name in enumerate(policy.segments)}
+    ctx = _Context(cols, policy, warm, live, candidate_share)
+    for g in tested(mode):
+        build = _BUILDERS[(g.source, g.family(mode))]
+        for metric, builder in build(ctx, g).items():
+            for name in g.segments(policy):
+                cells[Cell(metric, name)] = builder(acc, seg_index.get(name))
     counted = acc(live, None)
     cohorts = None
     if mode is RolloutMode.CANARY:
@@ -248,78 +234,141 @@ def _tail_bad(
     return cols.failed | (x > threshold[..., None]), np.isfinite(threshold)
 
 
-def _common_builders(
-    cols: PairColumns, policy: Policy, warm: BoolArray, live: BoolArray
-) -> dict[str, Builder]:
-    out: dict[str, Builder] = {}
-    if cols.feedback is not None:
-        rated = live[..., None] & ~np.isnan(cols.feedback)
-        out[FEEDBACK] = _two_builder(rated, cols.feedback == 1)
-    if cols.mismatch is not None:
-        greedy = ~warm & ~cols.dropped & ~np.isnan(cols.mismatch)
-        valid = np.stack([greedy & cols.is_control, greedy & ~cols.is_control], axis=-1)
-        bad = np.stack([cols.mismatch == 1] * 2, axis=-1)
-        out[GREEDY] = _two_builder(valid, bad)
-    has_rate = live & np.isfinite(cols.acceptance)
-    out[ACCEPTANCE] = _mean_builder(has_rate, cols.acceptance)
-    return out
+@dataclass(frozen=True)
+class _Context:
+    cols: PairColumns
+    policy: Policy
+    warm: BoolArray
+    live: BoolArray
+    share: float
+
+    @property
+    def both_ok(self) -> BoolArray:
+        return np.asarray(self.live & ~self.cols.failed.any(axis=-1))
+
+    @property
+    def served(self) -> BoolArray:
+        return _served(self.cols, self.live)
 
 
-def _evals(cols: PairColumns, policy: Policy) -> dict[str, tuple[BoolArray, BoolArray]]:
+def _latency(ctx: _Context, g: Guardrail) -> FloatArray:
+    return {Source.TTFT: ctx.cols.ttft, Source.TPOT: ctx.cols.tpot, Source.E2E: ctx.cols.e2e}[
+        g.source
+    ]
+
+
+def _paired_log_ratio(ctx: _Context, g: Guardrail) -> dict[MetricId, Builder]:
+    lr = _log_ratio(_latency(ctx, g))
+    return {MetricId(g.id): _mean_builder(ctx.both_ok & np.isfinite(lr), lr)}
+
+
+def _unpaired_log_means(ctx: _Context, g: Guardrail) -> dict[MetricId, Builder]:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logx = np.log(_latency(ctx, g))
+    ok = ctx.served & ~ctx.cols.failed
+    return {MetricId(g.id): _two_means_builder(ok & np.isfinite(logx), logx)}
+
+
+def _exceedances(ctx: _Context, g: Guardrail) -> tuple[BoolArray, BoolArray]:
+    assert g.quantile is not None, g.id
+    q = g.quantile(ctx.policy)
+    return _tail_bad(ctx.cols, _latency(ctx, g), ctx.warm, q, len(ctx.policy.segments))
+
+
+def _paired_exceedance(ctx: _Context, g: Guardrail) -> dict[MetricId, Builder]:
+    bad, known = _exceedances(ctx, g)
+    return {MetricId(g.id): _paired_builder(ctx.live & known, bad)}
+
+
+def _cohort_exceedance(ctx: _Context, g: Guardrail) -> dict[MetricId, Builder]:
+    bad, known = _exceedances(ctx, g)
+    return {MetricId(g.id): _cohort_builder(ctx.served & known[..., None], bad, ctx.share)}
+
+
+def _paired_failures(ctx: _Context, g: Guardrail) -> dict[MetricId, Builder]:
+    return {MetricId(g.id): _paired_builder(ctx.live, ctx.cols.failed)}
+
+
+def _cohort_failures(ctx: _Context, g: Guardrail) -> dict[MetricId, Builder]:
+    return {MetricId(g.id): _cohort_builder(ctx.served, ctx.cols.failed, ctx.share)}
+
+
+def _cohort_cancels(ctx: _Context, g: Guardrail) -> dict[MetricId, Builder]:
+    return {MetricId(g.id): _cohort_builder(*_cancels(ctx.cols, ctx.warm), ctx.share)}
+
+
+def _paired_evaluators(ctx: _Context, g: Guardrail) -> dict[MetricId, Builder]:
+    return {
+        metric: _paired_builder(ctx.live & scored.all(axis=-1), bad)
+        for metric, (scored, bad) in _evals(ctx.cols, ctx.policy).items()
+    }
+
+
+def _cohort_evaluators(ctx: _Context, g: Guardrail) -> dict[MetricId, Builder]:
+    return {
+        metric: _cohort_builder(ctx.served & scored, bad, ctx.share)
+        for metric, (scored, bad) in _evals(ctx.cols, ctx.policy).items()
+    }
+
+
+def _rated(ctx: _Context) -> tuple[BoolArray, BoolArray] | None:
+    if ctx.cols.feedback is None:
+        return None
+    return ctx.live[..., None] & ~np.isnan(ctx.cols.feedback), ctx.cols.feedback == 1
+
+
+def _two_feedback(ctx: _Context, g: Guardrail) -> dict[MetricId, Builder]:
+    rated = _rated(ctx)
+    return {} if rated is None else {MetricId(g.id): _two_builder(*rated)}
+
+
+def _cohort_feedback(ctx: _Context, g: Guardrail) -> dict[MetricId, Builder]:
+    rated = _rated(ctx)
+    return {} if rated is None else {MetricId(g.id): _cohort_builder(*rated, ctx.share)}
+
+
+def _greedy(ctx: _Context, g: Guardrail) -> dict[MetricId, Builder]:
+    cols = ctx.cols
+    if cols.mismatch is None:
+        return {}
+    greedy = ~ctx.warm & ~cols.dropped & ~np.isnan(cols.mismatch)
+    valid = np.stack([greedy & cols.is_control, greedy & ~cols.is_control], axis=-1)
+    bad = np.stack([cols.mismatch == 1] * 2, axis=-1)
+    return {MetricId(g.id): _two_builder(valid, bad)}
+
+
+def _acceptance(ctx: _Context, g: Guardrail) -> dict[MetricId, Builder]:
+    has_rate = ctx.live & np.isfinite(ctx.cols.acceptance)
+    return {MetricId(g.id): _mean_builder(has_rate, ctx.cols.acceptance)}
+
+
+_LATENCIES = (Source.TTFT, Source.TPOT, Source.E2E)
+BuildCells = Callable[[_Context, Guardrail], dict[MetricId, Builder]]
+# How each (source, family) pair of the registry is computed from pair columns.
+_BUILDERS: dict[tuple[Source, Family | None], BuildCells] = {
+    **{(src, Family.PAIRED_LOG_RATIO): _paired_log_ratio for src in _LATENCIES},
+    **{(src, Family.UNPAIRED_LOG_MEANS): _unpaired_log_means for src in _LATENCIES},
+    **{(src, Family.EXCEEDANCE): _paired_exceedance for src in _LATENCIES},
+    **{(src, Family.UNPAIRED_RATES): _cohort_exceedance for src in _LATENCIES},
+    (Source.FAILED, Family.PAIRED_DIFFERENCE): _paired_failures,
+    (Source.FAILED, Family.UNPAIRED_RATES): _cohort_failures,
+    (Source.CANCELLED, Family.UNPAIRED_RATES): _cohort_cancels,
+    (Source.EVALUATOR, Family.PAIRED_DIFFERENCE): _paired_evaluators,
+    (Source.EVALUATOR, Family.UNPAIRED_RATES): _cohort_evaluators,
+    (Source.FEEDBACK, Family.TWO_RATES): _two_feedback,
+    (Source.FEEDBACK, Family.UNPAIRED_RATES): _cohort_feedback,
+    (Source.GREEDY, Family.TWO_RATES): _greedy,
+    (Source.ACCEPTANCE, Family.MEAN_FLOOR): _acceptance,
+}
+
+
+def _evals(cols: PairColumns, policy: Policy) -> dict[MetricId, tuple[BoolArray, BoolArray]]:
     # A failed side fails every evaluator; an unscored ok side leaves the pair out.
     out = {}
     for name, scores in cols.evals.items():
         if name != policy.guardrails.greedy_mismatch.evaluator:
-            out[EVAL_PREFIX + name] = (~np.isnan(scores) | cols.failed, cols.failed | (scores == 1))
-    return out
-
-
-def _shadow_builders(
-    cols: PairColumns, policy: Policy, warm: BoolArray, live: BoolArray
-) -> dict[str, Builder]:
-    g = policy.guardrails
-    both_ok = live & ~cols.failed.any(axis=-1)
-    out = _common_builders(cols, policy, warm, live)
-    for metric, x in (("tpot", cols.tpot), ("e2e", cols.e2e), (TTFT_P50, cols.ttft)):
-        lr = _log_ratio(x)
-        out[metric] = _mean_builder(both_ok & np.isfinite(lr), lr)
-    for metric, x, q in (
-        (TTFT_TAIL, cols.ttft, g.ttft_tail.quantile),
-        (E2E_TAIL, cols.e2e, g.e2e_tail.quantile),
-    ):
-        bad, known = _tail_bad(cols, x, warm, q, len(policy.segments))
-        out[metric] = _paired_builder(live & known, bad)
-    out[FAILURES] = _paired_builder(live, cols.failed)
-    for metric, (scored, bad) in _evals(cols, policy).items():
-        out[metric] = _paired_builder(live & scored.all(axis=-1), bad)
-    return out
-
-
-def _canary_builders(
-    cols: PairColumns, policy: Policy, warm: BoolArray, live: BoolArray, share: float
-) -> dict[str, Builder]:
-    g = policy.guardrails
-    served = _served(cols, live)
-    ok = served & ~cols.failed
-    out = _common_builders(cols, policy, warm, live)
-    for metric, x in (("tpot", cols.tpot), ("e2e", cols.e2e), (TTFT_P50, cols.ttft)):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            logx = np.log(x)
-        valid = ok & np.isfinite(logx)
-        out[metric] = _two_means_builder(valid, logx)
-    for metric, x, q in (
-        (TTFT_TAIL, cols.ttft, g.ttft_tail.quantile),
-        (E2E_TAIL, cols.e2e, g.e2e_tail.quantile),
-    ):
-        bad, known = _tail_bad(cols, x, warm, q, len(policy.segments))
-        out[metric] = _cohort_builder(served & known[..., None], bad, share)
-    out[FAILURES] = _cohort_builder(served, cols.failed, share)
-    out[CANCELS] = _cohort_builder(*_cancels(cols, warm), share)
-    for metric, (scored, bad) in _evals(cols, policy).items():
-        out[metric] = _cohort_builder(served & scored, bad, share)
-    if cols.feedback is not None:
-        rated = live[..., None] & ~np.isnan(cols.feedback)
-        out[FEEDBACK] = _cohort_builder(rated, cols.feedback == 1, share)
+            bad = cols.failed | (scores == 1)
+            out[MetricId("eval", name)] = (~np.isnan(scores) | cols.failed, bad)
     return out
 
 
@@ -370,8 +419,8 @@ def _collapse(
     has = np.isfinite(cols.acceptance)
     pooled = _warm_mean(rate, warm & has, None)
     out = {}
-    for i, name in enumerate(policy.segments):
-        member = cols.segment == i
+    for name in collapse_segments(policy):
+        member = _members(cols.segment, policy, name)
         level = _warm_mean(rate, warm & has & member, pooled)
         use = live & has & member
         log_e = np.where(use, log_evalues(rate, g.collapse_ratio * level), 0.0)
@@ -381,6 +430,15 @@ def _collapse(
         log_sr = cum + np.logaddexp.accumulate(starts, axis=-1)
         out[name] = np.maximum.accumulate(log_sr, axis=-1)[..., looks - 1]
     return out
+
+
+def _members(segment: IntArray, policy: Policy, name: str) -> BoolArray:
+    """Return the pairs a collapse detector reads (pooled: all; undeclared: the others)."""
+    if name == ALL:
+        return np.ones(segment.shape, dtype=bool)
+    if name == UNDECLARED:
+        return np.asarray((segment < 0) | (segment >= len(policy.segments)))
+    return np.asarray(segment == policy.segments.index(name))
 
 
 def _warm_mean(rate: FloatArray, mask: BoolArray, fallback: FloatArray | None) -> FloatArray:

@@ -27,23 +27,19 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from gate.db.enums import RolloutMode
 from gate.stats.change import CollapseState, log_evalues, update
-from gate.stats.engine import (
-    ACCEPTANCE,
-    E2E_TAIL,
-    EVAL_PREFIX,
-    FAILURES,
-    GREEDY,
-    TTFT_P50,
-    TTFT_TAIL,
+from gate.stats.ids import ALL, Cell, MetricId
+from gate.stats.policy import Policy
+from gate.stats.registry import Family, Guardrail, Source, collapse_segments, tested
+from gate.stats.rule import (
     CellStats,
     GateStats,
 )
-from gate.stats.policy import ALL, Policy
 from gate.stats.sequences import CountStats, FloatArray, MeanStats, PairedCounts, TwoCounts
 
 # Bump when what a fold stores changes meaning: stored states then refold from scratch.
-FOLD_VERSION = 1
+FOLD_VERSION = 2  # 2: pooled and undeclared collapse detectors
 # The bucket of pairs whose segment the policy does not declare ("all" is never declared).
 POOLED_ONLY = ALL
 Key = tuple[datetime, uuid.UUID]
@@ -54,27 +50,56 @@ _PAIRED = PairedCounts(0.0, 0.0, 0.0)
 _COUNT = CountStats(0.0, 0.0)
 
 
-@dataclass(frozen=True)
 class Bucket:
     """Additive statistics of one segment's folded pairs.
 
     `live` pairs are tested (after warm-up, neither control nor dropped); `dropped` counts
     pairs dropped after warm-up; `both_failed` live pairs where both sides failed, a tie
-    for every evaluator, even one first seen later. Latency means hold clipped log-ratios.
+    for every evaluator, even one first seen later. `cells` holds each folded guardrail's
+    statistics by guardrail id (latency means hold clipped log-ratios); a cell is also an
+    attribute (`bucket.tpot`) and a keyword of the constructor.
     """
 
-    live: float = 0.0
-    dropped: float = 0.0
-    both_failed: float = 0.0
-    tpot: MeanStats = _MEAN
-    e2e: MeanStats = _MEAN
-    ttft: MeanStats = _MEAN
-    acceptance: MeanStats = _MEAN
-    failures: PairedCounts = _PAIRED
-    ttft_tail: PairedCounts = _PAIRED
-    e2e_tail: PairedCounts = _PAIRED
-    greedy_control: CountStats = _COUNT
-    greedy_candidate: CountStats = _COUNT
+    __slots__ = ("both_failed", "cells", "dropped", "live")
+
+    def __init__(
+        self,
+        live: float = 0.0,
+        dropped: float = 0.0,
+        both_failed: float = 0.0,
+        cells: Mapping[str, CellStats] | None = None,
+        **named: CellStats,
+    ) -> None:
+        self.live, self.dropped, self.both_failed = float(live), float(dropped), float(both_failed)
+        self.cells: Mapping[str, CellStats] = {**(cells or {}), **named}
+
+    def __getattr__(self, name: str) -> CellStats:
+        try:
+            return self.cells[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Bucket):
+            return NotImplemented
+        return self._parts() == other._parts()
+
+    def __hash__(self) -> int:
+        return hash((self.live, self.dropped, self.both_failed))
+
+    def __repr__(self) -> str:
+        return f"Bucket(live={self.live}, dropped={self.dropped}, cells={dict(self.cells)})"
+
+    def _parts(self) -> tuple[float, float, float, dict[str, CellStats]]:
+        return (self.live, self.dropped, self.both_failed, dict(self.cells))
+
+    def __add__(self, other: Bucket) -> Bucket:
+        return Bucket(
+            self.live + other.live,
+            self.dropped + other.dropped,
+            self.both_failed + other.both_failed,
+            _merge(self.cells, other.cells),
+        )
 
 
 @dataclass(frozen=True)
@@ -87,11 +112,21 @@ class Tail:
 
 @dataclass(frozen=True)
 class WarmUp:
-    """What the warm-up fixes: tail thresholds and each segment's collapse level."""
+    """What the warm-up fixes: tail thresholds and each collapse detector's level.
+
+    Tail thresholds by exceedance guardrail: `ttft` and `e2e` (the stored names of
+    `ttft_tail` and `e2e_tail`), `tails` for any other.
+    """
 
     ttft: Tail
     e2e: Tail
     levels: Mapping[str, float]
+    tails: Mapping[str, Tail] = field(default_factory=dict)
+
+    def tail(self, guardrail: str) -> Tail | None:
+        """Return the tail threshold of an exceedance guardrail (None: none yet)."""
+        named = {"ttft_tail": self.ttft, "e2e_tail": self.e2e}
+        return named.get(guardrail, self.tails.get(guardrail))
 
 
 @dataclass(frozen=True)
@@ -137,6 +172,8 @@ def policy_key(policy: Policy) -> str:
         g.e2e_tail.quantile,
         g.acceptance.collapse_ratio,
         g.greedy_mismatch.evaluator,
+        # What each folded guardrail computes: adding or changing one refolds.
+        [[r.id, r.source, r.shadow, r.quantile(policy) if r.quantile else None] for r in folded()],
     ]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
@@ -195,7 +232,9 @@ def to_stats(state: FoldState, policy: Policy) -> GateStats:
         b = pooled if segment == ALL else state.buckets.get(segment, Bucket())
         cells.update(_cells(state, b, segment))
     enabled = policy.guardrails.acceptance.enabled
-    collapse = {s: state.collapse.get(s, CollapseState()).max_log_sr for s in policy.segments}
+    collapse = {
+        s: state.collapse.get(s, CollapseState()).max_log_sr for s in collapse_segments(policy)
+    }
     elapsed = (state.last_at - state.first_at) if state.first_at and state.last_at else None
     return GateStats(
         cells=cells,
@@ -207,26 +246,40 @@ def to_stats(state: FoldState, policy: Policy) -> GateStats:
     )
 
 
+def folded() -> list[Guardrail]:
+    """Return the shadow guardrails the fold keeps in buckets (evaluators and user
+    feedback aside: evaluators are kept per name, feedback arrives after the fold)."""
+    return [g for g in tested(RolloutMode.SHADOW) if g.source not in _NOT_IN_BUCKETS]
+
+
+_NOT_IN_BUCKETS = (Source.EVALUATOR, Source.FEEDBACK)
+
+
+def zero(family: Family | None) -> CellStats:
+    """Return the empty statistics of a family's cell."""
+    if family in (Family.PAIRED_DIFFERENCE, Family.EXCEEDANCE):
+        return _PAIRED
+    if family is Family.TWO_RATES:
+        return TwoCounts(_COUNT, _COUNT)
+    return _MEAN
+
+
 def _cells(state: FoldState, b: Bucket, segment: str) -> dict[tuple[str, str], CellStats]:
     cells: dict[tuple[str, str], CellStats] = {
-        ("tpot", segment): b.tpot,
-        ("e2e", segment): b.e2e,
-        (TTFT_P50, segment): b.ttft,
-        (ACCEPTANCE, segment): b.acceptance,
-        (FAILURES, segment): b.failures,
-        (TTFT_TAIL, segment): b.ttft_tail,
-        (E2E_TAIL, segment): b.e2e_tail,
-        (GREEDY, segment): TwoCounts(b.greedy_control, b.greedy_candidate),
+        Cell(MetricId(g.id), segment): b.cells.get(g.id, zero(g.shadow)) for g in folded()
     }
     for name, per in state.evaluators.items():
         picked = per.values() if segment == ALL else [per.get(segment, _PAIRED)]
         counts = reduce(_plus, picked, _PAIRED)
-        cells[(EVAL_PREFIX + name, segment)] = replace(counts, n=counts.n + b.both_failed)
+        cells[Cell(MetricId("eval", name), segment)] = replace(counts, n=counts.n + b.both_failed)
     return cells
 
 
 def dump(value: Any) -> Any:
     """Return a JSON-ready copy of state parts (dataclasses, maps, floats; -inf as null)."""
+    if isinstance(value, Bucket):
+        parts = {"live": value.live, "dropped": value.dropped, "both_failed": value.both_failed}
+        return {**parts, "cells": dump(value.cells)}
     if is_dataclass(value) and not isinstance(value, type):
         return dump(asdict(value))
     if isinstance(value, Mapping):
@@ -245,19 +298,23 @@ def _numbers(doc: Mapping[str, Any]) -> dict[str, float]:
 
 
 def load_buckets(doc: Mapping[str, Any] | None) -> dict[str, Bucket]:
-    """Return buckets from their `dump`; absent fields are zero."""
+    """Return buckets from their `dump`; absent cells are empty."""
+    families = {g.id: g.shadow for g in folded()}
     out = {}
     for segment, raw in (doc or {}).items():
-        values: dict[str, Any] = {}
-        for f in fields(Bucket):
-            if f.name in raw:
-                zero, value = f.default, raw[f.name]
-                if isinstance(zero, MeanStats | PairedCounts | CountStats):
-                    values[f.name] = type(zero)(**_numbers(value))
-                else:
-                    values[f.name] = float(value)
-        out[segment] = Bucket(**values)
+        cells = {
+            name: _load_cell(families.get(name), value)
+            for name, value in raw.get("cells", {}).items()
+        }
+        out[segment] = Bucket(raw["live"], raw["dropped"], raw["both_failed"], cells)
     return out
+
+
+def _load_cell(family: Family | None, raw: Mapping[str, Any]) -> CellStats:
+    kind = type(zero(family))
+    if kind is TwoCounts:
+        return TwoCounts(*(CountStats(**_numbers(raw[side])) for side in ("baseline", "candidate")))
+    return kind(**_numbers(raw))  # type: ignore[arg-type]
 
 
 def load_evaluators(doc: Mapping[str, Any] | None) -> dict[str, dict[str, PairedCounts]]:
@@ -285,4 +342,5 @@ def load_warmup(doc: Mapping[str, Any] | None) -> WarmUp | None:
         pooled = raw["pooled"]
         return Tail(_numbers(raw["segments"]), None if pooled is None else float(pooled))
 
-    return WarmUp(tail(doc["ttft"]), tail(doc["e2e"]), _numbers(doc["levels"]))
+    tails = {name: tail(raw) for name, raw in doc.get("tails", {}).items()}
+    return WarmUp(tail(doc["ttft"]), tail(doc["e2e"]), _numbers(doc["levels"]), tails)

@@ -30,8 +30,9 @@ from pydantic import (
 )
 
 from gate.errors import InvalidPolicy
+from gate.stats.ids import ALL, UNDECLARED
 
-ALL = "all"
+__all__ = ["ALL", "UNDECLARED", "Policy", "load_policy"]
 
 
 class _Model(BaseModel):
@@ -175,8 +176,11 @@ class Policy(_Model):
 
     @model_validator(mode="after")
     def _check(self) -> Policy:
-        if ALL in self.segments or len(set(self.segments)) != len(self.segments):
-            raise ValueError(f"segments must be unique and must not include {ALL!r}")
+        reserved = {ALL, UNDECLARED} & set(self.segments)
+        if reserved or len(set(self.segments)) != len(self.segments):
+            raise ValueError(
+                f"segments must be unique and must not include {ALL!r} or {UNDECLARED!r}"
+            )
         rising = all(a < b for a, b in zip(self.stages, self.stages[1:], strict=False))
         if not rising or not 0 < self.stages[0] <= self.stages[-1] <= 100:
             raise ValueError("stages must rise strictly within (0, 100] percent")
@@ -186,16 +190,14 @@ class Policy(_Model):
         return self
 
     def kill_slots(self, evaluators_seen: int = 0, *, canary: bool = False) -> int:
-        """Return how many tests share the kill budget (fixed by the policy and mode in advance)."""
-        g = self.guardrails
-        families = [True, g.ttft_p50.enabled, g.ttft_tail.enabled, g.e2e_tail.enabled]
-        families += [g.failures.enabled, g.feedback.enabled, g.greedy_mismatch.enabled]
-        families += [canary and g.cancels.enabled]
-        families += [g.acceptance.enabled]
-        evaluator_tests = max(g.evaluators.slots, evaluators_seen)
-        per_segment = sum(families) + evaluator_tests
-        detectors = len(self.segments) if g.acceptance.enabled else 0
-        return per_segment * (len(self.segments) + 1) + detectors
+        """Return how many tests share the kill budget (fixed by the policy and mode in advance).
+
+        Each kill-capable guardrail of the registry (`gate.stats.registry`) takes its shares
+        in every segment it is tested in; each acceptance-collapse detector takes one.
+        """
+        from gate.stats.registry import kill_slots  # the registry reads policies
+
+        return kill_slots(self, evaluators_seen, canary=canary)
 
     def alpha_kill_each(self, evaluators_seen: int = 0, *, canary: bool = False) -> float:
         """Return the kill level of one guardrail x segment test (Bonferroni split)."""
@@ -294,7 +296,8 @@ primary:
   min_gain: 0.05        # promote only once the ratio is proven below 0.95
   kill_slowdown: 0.10   # kill when proven 10% slower (pooled or in any segment)
 guardrails:
-  ttft_p50:             # mean paired log-ratio of time to first token
+  ttft_p50:             # TTFT geometric-mean ratio (exp of the mean paired log-ratio;
+                        # the name is historical: it is no median)
     enabled: true
     margin: 0.1         # promotion needs TTFT proven less than 10% slower
     kill_at: 0.1        # killed once proven more than 10% slower

@@ -50,8 +50,8 @@ import orjson
 from gate.db.enums import Decision, GenerationStatus, Outcome, RolloutMode
 from gate.errors import BadRequest, InputMalformed, InputMissing
 from gate.stats.cumulative import PairColumns, at_look, looks_every, to_stats
-from gate.stats.engine import Code, evaluate
 from gate.stats.policy import Policy, at_stage
+from gate.stats.rule import Code, apply_rule
 from gate.stats.sequences import FloatArray
 from gate.stats.verdict import DECISIONS, VerdictResult, decide
 
@@ -237,7 +237,7 @@ def replay(
     cols = columns(records, policy, mode)
     looks = looks_every(len(records), every)
     stats = to_stats(cols, policy, looks, mode=mode, candidate_share=candidate_share)
-    ev = evaluate(policy, stats)
+    ev = apply_rule(policy, stats)
     decisive = np.flatnonzero(ev.code != Code.CONTINUE)
     at = int(decisive[0]) if decisive.size else looks.size - 1
     verdict = decide(policy, at_look(stats, at))

@@ -2,7 +2,7 @@
 
 Each scenario draws whole rollouts of pairs (runs x pairs arrays), turns them into
 statistics at every look with the same code replay uses, and applies the gate's rule
-(`engine.evaluate`) to every look at once. A run's outcome is its first decisive verdict.
+(`rule.apply_rule`) to every look at once. A run's outcome is its first decisive verdict.
 
 Simulated pair (defaults; shadow mode, both routes see every request):
 * segment uniform over the policy's segments; a pair arrives every 1 / `pairs_per_s` s;
@@ -18,6 +18,9 @@ Simulated pair (defaults; shadow mode, both routes see every request):
   baseline-only pass;
 * acceptance: the candidate's per-request rate ~ Beta with segment means 0.5-0.8 and
   concentration 10 (Beta(1, 9) from `collapse_at` on);
+* undeclared segments: `undeclared_share` of requests carry a segment the policy does
+  not declare (latencies as the last declared segment's); `collapse_segment` confines
+  the collapse to one segment (`undeclared` for those);
 * cancels: the client gives up on a call it waits on with `cancel_rate` (0), on a
   candidate-served one with `candidate_cancel_rate` (canary; in shadow the client waits
   only on the baseline); a cancelled pair is dropped from every other cell.
@@ -33,15 +36,19 @@ from scipy.stats import beta as beta_dist  # type: ignore[import-untyped]
 
 from gate.db.enums import RolloutMode
 from gate.stats.cumulative import PairColumns, looks_every, to_stats
-from gate.stats.engine import Code, Evaluation, evaluate
+from gate.stats.ids import UNDECLARED
 from gate.stats.kayenta import kayenta_fails
 from gate.stats.policy import Policy, at_stage
+from gate.stats.rule import Code, LookFlags, apply_rule
 from gate.stats.sequences import BoolArray, FloatArray, IntArray
 
 TTFT_S = np.array([0.35, 0.25, 0.60, 0.20, 0.20])
 TPOT_S = np.array([0.020, 0.018, 0.022, 0.020, 0.024])
 TOKENS = np.array([300.0, 80.0, 150.0, 200.0, 400.0])
 ACCEPTANCE = np.array([0.75, 0.80, 0.70, 0.60, 0.50])
+# Pairs of a segment the policy does not declare: index -1 in columns, this name in records.
+UNDECLARED_INDEX = -1
+UNDECLARED_NAME = "unlisted"
 # Memory per chunk of runs stays near this many pairs (about 30 float columns each).
 CHUNK_PAIRS = 600_000
 
@@ -70,6 +77,10 @@ class Scenario:
     cancel_rate: float = 0.0
     # None: the same as `cancel_rate`.
     candidate_cancel_rate: float | None = None
+    # A share of requests in a segment the policy does not declare (clients set it).
+    undeclared_share: float = 0.0
+    # Collapse only in this segment (`undeclared`: the undeclared one); None: everywhere.
+    collapse_segment: str | None = None
 
 
 @dataclass(frozen=True)
@@ -116,6 +127,8 @@ def draw_pairs(s: Scenario, policy: Policy, runs: int, rng: np.random.Generator)
     """Draw `runs` simulated rollouts of `s.pairs` pairs each."""
     shape = (runs, s.pairs)
     seg = rng.integers(0, len(policy.segments), size=shape)
+    if s.undeclared_share:  # no draw otherwise: other scenarios keep their random streams
+        seg = np.where(rng.random(shape) < s.undeclared_share, UNDECLARED_INDEX, seg)
     k = seg % TTFT_S.size
 
     def side_noise() -> FloatArray:
@@ -138,7 +151,12 @@ def draw_pairs(s: Scenario, policy: Policy, runs: int, rng: np.random.Generator)
     acceptance = rng.beta(10 * mean_acc, 10 * (1 - mean_acc))
     if s.collapse_at is not None:
         tail = acceptance[:, s.collapse_at :]
-        tail[...] = rng.beta(1.0, 9.0, size=tail.shape)
+        collapsed = rng.beta(1.0, 9.0, size=tail.shape)
+        if s.collapse_segment is None:
+            tail[...] = collapsed
+        else:
+            where = seg[:, s.collapse_at :] == _segment_index(policy, s.collapse_segment)
+            tail[...] = np.where(where, collapsed, tail)
     evals = {f"eval{j}": _eval_scores(s, drop, shape, rng) for j, drop in enumerate(s.eval_drops)}
     unserved = np.zeros((*shape, 2), dtype=bool)
     if s.mode is RolloutMode.CANARY:
@@ -157,6 +175,10 @@ def draw_pairs(s: Scenario, policy: Policy, runs: int, rng: np.random.Generator)
         ttft=ttft, tpot=tpot, e2e=e2e, failed=failed, acceptance=acceptance, evals=evals,
         cancelled=cancelled,
     )  # fmt: skip
+
+
+def _segment_index(policy: Policy, name: str) -> int:
+    return UNDECLARED_INDEX if name == UNDECLARED else policy.segments.index(name)
 
 
 def _cancels(
@@ -206,7 +228,7 @@ def run_scenario(
     kayenta: dict[str, list[FloatArray]] = {"paired": [], "split": []}
     for start in range(0, runs, chunk):
         cols = draw_pairs(s, policy, min(chunk, runs - start), rng)
-        ev = evaluate(policy, to_stats(cols, policy, looks, mode=s.mode))
+        ev = apply_rule(policy, to_stats(cols, policy, looks, mode=s.mode))
         decisive = ev.code != Code.CONTINUE
         first = np.where(decisive.any(axis=-1), decisive.argmax(axis=-1), -1)
         rows = np.arange(first.size)
@@ -224,7 +246,7 @@ def run_scenario(
 
 
 def _count_reasons(
-    ev: Evaluation, rows: IntArray, first: IntArray, codes: IntArray, reasons: dict[str, int]
+    ev: LookFlags, rows: IntArray, first: IntArray, codes: IntArray, reasons: dict[str, int]
 ) -> None:
     flags = [*ev.harmful.items(), *((("collapse", k), v) for k, v in ev.collapsed.items())]
     killed = (first >= 0) & (codes == Code.KILL)
@@ -258,7 +280,7 @@ def to_records(cols: PairColumns, policy: Policy, run: int = 0) -> list[dict[str
         out.append(
             {
                 "pair_id": f"{run}-{i}",
-                "segment": policy.segments[int(cols.segment[run, i])],
+                "segment": _segment_name(policy, int(cols.segment[run, i])),
                 "created_at": start + float(cols.created_s[run, i]),
                 "is_control": bool(cols.is_control[run, i]),
                 "baseline": sides[0],
@@ -266,6 +288,10 @@ def to_records(cols: PairColumns, policy: Policy, run: int = 0) -> list[dict[str
             }
         )
     return out
+
+
+def _segment_name(policy: Policy, index: int) -> str:
+    return policy.segments[index] if 0 <= index < len(policy.segments) else UNDECLARED_NAME
 
 
 def _side(cols: PairColumns, run: int, i: int, k: int) -> dict[str, Any]:

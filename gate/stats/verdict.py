@@ -11,18 +11,10 @@ import numpy as np
 
 from gate.db.enums import Decision
 from gate.stats.betting import diff_interval
-from gate.stats.engine import (
-    ACCEPTANCE,
-    Code,
-    Evaluation,
-    GateStats,
-    Rule,
-    cell_n,
-    evaluate,
-    harm_interval,
-    rule_for,
-)
-from gate.stats.policy import ALL, Policy
+from gate.stats.ids import ALL, Cell, Reason, ReasonKind
+from gate.stats.policy import Policy
+from gate.stats.registry import Family, Rule, find, metric_id, rule_for
+from gate.stats.rule import Code, GateStats, LookFlags, apply_rule, cell_n, harm_interval
 from gate.stats.sequences import CohortCounts, Interval, MeanStats, PairedCounts, TwoMeans
 
 Key = tuple[str, str]
@@ -73,14 +65,14 @@ class VerdictResult:
 
 def decide(policy: Policy, stats: GateStats) -> VerdictResult:
     """Decide one look: continue, promote, kill or hold, with reasons and estimates."""
-    ev = evaluate(policy, stats)
+    ev = apply_rule(policy, stats)
     code = Code(int(np.asarray(ev.code)))
     intervals = _intervals(policy, stats, ev)
     cells = tuple(_cell_result(policy, stats, ev, key, intervals[key]) for key in sorted(ev.inside))
-    reasons = _reasons(policy, stats, ev, code)
+    reasons = reasons_of(policy, stats, ev, code)
     return VerdictResult(
         decision=DECISIONS[code],
-        reason_codes=tuple(reasons),
+        reason_codes=tuple(r.code for r in reasons),
         summary=_summary(code, reasons, cells, int(np.asarray(stats.n_pairs)))
         + _data_quality(int(np.asarray(stats.n_dropped))),
         cells=cells,
@@ -92,40 +84,51 @@ def _flag(value: Any) -> bool:
     return bool(np.asarray(value))
 
 
-def _reasons(policy: Policy, stats: GateStats, ev: Evaluation, code: Code) -> list[str]:
+def _cell(key: tuple[str, str]) -> Cell:
+    return Cell(metric_id(key[0]), key[1])
+
+
+def reasons_of(policy: Policy, stats: GateStats, ev: LookFlags, code: Code) -> list[Reason]:
+    """Return why the look decided `code`, as typed reasons (rendered by `Reason.code`)."""
     if not _flag(stats.warmed_up):
-        return ["warmup"]
+        return [Reason(ReasonKind.WARMUP)]
     if code is Code.KILL:
-        harm = [f"kill:{m}:{s}" for (m, s), flag in sorted(ev.harmful.items()) if _flag(flag)]
-        collapse = [f"kill:acceptance_collapse:{s}" for s, f in ev.collapsed.items() if _flag(f)]
+        harm = [
+            Reason(ReasonKind.KILL, _cell(k))
+            for k, flag in sorted(ev.harmful.items())
+            if _flag(flag)
+        ]
+        collapse = [
+            Reason(ReasonKind.COLLAPSE, segment=s) for s, f in ev.collapsed.items() if _flag(f)
+        ]
         return harm + collapse
     if code is Code.HOLD and (_flag(ev.untrusted_drops) or _flag(ev.imbalanced)):
         return [
-            reason
-            for reason, flag in (
-                ("hold:dropped_share", ev.untrusted_drops),
-                ("hold:cohort_imbalance", ev.imbalanced),
+            Reason(kind)
+            for kind, flag in (
+                (ReasonKind.DROPPED_SHARE, ev.untrusted_drops),
+                (ReasonKind.COHORT_IMBALANCE, ev.imbalanced),
             )
             if _flag(flag)
         ]
     if code is Code.PROMOTE:
-        return ["promote:gain_proven", "promote:guardrails_inside"]
+        return [Reason(ReasonKind.GAIN_PROVEN), Reason(ReasonKind.GUARDRAILS_INSIDE)]
     pending = []
     if int(np.asarray(stats.n_pairs)) < policy.min_pairs:
-        pending.append("continue:min_pairs")
+        pending.append(Reason(ReasonKind.MIN_PAIRS))
     if float(np.asarray(stats.elapsed_s)) < policy.min_duration_s:
-        pending.append("continue:min_duration")
+        pending.append(Reason(ReasonKind.MIN_DURATION))
     if not _flag(ev.gain):
-        pending.append("continue:gain_unproven")
+        pending.append(Reason(ReasonKind.GAIN_UNPROVEN))
     pending += [
-        f"continue:unproven:{m}:{s}"
-        for (m, s), flag in sorted(ev.inside.items())
-        if _flag(ev.binding[(m, s)]) and not _flag(flag)
+        Reason(ReasonKind.UNPROVEN, _cell(key))
+        for key, flag in sorted(ev.inside.items())
+        if _flag(ev.binding[key]) and not _flag(flag)
     ]
-    return (["hold:max_duration"] if code is Code.HOLD else []) + pending
+    return ([Reason(ReasonKind.MAX_DURATION)] if code is Code.HOLD else []) + pending
 
 
-def _intervals(policy: Policy, stats: GateStats, ev: Evaluation) -> dict[Key, Interval]:
+def _intervals(policy: Policy, stats: GateStats, ev: LookFlags) -> dict[Key, Interval]:
     """Return every cell's harm interval; count cells are bisected together, in one batch."""
     out: dict[Key, Interval] = {}
     batches: dict[float | None, list[Key]] = defaultdict(list)
@@ -163,7 +166,7 @@ def _intervals(policy: Policy, stats: GateStats, ev: Evaluation) -> dict[Key, In
 
 
 def _cell_result(
-    policy: Policy, stats: GateStats, ev: Evaluation, key: Key, got: Interval
+    policy: Policy, stats: GateStats, ev: LookFlags, key: Key, got: Interval
 ) -> CellResult:
     metric, segment = key
     rule = rule_for(policy, metric, segment)
@@ -199,29 +202,33 @@ def _is_ratio(cell: object, rule: Rule) -> bool:
 
 
 def _describe(cell: CellResult) -> str:
-    if cell.metric == ACCEPTANCE:
-        return f"acceptance {cell.estimate:.2f} (floor {cell.kill_at:.2f})"
+    g = find(metric_id(cell.metric))
+    if g is not None and g.shadow is Family.MEAN_FLOOR:
+        return f"{g.id} {cell.estimate:.2f} (floor {cell.kill_at:.2f})"
     if cell.estimate is None:
         return f"{cell.metric} no data"
-    if cell.kill_at > 0 and cell.metric in ("tpot", "e2e", "ttft_p50"):
+    if cell.kill_at > 0 and g is not None and g.ratio:
         return f"{cell.metric} ratio {cell.estimate:.3f} [{cell.lower:.3f}, {cell.upper:.3f}]"
     points = [100 * v for v in (cell.estimate, cell.lower, cell.upper)]
     return f"{cell.metric} {points[0]:+.2f} pts [{points[1]:+.2f}, {points[2]:+.2f}]"
 
 
-def _summary(code: Code, reasons: list[str], cells: tuple[CellResult, ...], n: int) -> str:
-    by_key = {(c.metric, c.segment): c for c in cells}
+def _killed_by(reason: Reason, by_cell: dict[tuple[str, str], CellResult]) -> str:
+    if reason.cell is None:
+        return f"acceptance collapse in {reason.segment}"
+    cell = by_cell.get(reason.cell)
+    if cell is None:
+        return f"{reason.cell.metric} in {reason.cell.segment}"
+    return f"{_describe(cell)} in {reason.cell.segment}"
+
+
+def _summary(code: Code, reasons: list[Reason], cells: tuple[CellResult, ...], n: int) -> str:
+    by_cell = {(c.metric, c.segment): c for c in cells}
     head = f"{DECISIONS[code].value.upper()} on {n:,} tested pairs"
-    if reasons == ["warmup"]:
+    if [r.kind for r in reasons] == [ReasonKind.WARMUP]:
         return f"{head}: warming up; no test runs until warm-up ends."
     if code is Code.KILL:
-        parts = []
-        for reason in reasons:
-            metric, segment = reason.removeprefix("kill:").rsplit(":", 1)
-            cell = by_key.get((metric, segment))
-            what = _describe(cell) if cell else f"acceptance collapse in {segment}"
-            parts.append(f"{what} in {segment}" if cell else what)
-        return f"{head}: proven harm: " + "; ".join(parts) + "."
+        return f"{head}: proven harm: " + "; ".join(_killed_by(r, by_cell) for r in reasons) + "."
     if code is Code.PROMOTE:
         shown = [c for c in cells if c.segment == ALL and c.status == "inside"]
         return (
@@ -229,8 +236,8 @@ def _summary(code: Code, reasons: list[str], cells: tuple[CellResult, ...], n: i
             + "; ".join(_describe(c) for c in shown)
             + ")."
         )
-    waiting = [r.split(":", 1)[1] for r in reasons if r.startswith("continue:")]
-    holds = [r.split(":", 1)[1] for r in reasons if r.startswith("hold:")]
+    waiting = [r.detail for r in reasons if r.decision_word == "continue"]
+    holds = [r.detail for r in reasons if r.decision_word == "hold"]
     text = head
     if holds:
         text += ": held (" + ", ".join(h.replace("_", " ") for h in holds) + ")"

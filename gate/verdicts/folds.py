@@ -10,14 +10,15 @@ from dataclasses import replace
 from datetime import datetime
 
 from sqlalchemy import select, text
-from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
+from gate.db import storage
 from gate.db.models import GateFold
 from gate.pairs.watermark import fold_horizon
-from gate.stats import incremental, sql
+from gate.stats import incremental
 from gate.stats.incremental import FoldState
 from gate.stats.policy import Policy
+from gate.verdicts import slices as sql
 
 
 def fold(session: Session, *, rollout_id: int, stage: int, policy: Policy) -> FoldState:
@@ -68,7 +69,8 @@ def _locked_row(session: Session, *, rollout_id: int, stage: int) -> GateFold:
     row = session.scalars(statement).one_or_none()
     if row is None:
         session.execute(
-            insert(GateFold)
+            storage.of(session)
+            .insert(GateFold)
             .values(rollout_id=rollout_id, stage=stage)
             .on_conflict_do_nothing(index_elements=["rollout_id", "stage"])
         )

@@ -18,6 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gate.audit import GATE_ACTOR
+from gate.db import storage
 from gate.db.enums import Decision, RolloutMode, RolloutState
 from gate.db.models import Rollout, Verdict
 from gate.pairs.export import pair_records
@@ -29,7 +30,7 @@ from gate.stats import incremental
 from gate.stats.policy import Policy, at_stage, load_policy
 from gate.stats.replay import replay
 from gate.stats.verdict import VerdictResult, decide
-from gate.verdicts import folds
+from gate.verdicts import folds, slices
 
 log = logging.getLogger(__name__)
 NO_PAIRS = VerdictResult(
@@ -45,7 +46,9 @@ AUTOMATIC = {Decision.KILL: Action.KILL, Decision.HOLD: Action.HOLD}
 
 def compute(session: Session, *, rollout: Rollout, policy: Policy) -> VerdictResult:
     """Return the verdict on the rollout's current stage (at its share of alpha_kill)."""
-    if session.get_bind().dialect.name == "postgresql" and rollout.mode is RolloutMode.SHADOW:
+    # A guardrail whose statistics the fold's SQL does not build yet is judged by replay.
+    foldable = all(slices.foldable(g) for g in incremental.folded())
+    if storage.of(session).folds_in_sql and rollout.mode is RolloutMode.SHADOW and foldable:
         state = folds.fold(session, rollout_id=rollout.id, stage=rollout.stage, policy=policy)
         if not state.pairs:
             return NO_PAIRS

@@ -12,7 +12,7 @@ from gate.api.deps import Reader, SessionDep
 from gate.api.schemas import IsoTime
 from gate.db.base import utcnow
 from gate.errors import BadRequest
-from gate.reports import dashboard, glance
+from gate.reports import dashboard, glance, guardrails
 from gate.rollouts import service
 
 router = APIRouter(prefix="/v1", tags=["dashboard"])
@@ -39,6 +39,12 @@ def whoami(principal: Reader) -> Me:
 def rollouts(db: SessionDep, _: Reader) -> list[dashboard.RolloutRow]:
     """Rollouts, newest first, with their routes and latest verdict."""
     return dashboard.overview(db)
+
+
+@router.get("/guardrails", response_model=list[guardrails.GuardrailInfo])
+def guardrail_list(_: Reader) -> list[guardrails.GuardrailInfo]:
+    """The gate's guardrails as declared in its registry (what /ui and the report list)."""
+    return guardrails.declared()
 
 
 @router.get("/rollouts/{rollout_id}/dashboard", response_model=dashboard.RolloutDashboard)

@@ -58,6 +58,7 @@ class PostgresStorage:
     """Postgres: concurrent writers, JSONB, binary COPY and unnest for landing."""
 
     single_writer = False
+    folds_in_sql = True
 
     def create_engine(self, url: str, *, echo: bool) -> Engine:
         psycopg = make_url(url).get_driver_name() == "psycopg"

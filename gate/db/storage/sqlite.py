@@ -51,6 +51,7 @@ class SqliteStorage:
     """SQLite: JSON as text, quantiles in Python, writers serialised by the database lock."""
 
     single_writer = True
+    folds_in_sql = False
 
     def create_engine(self, url: str, *, echo: bool) -> Engine:
         database = make_url(url).database

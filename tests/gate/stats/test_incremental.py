@@ -9,7 +9,6 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 
 from gate.stats.change import CollapseState
-from gate.stats.engine import EVAL_PREFIX
 from gate.stats.incremental import (
     Bucket,
     Delta,
@@ -26,6 +25,7 @@ from gate.stats.incremental import (
     to_stats,
 )
 from gate.stats.policy import ALL, Policy
+from gate.stats.rule import EVAL_PREFIX
 from gate.stats.sequences import MeanStats, PairedCounts
 
 POLICY = Policy(segments=["chat", "code"], warmup_pairs=2)

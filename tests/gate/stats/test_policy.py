@@ -48,24 +48,25 @@ def test_invalid_policies_are_bad_requests(text):
 
 def test_kill_budget_is_split_over_guardrails_segments_and_detectors():
     policy = Policy()
-    # 8 families + 4 evaluator slots, over 5 segments + pooled, + 5 collapse detectors.
-    assert policy.kill_slots() == 12 * 6 + 5
-    assert policy.alpha_kill_each() == pytest.approx(0.025 / 77)
+    # 8 families + 4 evaluator slots, over 5 segments + pooled, + 7 collapse detectors
+    # (5 segments, pooled, undeclared segments pooled).
+    assert policy.kill_slots() == 12 * 6 + 7
+    assert policy.alpha_kill_each() == pytest.approx(0.025 / 79)
     # More evaluators than slots are counted, and disabling a family frees budget.
-    assert policy.kill_slots(evaluators_seen=6) == 14 * 6 + 5
+    assert policy.kill_slots(evaluators_seen=6) == 14 * 6 + 7
     lean = load_policy("guardrails: {feedback: {enabled: false}}")
-    assert lean.kill_slots() == 11 * 6 + 5
+    assert lean.kill_slots() == 11 * 6 + 7
 
 
 def test_the_cancel_rate_takes_a_kill_share_in_canary_mode_only():
     policy = Policy()
     # Shadow: nobody waits on the mirrored candidate, so there is no cancel-rate test.
-    assert policy.kill_slots() == 12 * 6 + 5
-    assert policy.kill_slots(canary=True) == 13 * 6 + 5
-    assert policy.alpha_kill_each(canary=True) == pytest.approx(0.025 / 83)
+    assert policy.kill_slots() == 12 * 6 + 7
+    assert policy.kill_slots(canary=True) == 13 * 6 + 7
+    assert policy.alpha_kill_each(canary=True) == pytest.approx(0.025 / 85)
     assert policy.guardrails.cancels.margin == policy.guardrails.failures.margin
     off = load_policy("guardrails: {cancels: {enabled: false}}")
-    assert off.kill_slots(canary=True) == 12 * 6 + 5
+    assert off.kill_slots(canary=True) == 12 * 6 + 7
 
 
 def test_the_stages_share_alpha_kill_equally_and_spend_it_in_full():
@@ -81,3 +82,9 @@ def test_the_stages_share_alpha_kill_equally_and_spend_it_in_full():
     staged = at_stage(policy, 2)
     assert staged.alpha_kill_each() == pytest.approx(policy.alpha_kill_each() / 4)
     assert staged.model_copy(update={"alpha_kill": policy.alpha_kill}) == policy
+
+
+def test_the_pooled_detector_names_are_no_segment_names():
+    for name in ("all", "undeclared"):
+        with pytest.raises(BadRequest, match="must not include"):
+            load_policy(f"segments: [chat, {name}]")

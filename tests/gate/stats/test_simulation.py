@@ -16,8 +16,8 @@ from dataclasses import replace
 import pytest
 
 from gate.db.enums import RolloutMode
-from gate.stats.engine import Code
 from gate.stats.policy import Policy
+from gate.stats.rule import Code
 from gate.stats.simulate import Outcomes, Scenario, format_row, run_scenario
 
 RUNS = 400
@@ -98,6 +98,20 @@ def test_acceptance_collapse_is_killed_by_the_detector():
     out = _run(collapse, seed=107)
     assert out.rate(Code.KILL, within=3000)[0] >= 0.90
     assert any(reason.startswith("collapse") for reason in out.kill_reasons)
+
+
+def test_acceptance_collapse_in_an_undeclared_segment_is_killed_by_a_pooled_detector():
+    # Clients put 20% of requests in a segment the policy does not declare (by header);
+    # only those collapse, from pair 1,500 of 3,000. No declared segment's detector sees
+    # it; the undeclared-segments detector (or the pooled one) must.
+    hidden = Scenario("undeclared-segment collapse", pairs=3000, every=10, collapse_at=1500,
+                      undeclared_share=0.2, collapse_segment="undeclared")  # fmt: skip
+    out = run_scenario(hidden, POLICY, runs=20, seed=113)
+    assert out.count(Code.KILL, within=3000) >= 18
+    assert set(out.kill_reasons) <= {"collapse:undeclared", "collapse:all"}
+    # The same traffic without the collapse is not killed.
+    calm = replace(hidden, name="undeclared segment, no collapse", collapse_at=None)
+    assert run_scenario(calm, POLICY, runs=20, seed=114).count(Code.KILL) == 0
 
 
 def test_canary_mode_unpaired_forms_keep_false_kills_low_and_catch_a_drop():

@@ -4,7 +4,7 @@ A slice is the stage's closed pairs after one key and up to another in fold orde
 (`evaluated_at`, `id`), each joined to its baseline generation and to its second one
 (cohort `candidate`, or `control` for baseline-vs-baseline pairs) and to their
 evaluations. `gate.verdicts.folds` folds each new slice into the stored state
-(`gate.stats.incremental`); every query reads only the slice, through the index on
+(`gate.stats.incremental`, pure); every query reads only the slice, through the index on
 (rollout_id, stage, evaluated_at, id). Assumptions: one generation per cohort per pair; an
 evaluator with several results (versions) for one generation passes only if all of them
 passed. Not here: canary mode (unpaired cohorts), user feedback.
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,9 +23,19 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from gate.db.enums import Outcome, sql_statuses
-from gate.stats.incremental import POOLED_ONLY, Bucket, Delta, Key, Tail, WarmUp
+from gate.stats.ids import ALL, UNDECLARED
+from gate.stats.incremental import POOLED_ONLY, Bucket, Delta, Key, Tail, WarmUp, folded
 from gate.stats.policy import Policy
-from gate.stats.sequences import LOG_RATIO_CLIP, CountStats, MeanStats, PairedCounts
+from gate.stats.registry import Family, Guardrail, Source, collapse_segments
+from gate.stats.rule import CellStats
+from gate.stats.sequences import (
+    LOG_RATIO_CLIP,
+    CountStats,
+    FloatArray,
+    MeanStats,
+    PairedCounts,
+    TwoCounts,
+)
 
 # Below every real key: the lower end of the first slice, the warm-up end of none.
 _NO_KEY: Key = (datetime(1970, 1, 1, tzinfo=UTC), uuid.UUID(int=0))
@@ -140,17 +150,24 @@ def warmup(session: Session, piece: Slice, policy: Policy) -> WarmUp:
     """Return what the warm-up pairs (the slice, all warm) fix: thresholds and levels."""
     params = piece.params(policy)
     g = policy.guardrails
-    ttft, e2e = (
-        _tail(session, params, metric, q, policy.segments)
-        for metric, q in (("ttft", g.ttft_tail.quantile), ("e2e", g.e2e_tail.quantile))
-    )
+    tails = {
+        r.id: _tail(session, params, r.source.value, r.quantile(policy), policy.segments)
+        for r in folded()
+        if r.shadow is Family.EXCEEDANCE and r.quantile is not None
+    }
+    ttft, e2e = tails.pop("ttft_tail", Tail({}, None)), tails.pop("e2e_tail", Tail({}, None))
     rows = session.execute(text(_WARM_ACCEPTANCE), params).all()
     n, total = sum(r.n for r in rows), sum(float(r.s) for r in rows)
     # As `cumulative`: a segment without warm-up acceptance takes the pooled mean.
     pooled = total / max(n, 1)
     means = {r.seg: float(r.s) / r.n for r in rows if r.n}
     ratio = g.acceptance.collapse_ratio
-    return WarmUp(ttft, e2e, {s: ratio * means.get(s, pooled) for s in policy.segments})
+    # The pooled detector's level is the pooled mean; the undeclared one's the mean of the
+    # undeclared segments' bucket (`POOLED_ONLY`), else the pooled mean.
+    levels = {s: ratio * means.get(s, pooled) for s in policy.segments}
+    levels[ALL] = ratio * pooled
+    levels[UNDECLARED] = ratio * means.get(POOLED_ONLY, pooled)
+    return WarmUp(ttft, e2e, levels, tails)
 
 
 def _tail(
@@ -177,18 +194,18 @@ def _threshold_case(name: str, tail: Tail | None) -> tuple[str, dict[str, Any]]:
     return f"CAST({body} AS float) AS thr_{name}", params
 
 
-def _log_ratio(metric: str) -> str:
+def _log_ratio(column: str, alias: str) -> str:
     # Computed once per row; NULL unless the pair is live, both sides ok and positive.
-    ok = f"live AND both_ok AND b_{metric} > 0 AND c_{metric} > 0"
-    lr = f"least(greatest(ln(c_{metric} / b_{metric}), -:clip), :clip)"
-    return f"CASE WHEN {ok} THEN {lr} END AS lr_{metric}"
+    ok = f"live AND both_ok AND b_{column} > 0 AND c_{column} > 0"
+    lr = f"least(greatest(ln(c_{column} / b_{column}), -:clip), :clip)"
+    return f"CASE WHEN {ok} THEN {lr} END AS lr_{alias}"
 
 
-def _ratio(metric: str) -> str:
-    lr = f"lr_{metric}"
+def _ratio(alias: str) -> str:
+    lr = f"lr_{alias}"
     return (
-        f"count({lr}) AS {metric}_n, coalesce(sum({lr}), 0) AS {metric}_s, "
-        f"coalesce(sum({lr} * {lr}), 0) AS {metric}_ss"
+        f"count({lr}) AS {alias}_n, coalesce(sum({lr}), 0) AS {alias}_s, "
+        f"coalesce(sum({lr} * {lr}), 0) AS {alias}_ss"
     )
 
 
@@ -200,28 +217,77 @@ def _paired(name: str, bad_b: str, bad_c: str, valid: str = "live") -> str:
     )
 
 
-def _exceeds(side: str, metric: str) -> str:
+def _exceeds(side: str, column: str, alias: str) -> str:
     # NULL thresholds (no warm-up data) leave the comparison NULL: not counted.
-    return f"({side}_failed OR coalesce({side}_{metric} > thr_{metric}, false))"
+    return f"({side}_failed OR coalesce({side}_{column} > thr_{alias}, false))"
 
 
-def _main_query(thr_ttft: str, thr_e2e: str) -> str:
-    tails = [
-        _paired(f"{m}_tail", _exceeds("b", m), _exceeds("c", m), f"live AND thr_{m} IS NOT NULL")
-        for m in ("ttft", "e2e")
-    ]
-    ratios = ", ".join(_log_ratio(m) for m in ("tpot", "e2e", "ttft"))
-    return f"""{_SLICE}, t AS (SELECT y.*, {thr_ttft}, {thr_e2e}, {ratios} FROM y)
+_ACCEPTANCE = (
+    "count(acc) FILTER (WHERE live) AS {a}_n, coalesce(sum(acc) FILTER (WHERE live), 0) AS {a}_s,"
+    " coalesce(sum(acc * acc) FILTER (WHERE live), 0) AS {a}_ss"
+)
+_LATENCY = (Source.TTFT, Source.TPOT, Source.E2E)
+
+
+@dataclass(frozen=True)
+class _Part:
+    """One guardrail's share of the slice query: row columns, aggregates, parameters."""
+
+    columns: list[str]
+    aggregates: str
+    params: dict[str, Any]
+
+
+def _part(g: Guardrail, alias: str, warm: WarmUp | None) -> _Part:
+    """Return the SQL that builds one guardrail's statistics (see `foldable`)."""
+    column = g.source.value
+    if g.shadow is Family.PAIRED_LOG_RATIO:
+        return _Part([_log_ratio(column, alias)], _ratio(alias), {})
+    if g.shadow is Family.EXCEEDANCE:
+        threshold, params = _threshold_case(alias, warm.tail(g.id) if warm else None)
+        valid = f"live AND thr_{alias} IS NOT NULL"
+        bad_b, bad_c = _exceeds("b", column, alias), _exceeds("c", column, alias)
+        return _Part([threshold], _paired(alias, bad_b, bad_c, valid), params)
+    if g.source is Source.FAILED:
+        return _Part([], _paired(alias, "b_failed", "c_failed"), {})
+    if g.source is Source.ACCEPTANCE:
+        return _Part([], _ACCEPTANCE.replace("{a}", alias), {})
+    raise AssertionError(f"not foldable: {g.id}")
+
+
+def foldable(g: Guardrail) -> bool:
+    """Return whether the fold's SQL computes a shadow guardrail (else the gate replays)."""
+    return (g.source, g.shadow) in _FOLDABLE
+
+
+_FOLDABLE = {
+    *((src, Family.PAIRED_LOG_RATIO) for src in _LATENCY),
+    *((src, Family.EXCEEDANCE) for src in _LATENCY),
+    (Source.FAILED, Family.PAIRED_DIFFERENCE),
+    (Source.ACCEPTANCE, Family.MEAN_FLOOR),
+    (Source.GREEDY, Family.TWO_RATES),  # from the evaluator query
+}
+
+
+def _in_main(g: Guardrail) -> bool:
+    return g.source is not Source.GREEDY
+
+
+def _main_query(parts: list[_Part]) -> str:
+    columns = ", ".join(c for part in parts for c in part.columns)
+    aggregates = ",\n  ".join(part.aggregates for part in parts)
+    # `k`: each row's place in fold order, so the pooled series is merged from the buckets'.
+    return f"""{_SLICE}, t AS (
+  SELECT y.*, row_number() OVER (ORDER BY evaluated_at, id) AS k{", " + columns if columns else ""}
+  FROM y)
 SELECT seg, count(*) AS pairs, count(*) FILTER (WHERE warm) AS warm_n,
   count(*) FILTER (WHERE live) AS live_n, count(*) FILTER (WHERE NOT warm AND dropped) AS dropped_n,
   count(*) FILTER (WHERE live AND b_failed AND c_failed) AS both_failed_n,
   min(created_at) AS first_at, max(created_at) AS last_at,
-  {_ratio("tpot")}, {_ratio("e2e")}, {_ratio("ttft")},
-  {_paired("failures", "b_failed", "c_failed")}, {tails[0]}, {tails[1]},
-  count(acc) FILTER (WHERE live) AS acc_n, coalesce(sum(acc) FILTER (WHERE live), 0) AS acc_s,
-  coalesce(sum(acc * acc) FILTER (WHERE live), 0) AS acc_ss,
+  {aggregates},
   array_agg(acc ORDER BY evaluated_at, id)
-    FILTER (WHERE live AND acc IS NOT NULL AND seg <> :pooled_only) AS acc_series
+    FILTER (WHERE live AND acc IS NOT NULL) AS acc_series,
+  array_agg(k ORDER BY evaluated_at, id) FILTER (WHERE live AND acc IS NOT NULL) AS acc_order
 FROM t GROUP BY seg"""
 
 
@@ -257,23 +323,25 @@ FROM f GROUP BY seg, evaluator
 def delta(session: Session, piece: Slice, policy: Policy, warm: WarmUp | None) -> Delta:
     """Return the slice's statistics; `warm` holds the thresholds its live pairs use."""
     params = piece.params(policy)
-    (ttft_sql, ttft_params), (e2e_sql, e2e_params) = (
-        _threshold_case("ttft", warm.ttft if warm else None),
-        _threshold_case("e2e", warm.e2e if warm else None),
-    )
-    query = text(_main_query(ttft_sql, e2e_sql))
-    rows = session.execute(query, {**params, **ttft_params, **e2e_params}).mappings().all()
-    buckets = {row["seg"]: _bucket(row) for row in rows}
+    main = {f"g{i}": g for i, g in enumerate(folded()) if _in_main(g)}
+    parts = [_part(g, alias, warm) for alias, g in main.items()]
+    query = text(_main_query(parts))
+    extra = {k: v for part in parts for k, v in part.params.items()}
+    rows = session.execute(query, {**params, **extra}).mappings().all()
+    buckets = {row["seg"]: _bucket(row, main) for row in rows}
+    greedy = [g.id for g in folded() if g.source is Source.GREEDY]
     evaluators: dict[str, dict[str, PairedCounts]] = defaultdict(dict)
     for row in session.execute(text(_EVALS), params).mappings():
         if row["evaluator"] == params["greedy"]:
             control = CountStats(float(row["control_n"]), float(row["control_k"]))
             candidate = CountStats(float(row["candidate_n"]), float(row["candidate_k"]))
             b = buckets[row["seg"]]
-            buckets[row["seg"]] = replace(b, greedy_control=control, greedy_candidate=candidate)
+            both = {name: TwoCounts(control, candidate) for name in greedy}
+            buckets[row["seg"]] = Bucket(b.live, b.dropped, b.both_failed, {**b.cells, **both})
         else:
             evaluators[row["evaluator"]][row["seg"]] = _counts(row, "e")
-    series = {row["seg"]: row["acc_series"] for row in rows}
+    series = {_detector(row["seg"]): row["acc_series"] for row in rows}
+    series[ALL] = _pooled_series(rows).tolist()
     return Delta(
         last=piece.upto,
         pairs=sum(row["pairs"] for row in rows),
@@ -282,8 +350,25 @@ def delta(session: Session, piece: Slice, policy: Policy, warm: WarmUp | None) -
         last_at=max((row["last_at"] for row in rows), default=None),
         buckets=buckets,
         evaluators=dict(evaluators),
-        acceptance={s: np.asarray(series.get(s) or [], dtype=np.float64) for s in policy.segments},
+        acceptance={
+            s: np.asarray(series.get(s) or [], dtype=np.float64) for s in collapse_segments(policy)
+        },
     )
+
+
+def _pooled_series(rows: Any) -> FloatArray:
+    """Return every live acceptance rate of the slice in fold order (the pooled detector's)."""
+    rates = [np.asarray(r["acc_series"] or [], dtype=np.float64) for r in rows]
+    order = [np.asarray(r["acc_order"] or [], dtype=np.int64) for r in rows]
+    if not rates:
+        return np.zeros(0)
+    merged, places = np.concatenate(rates), np.concatenate(order)
+    return np.asarray(merged[np.argsort(places, kind="stable")], dtype=np.float64)
+
+
+def _detector(bucket: str) -> str:
+    # The bucket of undeclared segments feeds the undeclared detector.
+    return UNDECLARED if bucket == POOLED_ONLY else bucket
 
 
 def _mean(row: Any, key: str) -> MeanStats:
@@ -296,16 +381,10 @@ def _counts(row: Any, name: str) -> PairedCounts:
     )
 
 
-def _bucket(row: Any) -> Bucket:
-    return Bucket(
-        live=float(row["live_n"]),
-        dropped=float(row["dropped_n"]),
-        both_failed=float(row["both_failed_n"]),
-        tpot=_mean(row, "tpot"),
-        e2e=_mean(row, "e2e"),
-        ttft=_mean(row, "ttft"),
-        acceptance=_mean(row, "acc"),
-        failures=_counts(row, "failures"),
-        ttft_tail=_counts(row, "ttft_tail"),
-        e2e_tail=_counts(row, "e2e_tail"),
-    )
+def _bucket(row: Any, main: dict[str, Guardrail]) -> Bucket:
+    cells: dict[str, CellStats] = {}
+    for alias, g in main.items():
+        family = g.shadow
+        counts = family in (Family.PAIRED_DIFFERENCE, Family.EXCEEDANCE)
+        cells[g.id] = _counts(row, alias) if counts else _mean(row, alias)
+    return Bucket(float(row["live_n"]), float(row["dropped_n"]), float(row["both_failed_n"]), cells)

@@ -1,15 +1,16 @@
 """The gate's decision rule, vectorised over any number of looks (and runs) at once.
 
 `decide` (one look), `replay` (every look of a recorded rollout) and `simulate` (every
-look of thousands of simulated rollouts) all call `evaluate`, so the rule tested by
+look of thousands of simulated rollouts) all call `apply_rule`, so the rule tested by
 simulation is the rule that runs in production.
 
 Rule, per look:
 * kill when any guardrail x segment cell is proven inside its kill region (its lower
   bound, at alpha_kill / K, above `kill_at`; K is `Policy.kill_slots`, one family more in
   canary mode for the cancel rate, so the union of all K tests has false-kill probability
-  at most alpha_kill), or a segment's acceptance collapse detector alarms (it takes one of
-  the K shares);
+  at most alpha_kill), or an acceptance collapse detector alarms (one per declared
+  segment, one pooled over all requests, one pooled over undeclared segments; each takes
+  one of the K shares);
 * hold when the data cannot be trusted: the dropped share or a cohort's share proven
   past its limit (at alpha_kill / K);
 * promote when minimum pairs and duration are met, the pooled primary gain is proven and
@@ -26,6 +27,7 @@ from enum import IntEnum
 
 import numpy as np
 
+from gate.db.enums import RolloutMode
 from gate.stats.betting import (
     below,
     bet_rejects,
@@ -33,7 +35,19 @@ from gate.stats.betting import (
     exceeds,
     two_proportion_interval,
 )
-from gate.stats.policy import ALL, Policy, log_ratio
+from gate.stats.ids import ALL, EVAL_PREFIX, MetricId
+
+__all__ = ["EVAL_PREFIX", "Code", "GateStats", "LookFlags", "apply_rule"]
+from gate.stats.policy import Policy
+from gate.stats.registry import (
+    Family,
+    Rule,
+    Source,
+    collapse_segments,
+    guardrails,
+    metric_id,
+    rule_for,
+)
 from gate.stats.sequences import (
     BoolArray,
     CohortCounts,
@@ -49,16 +63,15 @@ from gate.stats.sequences import (
     two_mean_interval,
 )
 
-TTFT_P50 = "ttft_p50"
-TTFT_TAIL = "ttft_tail"
-E2E_TAIL = "e2e_tail"
-FAILURES = "failures"
+TTFT_P50 = MetricId("ttft_p50")
+TTFT_TAIL = MetricId("ttft_tail")
+E2E_TAIL = MetricId("e2e_tail")
+FAILURES = MetricId("failures")
 # Canary only: client disconnects per cohort (not attributable to a route, yet a harm).
-CANCELS = "cancels"
-FEEDBACK = "feedback"
-GREEDY = "greedy_mismatch"
-ACCEPTANCE = "acceptance"
-EVAL_PREFIX = "eval:"
+CANCELS = MetricId("cancels")
+FEEDBACK = MetricId("feedback")
+GREEDY = MetricId("greedy_mismatch")
+ACCEPTANCE = MetricId("acceptance")
 # Trust checks (dropped share, imbalance) wait for this many pairs.
 TRUST_MIN_PAIRS = 100
 
@@ -99,18 +112,8 @@ class GateStats:
 
 
 @dataclass(frozen=True)
-class Rule:
-    """What one cell is held to, on the harm scale (log-ratio or rate difference)."""
-
-    kill_at: float
-    margin: float
-    required: bool
-    floor: float | None = None
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    """Per-look outcome: decision codes and the flags behind them."""
+class LookFlags:
+    """Per-look outcome of the rule: decision codes and the flags behind them."""
 
     code: IntArray
     alpha_kill_each: float
@@ -123,35 +126,6 @@ class Evaluation:
     untrusted_drops: BoolArray
     imbalanced: BoolArray
     timed_out: BoolArray
-
-
-def rule_for(policy: Policy, metric: str, segment: str) -> Rule | None:
-    """Return the rule of a cell, or None when the policy does not gate it."""
-    if segment != ALL and segment not in policy.segments:
-        return None
-    g, scale = policy.guardrails, policy.margin_scale(segment)
-    if metric == policy.primary.metric:
-        slow = log_ratio(policy.primary.kill_slowdown)
-        return Rule(kill_at=slow, margin=slow, required=True)
-    if metric == TTFT_P50 and g.ttft_p50.enabled:
-        p50 = g.ttft_p50
-        return Rule(log_ratio(p50.kill_at), log_ratio(p50.margin * scale), required=True)
-    if metric == ACCEPTANCE and g.acceptance.enabled:
-        return Rule(kill_at=0.0, margin=0.0, required=True, floor=g.acceptance.floor_for(segment))
-    rates = {
-        TTFT_TAIL: g.ttft_tail,
-        E2E_TAIL: g.e2e_tail,
-        FAILURES: g.failures,
-        CANCELS: g.cancels,
-        FEEDBACK: g.feedback,
-        GREEDY: g.greedy_mismatch,
-    }
-    rate = rates.get(metric)
-    if rate is None and metric.startswith(EVAL_PREFIX):
-        rate = g.evaluators.for_name(metric.removeprefix(EVAL_PREFIX))
-    if rate is None or not rate.enabled:
-        return None
-    return Rule(rate.kill_at, min(rate.margin * scale, 1.0), rate.required)
 
 
 def harm_interval(
@@ -219,20 +193,26 @@ def _canary(stats: GateStats) -> bool:
 
 
 def _missing_required(policy: Policy, stats: GateStats) -> bool:
-    # Promotion needs every required, enabled guardrail measured at least pooled.
+    # Promotion needs every required, enabled guardrail of the mode measured at least pooled.
+    mode = RolloutMode.CANARY if _canary(stats) else RolloutMode.SHADOW
     needed: list[str] = [policy.primary.metric]
-    needed += [m for m in (TTFT_P50, ACCEPTANCE) if rule_for(policy, m, ALL) is not None]
-    rates = (TTFT_TAIL, E2E_TAIL, FAILURES, *((CANCELS,) if _canary(stats) else ()))
-    for metric in rates:
-        rule = rule_for(policy, metric, ALL)
-        if rule is not None and rule.required:
-            needed.append(metric)
+    for g in guardrails():
+        family = g.family(mode)
+        if family is None or family is Family.COLLAPSE or g.source is Source.EVALUATOR:
+            continue
+        rule = rule_for(policy, g.id, ALL)
+        if rule is not None and rule.required and g.source not in _OPTIONAL_SOURCES:
+            needed.append(g.id)
     return any((metric, ALL) not in stats.cells for metric in needed)
 
 
-def evaluate(policy: Policy, stats: GateStats) -> Evaluation:
+# Sources whose cells exist only once such data arrived (their guardrails bind then).
+_OPTIONAL_SOURCES = (Source.FEEDBACK, Source.GREEDY)
+
+
+def apply_rule(policy: Policy, stats: GateStats) -> LookFlags:
     """Apply the gate's rule to every look in `stats` at once."""
-    evaluators = {m for m, _ in stats.cells if m.startswith(EVAL_PREFIX)}
+    evaluators = {m for m, _ in stats.cells if metric_id(m).evaluator is not None}
     alpha_each = policy.alpha_kill_each(len(evaluators), canary=_canary(stats))
     harmful, inside, binding = {}, {}, {}
     for key, cell in stats.cells.items():
@@ -249,10 +229,11 @@ def evaluate(policy: Policy, stats: GateStats) -> Evaluation:
         has_data = cell_n(cell) > 0
         binding[key] = has_data | (rule.required and key[1] == ALL)
     threshold = np.log(policy.guardrails.acceptance.collapse_horizon / alpha_each)
+    detectors = set(collapse_segments(policy)) if policy.guardrails.acceptance.enabled else set()
     collapsed = {
         seg: np.asarray(np.asarray(v) >= threshold)
         for seg, v in stats.collapse.items()
-        if policy.guardrails.acceptance.enabled and seg in policy.segments
+        if seg in detectors
     }
     return _combine(policy, stats, alpha_each, (harmful, inside, binding), collapsed)
 
@@ -263,7 +244,7 @@ def _combine(
     alpha_each: float,
     flags: tuple[dict[tuple[str, str], BoolArray], ...],
     collapsed: dict[str, BoolArray],
-) -> Evaluation:
+) -> LookFlags:
     harmful, inside, binding = flags
     false = np.asarray(False)
     warm = np.asarray(stats.warmed_up)
@@ -292,7 +273,7 @@ def _combine(
         [Code.KILL, Code.HOLD, Code.PROMOTE, Code.HOLD],
         default=Code.CONTINUE,
     ).astype(np.int64)
-    return Evaluation(
+    return LookFlags(
         code=code, alpha_kill_each=alpha_each, harmful=harmful, inside=inside,
         binding=binding, collapsed=collapsed, gain=gain, enough=enough,
         untrusted_drops=drops, imbalanced=imbalanced, timed_out=timed_out,

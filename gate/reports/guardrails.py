@@ -1,0 +1,73 @@
+"""The gate's guardrails as people read them: the registry and a verdict's pooled cells.
+
+The weekly report and /ui (`GET /v1/guardrails`) list the guardrails by iterating the
+registry (`gate.stats.registry`), so a guardrail declared there shows up in both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel
+
+from gate.db.enums import RolloutMode
+from gate.db.models import Verdict
+from gate.stats.ids import ALL
+from gate.stats.registry import Family, guardrails, metric_id
+
+HEADERS = ["guardrail", "what it measures", "status", "estimate [interval]"]
+
+
+class GuardrailInfo(BaseModel):
+    """One declared guardrail."""
+
+    id: str
+    label: str
+    source: str
+    unit: str
+    shadow: str | None
+    canary: str | None
+    harm: str
+    scope: str
+    kills: bool
+
+
+def declared() -> list[GuardrailInfo]:
+    """Return every declared guardrail, in declaration order."""
+    return [
+        GuardrailInfo(
+            id=g.id, label=g.label, source=g.source.value, unit=g.unit.value,
+            shadow=g.shadow.value if g.shadow else None,
+            canary=g.canary.value if g.canary else None,
+            harm=g.harm.value, scope=g.scope.value, kills=g.kills,
+        )
+        for g in guardrails()
+    ]  # fmt: skip
+
+
+def latest_rows(verdicts: Sequence[Verdict], mode: RolloutMode) -> list[list[str]]:
+    """Return one row per pooled guardrail cell of the latest verdict, in registry order."""
+    if not verdicts:
+        return []
+    latest = max(verdicts, key=lambda v: (v.created_at, v.id))
+    pooled = [c for c in latest.estimates or [] if c.get("segment") == ALL]
+    rows = []
+    for g in guardrails():
+        family = g.family(mode)
+        if family is None or family is Family.COLLAPSE:
+            continue
+        for cell in pooled:
+            metric = metric_id(str(cell["metric"]))
+            owner = "eval" if metric.evaluator is not None else metric.guardrail
+            if owner == g.id:
+                rows.append([str(metric), g.label, str(cell["status"]), _interval(cell)])
+    return rows
+
+
+def _interval(cell: dict[str, Any]) -> str:
+    est, lo, hi = cell.get("estimate"), cell.get("lower"), cell.get("upper")
+    if est is None:
+        return "no data"
+    bounds = ", ".join("-inf" if v is None else f"{v:.4g}" for v in (lo, hi))
+    return f"{est:.4g} [{bounds}]"

@@ -1,0 +1,94 @@
+"""Typed identifiers: metrics, cells and reasons, each rendered to its stable string once.
+
+The strings (`eval:task`, `kill:ttft_p50:chat`, ...) are what the verdicts table, the
+API and /ui store and show; they never change shape. Code builds and reads the typed
+values and renders them; nothing splits a string back into its parts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import NamedTuple
+
+EVAL_PREFIX = "eval:"
+# The pooled cell of every guardrail; never a declared segment.
+ALL = "all"
+# The pooled cells of pairs whose segment the policy does not declare (clients may set
+# any segment by header); never a declared segment either.
+UNDECLARED = "undeclared"
+
+
+class MetricId(str):
+    """A metric's id: a guardrail's, or `eval:<name>` for one evaluator's fail rate.
+
+    A `str` (cell keys compare equal to plain strings), carrying its parts as fields.
+    """
+
+    guardrail: str
+    evaluator: str | None
+
+    def __new__(cls, guardrail: str, evaluator: str | None = None) -> MetricId:
+        text = guardrail if evaluator is None else EVAL_PREFIX + evaluator
+        made = super().__new__(cls, text)
+        made.guardrail, made.evaluator = guardrail, evaluator
+        return made
+
+    def __reduce__(self) -> tuple[type[MetricId], tuple[str, str | None]]:
+        return (MetricId, (self.guardrail, self.evaluator))
+
+
+class Cell(NamedTuple):
+    """One metric in one segment (`all` pools every pair)."""
+
+    metric: MetricId
+    segment: str
+
+
+class ReasonKind(StrEnum):
+    """Why a verdict is what it is; the value is the reason code's fixed head."""
+
+    NO_PAIRS = "no_pairs"
+    WARMUP = "warmup"
+    KILL = "kill"
+    COLLAPSE = "kill:acceptance_collapse"
+    DROPPED_SHARE = "hold:dropped_share"
+    COHORT_IMBALANCE = "hold:cohort_imbalance"
+    MAX_DURATION = "hold:max_duration"
+    GAIN_PROVEN = "promote:gain_proven"
+    GUARDRAILS_INSIDE = "promote:guardrails_inside"
+    MIN_PAIRS = "continue:min_pairs"
+    MIN_DURATION = "continue:min_duration"
+    GAIN_UNPROVEN = "continue:gain_unproven"
+    UNPROVEN = "continue:unproven"
+
+
+@dataclass(frozen=True)
+class Reason:
+    """One reason: its kind, and the cell (kill, unproven) or segment (collapse) it names."""
+
+    kind: ReasonKind
+    cell: Cell | None = None
+    segment: str | None = None
+
+    @property
+    def code(self) -> str:
+        """Return the stable reason code (`kill:<metric>:<segment>`, `hold:dropped_share`)."""
+        if self.cell is not None:
+            return f"{self.kind.value}:{self.cell.metric}:{self.cell.segment}"
+        if self.segment is not None:
+            return f"{self.kind.value}:{self.segment}"
+        return self.kind.value
+
+    @property
+    def decision_word(self) -> str:
+        """Return the decision the reason belongs to (`kill`, `hold`, `continue`, ...)."""
+        return self.kind.value.partition(":")[0]
+
+    @property
+    def detail(self) -> str:
+        """Return the reason without its decision word, for people (`unproven:tpot:all`)."""
+        head = self.kind.value.partition(":")[2] or self.kind.value
+        if self.cell is not None:
+            return f"{head}:{self.cell.metric}:{self.cell.segment}"
+        return f"{head}:{self.segment}" if self.segment is not None else head

@@ -1,0 +1,195 @@
+"""Replay, simulation and the Postgres fold agree on random pair streams (hypothesis).
+
+Random streams of pairs: both modes, declared and undeclared segments, control pairs,
+missing sides, every side status (ok, error, timeout, fallback, dropped, cancelled),
+evaluators passing, failing or not evaluable, greedy pairs, acceptance. For every
+guardrail of the registry the replay path (records -> columns -> statistics), the
+simulation path (the same columns with a leading runs axis, as `simulate` holds them)
+and, in shadow mode, the Postgres fold give the same statistics, collapse detectors,
+decision, reason codes and per-cell estimates and intervals, to 1e-9 relative.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import asdict, fields, replace
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gate.db.enums import RolloutMode
+from gate.stats.cumulative import PairColumns, at_look, to_stats
+from gate.stats.incremental import to_stats as folded_stats
+from gate.stats.policy import Policy
+from gate.stats.replay import columns, fold_order, replay
+from gate.stats.rule import FEEDBACK, GateStats
+from gate.stats.verdict import VerdictResult, decide
+from gate.verdicts.folds import fold
+from gate.verdicts.service import compute
+from tests import factories
+from tests.gate.stats.test_sql import as_floats, store
+
+pytestmark = pytest.mark.postgres
+POLICY = Policy(
+    segments=["chat", "code"], warmup_pairs=6, min_pairs=10, min_duration_s=0, stages=[100.0]
+)
+START = datetime(2025, 5, 1, tzinfo=UTC)
+STATUSES = ["ok", "ok", "ok", "error", "timeout", "fallback", "dropped", "cancelled"]
+RTOL = 1e-9
+_names = itertools.count()
+
+latency = st.one_of(st.none(), st.floats(0.001, 30.0))
+side = st.fixed_dictionaries(
+    {
+        "ttft_s": latency,
+        "tpot_s": latency,
+        "e2e_s": latency,
+        "status": st.sampled_from(STATUSES),
+        "evals": st.fixed_dictionaries(
+            {"task": st.sampled_from([True, False, None])},
+            optional={"greedy_parity": st.booleans(), "schema": st.booleans()},
+        ),
+        "draft_tokens": st.sampled_from([0, 10, 100]),
+        "accepted_tokens": st.integers(0, 120),
+    }
+)
+pair = st.fixed_dictionaries(
+    {
+        "segment": st.sampled_from(["chat", "code", "unlisted", "other-one"]),
+        "baseline": st.one_of(st.none(), side, side, side),
+        "candidate": st.one_of(st.none(), side, side, side),
+        "lag_s": st.integers(0, 40),
+        "control": st.integers(0, 9),
+    }
+)
+
+
+def as_records(raw: list[dict]) -> list[dict]:
+    records = []
+    for i, r in enumerate(raw):
+        base, cand = r["baseline"], r["candidate"]
+        control = r["control"] == 0 and base is not None and cand is not None
+        if control:
+            cand = {**cand, "draft_tokens": 0, "accepted_tokens": 0}
+        records.append(
+            {
+                "segment": r["segment"],
+                "created_at": (START + timedelta(seconds=i)).isoformat(),
+                "evaluated_at": (START + timedelta(seconds=i + r["lag_s"])).isoformat(),
+                "is_control": control,
+                "baseline": base,
+                "candidate": cand,
+            }
+        )
+    return records
+
+
+def canary(records: list[dict], seed: int) -> list[dict]:
+    """Each pair served by one cohort (the other side removed), control pairs none."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for r in records:
+        keep = "candidate" if rng.random() < 0.5 else "baseline"
+        other = "baseline" if keep == "candidate" else "candidate"
+        out.append({**r, "is_control": False, other: None})
+    return out
+
+
+def stacked(cols: PairColumns) -> PairColumns:
+    """The columns with a leading runs axis of two runs (as `simulate` holds them)."""
+    changes = {}
+    for f in fields(cols):
+        value = getattr(cols, f.name)
+        if isinstance(value, np.ndarray):
+            changes[f.name] = np.stack([value, value])
+        elif isinstance(value, dict):
+            changes[f.name] = {k: np.stack([v, v]) for k, v in value.items()}
+    return replace(cols, **changes)
+
+
+def assert_same_stats(got: GateStats, want: GateStats, *, skip: set[str] = frozenset()) -> None:
+    for name in ("n_pairs", "n_dropped", "elapsed_s"):
+        assert float(np.asarray(getattr(got, name))) == pytest.approx(
+            float(np.asarray(getattr(want, name))), rel=RTOL, abs=1e-9
+        ), name
+    assert bool(np.asarray(got.warmed_up)) is bool(np.asarray(want.warmed_up))
+    expected = {k: v for k, v in want.cells.items() if k[0] not in skip}
+    assert set(got.cells) == set(expected)
+    for key, cell in expected.items():
+        assert as_floats(got.cells[key]) == pytest.approx(as_floats(cell), rel=RTOL, abs=1e-9), key
+    assert {k: float(np.asarray(v)) for k, v in got.collapse.items()} == pytest.approx(
+        {k: float(np.asarray(v)) for k, v in want.collapse.items()}, rel=RTOL, abs=1e-9
+    )
+
+
+def assert_same_verdict(got: VerdictResult, want: VerdictResult, skip: set[str] = frozenset()):
+    assert (got.decision, got.reason_codes, got.n_pairs) == (
+        want.decision,
+        want.reason_codes,
+        want.n_pairs,
+    )
+    mine = [asdict(c) for c in got.cells if c.metric not in skip]
+    theirs = [asdict(c) for c in want.cells if c.metric not in skip]
+    assert len(mine) == len(theirs)
+    for a, b in zip(mine, theirs, strict=True):
+        numbers = {k for k, v in b.items() if isinstance(v, float)}
+        assert {k: a[k] for k in numbers} == pytest.approx(
+            {k: b[k] for k in numbers}, rel=RTOL, abs=1e-9
+        ), b
+        assert {k: v for k, v in a.items() if k not in numbers} == {
+            k: v for k, v in b.items() if k not in numbers
+        }
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    raw=st.lists(pair.filter(lambda p: p["baseline"] or p["candidate"]), min_size=1, max_size=60),
+    mode=st.sampled_from(list(RolloutMode)),
+)
+def test_replay_simulation_and_the_fold_agree_on_every_guardrail(pg_session, raw, mode):
+    records = as_records(raw)
+    if mode is RolloutMode.CANARY:
+        records = canary(records, len(raw))
+    ordered = fold_order(records)
+    cols = columns(ordered, POLICY, mode)
+    looks = np.array([len(records)])
+    replayed = at_look(to_stats(cols, POLICY, looks, mode=mode), 0)
+    simulated = at_look(to_stats(stacked(cols), POLICY, looks, mode=mode), 0)
+    first = _run(simulated, 0)
+    assert_same_stats(first, replayed)
+    want = decide(POLICY, replayed)
+    assert_same_verdict(decide(POLICY, first), want)
+    assert_same_verdict(replay(records, POLICY, every=len(records), mode=mode).verdict, want)
+    if mode is RolloutMode.SHADOW:
+        rollout = factories.rollout(pg_session, name=f"prop-{next(_names)}")
+        store(pg_session, [dict(r) for r in records], rollout.id)
+        state = fold(pg_session, rollout_id=rollout.id, stage=0, policy=POLICY)
+        if state.pairs:
+            # Feedback arrives after the fold: it is not folded (replay's records carry none).
+            assert_same_stats(folded_stats(state, POLICY), replayed, skip={FEEDBACK})
+            got = compute(pg_session, rollout=rollout, policy=POLICY)
+            assert_same_verdict(got, want, skip={FEEDBACK})
+
+
+def _run(stats: GateStats, run: int) -> GateStats:
+    """Return run `run` of statistics with a leading runs axis."""
+    return _pick(stats, run)  # type: ignore[no-any-return]
+
+
+def _pick(value, run):
+    if isinstance(value, np.ndarray):
+        return value[run] if value.ndim else value
+    if isinstance(value, dict):
+        return {k: _pick(v, run) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_pick(v, run) for v in value)
+    if hasattr(value, "__dataclass_fields__"):
+        return replace(value, **{f.name: _pick(getattr(value, f.name), run) for f in fields(value)})
+    return value
