@@ -55,7 +55,7 @@ class LlamaCppBackend:
     def generate(self, request: GenRequest, emit: Emit) -> Outcome:
         """Stream one request through llama.cpp, forwarding its deltas."""
         before = self._counters() if self.spec else {}
-        state = _StreamState(emit)
+        state = _StreamState(emit, top=request.top_logprobs if request.logprobs else None)
         body = _body(request)
         handle = (
             self._server.handle_chat_completions
@@ -104,8 +104,11 @@ class LlamaCppBackend:
 class _StreamState:
     """Collects one llama.cpp stream: deltas out to `emit`, usage and timings kept."""
 
-    def __init__(self, emit: Emit) -> None:
+    def __init__(self, emit: Emit, *, top: int | None = None) -> None:
         self.emit = emit
+        # llama.cpp's entries in OpenAI chat form (with its token `id`), also for completions.
+        self.logprobs: list[dict[str, Any]] | None = None if top is None else []
+        self.top = top or 0
         self.text: list[str] = []
         self.finish_reason = "stop"
         self.usage: dict[str, int] = {}
@@ -134,9 +137,15 @@ class _StreamState:
             self.finish_reason = choice["finish_reason"]
         delta = choice.get("delta")
         content = delta.get("content") if isinstance(delta, dict) else choice.get("text")
-        if content:
-            self.text.append(content)
-            self.cancelled = not self.emit({"content": content}) or self.cancelled
+        entries = (choice.get("logprobs") or {}).get("content") or []
+        delta: dict[str, Any] = {"content": content or ""}
+        if self.logprobs is not None and entries:
+            entries = [_top(entry, self.top) for entry in entries]
+            self.logprobs.extend(entries)
+            delta["logprobs"] = entries
+        if content or "logprobs" in delta:
+            self.text.append(content or "")
+            self.cancelled = not self.emit(delta) or self.cancelled
 
     def outcome(self) -> Outcome:
         """Return how the generation ended."""
@@ -145,7 +154,12 @@ class _StreamState:
             finish_reason="abort" if self.cancelled else self.finish_reason,
             prompt_tokens=int(self.usage.get("prompt_tokens", 0)),
             completion_tokens=int(self.usage.get("completion_tokens", 0)),
+            logprobs=self.logprobs,
         )
+
+
+def _top(entry: dict[str, Any], top: int) -> dict[str, Any]:
+    return {**entry, "top_logprobs": (entry.get("top_logprobs") or [])[:top]}
 
 
 def _body(request: GenRequest) -> dict[str, Any]:
@@ -168,6 +182,11 @@ def _body(request: GenRequest) -> dict[str, Any]:
         body["seed"] = request.seed
     if request.stop:
         body["stop"] = list(request.stop)
+    if request.logprobs:
+        # llama.cpp returns no log-probabilities at all when asked for zero alternatives.
+        body["logprobs"] = True if request.chat else max(1, request.top_logprobs)
+        if request.chat:
+            body["top_logprobs"] = max(1, request.top_logprobs)
     if request.response_format is not None:
         body["response_format"] = request.response_format
     return body
