@@ -54,6 +54,19 @@ class Side:
     asked_logprobs: bool = False
     logprobs: tuple[float, ...] | None = None  # the emitted tokens' log-probabilities
     spec_steps: int | None = None  # per-request speculative steps, when reported
+    completion_tokens: int | None = None  # from usage; logprobs must cover every token
+
+    @property
+    def logprobs_complete(self) -> bool:
+        """Return whether every emitted token has its log-probability.
+
+        llama.cpp with n-gram speculation reports one entry per verify step, none for the
+        accepted drafts: a mean over those would be biased, so such a pair uses the text
+        statistics only.
+        """
+        if self.logprobs is None:
+            return False
+        return self.completion_tokens is None or len(self.logprobs) == self.completion_tokens
 
 
 @dataclass(frozen=True)
@@ -62,19 +75,27 @@ class Eligibility:
 
     eligible: bool
     reason: Exclusion | None = None
+    # Both sides carry complete log-probabilities: `mean_logprob` may be compared.
+    logprobs: bool = False
     # The candidate asked for logprobs and ran zero speculative steps: the route disabled
     # speculation for it (vLLM up to ~0.14 did so silently). Keep it out of latency cells.
     speculation_off: bool = False
 
 
-def eligibility(baseline: Side, candidate: Side) -> Eligibility:
-    """Return whether the pair's two answers are independent draws under identical settings."""
+def eligibility(baseline: Side, candidate: Side, *, seeds_vary: bool = False) -> Eligibility:
+    """Return whether the pair's two answers are draws under identical settings.
+
+    A seed shared by both sides excludes the pair unless `seeds_vary`: the replayer drew
+    it afresh for this request, so each side is still a draw from its route's distribution
+    and the pairs independent of each other (only a fixed seed makes d a constant).
+    """
     off = bool(candidate.asked_logprobs and candidate.spec_steps == 0)
-    reason = _exclusion(baseline, candidate)
-    return Eligibility(reason is None, reason, off)
+    reason = _exclusion(baseline, candidate, seeds_vary)
+    both = baseline.logprobs_complete and candidate.logprobs_complete
+    return Eligibility(reason is None, reason, reason is None and both, off)
 
 
-def _exclusion(baseline: Side, candidate: Side) -> Exclusion | None:
+def _exclusion(baseline: Side, candidate: Side, seeds_vary: bool) -> Exclusion | None:
     if baseline.finish_reason is None or candidate.finish_reason is None:
         return Exclusion.FAILED
     if baseline.temperature <= 0.0 or candidate.temperature <= 0.0:
@@ -82,7 +103,7 @@ def _exclusion(baseline: Side, candidate: Side) -> Exclusion | None:
     same = (baseline.temperature, baseline.top_p, baseline.max_tokens, baseline.deadline_s)
     if same != (candidate.temperature, candidate.top_p, candidate.max_tokens, candidate.deadline_s):
         return Exclusion.SETTINGS
-    if baseline.seed is not None and baseline.seed == candidate.seed:
+    if baseline.seed is not None and baseline.seed == candidate.seed and not seeds_vary:
         return Exclusion.SEEDED
     if not {baseline.finish_reason, candidate.finish_reason} <= NATURAL_ENDS:
         return Exclusion.CENSORED
