@@ -135,8 +135,8 @@ class _StreamState:
     def _choice(self, choice: dict[str, Any]) -> None:
         if choice.get("finish_reason"):
             self.finish_reason = choice["finish_reason"]
-        delta = choice.get("delta")
-        content = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+        given = choice.get("delta")
+        content = given.get("content") if isinstance(given, dict) else choice.get("text")
         entries = (choice.get("logprobs") or {}).get("content") or []
         delta: dict[str, Any] = {"content": content or ""}
         if self.logprobs is not None and entries:
