@@ -1,0 +1,76 @@
+"""Log-probabilities on sampled pairs' calls: asked alike, summarised, stripped for the client."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from gate.gateway.logprobs import (
+    RejectingRoutes,
+    ask,
+    strip_json,
+    summarise,
+    wants_logprobs,
+)
+
+CHAT = {"messages": [{"role": "user", "content": "hi"}], "temperature": 0.8}
+
+
+def chat_answer(logprobs: list[float] | None, completion_tokens: int) -> dict:
+    content = (
+        None
+        if logprobs is None
+        else [{"token": "a", "logprob": v, "bytes": [97], "top_logprobs": []} for v in logprobs]
+    )
+    return {
+        "id": "x",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "a" * completion_tokens},
+                "logprobs": None if content is None else {"content": content},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"completion_tokens": completion_tokens},
+    }
+
+
+def test_ask_leaves_a_client_request_alone_and_adds_logprobs_otherwise():
+    assert not wants_logprobs(CHAT)
+    assert ask(CHAT) == {**CHAT, "logprobs": True}
+    mine = {**CHAT, "logprobs": True, "top_logprobs": 3}
+    assert wants_logprobs(mine) and ask(mine) is mine
+    legacy = {"prompt": "hi"}
+    assert ask(legacy) == {"prompt": "hi", "logprobs": 0}
+    assert CHAT.get("logprobs") is None  # never mutated
+
+
+def test_strip_removes_what_we_asked_for_and_keeps_the_rest():
+    answer = chat_answer([-0.5, -1.5], 2)
+    stripped = orjson.loads(strip_json(orjson.dumps(answer)))
+    assert stripped["choices"][0]["logprobs"] is None
+    assert stripped["choices"][0]["message"] == answer["choices"][0]["message"]
+    assert stripped["usage"] == answer["usage"]
+    assert strip_json(b"not json") == b"not json"
+
+
+def test_summary_keeps_counts_and_sums_and_sees_incomplete_logprobs():
+    full = summarise(chat_answer([-0.5, -1.5], 2))
+    assert full is not None and full.complete and full.mean == pytest.approx(-1.0)
+    # llama.cpp with speculation: one entry per verify step.
+    partial = summarise(chat_answer([-0.5], 2))
+    assert partial is not None and not partial.complete
+    assert summarise(chat_answer(None, 2)) is None
+    legacy = {"choices": [{"logprobs": {"token_logprobs": [-1.0, -3.0]}}]}
+    summary = summarise(legacy)
+    assert summary is not None and summary.mean == pytest.approx(-2.0) and summary.complete
+
+
+def test_a_route_that_rejects_our_logprobs_is_not_asked_again():
+    routes = RejectingRoutes()
+    routes.observe("cand", 200, we_asked=True)
+    routes.observe("base", 400, we_asked=False)  # the client's own request was bad
+    assert routes.may_ask("cand") and routes.may_ask("base")
+    routes.observe("cand", 400, we_asked=True)
+    assert not routes.may_ask("cand") and routes.may_ask("base")
