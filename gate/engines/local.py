@@ -34,16 +34,16 @@ def build_backend(
     """
     if backend not in BACKENDS:
         raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}")
+    if verify not in VERIFIERS:
+        raise ConfigError(f"--verify must be one of {', '.join(VERIFIERS)}")
+    if verify != "exact" and (backend != "transformers" or spec is None):
+        raise ConfigError("--verify other than 'exact' needs --backend transformers with ngram")
     if gguf is not None and weights:
         raise ConfigError("give --gguf (a file) or --weights (an encoding), not both")
     if gguf is not None and not gguf.is_file():
         raise ConfigError(f"--gguf {gguf}: no such file")
     if gguf is None:
         gguf = weights_path(weights or default_encoding(backend), announce=announce)
-    if verify not in VERIFIERS:
-        raise ConfigError(f"--verify must be one of {', '.join(VERIFIERS)}")
-    if verify != "exact" and (backend != "transformers" or spec is None):
-        raise ConfigError("--verify other than 'exact' needs --backend transformers with ngram")
     if backend == "llamacpp":
         from gate.engines.llamacpp import LlamaCppBackend
 
