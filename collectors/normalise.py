@@ -29,7 +29,7 @@ GENERATION_COLUMNS = (
     "tpot_s", "e2e_s", "queue_s", "input_tokens", "output_tokens", "finish_reason", "status",
     "error", "spec_drafts", "spec_draft_tokens", "spec_accepted_tokens", "prompt", "output",
     "output_extra", "output_truncated", "trace_id", "span_id", "response_id", "started_at",
-    "engine_ttft_s", "engine_tpot_s",
+    "engine_ttft_s", "engine_tpot_s", "logprob_tokens", "logprob_sum",
 )  # fmt: skip
 
 
@@ -61,7 +61,8 @@ GENERATION_HELD = {
     a.TTFT_S: "ttft_s", a.TPOT_S: "tpot_s", a.SPEC_DRAFTS: "spec_drafts",
     a.SPEC_DRAFT_TOKENS: "spec_draft_tokens", a.SPEC_ACCEPTED_TOKENS: "spec_accepted_tokens",
     a.GEN_AI_RESPONSE_ID: "response_id", a.ENGINE_TTFT_S: "engine_ttft_s",
-    a.ENGINE_TPOT_S: "engine_tpot_s",
+    a.ENGINE_TPOT_S: "engine_tpot_s", a.LOGPROB_TOKENS: "logprob_tokens",
+    a.LOGPROB_SUM: "logprob_sum",
 }  # fmt: skip
 _HELD_KEYS, _HELD_COLUMNS = tuple(GENERATION_HELD), tuple(GENERATION_HELD.values())
 
@@ -286,6 +287,8 @@ def generation_row(row: SpanRow) -> dict[str, Any]:
         "started_at": row.start_time,
         "engine_ttft_s": _float(get(a.ENGINE_TTFT_S)),
         "engine_tpot_s": _float(get(a.ENGINE_TPOT_S)),
+        "logprob_tokens": _int(get(a.LOGPROB_TOKENS)),
+        "logprob_sum": _float(get(a.LOGPROB_SUM)),
     }
 
 

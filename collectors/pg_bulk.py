@@ -32,7 +32,7 @@ _GENERATION_TYPES = {
     "queue_s": "float8", "input_tokens": "int4", "output_tokens": "int4",
     "spec_drafts": "int4", "spec_draft_tokens": "int4", "spec_accepted_tokens": "int4",
     "output_truncated": "bool", "started_at": "timestamptz", "engine_ttft_s": "float8",
-    "engine_tpot_s": "float8",
+    "engine_tpot_s": "float8", "logprob_tokens": "int4", "logprob_sum": "float8",
 }  # fmt: skip
 _EXTRA = GENERATION_COLUMNS.index("output_extra")
 _JSON_COLUMNS = frozenset({"attributes", "resource", "extra", "output_extra"})

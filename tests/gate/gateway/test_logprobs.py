@@ -74,3 +74,20 @@ def test_a_route_that_rejects_our_logprobs_is_not_asked_again():
     assert routes.may_ask("cand") and routes.may_ask("base")
     routes.observe("cand", 400, we_asked=True)
     assert not routes.may_ask("cand") and routes.may_ask("base")
+
+
+def test_a_route_call_keeps_the_summary_for_the_collector():
+    from gate.gateway.observe import CallResult
+    from gate.gateway.spans import _outcome
+    from gate.telemetry import attributes as a
+
+    result = CallResult()
+    result.on_response(chat_answer([-0.5, -1.5, -1.0], 3), capture=False)
+    result.finish()
+    assert (result.logprob_tokens, result.logprob_sum) == (3, pytest.approx(-3.0))
+    span = _outcome(result, fallback=False)
+    assert (span[a.LOGPROB_TOKENS], span[a.LOGPROB_SUM]) == (3, pytest.approx(-3.0))
+    plain = CallResult()
+    plain.on_response(chat_answer(None, 3), capture=False)
+    assert plain.logprob_tokens is None and plain.logprob_sum is None
+    assert a.LOGPROB_SUM not in _outcome(plain, fallback=False)
