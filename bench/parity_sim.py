@@ -184,7 +184,7 @@ def first_kill(
 ) -> tuple[np.ndarray, dict[str, int], np.ndarray, np.ndarray]:
     """Return each run's first kill (in eligible pairs; NaN: none), by statistic, sd and margin."""
     rng = np.random.default_rng(seed)
-    looks = looks_every(pairs, every)
+    every_look = looks_every(pairs, every)
     n_opt = float(Policy().min_pairs)
     killed_at = np.full(runs, np.nan)
     by_stat = dict.fromkeys(STATISTICS, 0)
@@ -194,6 +194,7 @@ def first_kill(
         control = control[0][ok[0]][:200]
         d, ok = draw_d(pools, cand, "baseline", (1, int(pairs * 1.3)), rng)
         d = d[0][ok[0]][:pairs]
+        looks = every_look[every_look <= d.shape[0]]  # when many pairs were ineligible
         csum, csq = np.cumsum(d, axis=0), np.cumsum(d * d, axis=0)
         n = looks.astype(float)
         fired_any = np.zeros(looks.size, dtype=bool)
