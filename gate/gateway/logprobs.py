@@ -7,7 +7,8 @@ from the client's answer when the client did not ask. A route that rejects `logp
 (a 4xx to a call that carried them only because we asked) is remembered and no longer
 asked: its pairs fall back to the text statistics.
 
-Not wired into the proxy yet: the hot path is being refactored; these are the pure parts.
+Wired for non-streamed calls when `SPECGATE_ASK_LOGPROBS` is on (`gate.gateway.proxy`);
+the streaming path and remembering rejecting routes (`RejectingRoutes`) are not wired yet.
 """
 
 from __future__ import annotations

@@ -91,3 +91,34 @@ def test_a_route_call_keeps_the_summary_for_the_collector():
     plain.on_response(chat_answer(None, 3), capture=False)
     assert plain.logprob_tokens is None and plain.logprob_sum is None
     assert a.LOGPROB_SUM not in _outcome(plain, fallback=False)
+
+
+def test_sampled_pairs_are_asked_alike_and_the_client_gets_what_it_asked(tmp_path):
+    from gate.telemetry import attributes as a
+    from tests.gate.gateway.conftest import ALIAS, gateway_stack
+    from tests.waits import wait_until
+
+    messages = [{"role": "user", "content": "Proofread: the cat sat on teh mat."}]
+    with gateway_stack(tmp_path, ask_logprobs=True) as stack:
+        answer = stack.client().chat.completions.create(
+            model=ALIAS, messages=messages, temperature=0.8, max_tokens=8
+        )
+        assert answer.choices[0].logprobs is None  # the client did not ask
+        assert wait_until(lambda: len(stack.spans("candidate")) == 1)
+        assert all(body.get("logprobs") is True for body in stack.baseline_log.bodies)
+        assert stack.baseline_log.bodies == stack.candidate_log.bodies
+        (base,), (cand,) = stack.spans("baseline"), stack.spans("candidate")
+        for span in (base, cand):
+            assert span.attributes[a.LOGPROB_TOKENS] == 8
+            assert span.attributes[a.LOGPROB_SUM] == pytest.approx(-0.25 * (1 + 2 + 3 + 4) * 2)
+        mine = stack.client().chat.completions.create(
+            model=ALIAS, messages=messages, temperature=0.8, max_tokens=8, logprobs=True
+        )
+        assert len(mine.choices[0].logprobs.content) == 8  # asked: kept
+        # A streamed call is left as it is (the streaming path does not ask yet).
+        list(
+            stack.client().chat.completions.create(
+                model=ALIAS, messages=messages, max_tokens=4, stream=True
+            )
+        )
+        assert "logprobs" not in stack.baseline_log.bodies[-1]
