@@ -46,7 +46,8 @@ GENERATION_HELD = {
     a.TTFT_S: "ttft_s", a.TPOT_S: "tpot_s", a.SPEC_DRAFTS: "spec_drafts",
     a.SPEC_DRAFT_TOKENS: "spec_draft_tokens", a.SPEC_ACCEPTED_TOKENS: "spec_accepted_tokens",
     a.GEN_AI_RESPONSE_ID: "response_id", a.ENGINE_TTFT_S: "engine_ttft_s",
-    a.ENGINE_TPOT_S: "engine_tpot_s",
+    a.ENGINE_TPOT_S: "engine_tpot_s", a.LOGPROB_TOKENS: "logprob_tokens",
+    a.LOGPROB_SUM: "logprob_sum",
 }  # fmt: skip
 _HELD_KEYS, _HELD_COLUMNS = tuple(GENERATION_HELD), tuple(GENERATION_HELD.values())
 
@@ -273,6 +274,8 @@ def generation_row(row: SpanRow) -> GenerationRow:
         "started_at": row.start_time,
         "engine_ttft_s": _float(get(a.ENGINE_TTFT_S)),
         "engine_tpot_s": _float(get(a.ENGINE_TPOT_S)),
+        "logprob_tokens": _int(get(a.LOGPROB_TOKENS)),
+        "logprob_sum": _float(get(a.LOGPROB_SUM)),
     }
 
 

@@ -129,6 +129,9 @@ class Settings(BaseSettings, GatewaySettings, CollectorSettings, GateSettings, E
 
     # Content capture: prompts and outputs are kept only for sampled pairs and bounded.
     capture_content: bool = True
+    # Sampled parity: ask both routes for token log-probabilities on sampled pairs'
+    # non-streamed calls (stripped again when the client did not ask for them).
+    ask_logprobs: bool = False
     capture_max_chars: int = Field(8192, ge=0)
     # What evaluators read (request body, declared inputs, output) is kept up to this larger
     # limit; an input still cut makes its evaluations "not evaluable (truncated)".

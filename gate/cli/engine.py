@@ -42,6 +42,14 @@ def engine(
     prompt_lookup_max: Annotated[
         int, typer.Option(help="smollm2 ngram: largest n (llama.cpp: ngram_simple size_n).")
     ] = 3,
+    verify: Annotated[
+        str,
+        typer.Option(
+            help="smollm2 transformers ngram: the draft verifier. 'exact' (speculative "
+            "sampling). FAULT INJECTION, for testing rollouts only: 'biased-argmax' accepts a "
+            "draft at temperature > 0 exactly when it is the target's argmax (mode-seeking)."
+        ),
+    ] = "exact",
     threads: Annotated[int, typer.Option(help="smollm2: CPU threads.")] = 1,
     cpus: Annotated[
         str, typer.Option(help="Pin the process to these CPUs, e.g. '0' or '0,1'.")
@@ -111,10 +119,13 @@ def engine(
         gguf=Path(gguf) if gguf else None,
         weights=weights or None,
         announce=typer.echo,
+        verify=verify,
     )
     name = served_model_name or SERVED_NAME
     mode = f"ngram k={spec.num_speculative_tokens}" if spec else "plain"
     mode += f", {parallel} slots" if parallel > 1 else ""
+    if verify != "exact":
+        mode += f", FAULT INJECTION: verify={verify}"
     typer.echo(f"specgate engine ({name}, {backend}, {mode}) on http://{host}:{port}/v1")
     app = create_engine_app(lambda: loaded, model=name)
     uvicorn.run(

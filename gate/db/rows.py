@@ -90,6 +90,8 @@ class GenerationRow(TypedDict):
     started_at: datetime
     engine_ttft_s: float | None
     engine_tpot_s: float | None
+    logprob_tokens: int | None
+    logprob_sum: float | None
 
 
 class EngineFacts(TypedDict):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -223,8 +224,9 @@ def _replay(
     failures = 0
     with Progress(*columns, console=console) as progress, httpx.Client(timeout=300) as client:
         task = progress.add_task("replaying the workload", total=len(workload))
+        rng = random.Random()  # fresh seeds: each replay an independent draw (sampled parity)
         for item in workload:
-            body = {**item.body, "model": alias, "stream": True}
+            body = {**item.replay_body(rng), "model": alias, "stream": True}
             with client.stream(
                 "POST",
                 base + item.path,

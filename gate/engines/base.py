@@ -31,6 +31,8 @@ class GenRequest:
     response_format: dict[str, Any] | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: str = "auto"  # "auto", "required" (a named function counts as required)
+    logprobs: bool = False  # return each token's log-probability (OpenAI `logprobs`)
+    top_logprobs: int = 0  # with the most likely alternatives at each position (0-20)
 
     @property
     def greedy(self) -> bool:
@@ -48,6 +50,8 @@ class Outcome:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     spec: SpecStats | None = None
+    # OpenAI chat `logprobs.content` entries, when the request asked for them.
+    logprobs: list[dict[str, Any]] | None = None
 
 
 class Backend(Protocol):
@@ -87,7 +91,25 @@ def parse_request(body: dict[str, Any], *, chat: bool, default_max_tokens: int) 
         response_format=_object(body, "response_format"),
         tools=_tools(body.get("tools")) if body.get("tool_choice") != "none" else None,
         tool_choice="auto" if body.get("tool_choice") in (None, "auto", "none") else "required",
+        **_logprobs(body, chat=chat),
     )
+
+
+def _logprobs(body: dict[str, Any], *, chat: bool) -> dict[str, Any]:
+    """Chat: `logprobs` true and `top_logprobs` 0-20; completions: `logprobs` 0-5 (the top n)."""
+    value = body.get("logprobs")
+    if value is None or value is False:
+        return {}
+    if chat:
+        if value is not True:
+            raise BadRequest("'logprobs' must be a boolean")
+        top = body.get("top_logprobs") or 0
+        if not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= 20:
+            raise BadRequest("'top_logprobs' must be an integer in [0, 20]")
+        return {"logprobs": True, "top_logprobs": top}
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 5:
+        raise BadRequest("'logprobs' must be an integer in [0, 5]")
+    return {"logprobs": True, "top_logprobs": value}
 
 
 def _message(raw: Any) -> dict[str, Any]:

@@ -6,17 +6,64 @@ logits at position i decide the token after it. Greedy keeps drafts while they e
 argmax. Sampling accepts draft d with probability p(d) and otherwise samples from p with d
 removed, which is exact speculative sampling for a draft that puts all its mass on d, so the
 output distribution is the plain one's. Rejected positions are cut from the cache.
+
+The verifier is a pure function of the target's distribution, the draft and a generator
+(`VERIFIERS`), and the loop (`speculate`) takes any forward function, so the parity
+simulation (`bench/parity_sim.py`) runs these very functions on synthetic distributions.
+`biased-argmax` is a deliberately wrong verifier, a fault-injection tool for testing
+rollouts: at temperature > 0 it accepts a draft exactly when it is the target's argmax,
+which keeps acceptance high and shifts answers towards the mode. Never a default.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from gate.engines.model import TRANSFORMERS_INSTALL, require
 from gate.engines.ngram import NgramDrafter
 from gate.engines.spec import SpecStats
+
+# (token, accepted): the token at one position and whether it is the draft, accepted.
+Choice = tuple[int, bool]
+Verifier = Callable[[Any, Any, int, Any], Choice]
+# Runs tokens through the model on top of what it has seen; returns one logits row each.
+Forward = Callable[[list[int]], Any]
+# Keep the first n positions the model has seen (drop rejected drafts).
+Truncate = Callable[[int], None]
+
+
+def target_probs(torch: Any, logits: Any, temperature: float, top_p: float) -> Any:
+    """Return the sampling distribution: softmax at `temperature`, cut to `top_p`, in fp64."""
+    probs = torch.softmax(logits.double() / temperature, dim=-1)
+    if top_p < 1.0:
+        ordered, order = torch.sort(probs, descending=True)
+        # Keep the smallest prefix whose mass reaches top_p (the first token always).
+        drop = torch.cumsum(ordered, dim=-1) - ordered >= top_p
+        probs = probs.clone()
+        probs[order[drop]] = 0.0
+        probs = probs / probs.sum()
+    return probs
+
+
+def exact_verify(torch: Any, probs: Any, draft: int, generator: Any) -> Choice:
+    """Accept `draft` with probability p(draft), else sample p without it (exact, point draft)."""
+    if float(torch.rand((), generator=generator)) < float(probs[draft]):
+        return draft, True
+    residual = probs.clone()
+    residual[draft] = 0.0
+    return int(torch.multinomial(residual / residual.sum(), 1, generator=generator)), False
+
+
+def biased_argmax_verify(torch: Any, probs: Any, draft: int, generator: Any) -> Choice:
+    """Fault injection: accept `draft` when it is the argmax, else sample p (mode-seeking)."""
+    if draft == int(torch.argmax(probs)):
+        return draft, True
+    return int(torch.multinomial(probs, 1, generator=generator)), False
+
+
+VERIFIERS: dict[str, Verifier] = {"exact": exact_verify, "biased-argmax": biased_argmax_verify}
 
 
 @dataclass
@@ -27,30 +74,37 @@ class Sampler:
     temperature: float
     top_p: float
     generator: Any = None
+    verify: str = "exact"
 
-    def choose(self, logits: Any, draft: int | None) -> tuple[int, bool]:
+    def choose(self, logits: Any, draft: int | None) -> Choice:
         """Return the token at this position and whether it is the draft, accepted."""
         if self.temperature <= 0.0:
             token = int(self.torch.argmax(logits))
             return token, token == draft
-        probs = self._probs(logits)
+        probs = target_probs(self.torch, logits, self.temperature, self.top_p)
         if draft is not None:
-            if float(self.torch.rand((), generator=self.generator)) < float(probs[draft]):
-                return draft, True
-            probs[draft] = 0.0
-            probs = probs / probs.sum()
+            return VERIFIERS[self.verify](self.torch, probs, draft, self.generator)
         return int(self.torch.multinomial(probs, 1, generator=self.generator)), False
 
-    def _probs(self, logits: Any) -> Any:
-        probs = self.torch.softmax(logits.double() / self.temperature, dim=-1)
-        if self.top_p < 1.0:
-            ordered, order = self.torch.sort(probs, descending=True)
-            # Keep the smallest prefix whose mass reaches top_p (the first token always).
-            drop = self.torch.cumsum(ordered, dim=-1) - ordered >= self.top_p
-            probs = probs.clone()
-            probs[order[drop]] = 0.0
-            probs = probs / probs.sum()
-        return probs
+
+@dataclass
+class TokenLogprobs:
+    """Collects each emitted token's log-probability under the target (raw logits, T = 1)."""
+
+    torch: Any
+    top: int = 0
+    entries: list[tuple[int, float, list[tuple[int, float]]]] | None = None
+
+    def record(self, row: Any, token: int) -> None:
+        """Note `token`'s log-probability in `row`, with the `top` most likely alternatives."""
+        logp = self.torch.log_softmax(row.double(), dim=-1)
+        best: list[tuple[int, float]] = []
+        if self.top:
+            values, ids = self.torch.topk(logp, self.top)
+            best = [(int(i), float(v)) for v, i in zip(values, ids, strict=True)]
+        if self.entries is None:
+            self.entries = []
+        self.entries.append((token, float(logp[token]), best))
 
 
 def decode_steps(
@@ -63,35 +117,74 @@ def decode_steps(
     drafter: NgramDrafter | None = None,
     k: int = 0,
     stats: SpecStats | None = None,
+    logprobs: TokenLogprobs | None = None,
 ) -> Iterator[list[int]]:
     """Yield the tokens of each model step: one when plain, up to k+1 when drafts hold."""
     cache = _new_cache(model)
+
+    def forward(tokens: list[int]) -> Any:
+        return _forward(model, torch, tokens, cache)
+
     with torch.inference_mode():
-        logits = _forward(model, torch, prompt, cache)
-        pending, _ = sampler.choose(logits[-1], None)
-        produced = [pending]
-        total = 1
-        while True:
-            if drafter is not None:
-                drafter.extend(produced)
-            yield produced
-            budget = max_tokens - total - 1  # a step yields at most len(draft) + 1 tokens
-            draft = drafter.propose(min(k, budget)) if drafter is not None else []
-            kept = cache_length(cache) + 1
-            rows = _forward(model, torch, [pending, *draft], cache)
-            produced = _verify(sampler, rows, draft)
-            accepted = len(produced) - 1
-            if stats is not None:
-                stats.observe(len(draft), accepted)
-            _truncate(cache, kept + accepted)
-            pending = produced[-1]
-            total += len(produced)
+        yield from speculate(
+            forward,
+            lambda keep: _truncate(cache, keep),
+            prompt,
+            sampler=sampler,
+            max_tokens=max_tokens,
+            drafter=drafter,
+            k=k,
+            stats=stats,
+            logprobs=logprobs,
+        )
 
 
-def _verify(sampler: Sampler, rows: Any, draft: list[int]) -> list[int]:
+def speculate(
+    forward: Forward,
+    truncate: Truncate,
+    prompt: list[int],
+    *,
+    sampler: Sampler,
+    max_tokens: int,
+    drafter: NgramDrafter | None = None,
+    k: int = 0,
+    stats: SpecStats | None = None,
+    logprobs: TokenLogprobs | None = None,
+) -> Iterator[list[int]]:
+    """Run the draft-and-verify loop over any model given as `forward` and `truncate`."""
+    logits = forward(prompt)
+    seen = len(prompt)
+    pending, _ = sampler.choose(logits[-1], None)
+    if logprobs is not None:
+        logprobs.record(logits[-1], pending)
+    produced = [pending]
+    total = 1
+    while True:
+        if drafter is not None:
+            drafter.extend(produced)
+        yield produced
+        budget = max_tokens - total - 1  # a step yields at most len(draft) + 1 tokens
+        draft = drafter.propose(min(k, budget)) if drafter is not None else []
+        kept = seen + 1
+        rows = forward([pending, *draft])
+        produced = _verify(sampler, rows, draft, logprobs)
+        accepted = len(produced) - 1
+        if stats is not None:
+            stats.observe(len(draft), accepted)
+        seen = kept + accepted
+        truncate(seen)
+        pending = produced[-1]
+        total += len(produced)
+
+
+def _verify(
+    sampler: Sampler, rows: Any, draft: list[int], logprobs: TokenLogprobs | None
+) -> list[int]:
     produced: list[int] = []
     for i in range(len(draft) + 1):
         token, accepted = sampler.choose(rows[i], draft[i] if i < len(draft) else None)
+        if logprobs is not None:
+            logprobs.record(rows[i], token)
         produced.append(token)
         if not accepted:
             break

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gate.engines.base import Emit, GenRequest, Outcome
-from gate.engines.decode import Sampler, decode_steps
+from gate.engines.decode import VERIFIERS, Sampler, TokenLogprobs, decode_steps
 from gate.engines.model import TRANSFORMERS_INSTALL, require
 from gate.engines.ngram import NgramDrafter
 from gate.engines.spec import NgramConfig, SpecStats
@@ -27,7 +27,13 @@ class TransformersBackend:
     name = "transformers"
     slots = 1
 
-    def __init__(self, gguf: Path, *, spec: NgramConfig | None, threads: int = 1) -> None:
+    def __init__(
+        self, gguf: Path, *, spec: NgramConfig | None, threads: int = 1, verify: str = "exact"
+    ) -> None:
+        if verify not in VERIFIERS:
+            raise ValueError(f"verify must be one of {', '.join(VERIFIERS)}")
+        # Fault injection only: a wrong verifier (`biased-argmax`) is never a default.
+        self.verify = verify
         # Everything comes from the local GGUF; never reach for a model hub.
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -48,10 +54,12 @@ class TransformersBackend:
         self.context = int(getattr(model.config, "max_position_embeddings", 2048))
         self.eos = _eos_ids(self.tokenizer, model)
 
-    def with_spec(self, spec: NgramConfig | None) -> TransformersBackend:
+    def with_spec(self, spec: NgramConfig | None, verify: str = "exact") -> TransformersBackend:
         """Return a backend sharing these weights with another speculative setting."""
+        if verify not in VERIFIERS:
+            raise ValueError(f"verify must be one of {', '.join(VERIFIERS)}")
         twin = copy.copy(self)
-        twin.spec = spec
+        twin.spec, twin.verify = spec, verify
         return twin
 
     def prompt_ids(self, request: GenRequest) -> list[int]:
@@ -76,6 +84,7 @@ class TransformersBackend:
             drafter = NgramDrafter(
                 prompt, n_min=spec.prompt_lookup_min, n_max=spec.prompt_lookup_max
             )
+        recorder = TokenLogprobs(self.torch, request.top_logprobs) if request.logprobs else None
         steps = decode_steps(
             self.model,
             self.torch,
@@ -85,11 +94,16 @@ class TransformersBackend:
             drafter=drafter,
             k=k,
             stats=stats,
+            logprobs=recorder,
         )
         text = _Text(self.tokenizer, request.stop)
         tokens: list[int] = []
-        finish = _consume(steps, tokens, text, self.eos, request.max_tokens, emit)
-        return Outcome(text.final, [], finish, len(prompt), len(tokens), stats)
+        entries = None if recorder is None else _Entries(self.tokenizer, recorder, tokens)
+        finish = _consume(steps, tokens, text, self.eos, request.max_tokens, emit, entries)
+        outcome = Outcome(text.final, [], finish, len(prompt), len(tokens), stats)
+        if entries is not None:
+            outcome.logprobs = entries.all()
+        return outcome
 
     def _sampler(self, request: GenRequest) -> Sampler:
         generator = None
@@ -99,11 +113,49 @@ class TransformersBackend:
                 generator.seed()
             else:
                 generator.manual_seed(request.seed)
-        return Sampler(self.torch, request.temperature, request.top_p, generator)
+        return Sampler(self.torch, request.temperature, request.top_p, generator, self.verify)
+
+
+class _Entries:
+    """The OpenAI chat `logprobs.content` entries of the answer's tokens, in order."""
+
+    def __init__(self, tokenizer: Any, recorder: TokenLogprobs, tokens: list[int]) -> None:
+        self.tokenizer, self.recorder, self.tokens = tokenizer, recorder, tokens
+        self.sent = 0
+
+    def entry(self, token: int, logprob: float) -> dict[str, Any]:
+        """Return one token's entry (its text, log-probability and UTF-8 bytes)."""
+        piece = self.tokenizer.decode([token], clean_up_tokenization_spaces=False)
+        return {"token": piece, "logprob": logprob, "bytes": list(piece.encode("utf-8"))}
+
+    def _make(self, start: int, end: int) -> list[dict[str, Any]]:
+        recorded = self.recorder.entries or []
+        out = []
+        for token, logprob, best in recorded[start:end]:
+            item = self.entry(token, logprob)
+            item["top_logprobs"] = [self.entry(t, lp) for t, lp in best]
+            out.append(item)
+        return out
+
+    def fresh(self) -> list[dict[str, Any]]:
+        """Return the entries not sent yet (streaming: with the delta that carries them)."""
+        out = self._make(self.sent, len(self.tokens))
+        self.sent = len(self.tokens)
+        return out
+
+    def all(self) -> list[dict[str, Any]]:
+        """Return the entries of every token of the answer."""
+        return self._make(0, len(self.tokens))
 
 
 def _consume(
-    steps: Any, tokens: list[int], text: _Text, eos: set[int], limit: int, emit: Emit
+    steps: Any,
+    tokens: list[int],
+    text: _Text,
+    eos: set[int],
+    limit: int,
+    emit: Emit,
+    entries: _Entries | None = None,
 ) -> str:
     """Take the steps' tokens until EOS, a stop string, the limit or the client's leaving."""
     try:
@@ -118,7 +170,11 @@ def _consume(
                     finish = "length"
                     break
             piece, stopped = text.update(tokens, final=finish is not None)
-            if piece and not emit({"content": piece}):
+            delta: dict[str, Any] = {"content": piece}
+            ending = stopped or finish is not None
+            if entries is not None and (piece or ending) and entries.sent < len(tokens):
+                delta["logprobs"] = entries.fresh()  # the last ones may carry no new text
+            if (piece or "logprobs" in delta) and not emit(delta):
                 return "abort"
             if stopped:
                 return "stop"

@@ -66,7 +66,7 @@ class LlamaCppBackend:
         """Stream one request through llama.cpp, forwarding its deltas."""
         counted = self.spec is not None and self.slots == 1
         before = self._counters() if counted else {}
-        state = _StreamState(emit)
+        state = _StreamState(emit, top=request.top_logprobs if request.logprobs else None)
         body = _body(request)
         handle = (
             self._server.handle_chat_completions
@@ -117,8 +117,11 @@ class LlamaCppBackend:
 class _StreamState:
     """Collects one llama.cpp stream: deltas out to `emit`, usage and timings kept."""
 
-    def __init__(self, emit: Emit) -> None:
+    def __init__(self, emit: Emit, *, top: int | None = None) -> None:
         self.emit = emit
+        # llama.cpp's entries in OpenAI chat form (with its token `id`), also for completions.
+        self.logprobs: list[dict[str, Any]] | None = None if top is None else []
+        self.top = top or 0
         self.text: list[str] = []
         self.finish_reason = "stop"
         self.usage: dict[str, int] = {}
@@ -147,11 +150,17 @@ class _StreamState:
     def _choice(self, choice: dict[str, Any]) -> None:
         if choice.get("finish_reason"):
             self.finish_reason = choice["finish_reason"]
-        delta = choice.get("delta")
-        content = delta.get("content") if isinstance(delta, dict) else choice.get("text")
-        if content:
-            self.text.append(content)
-            self.cancelled = not self.emit({"content": content}) or self.cancelled
+        given = choice.get("delta")
+        content = given.get("content") if isinstance(given, dict) else choice.get("text")
+        entries = (choice.get("logprobs") or {}).get("content") or []
+        delta: dict[str, Any] = {"content": content or ""}
+        if self.logprobs is not None and entries:
+            entries = [_top(entry, self.top) for entry in entries]
+            self.logprobs.extend(entries)
+            delta["logprobs"] = entries
+        if content or "logprobs" in delta:
+            self.text.append(content or "")
+            self.cancelled = not self.emit(delta) or self.cancelled
 
     def outcome(self) -> Outcome:
         """Return how the generation ended."""
@@ -160,6 +169,7 @@ class _StreamState:
             finish_reason="abort" if self.cancelled else self.finish_reason,
             prompt_tokens=int(self.usage.get("prompt_tokens", 0)),
             completion_tokens=int(self.usage.get("completion_tokens", 0)),
+            logprobs=self.logprobs,
         )
 
 
@@ -167,6 +177,10 @@ def _timed_stats(k: int, state: _StreamState) -> SpecStats:
     """Return the request's own drafted and accepted tokens (from its `timings`)."""
     steps = -(-state.drafted // k)  # each step drafts at most k tokens
     return SpecStats(k, steps, state.drafted, min(state.accepted, state.drafted))
+
+
+def _top(entry: dict[str, Any], top: int) -> dict[str, Any]:
+    return {**entry, "top_logprobs": (entry.get("top_logprobs") or [])[:top]}
 
 
 def _body(request: GenRequest) -> dict[str, Any]:
@@ -189,6 +203,11 @@ def _body(request: GenRequest) -> dict[str, Any]:
         body["seed"] = request.seed
     if request.stop:
         body["stop"] = list(request.stop)
+    if request.logprobs:
+        # llama.cpp returns no log-probabilities at all when asked for zero alternatives.
+        body["logprobs"] = True if request.chat else max(1, request.top_logprobs)
+        if request.chat:
+            body["top_logprobs"] = max(1, request.top_logprobs)
     if request.response_format is not None:
         body["response_format"] = request.response_format
     return body

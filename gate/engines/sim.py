@@ -173,6 +173,8 @@ def _whole(
         choice["message"] = {"role": "assistant", "content": text}
     else:
         choice["text"] = text
+    if body.get("logprobs") not in (None, False):
+        choice["logprobs"] = _logprobs(words, chat=chat)
     answer: dict[str, Any] = {
         "id": ident,
         "object": "chat.completion" if chat else "text_completion",
@@ -185,6 +187,20 @@ def _whole(
     if metrics:
         answer["metrics"] = metrics
     return answer
+
+
+def _logprobs(words: list[str], *, chat: bool) -> dict[str, Any]:
+    """Return made-up log-probabilities, one per word, in the request's OpenAI shape."""
+    values = [-0.25 * (1 + i % 4) for i in range(len(words))]
+    if not chat:
+        return {"tokens": words, "token_logprobs": values, "top_logprobs": None}
+    entries = zip(words, values, strict=True)
+    return {
+        "content": [
+            {"token": w, "logprob": v, "bytes": list(w.encode()), "top_logprobs": []}
+            for w, v in entries
+        ]
+    }
 
 
 def _metrics(profile: SimProfile, tokens: int) -> dict[str, Any]:

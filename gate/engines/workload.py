@@ -4,16 +4,18 @@ The built-in workload (86 requests) spans eight prompt classes, named in each bo
 `specgate.segment`: proofread and text_edit (a given text to correct or edit: mostly
 copying), code_edit (with tests), json_extraction (with a `json_schema` response format),
 tool_call (with tool definitions), rag (documents and a reference answer), chat, and
-creative (temperature 0.9, seeded). Evaluator inputs ride in the `specgate` field, which
-the gateway strips before the engines see the body. The copy-heavy classes give n-gram
-speculation text to copy; creative writing gives it none.
+creative (temperature 0.9, seeded: seeds 1000-1009 keep engine benchmarks reproducible,
+and a replay through the gateway draws fresh ones, `replay_body`). Evaluator inputs ride
+in the `specgate` field, which the gateway strips before the engines see the body. The
+copy-heavy classes give n-gram speculation text to copy; creative writing gives it none.
 """
 
 from __future__ import annotations
 
+import random
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,19 @@ class WorkloadItem:
     segment: str
     path: str
     body: dict[str, Any]
+    # The built-in workload chose its seeds itself, so a replay may change them.
+    owns_seed: bool = False
+
+    def replay_body(self, rng: random.Random) -> dict[str, Any]:
+        """Return the body with a seed the workload owns drawn afresh for this replay.
+
+        A fixed seed makes every replay of a sampled prompt the same draw, so the
+        sampled-parity test would compare one fixed answer per prompt and side; a fresh seed
+        per replay makes each side an independent draw from its route's distribution.
+        """
+        if not self.owns_seed or "seed" not in self.body:
+            return self.body
+        return {**self.body, "seed": rng.randrange(2**31)}
 
     @property
     def engine_body(self) -> dict[str, Any]:
@@ -55,7 +70,7 @@ def load_workload(
     """Load a JSONL workload (the built-in one by default), interleaved across segments."""
     # Interleaving makes any prefix (`limit`) cover every prompt class in turn.
     if path is None:
-        items = parse_jsonl(builtin_text(), source=BUILTIN)
+        items = [replace(i, owns_seed=True) for i in parse_jsonl(builtin_text(), source=BUILTIN)]
     else:
         try:
             items = parse_jsonl(path.read_text("utf-8"), source=str(path))

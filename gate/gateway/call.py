@@ -51,6 +51,8 @@ class Call:
     ctx: CallContext
     parent: Context | None
     prompt: str | None
+    # We asked the routes for logprobs the client did not ask for: strip them from its answer.
+    strip_logprobs: bool = False
 
 
 def reached(gw: Gateway, route: RouteTarget, result: CallResult) -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gate.db.enums import GenerationStatus
+from gate.gateway.logprobs import summarise
 
 
 @dataclass
@@ -40,6 +41,9 @@ class CallResult:
     drafts: int | None = None
     draft_tokens: int | None = None
     accepted_tokens: int | None = None
+    # The answer's token log-probabilities, summarised (non-streamed answers only for now).
+    logprob_tokens: int | None = None
+    logprob_sum: float | None = None
     text: list[str] = field(default_factory=list)
     tool_calls: dict[int, dict[str, Any]] = field(default_factory=dict)
     _last_content: float | None = None
@@ -112,6 +116,9 @@ class CallResult:
                     self.tool_calls[i] = call
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
+        summary = summarise(response)
+        if summary is not None:
+            self.logprob_tokens, self.logprob_sum = summary.tokens, summary.total
         self._common(response)
 
     def _content_at(self, now: float, count: int) -> None:

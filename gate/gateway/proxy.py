@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -18,6 +19,7 @@ from starlette.responses import Response
 
 from gate.db.enums import Cohort, GenerationStatus
 from gate.errors import BadRequest, GateError, NotFound
+from gate.gateway import logprobs
 from gate.gateway.call import Call, Gateway, reached, request_headers
 from gate.gateway.inputs import split_inputs
 from gate.gateway.intake import read_json_body, segment_of, tenant_of
@@ -109,6 +111,10 @@ async def _prepare(
     if stream and not wants_usage:
         upstream = {**upstream, "stream_options": {**(options or {}), "include_usage": True}}
     capture = assignment.sampled and gw.settings.capture_content
+    asked = assignment.sampled and gw.settings.ask_logprobs and not stream
+    asked = asked and not logprobs.wants_logprobs(upstream)
+    if asked:  # both sides get the same payload: asked alike
+        upstream = logprobs.ask(upstream)
     ctx = CallContext(
         routing=routing,
         endpoint=endpoint,
@@ -132,6 +138,7 @@ async def _prepare(
         ctx=ctx,
         parent=extract(request.headers),
         prompt=segments.prompt_text(upstream) if capture else None,
+        strip_logprobs=asked,
     )
     return call, assignment, declared.inputs
 
@@ -171,6 +178,8 @@ async def _serve_json(
     _finish(gw, span, route, cohort, result, call.prompt, fallback=fallback)
     if fallback:
         return await _serve_json(gw, call, call.routing.baseline, Cohort.BASELINE, canary=False)
+    if call.strip_logprobs and reply is not None and reply.status_code == 200:
+        reply = replace(reply, content=logprobs.strip_json(reply.content))
     return _reply_or_error(reply, result)
 
 

@@ -206,6 +206,8 @@ def _outcome(result: CallResult, *, fallback: bool) -> dict[str, Any]:
         A.SPEC_DRAFTS: result.drafts,
         A.SPEC_DRAFT_TOKENS: result.draft_tokens,
         A.SPEC_ACCEPTED_TOKENS: result.accepted_tokens,
+        A.LOGPROB_TOKENS: result.logprob_tokens,
+        A.LOGPROB_SUM: result.logprob_sum,
         A.ERROR: result.error,
     }
     values.update({key: value for key, value in optional.items() if value is not None})

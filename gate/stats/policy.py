@@ -189,20 +189,6 @@ class Policy(_Model):
             raise ValueError(f"segment_floors name undeclared segments: {sorted(unknown)}")
         return self
 
-    def kill_slots(self, evaluators_seen: int = 0, *, canary: bool = False) -> int:
-        """Return how many tests share the kill budget (fixed by the policy and mode in advance).
-
-        Each kill-capable guardrail of the registry (`gate.stats.registry`) takes its shares
-        in every segment it is tested in; each acceptance-collapse detector takes one.
-        """
-        from gate.stats.registry import kill_slots  # the registry reads policies
-
-        return kill_slots(self, evaluators_seen, canary=canary)
-
-    def alpha_kill_each(self, evaluators_seen: int = 0, *, canary: bool = False) -> float:
-        """Return the kill level of one guardrail x segment test (Bonferroni split)."""
-        return self.alpha_kill / self.kill_slots(evaluators_seen, canary=canary)
-
     def n_opt(self, segment: str) -> float:
         """Return the sample size where mixture boundaries are tuned to be tightest."""
         return float(self.min_pairs if segment == ALL else self.min_pairs / len(self.segments))

@@ -306,3 +306,8 @@ def kill_slots(policy: Policy, evaluators_seen: int = 0, *, canary: bool = False
         per = 1 if g.shadow is Family.COLLAPSE else len(g.segments(policy))
         total += g.kill_shares(policy, evaluators_seen, canary=canary) * per
     return total
+
+
+def alpha_kill_each(policy: Policy, evaluators_seen: int = 0, *, canary: bool = False) -> float:
+    """Return the kill level of one guardrail x segment test (Bonferroni split)."""
+    return policy.alpha_kill / kill_slots(policy, evaluators_seen, canary=canary)

@@ -6,7 +6,7 @@ simulation is the rule that runs in production.
 
 Rule, per look:
 * kill when any guardrail x segment cell is proven inside its kill region (its lower
-  bound, at alpha_kill / K, above `kill_at`; K is `Policy.kill_slots`, one family more in
+  bound, at alpha_kill / K, above `kill_at`; K is `registry.kill_slots`, one family more in
   canary mode for the cancel rate, so the union of all K tests has false-kill probability
   at most alpha_kill), or an acceptance collapse detector alarms (one per declared
   segment, one pooled over all requests, one pooled over undeclared segments; each takes
@@ -43,6 +43,7 @@ from gate.stats.registry import (
     Family,
     Rule,
     Source,
+    alpha_kill_each,
     collapse_segments,
     guardrails,
     metric_id,
@@ -213,7 +214,7 @@ _OPTIONAL_SOURCES = (Source.FEEDBACK, Source.GREEDY)
 def apply_rule(policy: Policy, stats: GateStats) -> LookFlags:
     """Apply the gate's rule to every look in `stats` at once."""
     evaluators = {m for m, _ in stats.cells if metric_id(m).evaluator is not None}
-    alpha_each = policy.alpha_kill_each(len(evaluators), canary=_canary(stats))
+    alpha_each = alpha_kill_each(policy, len(evaluators), canary=_canary(stats))
     harmful, inside, binding = {}, {}, {}
     for key, cell in stats.cells.items():
         rule = rule_for(policy, *key)

@@ -88,6 +88,9 @@ ENGINE_TPOT_S = "specgate.engine.tpot_s"
 SPEC_DRAFTS = "specgate.spec.drafts"  # int: speculative steps
 SPEC_DRAFT_TOKENS = "specgate.spec.draft_tokens"  # int
 SPEC_ACCEPTED_TOKENS = "specgate.spec.accepted_tokens"  # int
+# Token log-probabilities the answer carried (sampled parity): how many, and their sum.
+LOGPROB_TOKENS = "specgate.logprobs.tokens"  # int
+LOGPROB_SUM = "specgate.logprobs.sum"  # float
 FALLBACK = "specgate.fallback"  # bool: canary call that fell back to the baseline
 PROMPT = "specgate.prompt"  # captured prompt text (sampled pairs only, bounded)
 OUTPUT = "specgate.output"  # captured output text (sampled pairs only, bounded)

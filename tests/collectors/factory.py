@@ -103,6 +103,8 @@ def route_attributes(ids: Ids, cohort: str, pair_id: uuid.UUID, request_id: uuid
                 a.SPEC_DRAFTS: 40,
                 a.SPEC_DRAFT_TOKENS: 200,
                 a.SPEC_ACCEPTED_TOKENS: 60,
+                a.LOGPROB_TOKENS: 100,
+                a.LOGPROB_SUM: -73.5,
                 a.ENGINE_TTFT_S: 0.09,
                 a.ENGINE_TPOT_S: 0.01,
             }

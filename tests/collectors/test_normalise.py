@@ -54,6 +54,7 @@ def check_one_sampled_request(engine: Engine, ids: Ids) -> None:
     assert (cand.ttft_s, cand.tpot_s, cand.e2e_s) == (0.12, 0.011, 1.2)
     assert (cand.spec_drafts, cand.spec_draft_tokens, cand.spec_accepted_tokens) == (40, 200, 60)
     assert base.spec_drafts is None and base.status.value == "ok" and base.stream
+    assert (cand.logprob_tokens, cand.logprob_sum) == (100, -73.5) and base.logprob_sum is None
     assert (cand.model, cand.temperature, cand.max_tokens, cand.seed) == ("llama-3-8b", 0.0, 128, 7)
     assert (cand.finish_reason, cand.input_tokens, cand.output_tokens) == ("stop", 42, 100)
     assert cand.prompt == "fix this code" and cand.output == "answer from candidate"

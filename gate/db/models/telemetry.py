@@ -155,6 +155,10 @@ class Generation(Base):
     spec_drafts: Mapped[int | None] = mapped_column(Integer)
     spec_draft_tokens: Mapped[int | None] = mapped_column(Integer)
     spec_accepted_tokens: Mapped[int | None] = mapped_column(Integer)
+    # Sampled parity: how many answer tokens carried a log-probability, and their sum
+    # (the per-call statistic; the arrays are never stored).
+    logprob_tokens: Mapped[int | None] = mapped_column(Integer)
+    logprob_sum: Mapped[float | None] = mapped_column(Float)
     prompt: Mapped[str | None] = mapped_column(Text)
     output: Mapped[str | None] = mapped_column(Text)
     # Tool calls and other structured output, for the schema evaluator.

@@ -186,3 +186,33 @@ def test_engine_cli_refuses_bad_flags_in_one_line(args, message):
     assert result.returncode == 1
     assert result.stderr.startswith("specgate: error:") and message in result.stderr
     assert result.stderr.count("\n") == 1, result.stderr
+
+
+def test_logprobs_requests_in_both_openai_shapes():
+    chat = {"messages": [{"role": "user", "content": "x"}]}
+    asked = parse_request(
+        {**chat, "logprobs": True, "top_logprobs": 3}, chat=True, default_max_tokens=8
+    )
+    assert (asked.logprobs, asked.top_logprobs) == (True, 3)
+    assert not parse_request({**chat, "logprobs": False}, chat=True, default_max_tokens=8).logprobs
+    legacy = parse_request({"prompt": "x", "logprobs": 2}, chat=False, default_max_tokens=8)
+    assert (legacy.logprobs, legacy.top_logprobs) == (True, 2)
+    for body, chat_shape, message in [
+        ({**chat, "logprobs": 1}, True, "'logprobs' must be a boolean"),
+        ({**chat, "logprobs": True, "top_logprobs": 21}, True, "top_logprobs"),
+        ({"prompt": "x", "logprobs": 6}, False, r"\[0, 5\]"),
+    ]:
+        with pytest.raises(BadRequest, match=message):
+            parse_request(body, chat=chat_shape, default_max_tokens=8)
+
+
+def test_the_fault_injecting_verifier_needs_explicit_transformers_ngram():
+    from gate.engines.local import build_backend
+
+    spec = NgramConfig()
+    with pytest.raises(ConfigError, match="--verify must be one of"):
+        build_backend("transformers", spec=spec, verify="argmax")
+    with pytest.raises(ConfigError, match="needs --backend transformers with ngram"):
+        build_backend("llamacpp", spec=spec, verify="biased-argmax")
+    with pytest.raises(ConfigError, match="needs --backend transformers with ngram"):
+        build_backend("transformers", spec=None, verify="biased-argmax")

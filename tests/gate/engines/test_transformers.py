@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -110,3 +111,51 @@ def test_seeded_sampling_and_stop(engines):
     stopped = chat(url, PROMPTS[1], temperature=0, stop=[word])
     assert stopped["choices"][0]["finish_reason"] == "stop"
     assert stopped["choices"][0]["message"]["content"] == text[: text.index(word)]
+
+
+def stream_chunks(url: str, body: dict) -> list[dict]:
+    chunks = []
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=120) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                chunks.append(json.loads(line.removeprefix("data: ")))
+    return chunks
+
+
+def test_logprobs_in_the_openai_chat_format(engines):
+    url = engines["spec"]
+    answer = chat(url, PROMPTS[0], temperature=0, logprobs=True, top_logprobs=2)
+    choice = answer["choices"][0]
+    entries = choice["logprobs"]["content"]
+    assert len(entries) == answer["usage"]["completion_tokens"] == 16
+    assert "".join(e["token"] for e in entries) == choice["message"]["content"]
+    for entry in entries:
+        assert entry["logprob"] <= 0.0
+        assert bytes(entry["bytes"]) == entry["token"].encode()
+        assert [t["logprob"] for t in entry["top_logprobs"]] == sorted(
+            (t["logprob"] for t in entry["top_logprobs"]), reverse=True
+        )
+        # Greedy: the emitted token is the most likely one.
+        assert entry["top_logprobs"][0]["token"] == entry["token"]
+    # Speculation does not change what is reported: the plain engine gives the same values.
+    plain = chat(engines["plain"], PROMPTS[0], temperature=0, logprobs=True)
+    plain_entries = plain["choices"][0]["logprobs"]["content"]
+    assert [e["token"] for e in plain_entries] == [e["token"] for e in entries]
+    assert [e["logprob"] for e in plain_entries] == pytest.approx(
+        [e["logprob"] for e in entries], abs=1e-3
+    )
+    assert chat(url, PROMPTS[0], temperature=0)["choices"][0]["logprobs"] is None
+    body = {"messages": [{"role": "user", "content": PROMPTS[0]}], "max_tokens": 16}
+    streamed = stream_chunks(url, {**body, "temperature": 0, "stream": True, "logprobs": True})
+    pieces = [c["choices"][0]["logprobs"] for c in streamed if c["choices"]]
+    flat = [e["token"] for part in pieces if part for e in part["content"]]
+    assert flat == [e["token"] for e in entries]
+
+
+def test_fault_injected_verifier_is_never_the_default(backend):
+    assert backend.verify == "exact"
+    assert backend.with_spec(SPEC).verify == "exact"
+    assert backend.with_spec(SPEC, "biased-argmax").verify == "biased-argmax"
+    with pytest.raises(ValueError, match="verify must be one of"):
+        backend.with_spec(SPEC, "argmax")

@@ -78,3 +78,19 @@ def test_any_jsonl_of_openai_bodies_loads(tmp_path):
 def test_bad_workload_lines_are_named(text, message):
     with pytest.raises(ConfigError, match=message):
         parse_jsonl(text, source="w")
+
+
+def test_replays_of_the_builtin_workload_draw_fresh_seeds():
+    import random
+
+    rng = random.Random(3)
+    creative = [item for item in load_workload() if item.segment == "creative"]
+    fixed = set(range(1000, 1000 + len(creative)))
+    assert {item.body["seed"] for item in creative} == fixed
+    first = [item.replay_body(rng)["seed"] for item in creative]
+    second = [item.replay_body(rng)["seed"] for item in creative]
+    assert len(set(first + second)) == 2 * len(creative)  # every replay its own draw
+    assert {item.body["seed"] for item in creative} == fixed  # the items are not mutated
+    line = '{"messages": [{"role": "user", "content": "hi"}], "temperature": 1, "seed": 5}'
+    (own,) = parse_jsonl(line)
+    assert own.replay_body(rng)["seed"] == 5  # a user's workload keeps its seeds

@@ -6,6 +6,7 @@ import pytest
 
 from gate.errors import BadRequest
 from gate.stats.policy import DEFAULT_POLICY_YAML, Policy, at_stage, kill_alpha, load_policy
+from gate.stats.registry import alpha_kill_each, kill_slots
 
 
 def test_default_yaml_documents_exactly_the_model_defaults():
@@ -50,23 +51,23 @@ def test_kill_budget_is_split_over_guardrails_segments_and_detectors():
     policy = Policy()
     # 8 families + 4 evaluator slots, over 5 segments + pooled, + 7 collapse detectors
     # (5 segments, pooled, undeclared segments pooled).
-    assert policy.kill_slots() == 12 * 6 + 7
-    assert policy.alpha_kill_each() == pytest.approx(0.025 / 79)
+    assert kill_slots(policy) == 12 * 6 + 7
+    assert alpha_kill_each(policy) == pytest.approx(0.025 / 79)
     # More evaluators than slots are counted, and disabling a family frees budget.
-    assert policy.kill_slots(evaluators_seen=6) == 14 * 6 + 7
+    assert kill_slots(policy, evaluators_seen=6) == 14 * 6 + 7
     lean = load_policy("guardrails: {feedback: {enabled: false}}")
-    assert lean.kill_slots() == 11 * 6 + 7
+    assert kill_slots(lean) == 11 * 6 + 7
 
 
 def test_the_cancel_rate_takes_a_kill_share_in_canary_mode_only():
     policy = Policy()
     # Shadow: nobody waits on the mirrored candidate, so there is no cancel-rate test.
-    assert policy.kill_slots() == 12 * 6 + 7
-    assert policy.kill_slots(canary=True) == 13 * 6 + 7
-    assert policy.alpha_kill_each(canary=True) == pytest.approx(0.025 / 85)
+    assert kill_slots(policy) == 12 * 6 + 7
+    assert kill_slots(policy, canary=True) == 13 * 6 + 7
+    assert alpha_kill_each(policy, canary=True) == pytest.approx(0.025 / 85)
     assert policy.guardrails.cancels.margin == policy.guardrails.failures.margin
     off = load_policy("guardrails: {cancels: {enabled: false}}")
-    assert off.kill_slots(canary=True) == 12 * 6 + 7
+    assert kill_slots(off, canary=True) == 12 * 6 + 7
 
 
 def test_the_stages_share_alpha_kill_equally_and_spend_it_in_full():
@@ -80,7 +81,7 @@ def test_the_stages_share_alpha_kill_equally_and_spend_it_in_full():
     with pytest.raises(ValueError, match="at least 0"):
         kill_alpha(policy, -1)
     staged = at_stage(policy, 2)
-    assert staged.alpha_kill_each() == pytest.approx(policy.alpha_kill_each() / 4)
+    assert alpha_kill_each(staged) == pytest.approx(alpha_kill_each(policy) / 4)
     assert staged.model_copy(update={"alpha_kill": policy.alpha_kill}) == policy
 
 

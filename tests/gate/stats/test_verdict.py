@@ -12,6 +12,7 @@ import pytest
 from gate.db.enums import Decision
 from gate.stats.betting import diff_interval
 from gate.stats.policy import ALL, Policy, load_policy
+from gate.stats.registry import alpha_kill_each
 from gate.stats.rule import GateStats
 from gate.stats.sequences import CohortCounts, MeanStats, PairedCounts
 from gate.stats.verdict import decide
@@ -81,7 +82,7 @@ def test_acceptance_below_floor_kills_and_reads_in_acceptance_units():
 
 
 def test_acceptance_collapse_alarm_kills():
-    threshold = math.log(POLICY.guardrails.acceptance.collapse_horizon / POLICY.alpha_kill_each())
+    threshold = math.log(POLICY.guardrails.acceptance.collapse_horizon / alpha_kill_each(POLICY))
     stats = replace(healthy(), collapse={"code": threshold + 0.1, "chat": threshold - 1})
     verdict = decide(POLICY, stats)
     assert verdict.decision is Decision.KILL
@@ -171,7 +172,7 @@ def test_reported_interval_is_the_one_the_decision_used():
     cell = next(c for c in verdict.cells if (c.metric, c.segment) == ("failures", "json"))
     direct = diff_interval(
         stats.cells[("failures", "json")],
-        alpha_lower=POLICY.alpha_kill_each(1),
+        alpha_lower=alpha_kill_each(POLICY, 1),
         alpha_upper=POLICY.alpha_promote,
     )
     assert (cell.lower, cell.upper) == pytest.approx((float(direct.lower), float(direct.upper)))
