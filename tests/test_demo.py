@@ -47,7 +47,10 @@ def test_demo_replays_the_workload_and_prints_a_verdict(tmp_path):
         spec = [g for g in db.scalars(select(Generation)) if g.cohort.value == "candidate"]
         assert sum(g.spec_draft_tokens or 0 for g in spec) > 0
         assert db.scalars(select(Evaluation)).first() is not None
-        assert db.scalars(select(Verdict)).one().n_pairs >= 0
+        # The demo judges once at the end; on a slow machine the embedded periodic gate
+        # (every SPECGATE_GATE_INTERVAL_S) may have judged it before, so take the newest.
+        verdicts = db.scalars(select(Verdict).order_by(Verdict.id)).all()
+        assert verdicts and verdicts[-1].n_pairs >= 0
         # Each request waited for the previous mirror: the candidate engine was idle when a
         # request came in, so its TTFT is not a queue behind earlier mirrors.
         requests = db.scalars(select(RequestRecord)).all()
