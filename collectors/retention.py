@@ -35,6 +35,16 @@ class PurgeResult:
     generations_scrubbed: int
     requests_scrubbed: int
 
+    @property
+    def touched(self) -> int:
+        """All rows deleted or scrubbed."""
+        return (
+            self.spans_deleted
+            + self.spans_scrubbed
+            + self.generations_scrubbed
+            + self.requests_scrubbed
+        )
+
 
 def run_purge(settings: Settings) -> PurgeResult:
     """Purge once with a fresh engine (what a periodic task calls)."""

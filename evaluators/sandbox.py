@@ -20,10 +20,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evaluators.jail import Probe, probe
 from evaluators.sandbox_box import Box, Outcome, run_box
+from evaluators.secrets import configured_secrets
+
+if TYPE_CHECKING:
+    from gate.settings import Settings
 
 log = logging.getLogger("specgate.sandbox")
 HARNESS = Path(__file__).with_name("sandbox_child.py")
@@ -75,6 +79,19 @@ class _Config:
 def configure(config: SandboxConfig) -> None:
     """Set this process's sandbox settings (worker start-up, from `Settings`)."""
     _Config.current = config
+
+
+def configure_from(settings: Settings) -> None:
+    """Set this process's sandbox from its settings: a Celery worker's, or the process
+    that evaluates in place without Redis (`gate.pairs.runner`)."""
+    configure(
+        SandboxConfig(
+            settings.sandbox_bwrap,
+            settings.sandbox_uid,
+            configured_secrets(settings),
+            settings.sandbox_memory_total_mb,
+        )
+    )
 
 
 def current_config() -> SandboxConfig:

@@ -91,7 +91,7 @@ def purge(settings: Settings, sessions: sessionmaker[Session]) -> int:
     result = run_purge(settings)
     with sessions() as session, session.begin():
         keys = purge_keys(session, max_age_s=settings.idempotency_key_max_age_s)
-    return keys + sum(value for value in vars(result).values() if isinstance(value, int))
+    return keys + result.touched
 
 
 def weekly_report(settings: Settings) -> int:

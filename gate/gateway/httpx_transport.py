@@ -6,7 +6,9 @@ its protocol callbacks, so that the reader knows whether the end of the body cam
 the last bytes it handed out (`at_end`) without waiting for more. Above HIGH_WATER_BYTES
 unread, the task stops reading until the reader catches up. httpx's own failures become
 the transport's errors; its default headers (user agent, accept-encoding...) are not sent,
-so a route sees what the http1 client sends.
+so a route sees what the http1 client sends. As the http1 client, a request whose reused
+connection the upstream closed as it went (no answer, within RETRY_WINDOW_S) is sent once
+more on a new connection.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import AsyncIterator, Mapping
 
 import httpx
 
-from gate.gateway.http1 import HIGH_WATER_BYTES
+from gate.gateway.http1 import HIGH_WATER_BYTES, RETRY_WINDOW_S
 from gate.gateway.transport import ConnectTimeout, Unreachable, UpstreamError, check_header
 
 # As the http1 client: below uvicorn's (and so vLLM's) 5 s keep-alive.
@@ -59,8 +61,12 @@ class HttpxTransport:
             check_header(name, value)
         raw = [(n.encode("latin-1"), v.encode("latin-1")) for n, v in headers.items()]
         try:
-            request = self._client.build_request("POST", url, content=body, headers=raw)
-            response = await self._client.send(request, stream=True)
+            try:
+                return await self._send(url, body, raw)
+            except _FreshFailure:
+                # The upstream closed the kept-alive connection as we wrote: one new try,
+                # as the http1 client does.
+                return await self._send(url, body, raw, retry=False)
         except httpx.ConnectTimeout:
             raise ConnectTimeout(
                 f"no connection to {_authority(url)} within {self.connect_timeout_s} s"
@@ -71,12 +77,54 @@ class HttpxTransport:
             raise TimeoutError("no answer from the upstream within the read timeout") from None
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise UpstreamError(f"{type(exc).__name__}: {exc}") from exc
+
+    async def _send(
+        self, url: str, body: bytes, headers: list[tuple[bytes, bytes]], *, retry: bool = True
+    ) -> HttpxResponse:
+        attempt = _Attempt()
+        request = self._client.build_request(
+            "POST", url, content=body, headers=headers, extensions={"trace": attempt.trace}
+        )
+        try:
+            response = await self._client.send(request, stream=True)
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+            if retry and attempt.fresh_failure():
+                raise _FreshFailure from exc
+            raise
         return HttpxResponse(response)
 
     async def close(self) -> None:
         """Close every idle connection; later calls are refused."""
         self._closed = True
         await self._client.aclose()
+
+
+class _FreshFailure(Exception):
+    """A reused connection died right after the request went, before any answer."""
+
+
+class _Attempt:
+    """What httpcore's trace tells about one send: whether it opened a connection (else
+    it reused a kept-alive one) and when the request had been written."""
+
+    def __init__(self) -> None:
+        self.reused = True
+        self.sent_at: float | None = None
+
+    async def trace(self, name: str, info: Mapping[str, object]) -> None:
+        if name.startswith("connection.connect_tcp."):
+            self.reused = False
+        elif name == "http11.send_request_body.complete":
+            self.sent_at = asyncio.get_running_loop().time()
+
+    def fresh_failure(self) -> bool:
+        """A reused connection failed while the request was written or within
+        RETRY_WINDOW_S after, without an answer (httpx raises before the head arrived):
+        the upstream was closing it, safe to send again."""
+        if not self.reused:
+            return False
+        now = asyncio.get_running_loop().time()
+        return self.sent_at is None or now - self.sent_at < RETRY_WINDOW_S
 
 
 class HttpxResponse:

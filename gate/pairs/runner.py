@@ -55,6 +55,9 @@ def evaluation_queue(settings: Settings, sessions: sessionmaker[Session]) -> Enq
         from gate.worker.app import make_celery, pair_enqueuer
 
         return pair_enqueuer(make_celery(settings))
+    from evaluators.sandbox import configure_from  # the evaluators run here: box them so
+
+    configure_from(settings)
     return InProcessEvaluations(sessions)
 
 

@@ -15,8 +15,7 @@ from typing import Any
 from celery import Celery
 from celery.schedules import crontab
 
-from evaluators.sandbox import SandboxConfig, configure
-from evaluators.secrets import configured_secrets
+from evaluators.sandbox import configure_from
 from gate.periodic import JOBS, Period, Weekly
 from gate.settings import Settings
 from gate.worker.runtime import QUEUE, set_runtime_settings
@@ -32,14 +31,7 @@ TIME_LIMIT_S = 300
 def make_celery(settings: Settings, *, visibility_timeout_s: float = 3600.0) -> Celery:
     """Build the app; without a Redis URL tasks run eagerly in the calling process."""
     set_runtime_settings(settings)
-    configure(
-        SandboxConfig(
-            settings.sandbox_bwrap,
-            settings.sandbox_uid,
-            configured_secrets(settings),
-            settings.sandbox_memory_total_mb,
-        )
-    )
+    configure_from(settings)
     # The tasks are registered (shared) when `gate.worker.tasks` is imported, above.
     app = Celery("specgate", include=["gate.worker.tasks"], set_as_current=True)
     app.conf.update(

@@ -16,7 +16,6 @@ from sqlalchemy import Engine, select
 from sqlalchemy.engine import make_url
 
 from collectors.app import create_app
-from collectors.settings import load_collector_settings
 from gate.db.models import SpanRecord
 from gate.settings import load_settings
 from tests.collectors.sdk import record_requests
@@ -145,9 +144,7 @@ def test_spans_acknowledged_before_a_sigkill_are_in_postgres_after_restart(
 def test_spooling_an_overflow_does_not_block_the_event_loop(pg_url, pg_ids, tmp_path):
     registry = CollectorRegistry()
     settings = load_settings(database_url=pg_url, home=tmp_path)
-    app = create_app(
-        settings, load_collector_settings(collector_queue_max_spans=5), registry=registry
-    )
+    app = create_app(settings, load_settings(collector_queue_max_spans=5), registry=registry)
     body = encode_spans(record_requests(pg_ids, 10)).SerializeToString()  # more than the queue
     with serving(app) as base, httpx.Client(base_url=base, timeout=60) as client:
         spool = app.state.pipeline.writer.spool
@@ -167,7 +164,7 @@ def test_with_the_spool_full_in_an_outage_senders_get_503_and_no_success_is_lost
     url = make_url(pg_url)
     proxy = TcpProxy(url.host or "127.0.0.1", url.port or 5432)
     proxied = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
-    collector = load_collector_settings(
+    collector = load_settings(
         collector_spool_max_bytes=60_000,
         collector_retry_initial_s=0.05,
         collector_retry_max_s=0.2,

@@ -12,7 +12,6 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine, func, select
 
 from collectors.app import create_app
-from collectors.settings import load_collector_settings
 from gate.db.models import Generation, Pair, SpanRecord
 from gate.settings import load_settings
 from tests.collectors.sdk import record_requests
@@ -35,7 +34,7 @@ def wait_for(engine: Engine, model: type, expected: int, timeout: float = 20.0) 
 
 def test_sdk_exporter_spans_land_in_postgres_once(pg_url, pg_engine, pg_ids, tmp_path):
     settings = load_settings(database_url=pg_url, home=tmp_path)
-    collector = load_collector_settings(collector_flush_interval_s=0.05)
+    collector = load_settings(collector_flush_interval_s=0.05)
     landed: list[tuple[list[int], list]] = []
     registry = CollectorRegistry()
     app = create_app(

@@ -10,7 +10,6 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from collectors.pipeline import open_pipeline
-from collectors.settings import load_collector_settings
 from gate.db.models import Generation, SpanRecord
 from gate.settings import load_settings
 from tests.collectors.sdk import RESOURCE, record_requests
@@ -19,7 +18,7 @@ from tests.collectors.sdk import RESOURCE, record_requests
 def test_the_embedded_exporter_feeds_the_same_sink(sqlite_url, sqlite_ids, sqlite_engine, tmp_path):
     pipeline = open_pipeline(
         load_settings(database_url=sqlite_url, home=tmp_path),
-        load_collector_settings(collector_flush_interval_s=0.02),
+        load_settings(collector_flush_interval_s=0.02),
         registry=CollectorRegistry(),
     )
     provider = TracerProvider(resource=RESOURCE)

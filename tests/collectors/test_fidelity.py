@@ -11,7 +11,6 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine, select
 
 from collectors.app import create_app
-from collectors.settings import load_collector_settings
 from collectors.spans import NUL_REMOVED
 from gate.db.models import Generation, SpanRecord
 from gate.settings import load_settings
@@ -36,7 +35,7 @@ def test_a_multi_member_gzip_body_lands_whole_and_a_lower_case_bearer_is_let_in(
     pg_url, pg_engine, pg_ids, tmp_path
 ):
     settings = load_settings(database_url=pg_url, home=tmp_path)
-    app = create_app(settings, load_collector_settings(collector_token="s3cret"))
+    app = create_app(settings, load_settings(collector_token="s3cret"))
     first, second = record_requests(pg_ids, 1), record_requests(pg_ids, 1)
     members = [gzip.compress(encode_spans(spans).SerializeToString()) for spans in (first, second)]
     headers = {**GZIP_PROTOBUF, "Authorization": "bearer s3cret"}

@@ -11,7 +11,6 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 
 from collectors.pipeline import open_pipeline
-from collectors.settings import load_collector_settings
 from gate.db.models import Generation, SpanRecord
 from gate.settings import load_settings
 from tests.collectors.factory import gateway_spans
@@ -25,7 +24,7 @@ def test_spans_survive_a_database_outage_and_land_exactly_once(pg_url, pg_engine
     proxy = TcpProxy(url.host or "127.0.0.1", url.port or 5432)
     proxied = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
     registry = CollectorRegistry()
-    collector = load_collector_settings(
+    collector = load_settings(
         collector_flush_interval_s=0.02,
         collector_batch_max_spans=40,
         collector_retry_initial_s=0.05,

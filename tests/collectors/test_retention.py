@@ -9,9 +9,9 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from collectors.retention import purge
-from collectors.settings import load_collector_settings
 from collectors.store import SpanStore
 from gate.db.models import Generation, RequestRecord, SpanRecord
+from gate.settings import load_settings
 from gate.telemetry import attributes as a
 from tests.collectors.factory import START, Ids, gateway_spans
 
@@ -21,7 +21,7 @@ def check_purge(engine: Engine, ids: Ids) -> None:
     store.write(gateway_spans(ids))
     # A span kept raw (one that failed to normalise) still carries its own content.
     store.write([gateway_spans(ids)[1]], normalise_rows=False)
-    settings = load_collector_settings(
+    settings = load_settings(
         retention_content_days=7, retention_spans_days=30, retention_batch_rows=2
     )
     fresh = purge(engine, settings, now=START + timedelta(days=3))

@@ -13,7 +13,6 @@ from sqlalchemy import Engine, select
 
 from collectors.app import create_app
 from collectors.exporter import SinkSpanExporter, plain
-from collectors.settings import load_collector_settings
 from collectors.spans import to_unix_nano
 from gate.db.models import SpanRecord
 from gate.settings import load_settings
@@ -67,7 +66,7 @@ def nanos(row: SpanRecord, which: str) -> int:
 @pytest.mark.usefixtures("pg_committing")
 def test_sdk_spans_round_trip_through_postgres_field_by_field(pg_url, pg_engine, tmp_path):
     spans = record()
-    app = create_app(load_settings(database_url=pg_url, home=tmp_path), load_collector_settings())
+    app = create_app(load_settings(database_url=pg_url, home=tmp_path), load_settings())
     with serving(app) as base:
         exporter = OTLPSpanExporter(endpoint=f"{base}/v1/traces")
         assert exporter.export(spans) is SpanExportResult.SUCCESS

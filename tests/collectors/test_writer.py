@@ -10,7 +10,6 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import func, select, text
 
 from collectors.pipeline import open_pipeline
-from collectors.settings import load_collector_settings
 from gate.db.models import Generation, SpanRecord
 from gate.settings import load_settings
 from gate.telemetry import attributes as a
@@ -21,7 +20,7 @@ UNREACHABLE = "postgresql+psycopg://postgres@127.0.0.1:9/nowhere"
 
 
 def start(url, home, registry, **overrides):
-    collector = load_collector_settings(
+    collector = load_settings(
         collector_flush_interval_s=0.02, collector_retry_initial_s=0.05, **overrides
     )
     return open_pipeline(load_settings(database_url=url, home=home), collector, registry=registry)

@@ -18,11 +18,10 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ProgrammingError
 
-from collectors.settings import CollectorSettings
 from gate.cli.routes_launch import load_route_file, vllm_args
 from gate.db import migrate
 from gate.db.enums import RouteRole
-from gate.settings import Settings
+from gate.settings import CollectorSettings, Settings
 from tests.conftest import create_database, drop_database
 from tests.deploy import compose
 from tests.deploy.tools import HEARTBEATS, assert_cli_command, assert_heartbeat_check, run, tool

@@ -8,8 +8,7 @@ import shlex
 
 import pytest
 
-from collectors.settings import CollectorSettings
-from gate.settings import Settings
+from gate.settings import CollectorSettings, Settings
 from tests.deploy.compose import ROOT
 from tests.deploy.tools import assert_cli_command
 

@@ -16,8 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from collectors.settings import CollectorSettings
-from gate.settings import Settings
+from gate.settings import CollectorSettings, Settings
 from tests.deploy.compose import ROOT
 from tests.deploy.tools import (
     HEARTBEATS,

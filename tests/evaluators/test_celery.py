@@ -14,13 +14,13 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import sessionmaker
 from typer.testing import CliRunner
 
-from evaluators.celery_app import enqueue_pair_evaluation, make_celery, pair_enqueuer
 from gate.cli import worker
 from gate.db.engine import make_engine
 from gate.db.enums import Cohort, GenerationStatus
 from gate.db.models import Evaluation, Generation
 from gate.errors import ConfigError
 from gate.settings import load_settings
+from gate.worker.app import enqueue_pair_evaluation, make_celery, pair_enqueuer
 from tests.evaluators.factories import RIGHT, make_pair, make_rollout
 
 OK = GenerationStatus.OK

@@ -53,7 +53,7 @@ def test_the_loop_runs_each_job_at_its_interval_and_survives_failures():
 
 
 def test_beat_schedules_the_gate_tasks(tmp_path):
-    from evaluators.celery_app import make_celery
+    from gate.worker.app import make_celery
 
     settings = Settings(
         home=tmp_path,

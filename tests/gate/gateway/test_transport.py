@@ -10,7 +10,7 @@ import socket
 
 import pytest
 
-from gate.gateway.http1 import HIGH_WATER_BYTES, Pool
+from gate.gateway.http1 import HIGH_WATER_BYTES, RETRY_WINDOW_S, Pool
 from gate.gateway.httpx_transport import HttpxTransport
 from gate.gateway.transport import (
     TRANSPORTS,
@@ -174,6 +174,52 @@ def test_broken_answers_are_upstream_errors(make, answer):
         await client.close()
 
     asyncio.run(serving(answering(answer), work))
+
+
+def test_a_reused_connection_the_upstream_closes_as_the_request_goes_is_retried_once(make):
+    # The upstream (uvicorn's keep-alive, a restarting engine) hangs up on a kept-alive
+    # connection just as the next request is written: nothing was answered, so the
+    # request goes again on a new connection, whichever client the gateway runs.
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(reply(b"{}"))
+        await read_request(reader)  # the second request on this connection: hang up
+
+    async def work(base: str) -> None:
+        client = make()
+        for _ in range(3):
+            assert await (await client.post(f"{base}/x", b"", {})).read() == b"{}"
+        await client.close()
+
+    # first call: connection 1; second: 1 dies unanswered, 2 answers; third: 2 dies, 3
+    assert asyncio.run(serving(handler, work)) == 3
+
+
+def test_a_reused_connection_that_dies_late_is_not_retried(make):
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(reply(b"{}"))
+        await read_request(reader)
+        await asyncio.sleep(RETRY_WINDOW_S + 0.3)  # "generating", then the upstream dies
+
+    async def work(base: str) -> None:
+        client = make()
+        assert await (await client.post(f"{base}/x", b"", {})).read() == b"{}"
+        with pytest.raises(UpstreamError):
+            await client.post(f"{base}/x", b"", {})
+        await client.close()
+
+    assert asyncio.run(serving(handler, work)) == 1
+
+
+def test_a_new_connection_that_dies_unanswered_is_not_retried(make):
+    async def work(base: str) -> None:
+        client = make()
+        with pytest.raises(UpstreamError):
+            await client.post(f"{base}/x", b"", {})
+        await client.close()
+
+    assert asyncio.run(serving(answering(b""), work)) == 1
 
 
 def test_an_unreachable_route_is_unreachable(make):

@@ -49,3 +49,16 @@ def test_the_embedded_loops_weekly_job_writes_and_stores_the_report(sqlite_url, 
     assert isinstance(report_id, int) and report_id > 0
     written = list((tmp_path / "reports").rglob("*.md"))
     assert written, "the report's Markdown is written under SPECGATE_HOME/reports"
+
+
+def test_every_job_runs_to_its_end_in_the_loop_and_as_beats_task(sqlite_url, tmp_path):
+    # A job that raises after its work is logged as failing on every turn (the loop) and
+    # ends as a failed task (beat): each one must run through on a store with nothing to do.
+    settings = Settings(home=tmp_path, database_url=sqlite_url)
+    context = JobContext(settings, session_factory(make_engine(sqlite_url)), None, [].extend)
+    for job in jobs(context):
+        assert isinstance(job.run(), int), job.name
+    app = make_celery(settings)
+    for job in JOBS:
+        result = app.tasks[job.task].apply()
+        assert result.successful(), (job.task, result.result)
