@@ -265,6 +265,15 @@ def at_stage(policy: Policy, stage_index: int) -> Policy:
     return policy.model_copy(update={"alpha_kill": kill_alpha(policy, stage_index)})
 
 
+def next_stage_share(policy: Policy, stage_index: int) -> float:
+    """Return the candidate's traffic share once stage `stage_index` promotes (1.0 at the end).
+
+    Promoting the last stage hands the candidate all traffic, hence 1.0 there.
+    """
+    following = stage_index + 1
+    return policy.stages[following] / 100.0 if following < len(policy.stages) else 1.0
+
+
 def log_ratio(relative: float) -> float:
     """Return the log-ratio threshold of a relative change (0.10 -> log 1.10)."""
     return math.log1p(relative)

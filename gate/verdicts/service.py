@@ -4,8 +4,9 @@ Each run is one look at the stage's evaluated pairs (closed, their evaluations l
 The gate's intervals are anytime-valid, so looking at every run (every minute, every
 dashboard reload, every `gate check`) does not inflate its error rates. Postgres shadow
 rollouts fold the pairs evaluated since the last run into stored sufficient statistics
-(`gate.verdicts.folds`), so a run costs the new pairs, not all of them; SQLite and canary
-rollouts replay the same pair records that `specgate pairs export` writes, in the same
+(`gate.verdicts.folds`), so a run costs the new pairs, not all of them, unless the policy
+enables the load bands (the default), whose per-pair loads the fold's SQL does not build;
+SQLite and canary rollouts, and those, replay the same pair records that `specgate pairs export` writes, in the same
 (fold) order, so both paths judge the same pairs alike.
 """
 
@@ -28,6 +29,7 @@ from gate.routing import service as routing
 from gate.routing.pubsub import Publisher
 from gate.stats import incremental
 from gate.stats.policy import Policy, at_stage, load_policy
+from gate.stats.registry import banded
 from gate.stats.replay import replay
 from gate.stats.verdict import VerdictResult, decide
 from gate.verdicts import folds, slices
@@ -46,8 +48,11 @@ AUTOMATIC = {Decision.KILL: Action.KILL, Decision.HOLD: Action.HOLD}
 
 def compute(session: Session, *, rollout: Rollout, policy: Policy) -> VerdictResult:
     """Return the verdict on the rollout's current stage (at its share of alpha_kill)."""
-    # A guardrail whose statistics the fold's SQL does not build yet is judged by replay.
-    foldable = all(slices.foldable(g) for g in incremental.folded())
+    # A guardrail whose statistics the fold's SQL does not build yet is judged by replay
+    # (the load bands: each pair's load is interpolated from scrapes, not a column).
+    bands = banded(policy)
+    judged = [*incremental.folded(), *([bands] if bands is not None else [])]
+    foldable = all(slices.foldable(g) for g in judged)
     if storage.of(session).folds_in_sql and rollout.mode is RolloutMode.SHADOW and foldable:
         state = folds.fold(session, rollout_id=rollout.id, stage=rollout.stage, policy=policy)
         if not state.pairs:
