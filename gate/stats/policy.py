@@ -15,6 +15,7 @@ segment sees a fraction of the traffic.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
@@ -131,7 +132,7 @@ class LoadBands(_Model):
     @field_validator("edges")
     @classmethod
     def _rising(cls, value: list[float]) -> list[float]:
-        if any(a >= b for a, b in zip(value, value[1:], strict=False)):
+        if any(a >= b for a, b in itertools.pairwise(value)):
             raise ValueError("load band edges must rise strictly")
         return value
 

@@ -182,9 +182,7 @@ class _Builder:
         )
 
 
-_COLUMNS = (
-    "segment created control dropped failed cancelled ttft tpot e2e feedback acceptance load"
-)
+_COLUMNS = "segment created control dropped failed cancelled ttft tpot e2e feedback acceptance load"
 
 
 def columns(records: Sequence[Record], policy: Policy, mode: RolloutMode) -> PairColumns:

@@ -326,9 +326,11 @@ def band_intervals(policy: Policy, bands: BandStats) -> list[Interval]:
     """Return each band's log-ratio interval, both bounds at alpha_promote."""
     return [
         mean_interval(
-            g, alpha_lower=policy.alpha_promote, alpha_upper=policy.alpha_promote,
+            g,
+            alpha_lower=policy.alpha_promote,
+            alpha_upper=policy.alpha_promote,
             n_opt=policy.n_opt(ALL) / len(bands.gain),
-        )  # fmt: skip
+        )
         for g in bands.gain
     ]
 

@@ -43,7 +43,7 @@ from gate.db.enums import RolloutMode
 from gate.stats.cumulative import PairColumns, looks_every, to_stats
 from gate.stats.ids import UNDECLARED
 from gate.stats.kayenta import kayenta_fails
-from gate.stats.policy import Policy, at_stage
+from gate.stats.policy import Policy, at_stage, next_stage_share
 from gate.stats.rule import Code, LookFlags, apply_rule
 from gate.stats.sequences import BoolArray, FloatArray, IntArray
 
@@ -377,8 +377,6 @@ def run_stages(s: Scenario, policy: Policy, *, runs: int = 400, seed: int = 0) -
     of the baseline's), the rule runs at that stage's alpha_kill share and compares with the
     next stage's share; a promotion moves the run on, any other decision ends it.
     """
-    from gate.stats.policy import next_stage_share  # noqa: PLC0415 (kept beside its use)
-
     rng = np.random.default_rng(seed)
     looks = looks_every(s.pairs, s.every)
     n_stages = len(policy.stages)

@@ -125,10 +125,15 @@ def band_results(policy: Policy, stats: GateStats) -> tuple[BandResult, ...]:
         est, lo, hi = (float(np.asarray(v)) for v in (got.estimate, got.lower, got.upper))
         out.append(
             BandResult(
-                band=label, ratio=math.exp(est), lower=math.exp(lo), upper=math.exp(hi), n=n,
+                band=label,
+                ratio=math.exp(est),
+                lower=math.exp(lo),
+                upper=math.exp(hi),
+                n=n,
                 candidate_load=float(np.asarray(cand)) / n,
-                baseline_load=float(np.asarray(base)) / n, proven=hi < goal,
-            )  # fmt: skip
+                baseline_load=float(np.asarray(base)) / n,
+                proven=hi < goal,
+            )
         )
     return tuple(out)
 

@@ -6,8 +6,8 @@ dashboard reload, every `gate check`) does not inflate its error rates. Postgres
 rollouts fold the pairs evaluated since the last run into stored sufficient statistics
 (`gate.verdicts.folds`), so a run costs the new pairs, not all of them, unless the policy
 enables the load bands (the default), whose per-pair loads the fold's SQL does not build;
-SQLite and canary rollouts, and those, replay the same pair records that `specgate pairs export` writes, in the same
-(fold) order, so both paths judge the same pairs alike.
+SQLite and canary rollouts, and those, replay the same pair records that `specgate pairs
+export` writes, in the same (fold) order, so both paths judge the same pairs alike.
 """
 
 from __future__ import annotations
