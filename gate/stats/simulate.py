@@ -300,6 +300,9 @@ def to_records(cols: PairColumns, policy: Policy, run: int = 0) -> list[dict[str
     out = []
     for i in range(cols.segment.shape[-1]):
         sides = [_side(cols, run, i, k) for k in (0, 1)]
+        if cols.load is not None:
+            for k, side in enumerate(sides):
+                side["load"] = float(cols.load[run, i, k])
         rate = float(cols.acceptance[run, i])
         if np.isfinite(rate):  # NaN: a canary pair the candidate did not serve
             sides[1]["draft_tokens"] = 100
