@@ -88,6 +88,10 @@ class VerdictResult:
         """Return the per-cell table as JSON-ready dicts (for the verdicts table)."""
         return [_json_ready(asdict(cell)) for cell in self.cells]
 
+    def band_rows(self) -> list[dict[str, Any]]:
+        """Return the load bands as JSON-ready dicts (for the verdicts table)."""
+        return [_json_ready(asdict(band)) for band in self.bands]
+
 
 def decide(policy: Policy, stats: GateStats) -> VerdictResult:
     """Decide one look: continue, promote, kill or hold, with reasons and estimates."""

@@ -80,6 +80,7 @@ def run_gate(session: Session, *, rollout_id: int, publisher: Publisher | None) 
         summary=result.summary,
         estimates=result.estimates(),
         n_pairs=result.n_pairs,
+        bands=result.band_rows(),
     )
     session.add(verdict)
     session.flush()

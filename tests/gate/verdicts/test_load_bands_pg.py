@@ -12,9 +12,13 @@ from gate.db.enums import Decision
 from gate.db.models import EngineSample, Rollout
 from gate.pairs.export import pair_records
 from gate.pairs.load import RUNNING
+from gate.reports import glance, render
+from gate.reports.guardrails import band_row
+from gate.reports.model import Week
+from gate.reports.weekly import compute_weekly
 from gate.stats.replay import replay
 from gate.stats.simulate import draw_pairs, to_records
-from gate.verdicts.service import compute
+from gate.verdicts.service import compute, run_gate
 from tests import factories
 from tests.gate.stats.test_load_bands import POLICY, QUARTER
 from tests.gate.stats.test_sql import store
@@ -58,3 +62,18 @@ def test_export_carries_the_loads_and_the_gate_holds_as_replay_does(pg_session):
         want.reason_codes,
         want.bands,
     )
+    # Stored with the verdict, shown by the weekly report and /ui's glance.
+    stored = run_gate(pg_session, rollout_id=rollout.id, publisher=None)
+    assert stored.bands == got.band_rows() and stored.bands
+    year, number, _ = datetime.now(UTC).isocalendar()
+    week = next(
+        w for w in compute_weekly(pg_session, Week(year, number)).rollouts
+        if w.rollout_id == rollout.id
+    )  # fmt: skip
+    assert week.bands == [band_row(b) for b in stored.bands]
+    proven = next(row for row in week.bands if row[-1] == "yes")
+    assert float(proven[2].split()[0]) == pytest.approx(1.25, abs=0.08)  # 20 % less TPOT
+    text = render.markdown(compute_weekly(pg_session, Week(year, number)))
+    assert "### Speedup per load band of the candidate" in text
+    assert f"| {proven[0]} | {proven[1]} | {proven[2]} |" in text
+    assert glance.latest(pg_session, rollout=rollout).bands == week.bands
