@@ -56,7 +56,7 @@ class Family(StrEnum):
     MEAN_FLOOR = "mean_floor"  # MeanStats of a per-request value, held to a floor
     COLLAPSE = "collapse"  # Shiryaev-Roberts change detector against a warm-up level
     PAIRED_MEAN = "paired_mean"  # MeanStats of a per-pair statistic d (not built yet)
-    BAND = "band"  # a value held inside a band for promotion (not built yet)
+    BAND = "band"  # the primary gain per band of the candidate's load (promotion only)
 
 
 class Unit(StrEnum):
