@@ -84,6 +84,8 @@ class VerdictOut(Out):
     estimates: list[dict[str, Any]]
     n_pairs: int
     created_at: datetime
+    # Per load band of the candidate: primary ratio, interval, both routes' loads.
+    bands: list[dict[str, Any]] = []
 
 
 class PairOut(Out):

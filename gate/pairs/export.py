@@ -13,6 +13,7 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from gate.db.enums import Cohort, PairState
 from gate.db.models import Evaluation, Feedback, Generation, Pair, RequestRecord
+from gate.pairs.load import pair_loads
 
 CHUNK = 5000
 _SIDES = {Cohort.BASELINE: "baseline", Cohort.CANDIDATE: "candidate", Cohort.CONTROL: "candidate"}
@@ -33,7 +34,13 @@ def pair_records(
     (evaluated_at, id); then, unless `evaluated_only`, pairs whose evaluations have not
     landed yet, oldest first. `with_requests` adds each pair's kept request (`request`:
     endpoint, body, declared inputs, and what the gateway cut), for `specgate rehearse`.
+    Each side carries `load`: its route's running requests at the pair's start
+    (`gate.pairs.load`; null when unknown), which the gate's load bands read.
     """
+    loads = {
+        p.pair_id: (p.baseline.value, p.candidate.value)
+        for p in pair_loads(session, rollout_id=rollout_id, stage=stage)
+    }
     evaluated = Pair.evaluated_at.is_not(None)
     pages = _pages(session, rollout_id, stage, evaluated, (Pair.evaluated_at, Pair.id))
     if not evaluated_only:
@@ -42,7 +49,7 @@ def pair_records(
             pages, _pages(session, rollout_id, stage, waiting, (Pair.created_at, Pair.id))
         )
     for page in pages:
-        yield from _records(session, page, with_requests)
+        yield from _records(session, page, with_requests, loads)
 
 
 def _pages(
@@ -73,7 +80,10 @@ def _pages(
 
 
 def _records(
-    session: Session, pairs: Sequence[Pair], with_requests: bool
+    session: Session,
+    pairs: Sequence[Pair],
+    with_requests: bool,
+    loads: dict[uuid.UUID, tuple[float | None, float | None]],
 ) -> Iterator[dict[str, Any]]:
     generations = list(
         session.scalars(select(Generation).where(Generation.pair_id.in_([p.id for p in pairs])))
@@ -104,6 +114,9 @@ def _records(
     kept = _requests(session, pairs) if with_requests else {}
     for pair in pairs:
         found = sides.get(pair.id, {})
+        for k, name in enumerate(("baseline", "candidate")):
+            if name in found:
+                found[name]["load"] = loads.get(pair.id, (None, None))[k]
         extra = {"request": kept.get(pair.request_id)} if with_requests else {}
         yield extra | {
             "pair_id": str(pair.id),

@@ -11,6 +11,7 @@ from gate.db.base import utcnow
 from gate.db.models import Rollout, Verdict
 from gate.reports import headline as words
 from gate.reports import queries
+from gate.reports.guardrails import band_row
 from gate.stats.policy import load_policy
 
 # What a rollout without a verdict reads as: the gate has not judged any pair yet.
@@ -26,6 +27,8 @@ class Glance(BaseModel):
     stage: int
     headline: words.Headline
     grid: words.Grid
+    # The verdict's load bands as rows (`guardrails.BAND_HEADERS`); empty without loads.
+    bands: list[list[str]] = []
 
 
 def of_rollout(
@@ -45,6 +48,7 @@ def of_rollout(
         stage=rollout.stage,
         headline=words.headline(source, policy=policy, pace=pace),
         grid=words.grid(source, policy=policy),
+        bands=[band_row(b) for b in (verdict.bands or [] if verdict else [])],
     )
 
 

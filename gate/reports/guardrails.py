@@ -65,6 +65,46 @@ def latest_rows(verdicts: Sequence[Verdict], mode: RolloutMode) -> list[list[str
     return rows
 
 
+BAND_HEADERS = [
+    "candidate load band",
+    "pairs",
+    "speedup [interval]",
+    "candidate load",
+    "baseline load",
+    "gain proven",
+]
+
+
+def latest_bands(verdicts: Sequence[Verdict]) -> list[list[str]]:
+    """Return the latest verdict's load bands: speedup (baseline / candidate) and loads."""
+    if not verdicts:
+        return []
+    latest = max(verdicts, key=lambda v: (v.created_at, v.id))
+    return [band_row(b) for b in latest.bands or []]
+
+
+def band_row(band: dict[str, Any]) -> list[str]:
+    """Return one load band as people read it: the speedup is 1 / the latency ratio."""
+    ratio, lo, hi = band.get("ratio"), band.get("lower"), band.get("upper")
+
+    def speed(v: float | None, none: str) -> str:
+        return none if v is None or v <= 0 else f"{1 / v:.3g}"
+
+    speedup = (
+        "no data"
+        if ratio is None
+        else f"{speed(ratio, '?')} [{speed(hi, '0')}, {speed(lo, 'inf')}]"
+    )
+    loads = [band.get("candidate_load"), band.get("baseline_load")]
+    return [
+        str(band["band"]),
+        str(band.get("n", 0)),
+        speedup,
+        *("?" if v is None else f"{v:.1f}" for v in loads),
+        "yes" if band.get("proven") else "no",
+    ]
+
+
 def _interval(cell: dict[str, Any]) -> str:
     est, lo, hi = cell.get("estimate"), cell.get("lower"), cell.get("upper")
     if est is None:

@@ -251,6 +251,10 @@ def _plain_reason(r: Reason, policy: Policy | None) -> str:
         "dropped_share": "Too many pairs were dropped to trust the comparison.",
         "cohort_imbalance": "The cohorts' shares are off their expected split.",
         "max_duration": "No decision within the maximum duration.",
+        "load_untested": (
+            f"The {primary} gain is proven only at loads well below what the next stage"
+            " brings to the candidate; promotion waits for evidence nearer that load."
+        ),
         "gain_proven": f"The {primary} gain is proven.",
         "guardrails_inside": "Every guardrail is proven within its margin.",
     }

@@ -184,6 +184,8 @@ class RolloutWeek:
 
     # The latest verdict's pooled cell per guardrail (`gate.reports.guardrails`).
     guardrails: list[list[str]] = field(default_factory=list)
+    # The latest verdict's load bands: speedup and both routes' loads per band.
+    bands: list[list[str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -277,4 +279,5 @@ def _rollout(week: RolloutWeek) -> dict[str, Any]:
         "current": _stats(week.current),
         "previous": _stats(week.previous),
         "guardrails": week.guardrails,
+        "bands": week.bands,
     }

@@ -129,6 +129,7 @@ _TITLES = (
     "Acceptance per segment",
     "Quality per evaluator",
     "Every declared guardrail, pooled over segments (newest verdict)",
+    "Speedup per load band of the candidate (newest verdict; running requests)",
 )
 
 
@@ -139,6 +140,7 @@ def _tables(week: RolloutWeek, previous: str) -> list[Table]:
         _acceptance_table(week, previous),
         _quality_table(week),
         (guardrails.HEADERS, week.guardrails),
+        (guardrails.BAND_HEADERS, week.bands),
     ]
 
 

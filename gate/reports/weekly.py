@@ -69,6 +69,7 @@ def compute_weekly(session: Session, week: Week) -> WeeklyReport:
             guardrails=guardrails.latest_rows(
                 [v for v in verdict_rows if v.rollout_id == r.id], r.mode
             ),
+            bands=guardrails.latest_bands([v for v in verdict_rows if v.rollout_id == r.id]),
         )
         for r in rollouts
     ]

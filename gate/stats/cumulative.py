@@ -18,6 +18,7 @@ import dataclasses
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -27,8 +28,8 @@ from gate.db.enums import RolloutMode
 from gate.stats.change import log_evalues
 from gate.stats.ids import ALL, UNDECLARED, Cell, MetricId
 from gate.stats.policy import Policy
-from gate.stats.registry import Family, Guardrail, Source, collapse_segments, tested
-from gate.stats.rule import CellStats, GateStats
+from gate.stats.registry import Family, Guardrail, Source, banded, collapse_segments, tested
+from gate.stats.rule import BandStats, CellStats, GateStats
 from gate.stats.sequences import (
     LOG_RATIO_CLIP,
     BoolArray,
@@ -72,6 +73,8 @@ class PairColumns:
     feedback: FloatArray | None = None
     mismatch: FloatArray | None = None
     cancelled: BoolArray | None = None
+    # Each route's running requests at the pair's start (NaN: unknown; None: no loads).
+    load: FloatArray | None = None
 
 
 class _Acc:
@@ -156,8 +159,14 @@ def to_stats(
     *,
     mode: RolloutMode = RolloutMode.SHADOW,
     candidate_share: float = 0.5,
+    next_share: float = 1.0,
 ) -> GateStats:
-    """Return the gate's sufficient statistics after each look (pair counts `looks`)."""
+    """Return the gate's sufficient statistics after each look (pair counts `looks`).
+
+    `next_share` is the candidate's traffic share once promoted (the next stage's, 1.0
+    past the last): the load bands' hold compares the load it will bring with the loads
+    where the gain is proven.
+    """
     n_total = cols.segment.shape[-1]
     index = np.arange(n_total)
     warm = index < policy.warmup_pairs
@@ -185,6 +194,7 @@ def to_stats(
         collapse=_collapse(cols, policy, warm, live, looks),
         cohort_counts=cohorts,
         candidate_share=candidate_share,
+        bands=_bands(ctx, acc, mode, next_share),
     )  # fmt: skip
 
 
@@ -360,6 +370,48 @@ _BUILDERS: dict[tuple[Source, Family | None], BuildCells] = {
     (Source.GREEDY, Family.TWO_RATES): _greedy,
     (Source.ACCEPTANCE, Family.MEAN_FLOOR): _acceptance,
 }
+
+
+def _bands(ctx: _Context, acc: _Acc, mode: RolloutMode, next_share: float) -> BandStats | None:
+    """Return the primary's paired log-ratio per band of the candidate's load (shadow).
+
+    A pair counts in a band when both routes' loads are known; its band is where the
+    candidate's running requests fall among the policy's edges.
+    """
+    policy, cols = ctx.policy, ctx.cols
+    g = banded(policy)
+    if g is None or g.family(mode) is not Family.BAND or cols.load is None:
+        return None
+    primary = {"tpot": cols.tpot, "e2e": cols.e2e}[policy.primary.metric]
+    lr = _log_ratio(primary)
+    load = cols.load
+    known = np.isfinite(load).all(axis=-1)
+    if mode is RolloutMode.SHADOW:
+        valid = ctx.both_ok & np.isfinite(lr) & known
+    else:  # canary has no paired ratio: the bands stay empty
+        valid = np.zeros(lr.shape, dtype=bool)
+    edges = policy.guardrails.load_bands.edges
+    band = np.searchsorted(np.asarray(edges), np.where(known, load[..., CAND], 0.0), side="right")
+    gains, cand, base = [], [], []
+    for b in range(len(edges) + 1):
+        member = valid & (band == b)
+        gains.append(_mean(acc, member, lr, None))
+        cand.append(acc(np.where(member, load[..., CAND], 0.0), None))
+        base.append(acc(np.where(member, load[..., BASE], 0.0), None))
+    return BandStats(
+        labels=band_labels(edges),
+        gain=tuple(gains),
+        candidate_load=tuple(cand),
+        baseline_load=tuple(base),
+        next_share=next_share,
+    )
+
+
+def band_labels(edges: list[float]) -> tuple[str, ...]:
+    """Return the bands' names: `<2`, `2-4`, ..., `>=128` (running requests)."""
+    shown = [f"{e:g}" for e in edges]
+    inner = [f"{a}-{b}" for a, b in pairwise(shown)]
+    return (f"<{shown[0]}", *inner, f">={shown[-1]}")
 
 
 def _evals(cols: PairColumns, policy: Policy) -> dict[MetricId, tuple[BoolArray, BoolArray]]:

@@ -55,6 +55,7 @@ class ReasonKind(StrEnum):
     DROPPED_SHARE = "hold:dropped_share"
     COHORT_IMBALANCE = "hold:cohort_imbalance"
     MAX_DURATION = "hold:max_duration"
+    LOAD_UNTESTED = "hold:load_untested"
     GAIN_PROVEN = "promote:gain_proven"
     GUARDRAILS_INSIDE = "promote:guardrails_inside"
     MIN_PAIRS = "continue:min_pairs"

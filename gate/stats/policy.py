@@ -15,6 +15,7 @@ segment sees a fraction of the traffic.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
@@ -112,6 +113,30 @@ class AcceptanceGuardrail(_Model):
         return self.segment_floors.get(segment, self.floor)
 
 
+class LoadBands(_Model):
+    """The primary gain per band of the candidate's load (promotion only; never kills).
+
+    A pair's load is each route's running requests at its start (`gate.pairs.load`).
+    Band edges are candidate running requests; `hold_untested_load` holds promotion when
+    the highest load with a proven gain lies more than `max_gap` of the baseline's load
+    below the candidate's load at the next stage (next stage share x baseline load).
+    """
+
+    enabled: bool = True
+    edges: list[Annotated[float, Field(gt=0.0)]] = Field(
+        default_factory=lambda: [2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0]
+    )
+    hold_untested_load: bool = True
+    max_gap: float = Field(0.5, gt=0.0, le=1.0)
+
+    @field_validator("edges")
+    @classmethod
+    def _rising(cls, value: list[float]) -> list[float]:
+        if any(a >= b for a, b in itertools.pairwise(value)):
+            raise ValueError("load band edges must rise strictly")
+        return value
+
+
 class Guardrails(_Model):
     """Every guardrail of the gate."""
 
@@ -125,6 +150,7 @@ class Guardrails(_Model):
     feedback: RateGuardrail = RateGuardrail(margin=0.03, kill_at=0.0, required=False)
     greedy_mismatch: GreedyGuardrail = GreedyGuardrail()
     acceptance: AcceptanceGuardrail = AcceptanceGuardrail()
+    load_bands: LoadBands = LoadBands()
 
 
 class Policy(_Model):
@@ -240,6 +266,15 @@ def at_stage(policy: Policy, stage_index: int) -> Policy:
     return policy.model_copy(update={"alpha_kill": kill_alpha(policy, stage_index)})
 
 
+def next_stage_share(policy: Policy, stage_index: int) -> float:
+    """Return the candidate's traffic share once stage `stage_index` promotes (1.0 at the end).
+
+    Promoting the last stage hands the candidate all traffic, hence 1.0 there.
+    """
+    following = stage_index + 1
+    return policy.stages[following] / 100.0 if following < len(policy.stages) else 1.0
+
+
 def log_ratio(relative: float) -> float:
     """Return the log-ratio threshold of a relative change (0.10 -> log 1.10)."""
     return math.log1p(relative)
@@ -330,6 +365,12 @@ guardrails:
     segment_floors: {}
     collapse_ratio: 0.5 # collapse = acceptance below half its warm-up level
     collapse_horizon: 1000000  # requests per segment the false-alarm budget covers
+  load_bands:           # the primary gain per band of the candidate's running requests
+    enabled: true       # (promotion only: no kill share; the verdict lists the bands)
+    edges: [2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0]  # band edges, running requests
+    hold_untested_load: true  # hold promotion when the gain is proven only at loads
+                        # well below what the next stage brings (next share x baseline)
+    max_gap: 0.5        # "well below": more than this share of the baseline's load
 segments: [code, json, rag, chat, creative]  # declared from request features only
 segment_margin_factor: 2.5  # a segment sees ~1/5 of the pairs: ~sqrt(5) wider bounds
 stages: [1.0, 5.0, 25.0, 100.0]  # percent of traffic; promote advances one stage

@@ -17,6 +17,7 @@ verdicts, the API and /ui read it); `label` says what the statistic is.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
@@ -55,7 +56,7 @@ class Family(StrEnum):
     MEAN_FLOOR = "mean_floor"  # MeanStats of a per-request value, held to a floor
     COLLAPSE = "collapse"  # Shiryaev-Roberts change detector against a warm-up level
     PAIRED_MEAN = "paired_mean"  # MeanStats of a per-pair statistic d (not built yet)
-    BAND = "band"  # a value held inside a band for promotion (not built yet)
+    BAND = "band"  # the primary gain per band of the candidate's load (promotion only)
 
 
 class Unit(StrEnum):
@@ -239,6 +240,34 @@ REGISTRY: list[Guardrail] = [
               slots=lambda p, seen: len(collapse_segments(p))),
 ]  # fmt: skip
 
+
+# --- load bands (issue 26): promotion only, no kill share -----------------------------
+
+
+def _load_bands(policy: Policy, segment: str) -> Rule | None:
+    # The bands' cells hold the primary's paired log-ratio; the gain must be proven below
+    # log(1 - min_gain), as for the pooled gain. `kill_at` is never reached: no kill.
+    bands = policy.guardrails.load_bands
+    if not bands.enabled:
+        return None
+    gain = math.log1p(-policy.primary.min_gain)
+    return Rule(kill_at=math.inf, margin=gain, required=False)
+
+
+LOAD_BANDS = Guardrail(
+    "load_bands", "primary latency gain per band of the candidate's running requests",
+    Source.LOAD, Unit.PAIR, Family.BAND, Family.BAND, _load_bands,
+    scope=Scope.POOLED, kills=False, ratio=True,
+)  # fmt: skip
+REGISTRY.append(LOAD_BANDS)
+
+
+def banded(policy: Policy) -> Guardrail | None:
+    """Return the load-band guardrail when the policy enables it."""
+    g = find(LOAD_BANDS.id)
+    return g if g is not None and g.thresholds(policy, ALL) is not None else None
+
+
 _extra: list[Guardrail] = []
 
 
@@ -248,8 +277,12 @@ def guardrails() -> list[Guardrail]:
 
 
 def tested(mode: RolloutMode) -> list[Guardrail]:
-    """Return the guardrails with a cell test in `mode` (detectors are not cells)."""
-    return [g for g in guardrails() if g.family(mode) not in (None, Family.COLLAPSE)]
+    """Return the guardrails with a cell test in `mode` (detectors and bands are not cells)."""
+    return [g for g in guardrails() if g.family(mode) not in (None, *_NOT_CELLS)]
+
+
+# Detectors alarm on their own statistic; bands gate promotion through the load hold.
+_NOT_CELLS = (Family.COLLAPSE, Family.BAND)
 
 
 @contextlib.contextmanager
@@ -289,8 +322,8 @@ def rule_for(policy: Policy, metric: str, segment: str) -> Rule | None:
         return None
     typed = metric_id(metric)
     g = find(typed)
-    if g is None or g.shadow is Family.COLLAPSE:
-        return None  # detectors are no cells
+    if g is None or g.shadow in _NOT_CELLS:
+        return None  # detectors and bands are no cells
     if typed.evaluator is not None:
         override = policy.guardrails.evaluators.overrides.get(typed.evaluator)
         if override is not None:

@@ -31,6 +31,9 @@ One JSON object per line, one line per pair, in fold order (below):
   side marks a greedy pair's match.
 * `draft_tokens` / `accepted_tokens`: the candidate's speculative counts; the request's
   acceptance rate is their ratio (the request is the unit, not the token).
+* side `load` (optional): the route's running requests at the pair's start (the engine's
+  gauge, else the gateway replicas' in-flight counts; `gate.pairs.load`). The load
+  bands (`guardrails.load_bands`) read the pairs whose two sides both carry one.
 * `feedback`: 1 thumbs-up, 0 neutral, -1 thumbs-down, null none (served responses only).
 * canary mode: each pair has one side (the cohort that served it), the other is null.
 """
@@ -50,7 +53,7 @@ import orjson
 from gate.db.enums import Decision, GenerationStatus, Outcome, RolloutMode
 from gate.errors import BadRequest, InputMalformed, InputMissing
 from gate.stats.cumulative import PairColumns, at_look, looks_every, to_stats
-from gate.stats.policy import Policy, at_stage
+from gate.stats.policy import Policy, at_stage, next_stage_share
 from gate.stats.rule import Code, apply_rule
 from gate.stats.sequences import FloatArray
 from gate.stats.verdict import DECISIONS, VerdictResult, decide
@@ -126,7 +129,7 @@ class _Builder:
             if side is None:
                 rows["failed"].append(False)
                 rows["cancelled"].append(False)
-                for key in ("ttft", "tpot", "e2e", "feedback"):
+                for key in ("ttft", "tpot", "e2e", "feedback", "load"):
                     rows[key].append(None)
                 continue
             status = STATUSES[side.get("status", "ok")]
@@ -136,6 +139,7 @@ class _Builder:
             # None becomes NaN in the float arrays; failed sides are blanked afterwards.
             for key in ("ttft", "tpot", "e2e"):
                 rows[key].append(_seconds_or_none(side, f"{key}_s"))
+            rows["load"].append(_seconds_or_none(side, "load"))
             thumbs = side.get("feedback")
             rows["feedback"].append(None if thumbs is None else float(thumbs < 0))
             for name, passed in side.get("evals", {}).items():
@@ -174,10 +178,11 @@ class _Builder:
             feedback=np.asarray(rows["feedback"], dtype=np.float64).reshape(n, 2),
             mismatch=greedy[:, 1],
             cancelled=np.asarray(rows["cancelled"], dtype=bool).reshape(n, 2),
+            load=np.asarray(rows["load"], dtype=np.float64).reshape(n, 2),
         )
 
 
-_COLUMNS = "segment created control dropped failed cancelled ttft tpot e2e feedback acceptance"
+_COLUMNS = "segment created control dropped failed cancelled ttft tpot e2e feedback acceptance load"
 
 
 def columns(records: Sequence[Record], policy: Policy, mode: RolloutMode) -> PairColumns:
@@ -228,15 +233,19 @@ def replay(
 ) -> ReplayResult:
     """Replay pairs in order, looking every `every` pairs; stop at the first decision.
 
-    The pairs are one stage's, `stage` (0-based), which spends its share of alpha_kill.
+    The pairs are one stage's, `stage` (0-based), which spends its share of alpha_kill;
+    the load bands compare with the next stage's share (1.0 past the last).
     """
+    next_share = next_stage_share(policy, stage)
     policy = at_stage(policy, stage)
     records = fold_order(list(pairs))
     if not records:
         raise BadRequest("no pairs to replay")
     cols = columns(records, policy, mode)
     looks = looks_every(len(records), every)
-    stats = to_stats(cols, policy, looks, mode=mode, candidate_share=candidate_share)
+    stats = to_stats(
+        cols, policy, looks, mode=mode, candidate_share=candidate_share, next_share=next_share
+    )
     ev = apply_rule(policy, stats)
     decisive = np.flatnonzero(ev.code != Code.CONTINUE)
     at = int(decisive[0]) if decisive.size else looks.size - 1

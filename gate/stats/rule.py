@@ -16,6 +16,8 @@ Rule, per look:
 * promote when minimum pairs and duration are met, the pooled primary gain is proven and
   every binding cell is proven inside its margin, each test at alpha_promote: an
   intersection-union test, so the false-promotion probability is at most alpha_promote;
+* hold instead of promoting when the gain is proven only at loads well below the load
+  the next stage brings (`load_gap`; policy `guardrails.load_bands`, on by default);
 * hold at the maximum duration; otherwise continue.
 """
 
@@ -44,6 +46,7 @@ from gate.stats.registry import (
     Rule,
     Source,
     alpha_kill_each,
+    banded,
     collapse_segments,
     guardrails,
     metric_id,
@@ -89,6 +92,22 @@ class Code(IntEnum):
 
 
 @dataclass(frozen=True)
+class BandStats:
+    """The primary's paired log-ratio per band of the candidate's load, with load sums.
+
+    Per band: `gain` (MeanStats of the clipped log-ratio), and the candidate's and the
+    baseline's running requests summed over the same pairs (means: divide by `gain.n`).
+    `next_share` is the candidate's traffic share once promoted (1.0 past the last stage).
+    """
+
+    labels: tuple[str, ...]
+    gain: tuple[MeanStats, ...]
+    candidate_load: tuple[Num, ...]
+    baseline_load: tuple[Num, ...]
+    next_share: float = 1.0
+
+
+@dataclass(frozen=True)
 class GateStats:
     """Sufficient statistics of one stage after warm-up; fields broadcast together.
 
@@ -110,6 +129,8 @@ class GateStats:
     # Canary mode: requests served by each cohort and the candidate's expected share.
     cohort_counts: tuple[Num, Num] | None = None
     candidate_share: float = 0.5
+    # The load bands (None: disabled, or no loads recorded).
+    bands: BandStats | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +148,8 @@ class LookFlags:
     untrusted_drops: BoolArray
     imbalanced: BoolArray
     timed_out: BoolArray
+    # Promotion held: the gain is proven only at loads well below the next stage's.
+    untested_load: BoolArray = field(default_factory=lambda: np.asarray(False))
 
 
 def harm_interval(
@@ -268,9 +291,11 @@ def _combine(
     gain = _gain(policy, stats)
     proven = _all([inside[k] | ~binding[k] for k in inside], np.asarray(True))
     ready = warm & enough & gain & proven & (not _missing_required(policy, stats))
+    untested = ready & load_gap(policy, stats).untested
+    ready = ready & ~untested
     timed_out = elapsed >= policy.max_duration_s
     code = np.select(
-        [kill, drops | imbalanced, ready, timed_out],
+        [kill, drops | imbalanced, ready, untested | timed_out],
         [Code.KILL, Code.HOLD, Code.PROMOTE, Code.HOLD],
         default=Code.CONTINUE,
     ).astype(np.int64)
@@ -278,7 +303,65 @@ def _combine(
         code=code, alpha_kill_each=alpha_each, harmful=harmful, inside=inside,
         binding=binding, collapsed=collapsed, gain=gain, enough=enough,
         untrusted_drops=drops, imbalanced=imbalanced, timed_out=timed_out,
+        untested_load=untested,
     )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LoadGap:
+    """Where the gain is proven against the load the next stage brings (running requests).
+
+    `proven_load`: the highest mean candidate load at which the gain is proven (the pooled
+    mean, or a band's whose own gain is proven); `target`: next share x the baseline's
+    mean load; `untested`: the hold applies (proven load below target - max_gap x baseline).
+    """
+
+    proven_load: FloatArray
+    target: FloatArray
+    baseline: FloatArray
+    untested: BoolArray
+
+
+def band_intervals(policy: Policy, bands: BandStats) -> list[Interval]:
+    """Return each band's log-ratio interval, both bounds at alpha_promote."""
+    return [
+        mean_interval(
+            g,
+            alpha_lower=policy.alpha_promote,
+            alpha_upper=policy.alpha_promote,
+            n_opt=policy.n_opt(ALL) / len(bands.gain),
+        )
+        for g in bands.gain
+    ]
+
+
+def load_gap(policy: Policy, stats: GateStats) -> LoadGap:
+    """Return where the gain is proven, against the load the next stage will bring."""
+    b, nothing = stats.bands, np.asarray(np.nan)
+    if b is None or banded(policy) is None:
+        return LoadGap(nothing, nothing, nothing, np.asarray(False))
+    n = _total([g.n for g in b.gain])
+    some = n > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        base = _total(list(b.baseline_load)) / n
+        proven = _total(list(b.candidate_load)) / n  # the pooled gain's load
+        goal = np.log1p(-policy.primary.min_gain)
+        for g, load, got in zip(b.gain, b.candidate_load, band_intervals(policy, b), strict=True):
+            m = np.asarray(g.n, dtype=np.float64)
+            here = np.asarray(load, dtype=np.float64) / m
+            shown = (m > 0) & (np.asarray(got.upper) < goal)
+            proven = np.where(shown, np.fmax(proven, here), proven)
+    target = b.next_share * base
+    cfg = policy.guardrails.load_bands
+    untested = some & cfg.hold_untested_load & (proven < target - cfg.max_gap * base)
+    return LoadGap(proven, target, base, np.asarray(untested))
+
+
+def _total(values: list[Num]) -> FloatArray:
+    out = np.asarray(0.0)
+    for v in values:
+        out = out + np.asarray(v, dtype=np.float64)
+    return out
 
 
 def _share_beyond(n: Num, k: Num, m: float, alpha: float, *, above: bool) -> BoolArray:

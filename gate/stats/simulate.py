@@ -21,6 +21,11 @@ Simulated pair (defaults; shadow mode, both routes see every request):
 * undeclared segments: `undeclared_share` of requests carry a segment the policy does
   not declare (latencies as the last declared segment's); `collapse_segment` confines
   the collapse to one segment (`undeclared` for those);
+* load (only when `baseline_load` > 0): per pair the baseline's running requests ~
+  Poisson(`baseline_load`) and the candidate's ~ Poisson(`share` x `baseline_load`)
+  (shadow: the candidate carries its stage's share of the traffic); with `gain_at`
+  = (g1, g100) the candidate's TPOT is scaled by 1 - g(c), g linear in the candidate's
+  load as a share c of the mean baseline load, g(0.01) = g1 and g(1) = g100;
 * cancels: the client gives up on a call it waits on with `cancel_rate` (0), on a
   candidate-served one with `candidate_cancel_rate` (canary; in shadow the client waits
   only on the baseline); a cancelled pair is dropped from every other cell.
@@ -28,7 +33,7 @@ Simulated pair (defaults; shadow mode, both routes see every request):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -38,7 +43,7 @@ from gate.db.enums import RolloutMode
 from gate.stats.cumulative import PairColumns, looks_every, to_stats
 from gate.stats.ids import UNDECLARED
 from gate.stats.kayenta import kayenta_fails
-from gate.stats.policy import Policy, at_stage
+from gate.stats.policy import Policy, at_stage, next_stage_share
 from gate.stats.rule import Code, LookFlags, apply_rule
 from gate.stats.sequences import BoolArray, FloatArray, IntArray
 
@@ -81,6 +86,11 @@ class Scenario:
     undeclared_share: float = 0.0
     # Collapse only in this segment (`undeclared`: the undeclared one); None: everywhere.
     collapse_segment: str | None = None
+    # Mean running requests of the baseline (0: no loads recorded); the candidate's share
+    # of the traffic, and its primary gain at 1% and at 100% of the baseline's load.
+    baseline_load: float = 0.0
+    share: float = 1.0
+    gain_at: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -142,6 +152,14 @@ def draw_pairs(s: Scenario, policy: Policy, runs: int, rng: np.random.Generator)
         rng.normal(0, s.shared_log_sd, shape)[..., None] + side_noise()
     )
     tpot[..., 1] *= s.tpot_ratio
+    load = None
+    if s.baseline_load > 0:  # no draw otherwise: other scenarios keep their random streams
+        load = np.stack(
+            [rng.poisson(s.baseline_load, shape), rng.poisson(s.share * s.baseline_load, shape)],
+            axis=-1,
+        ).astype(np.float64)
+        if s.gain_at is not None:
+            tpot[..., 1] *= 1.0 - gain_at_load(s, load[..., 1] / s.baseline_load)
     tokens = TOKENS[k] * np.exp(rng.normal(0, s.shared_log_sd, shape))
     failed = rng.random((*shape, 2)) < s.error_rate
     e2e = ttft + tpot * tokens[..., None]
@@ -173,8 +191,15 @@ def draw_pairs(s: Scenario, policy: Policy, runs: int, rng: np.random.Generator)
         segment=seg, created_s=np.broadcast_to(np.arange(s.pairs) / s.pairs_per_s, shape),
         is_control=np.zeros(shape, dtype=bool), dropped=np.any(cancelled, axis=-1),
         ttft=ttft, tpot=tpot, e2e=e2e, failed=failed, acceptance=acceptance, evals=evals,
-        cancelled=cancelled,
+        cancelled=cancelled, load=load,
     )  # fmt: skip
+
+
+def gain_at_load(s: Scenario, c: FloatArray | float) -> FloatArray:
+    """Return the candidate's primary gain at load share `c` of the baseline's mean load."""
+    assert s.gain_at is not None
+    low, full = s.gain_at
+    return np.asarray(low + (full - low) * (np.asarray(c) - 0.01) / 0.99, dtype=np.float64)
 
 
 def _segment_index(policy: Policy, name: str) -> int:
@@ -215,6 +240,8 @@ def run_scenario(
     stage: int = 0,
 ) -> Outcomes:
     """Simulate `runs` rollouts of scenario `s` under `policy` and record each verdict.
+
+    (`run_stages` walks whole rollouts through the policy's stages.)
 
     With `kayenta_every`, the Kayenta-style judge also judges the same draws, looking
     every `kayenta_every` pairs, on the pairs as recorded and split into canary cohorts.
@@ -273,6 +300,9 @@ def to_records(cols: PairColumns, policy: Policy, run: int = 0) -> list[dict[str
     out = []
     for i in range(cols.segment.shape[-1]):
         sides = [_side(cols, run, i, k) for k in (0, 1)]
+        if cols.load is not None:
+            for k, side in enumerate(sides):
+                side["load"] = float(cols.load[run, i, k])
         rate = float(cols.acceptance[run, i])
         if np.isfinite(rate):  # NaN: a canary pair the candidate did not serve
             sides[1]["draft_tokens"] = 100
@@ -312,3 +342,74 @@ def _side(cols: PairColumns, run: int, i: int, k: int) -> dict[str, Any]:
         "draft_tokens": 0,
         "accepted_tokens": 0,
     }
+
+
+@dataclass(frozen=True)
+class StagedOutcomes:
+    """Whole shadow rollouts walked through the stages: where each run ended and when.
+
+    `reached[i]`: pairs drawn before the run entered stage i (NaN: never entered);
+    `final`: the run's end (`promoted` past the last stage, else the code that stopped
+    it: kill, hold, or continue when a stage's pairs ran out undecided).
+    """
+
+    scenario: Scenario
+    reached: FloatArray
+    final: list[str]
+    reasons: dict[str, int]
+
+    @property
+    def runs(self) -> int:
+        """Return the number of simulated runs."""
+        return len(self.final)
+
+    def share(self, end: str) -> tuple[float, float, float]:
+        """Return the share of runs that ended `end`, with its 95% CP interval."""
+        return clopper_pearson(sum(f == end for f in self.final), self.runs)
+
+    def reached_within(self, stage: int, pairs: float) -> tuple[float, float, float]:
+        """Return the share of runs that entered `stage` within `pairs` pairs (95% CP)."""
+        hit = np.isfinite(self.reached[:, stage]) & (self.reached[:, stage] <= pairs)
+        return clopper_pearson(int(hit.sum()), self.runs)
+
+
+def run_stages(s: Scenario, policy: Policy, *, runs: int = 400, seed: int = 0) -> StagedOutcomes:
+    """Walk `runs` shadow rollouts of `s` through the policy's stages, `s.pairs` per stage.
+
+    At stage i the candidate carries `stages[i]` percent of the traffic (its load that share
+    of the baseline's), the rule runs at that stage's alpha_kill share and compares with the
+    next stage's share; a promotion moves the run on, any other decision ends it.
+    """
+    rng = np.random.default_rng(seed)
+    looks = looks_every(s.pairs, s.every)
+    n_stages = len(policy.stages)
+    reached = np.full((runs, n_stages), np.nan)
+    reached[:, 0] = 0.0
+    final = ["continue"] * runs
+    reasons: dict[str, int] = {}
+    active = np.arange(runs)
+    for i, percent in enumerate(policy.stages):
+        if not active.size:
+            break
+        staged = replace(s, share=percent / 100.0)
+        at = at_stage(policy, i)
+        cols = draw_pairs(staged, at, active.size, rng)
+        stats = to_stats(cols, at, looks, mode=s.mode, next_share=next_stage_share(policy, i))
+        ev = apply_rule(at, stats)
+        decisive = ev.code != Code.CONTINUE
+        first = np.where(decisive.any(axis=-1), decisive.argmax(axis=-1), -1)
+        rows = np.arange(active.size)
+        codes = np.where(first >= 0, ev.code[rows, first], Code.CONTINUE)
+        held = np.broadcast_to(ev.untested_load, ev.code.shape)[rows, first] & (first >= 0)
+        reasons["hold:load_untested"] = reasons.get("hold:load_untested", 0) + int(held.sum())
+        promoted = codes == Code.PROMOTE
+        for run, code in zip(active[~promoted], codes[~promoted], strict=True):
+            final[run] = Code(int(code)).name.lower()
+        moved = active[promoted]
+        if i + 1 < n_stages:
+            reached[moved, i + 1] = reached[moved, i] + looks[first[promoted]]
+        else:
+            for run in moved:
+                final[run] = "promoted"
+        active = moved
+    return StagedOutcomes(s, reached, final, reasons)

@@ -14,7 +14,16 @@ from gate.stats.betting import diff_interval
 from gate.stats.ids import ALL, Cell, Reason, ReasonKind
 from gate.stats.policy import Policy
 from gate.stats.registry import Family, Rule, find, metric_id, rule_for
-from gate.stats.rule import Code, GateStats, LookFlags, apply_rule, cell_n, harm_interval
+from gate.stats.rule import (
+    Code,
+    GateStats,
+    LookFlags,
+    apply_rule,
+    band_intervals,
+    cell_n,
+    harm_interval,
+    load_gap,
+)
 from gate.stats.sequences import CohortCounts, Interval, MeanStats, PairedCounts, TwoMeans
 
 Key = tuple[str, str]
@@ -49,6 +58,21 @@ class CellResult:
 
 
 @dataclass(frozen=True)
+class BandResult:
+    """One load band: the primary ratio with its interval (both bounds at alpha_promote),
+    the candidate's mean running requests it was measured at, and the baseline's then."""
+
+    band: str
+    ratio: float | None
+    lower: float
+    upper: float
+    n: int
+    candidate_load: float | None
+    baseline_load: float | None
+    proven: bool
+
+
+@dataclass(frozen=True)
 class VerdictResult:
     """The gate's verdict on one stage."""
 
@@ -57,10 +81,16 @@ class VerdictResult:
     summary: str
     cells: tuple[CellResult, ...]
     n_pairs: int
+    # The primary gain per band of the candidate's load (empty: no loads recorded).
+    bands: tuple[BandResult, ...] = ()
 
     def estimates(self) -> list[dict[str, Any]]:
         """Return the per-cell table as JSON-ready dicts (for the verdicts table)."""
         return [_json_ready(asdict(cell)) for cell in self.cells]
+
+    def band_rows(self) -> list[dict[str, Any]]:
+        """Return the load bands as JSON-ready dicts (for the verdicts table)."""
+        return [_json_ready(asdict(band)) for band in self.bands]
 
 
 def decide(policy: Policy, stats: GateStats) -> VerdictResult:
@@ -74,9 +104,54 @@ def decide(policy: Policy, stats: GateStats) -> VerdictResult:
         decision=DECISIONS[code],
         reason_codes=tuple(r.code for r in reasons),
         summary=_summary(code, reasons, cells, int(np.asarray(stats.n_pairs)))
+        + _load_words(policy, stats, reasons)
         + _data_quality(int(np.asarray(stats.n_dropped))),
         cells=cells,
         n_pairs=int(np.asarray(stats.n_pairs)),
+        bands=band_results(policy, stats),
+    )
+
+
+def band_results(policy: Policy, stats: GateStats) -> tuple[BandResult, ...]:
+    """Return the load bands with pairs, lowest load first."""
+    b = stats.bands
+    if b is None:
+        return ()
+    goal = math.log1p(-policy.primary.min_gain)
+    out = []
+    for label, g, cand, base, got in zip(
+        b.labels, b.gain, b.candidate_load, b.baseline_load, band_intervals(policy, b),
+        strict=True,
+    ):  # fmt: skip
+        n = int(np.asarray(g.n))
+        if not n:
+            continue
+        est, lo, hi = (float(np.asarray(v)) for v in (got.estimate, got.lower, got.upper))
+        out.append(
+            BandResult(
+                band=label,
+                ratio=math.exp(est),
+                lower=math.exp(lo),
+                upper=math.exp(hi),
+                n=n,
+                candidate_load=float(np.asarray(cand)) / n,
+                baseline_load=float(np.asarray(base)) / n,
+                proven=hi < goal,
+            )
+        )
+    return tuple(out)
+
+
+def _load_words(policy: Policy, stats: GateStats, reasons: list[Reason]) -> str:
+    if not any(r.kind is ReasonKind.LOAD_UNTESTED for r in reasons):
+        return ""
+    gap = load_gap(policy, stats)
+    proven, target = (float(np.asarray(v)) for v in (gap.proven_load, gap.target))
+    return (
+        f" Load: the gain is proven up to {proven:.1f} running requests on the candidate;"
+        f" the next stage brings about {target:.1f}. Gather evidence nearer that load (a"
+        " stage in between, canary mode) or set guardrails.load_bands.hold_untested_load:"
+        " false."
     )
 
 
@@ -113,6 +188,8 @@ def reasons_of(policy: Policy, stats: GateStats, ev: LookFlags, code: Code) -> l
         ]
     if code is Code.PROMOTE:
         return [Reason(ReasonKind.GAIN_PROVEN), Reason(ReasonKind.GUARDRAILS_INSIDE)]
+    if code is Code.HOLD and _flag(ev.untested_load):
+        return [Reason(ReasonKind.LOAD_UNTESTED)]
     pending = []
     if int(np.asarray(stats.n_pairs)) < policy.min_pairs:
         pending.append(Reason(ReasonKind.MIN_PAIRS))

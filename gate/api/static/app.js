@@ -490,6 +490,20 @@
     $("headline-reasons").replaceChildren(...head.reasons.map((r) => el("li", r)));
     $("headline-codes").textContent = head.reason_codes.join(", ") || "none";
     renderGrid(glance.grid);
+    renderBands(glance.bands || []);
+  }
+
+  function renderBands(rows) {
+    $("load-bands-section").hidden = !rows.length;
+    const table = $("load-bands");
+    const head = el("tr");
+    head.append(...["candidate load band", "pairs", "speedup [interval]", "candidate load", "baseline load", "gain proven"].map((h) => el("th", h)));
+    table.tHead.replaceChildren(head);
+    table.tBodies[0].replaceChildren(...rows.map((row) => {
+      const tr = el("tr");
+      tr.append(...row.map((cell) => el("td", cell)));
+      return tr;
+    }));
   }
 
   function renderGrid(grid) {
