@@ -59,9 +59,7 @@ class Verdict(Base):
     n_pairs: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     # Per load band of the candidate: the primary ratio, its interval, both routes' loads.
-    bands: Mapped[list[dict[str, Any]]] = mapped_column(
-        JSONType, default=list, server_default="[]"
-    )
+    bands: Mapped[list[dict[str, Any]]] = mapped_column(JSONType, default=list, server_default="[]")
 
 
 class GateFold(Base):
