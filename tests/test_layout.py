@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -127,8 +128,12 @@ def layout_rows() -> dict[str, str]:
 
 
 def test_the_layout_table_lists_every_top_level_folder():
-    folders = {p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
-    folders -= {name for name in folders if name.endswith(".egg-info")}
+    # The folders the repository holds; build and test output (ignored) are not layout.
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    folders = {path.split("/")[0] for path in tracked if "/" in path}
+    folders = {name for name in folders if not name.startswith((".", "_"))}
     assert set(layout_rows()) == folders
 
 

@@ -131,7 +131,8 @@ class Reason(BaseModel):
 
 class RolloutPatch(BaseModel):
     version: int = Field(description="The version you read; a stale one gets 409.")
-    sample_rate: float | None = Field(None, ge=0.0, le=1.0)
+    # strict: a JSON true, false or "0.3" is a 422, never a rate.
+    sample_rate: float | None = Field(None, ge=0.0, le=1.0, strict=True)
     mode: RolloutMode | None = None
     policy: dict[str, Any] | None = None
 

@@ -48,5 +48,5 @@ class RolloutIn(BaseModel):
     baseline_route: str
     candidate_route: str
     mode: RolloutMode = RolloutMode.SHADOW
-    sample_rate: float = Field(0.1, ge=0.0, le=1.0)
+    sample_rate: float = Field(0.1, ge=0.0, le=1.0, strict=True)
     policy: dict[str, Any] = Field(default_factory=dict)

@@ -150,3 +150,17 @@ def test_route_registration_is_idempotent_and_unused_routes_can_be_removed(api):
     assert api.client.delete("/v1/routes/rerun", headers=admin).status_code == 404
     names = {r["name"] for r in api.client.get("/v1/routes", headers=admin).json()}
     assert "rerun" not in names and "secret-rollout-base" in names
+
+
+@pytest.mark.parametrize("bad", [True, False, "0.3", [0.3]])
+def test_a_sample_rate_of_another_json_type_is_a_422_and_changes_nothing(api, bad):
+    rid = api.rollout_id
+    before = api.client.get(f"/v1/rollouts/{rid}", headers=api.headers("read")).json()
+    refused = api.client.patch(
+        f"/v1/rollouts/{rid}",
+        json={"version": before["version"], "sample_rate": bad},
+        headers=api.headers("admin"),
+    )
+    assert refused.status_code == 422, refused.text
+    after = api.client.get(f"/v1/rollouts/{rid}", headers=api.headers("read")).json()
+    assert after == before
