@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gate.db.enums import RolloutMode
-from gate.reports import render
+from gate.reports import glance, render
 from gate.reports.model import Week
 from gate.reports.weekly import compute_weekly
 from gate.stats.cumulative import at_look, to_stats
@@ -45,6 +45,10 @@ def test_the_fold_the_verdict_and_the_weekly_report_carry_a_toy_guardrail(pg_ses
         assert float(np.asarray(got.cells[("tpot_tail", "all")].n)) > 300
         verdict = run_gate(pg_session, rollout_id=rollout.id, publisher=None)
         assert any(c["metric"] == "tpot_tail" for c in verdict.estimates)
+        # /ui's guardrail x segment grid is the rollout's glance (GET /v1/rollouts/{id}/glance).
+        look = glance.of_rollout(pg_session, rollout=rollout, verdict=verdict)
+        toy_row = next(r for r in look.grid.rows if r.metric == "tpot_tail")
+        assert toy_row.cells[0] is not None and toy_row.cells[0].n > 300
         year, number, _ = datetime.now(UTC).isocalendar()
         report = compute_weekly(pg_session, Week(year, number))
     week = next(w for w in report.rollouts if w.rollout_id == rollout.id)
