@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from groundedness_fit import _bound
+from groundedness_fit import KIND, _bound
 from groundedness_halueval import RESERVED, auc, strata_of
 from halueval_rows import FIELDS, Row, data_dir, load_split, request_for, reserved_lines
 from scipy.optimize import minimize
@@ -32,7 +32,7 @@ from evaluators.base import GenerationView
 from evaluators.claims import answer_prose, extract_claims
 from evaluators.groundedness import GroundednessEvaluator, context_sources
 from evaluators.grounding_pmi import PMI_FEATURES, PmiScorer, pmi_inputs
-from evaluators.grounding_score import FEATURES
+from evaluators.grounding_score import DEFAULT_CALIBRATIONS, FEATURES
 
 
 def key(split: str, part: str, row: Row) -> str:
@@ -87,7 +87,9 @@ def load_cache(path: Path) -> dict[str, dict[str, float]]:
     return {r["key"]: r for r in records}
 
 
-def matrix(split: str, part: str, rows: list[Row], cache: dict[str, Any]) -> np.ndarray:
+def matrix(
+    split: str, part: str, rows: list[Row], cache: dict[str, Any], pmi_names: tuple[str, ...]
+) -> np.ndarray:
     """Return the lexical features (as the evaluator reports them) plus the PMI features."""
     evaluator = GroundednessEvaluator()
     out = []
@@ -96,7 +98,7 @@ def matrix(split: str, part: str, rows: list[Row], cache: dict[str, Any]) -> np.
         found = evaluator.evaluate(side, request_for(row)).details["features"]
         lexical = [found.get(name, 0.0) for name in FEATURES]
         pmi = cache[key(split, part, row)]
-        out.append([*lexical, *(pmi[name] for name in PMI_FEATURES)])
+        out.append([*lexical, *(pmi[name] for name in pmi_names)])
     return np.asarray(out, float)
 
 
@@ -131,7 +133,7 @@ def within(scores: np.ndarray, rows: list[Row], idx: np.ndarray | None = None) -
         if min(len(pos), len(neg)) >= 10:
             pooled += auc(pos, neg) * len(pos) * len(neg)
             weight += len(pos) * len(neg)
-    return pooled / weight
+    return pooled / weight if weight else float("nan")
 
 
 def _cached(split: str, part: str, rows: list[Row], cache: dict[str, Any]) -> list[Row]:
@@ -144,7 +146,8 @@ def report(args: argparse.Namespace, parts: dict[str, dict[str, list[Row]]]) -> 
     """Fit lexical, PMI-only and lexical+PMI on dev; AUCs with bootstrap intervals on val."""
     cache = load_cache(args.cache)
     lexical_bounds = [_bound(name) for name in FEATURES]
-    pmi_bounds = [(0.0, None)] * len(PMI_FEATURES)
+    names = tuple(args.pmi_features)
+    pmi_bounds = [(0.0, None)] * len(names)
     n_lex = len(FEATURES)
     variants = {
         "lexical": (slice(0, n_lex), lexical_bounds),
@@ -156,9 +159,15 @@ def report(args: argparse.Namespace, parts: dict[str, dict[str, list[Row]]]) -> 
     for split, by_part in parts.items():
         # Only lines whose two answers are both cached (a fill may still be running).
         dev, val = (_cached(split, part, by_part[part], cache) for part in ("dev", "val"))
-        x_dev, x_val = matrix(split, "dev", dev, cache), matrix(split, "val", val, cache)
+        x_dev = matrix(split, "dev", dev, cache, names)
+        x_val = matrix(split, "val", val, cache, names)
         y_dev = np.array([r.label for r in dev])
-        boots = [rng.integers(0, len(val), len(val)) for _ in range(args.bootstrap)]
+        # Bootstrap over lines (a right and a hallucinated answer each), not answers.
+        lines = len(val) // 2
+        boots = [
+            (2 * rng.integers(0, lines, lines)[:, None] + np.arange(2)).ravel()
+            for _ in range(args.bootstrap)
+        ]
         seconds = [cache[key(split, "val", r)]["s"] for r in val]
         result: dict[str, Any] = {
             "dev_answers": len(dev),
@@ -172,15 +181,27 @@ def report(args: argparse.Namespace, parts: dict[str, dict[str, list[Row]]]) -> 
             cut = float(np.quantile(dev_right, 0.08))
             probability = 1 / (1 + np.exp(-cut))
             right = scores[np.array([r.label for r in val]) == 1]
-            values = sorted(within(scores, val, b) for b in boots)
+            values = sorted(v for b in boots if not np.isnan(v := within(scores, val, b)))
+            labels = np.array([r.label for r in val])
             result[name] = {
+                "overall": auc(scores[labels == 1], scores[labels == 0]),
                 "within_strata": within(scores, val),
-                "ci95": [values[int(0.025 * len(values))], values[int(0.975 * len(values)) - 1]],
+                "ci95": [values[int(0.025 * len(values))], values[int(0.975 * len(values)) - 1]]
+                if values
+                else None,
                 "false_fail_right": float(np.mean(right < cut)),
                 "threshold": round(float(probability), 3),
                 "bias": round(bias, 4),
                 "weights": [round(float(w), 4) for w in weights],
             }
+        # The shipped lexical calibration (fitted on all development rows), same answers.
+        shipped = DEFAULT_CALIBRATIONS[KIND[split]]
+        scores = x_val[:, :n_lex] @ np.asarray(shipped.weights) + shipped.bias
+        labels = np.array([r.label for r in val])
+        result["shipped_lexical"] = {
+            "overall": auc(scores[labels == 1], scores[labels == 0]),
+            "within_strata": within(scores, val),
+        }
         out[split] = result
     return out
 
@@ -198,6 +219,9 @@ def main() -> None:
     parser.add_argument("--report", action="store_true")
     parser.add_argument("--bootstrap", type=int, default=1000)
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--pmi-features", nargs="+", default=list(PMI_FEATURES), help="PMI features to fit"
+    )
     args = parser.parse_args()
     folder, reserved = data_dir(args.data), reserved_lines(args.reserved)
     parts = {}

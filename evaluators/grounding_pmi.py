@@ -70,6 +70,10 @@ class PmiScorer:
 
     def claim_pmi(self, context: str, prompt: str, claims: Sequence[str]) -> list[float]:
         """Return each claim's mean per-token PMI with `context` (claims in answer order)."""
+        return [sum(gains) / len(gains) for gains in self.token_pmi(context, prompt, claims)]
+
+    def token_pmi(self, context: str, prompt: str, claims: Sequence[str]) -> list[list[float]]:
+        """Return each claim's per-token PMI with `context` (claims without tokens left out)."""
         pieces = [self._ids((" " if i else "") + c.strip()) for i, c in enumerate(claims)]
         pieces = [p for p in pieces if p]
         if not pieces:
@@ -80,11 +84,11 @@ class PmiScorer:
         answer = [t for p in pieces for t in p]
         with_context = self._logprobs(knowledge + asked, answer)
         without = self._logprobs(asked, answer)
-        out, start = [], 0
+        out: list[list[float]] = []
+        start = 0
         for piece in pieces:
             end = start + len(piece)
-            gain = with_context[start:end] - without[start:end]
-            out.append(float(gain.mean()))
+            out.append([float(g) for g in with_context[start:end] - without[start:end]])
             start = end
         return out
 
@@ -99,12 +103,19 @@ class PmiScorer:
 
     def features(self, context: str, prompt: str, claims: Sequence[str]) -> dict[str, float]:
         """Return the answer-level PMI features: the worst claim's and the mean."""
-        values = self.claim_pmi(context, prompt, claims)
-        if not values:
-            return {"pmi_min": 0.0, "pmi_mean": 0.0}
-        weights = [max(1, len(c.split())) for c in claims if c.strip()][: len(values)]
-        mean = sum(w * v for w, v in zip(weights, values, strict=True)) / sum(weights)
-        return {"pmi_min": min(values), "pmi_mean": mean}
+        per_claim = self.token_pmi(context, prompt, claims)
+        if not per_claim:
+            return {"pmi_min": 0.0, "pmi_mean": 0.0, "pmi_low": 0.0}
+        values = [sum(g) / len(g) for g in per_claim]
+        gains = sorted(g for claim in per_claim for g in claim)
+        # The quarter of the answer's tokens the context explains least: an invented name
+        # is a few tokens, and a whole-claim mean dilutes it.
+        low = gains[: max(1, len(gains) // 4)]
+        return {
+            "pmi_min": min(values),
+            "pmi_mean": sum(gains) / len(gains),
+            "pmi_low": sum(low) / len(low),
+        }
 
 
 @lru_cache(maxsize=2)
