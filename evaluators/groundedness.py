@@ -7,7 +7,10 @@ answering, summary, dialogue; `evaluators.grounding_score`): the estimated proba
 that it is grounded. For question answering a claim with a missing number, quote or
 entity also fails the answer outright; summaries and dialogue replies paraphrase, so
 there those misses only lower the score. The optional embedding and LLM-judge signals
-live in `evaluators.grounding_extras` and are off unless the policy names them.
+live in `evaluators.grounding_extras` and are off unless the policy names them, and so is
+the model-based PMI signal (`evaluators.grounding_pmi`, `{"pmi": {}}`): SmolLM2's
+pointwise mutual information between each claim and the context, a feature of its own
+per-task calibration (`PMI_CALIBRATIONS`).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from evaluators.base import EvalResult, GenerationView, RequestView, message_text
 from evaluators.claims import (
@@ -27,13 +30,25 @@ from evaluators.claims import (
     index_context,
 )
 from evaluators.grounding_extras import ClaimSignal, build_signals
+from evaluators.grounding_pmi import pmi_inputs
 from evaluators.grounding_score import (
     DEFAULT_CALIBRATIONS,
+    PMI_CALIBRATIONS,
     TASK_KINDS,
+    Calibration,
     answer_features,
     calibrated_score,
     task_kind,
 )
+
+
+class PmiFeatures(Protocol):
+    """The model-based signal (`evaluators.grounding_pmi.PmiScorer`)."""
+
+    def features(self, context: str, prompt: str, claims: Sequence[str]) -> dict[str, float]:
+        """Return the answer-level PMI features of its claims."""
+        ...
+
 
 # Bigram pairs of two function words say nothing about the context ("of the").
 _STOP_PAIR_TOKENS = frozenset({"the", "a", "an", "of", "in", "on", "to", "and", "is", "was"})
@@ -107,24 +122,35 @@ class GroundednessEvaluator:
         self,
         options: GroundednessOptions | None = None,
         signals: Sequence[ClaimSignal] = (),
+        pmi: PmiFeatures | None = None,
     ) -> None:
         self.options = options or GroundednessOptions()
         self.signals = list(signals)
+        self.pmi = pmi
+        if pmi is not None:
+            self.version = "2-pmi"  # another score: keep its evaluations apart
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> GroundednessEvaluator:
-        """Build from policy options; `embedding` and `judge` switch on the extras."""
+        """Build from policy options; `embedding`, `judge` and `pmi` switch on the extras."""
         extras = {k: options[k] for k in ("embedding", "judge") if options.get(k)}
-        plain = {k: v for k, v in options.items() if k not in ("embedding", "judge")}
+        plain = {k: v for k, v in options.items() if k not in ("embedding", "judge", "pmi")}
         kinds = [plain.get("task"), *(plain.get("tasks") or {}).values()]
         if any(k not in (None, *TASK_KINDS) for k in kinds):
             raise TypeError(f"task kinds are {', '.join(TASK_KINDS)}")
         cutoffs = [plain.get("threshold"), *(plain.get("thresholds") or {}).values()]
         if any(c is not None and not 0.0 <= float(c) <= 1.0 for c in cutoffs):
             raise TypeError("thresholds are scores between 0 and 1")
-        return cls(GroundednessOptions(**plain), build_signals(extras))
+        pmi = None
+        if options.get("pmi"):
+            from evaluators.grounding_pmi import build_pmi  # loads torch: only when asked
 
-    def threshold(self, kind: str, segment: str | None = None) -> float:
+            pmi = build_pmi(options["pmi"])
+        return cls(GroundednessOptions(**plain), build_signals(extras), pmi)
+
+    def threshold(
+        self, kind: str, segment: str | None = None, calibration: Calibration | None = None
+    ) -> float:
         """Return the pass threshold: the segment's, the kind's, the policy's, or measured."""
         per_key = self.options.thresholds or {}
         for key in (segment, kind):
@@ -132,7 +158,7 @@ class GroundednessEvaluator:
                 return float(per_key[key])
         if self.options.threshold is not None:
             return self.options.threshold
-        return DEFAULT_CALIBRATIONS[kind].threshold
+        return (calibration or DEFAULT_CALIBRATIONS[kind]).threshold
 
     def applies(self, request: RequestView) -> bool:
         """Apply only where the request gave the model something to be grounded in."""
@@ -154,8 +180,13 @@ class GroundednessEvaluator:
         segment = request.inputs.get("segment")
         segment = segment if isinstance(segment, str) else None
         kind = task_kind(request, opts.task or (opts.tasks or {}).get(segment or ""))
-        threshold = self.threshold(kind, segment)
-        return self._result(kind, threshold, features, supports, adjusted)
+        calibration = DEFAULT_CALIBRATIONS[kind]
+        if self.pmi is not None and claims and kind in PMI_CALIBRATIONS:
+            context_text, prompt = pmi_inputs(request.messages, sources)
+            features |= self.pmi.features(context_text, prompt, [c.text for c in claims])
+            calibration = PMI_CALIBRATIONS[kind]
+        threshold = self.threshold(kind, segment, calibration)
+        return self._result(calibration, kind, threshold, features, supports, adjusted)
 
     def support(self, claim: Claim, context: ContextIndex) -> ClaimSupport:
         """Return the deterministic support of one claim."""
@@ -186,13 +217,13 @@ class GroundednessEvaluator:
 
     def _result(
         self,
+        calibration: Calibration,
         kind: str,
         threshold: float,
         features: dict[str, float],
         supports: list[ClaimSupport],
         adjusted: list[ClaimSupport],
     ) -> EvalResult:
-        calibration = DEFAULT_CALIBRATIONS[kind]
         score = calibrated_score(features, calibration) if supports else 1.0
         # An extra signal (embedding, judge) scales the score by how much it moved the
         # claims' lexical support, and a claim it rejects fails the answer.

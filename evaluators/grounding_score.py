@@ -32,6 +32,10 @@ FEATURES = (
     "sentence_misses",  # log(1 + content tokens missing from each claim's best sentence)
 )
 
+# The optional model-based features (`evaluators.grounding_pmi`): a calibration with
+# len(FEATURES) + 2 weights weighs them after FEATURES.
+PMI_FEATURES = ("pmi_min", "pmi_mean")
+
 
 @dataclass(frozen=True)
 class Calibration:
@@ -98,8 +102,9 @@ def answer_features(
 
 def calibrated_score(features: Mapping[str, float], calibration: Calibration) -> float:
     """Return the estimated probability that the answer is grounded."""
+    names = FEATURES if len(calibration.weights) == len(FEATURES) else FEATURES + PMI_FEATURES
     logit = calibration.bias + sum(
-        w * features[name] for name, w in zip(FEATURES, calibration.weights, strict=True)
+        w * features[name] for name, w in zip(names, calibration.weights, strict=True)
     )
     # Clamped so exp() cannot overflow on an extreme logit.
     return 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, logit))))
@@ -125,3 +130,18 @@ def task_kind(request: RequestView, declared: str | None = None) -> str:
 def _asks_for_summary(text: str) -> bool:
     lowered = text.lower()
     return "summar" in lowered or "tl;dr" in lowered
+
+
+# With the PMI signal switched on (`{"pmi": {}}`): FEATURES + PMI_FEATURES weights, fitted
+# by `bench/groundedness_pmi.py --report` on development rows. Kinds not listed keep
+# their lexical calibration and skip the model.
+# Measured: on dialogue it adds nothing the lexical features did not already give
+# (BENCHMARKS.md); on summaries the fit put zero weight on it, so summaries and QA skip it.
+PMI_CALIBRATIONS: dict[str, Calibration] = {
+    "dialogue": Calibration(
+        1.7023,
+        (0.0, 0.0, 0.0, -0.6185, -0.2143, 0.0, 0.0, -0.465, 0.0, -0.4039, 0.1158, 0.5194),
+        0.297,
+        strict=False,
+    ),
+}
