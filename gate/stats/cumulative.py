@@ -159,13 +159,13 @@ def to_stats(
     *,
     mode: RolloutMode = RolloutMode.SHADOW,
     candidate_share: float = 0.5,
-    next_share: float = 1.0,
+    next_share: float | None = 1.0,
 ) -> GateStats:
     """Return the gate's sufficient statistics after each look (pair counts `looks`).
 
-    `next_share` is the candidate's traffic share once promoted (the next stage's, 1.0
-    past the last): the load bands' hold compares the load it will bring with the loads
-    where the gain is proven.
+    `next_share` is the candidate's traffic share once promoted (`next_stage_share`; None:
+    no hold for this step): the load bands' hold compares the load it will bring with the
+    loads where the gain is proven.
     """
     n_total = cols.segment.shape[-1]
     index = np.arange(n_total)
@@ -372,7 +372,9 @@ _BUILDERS: dict[tuple[Source, Family | None], BuildCells] = {
 }
 
 
-def _bands(ctx: _Context, acc: _Acc, mode: RolloutMode, next_share: float) -> BandStats | None:
+def _bands(
+    ctx: _Context, acc: _Acc, mode: RolloutMode, next_share: float | None
+) -> BandStats | None:
     """Return the primary's paired log-ratio per band of the candidate's load (shadow).
 
     A pair counts in a band when both routes' loads are known; its band is where the

@@ -30,6 +30,7 @@ from pydantic import (
     model_validator,
 )
 
+from gate.db.enums import RolloutMode
 from gate.errors import InvalidPolicy
 from gate.stats.ids import ALL, UNDECLARED
 
@@ -266,13 +267,19 @@ def at_stage(policy: Policy, stage_index: int) -> Policy:
     return policy.model_copy(update={"alpha_kill": kill_alpha(policy, stage_index)})
 
 
-def next_stage_share(policy: Policy, stage_index: int) -> float:
-    """Return the candidate's traffic share once stage `stage_index` promotes (1.0 at the end).
+def next_stage_share(policy: Policy, stage_index: int, mode: RolloutMode) -> float | None:
+    """Return the candidate's traffic share once stage `stage_index` promotes (1.0 at the end),
+    or None where that step needs no proof at more load.
 
-    Promoting the last stage hands the candidate all traffic, hence 1.0 there.
+    Promoting the last stage hands the candidate all traffic, hence 1.0 there. In shadow
+    mode the stages before it only mirror more traffic: no user waits on the candidate, and
+    the bigger mirror is how the gain at higher load gets measured, so the load hold applies
+    to the final promotion only. In canary mode every stage serves users more of it.
     """
     following = stage_index + 1
-    return policy.stages[following] / 100.0 if following < len(policy.stages) else 1.0
+    if following >= len(policy.stages):
+        return 1.0
+    return None if mode is RolloutMode.SHADOW else policy.stages[following] / 100.0
 
 
 def log_ratio(relative: float) -> float:

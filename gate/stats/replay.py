@@ -234,9 +234,9 @@ def replay(
     """Replay pairs in order, looking every `every` pairs; stop at the first decision.
 
     The pairs are one stage's, `stage` (0-based), which spends its share of alpha_kill;
-    the load bands compare with the next stage's share (1.0 past the last).
+    the load bands compare with the share promotion brings (`next_stage_share`).
     """
-    next_share = next_stage_share(policy, stage)
+    next_share = next_stage_share(policy, stage, mode)
     policy = at_stage(policy, stage)
     records = fold_order(list(pairs))
     if not records:

@@ -97,14 +97,15 @@ class BandStats:
 
     Per band: `gain` (MeanStats of the clipped log-ratio), and the candidate's and the
     baseline's running requests summed over the same pairs (means: divide by `gain.n`).
-    `next_share` is the candidate's traffic share once promoted (1.0 past the last stage).
+    `next_share` is the candidate's traffic share once promoted (1.0 past the last stage;
+    None: promoting this stage needs no proof at more load, `policy.next_stage_share`).
     """
 
     labels: tuple[str, ...]
     gain: tuple[MeanStats, ...]
     candidate_load: tuple[Num, ...]
     baseline_load: tuple[Num, ...]
-    next_share: float = 1.0
+    next_share: float | None = 1.0
 
 
 @dataclass(frozen=True)
@@ -338,7 +339,7 @@ def band_intervals(policy: Policy, bands: BandStats) -> list[Interval]:
 def load_gap(policy: Policy, stats: GateStats) -> LoadGap:
     """Return where the gain is proven, against the load the next stage will bring."""
     b, nothing = stats.bands, np.asarray(np.nan)
-    if b is None or banded(policy) is None:
+    if b is None or banded(policy) is None or b.next_share is None:
         return LoadGap(nothing, nothing, nothing, np.asarray(False))
     n = _total([g.n for g in b.gain])
     some = n > 0

@@ -394,7 +394,9 @@ def run_stages(s: Scenario, policy: Policy, *, runs: int = 400, seed: int = 0) -
         staged = replace(s, share=percent / 100.0)
         at = at_stage(policy, i)
         cols = draw_pairs(staged, at, active.size, rng)
-        stats = to_stats(cols, at, looks, mode=s.mode, next_share=next_stage_share(policy, i))
+        stats = to_stats(
+            cols, at, looks, mode=s.mode, next_share=next_stage_share(policy, i, s.mode)
+        )
         ev = apply_rule(at, stats)
         decisive = ev.code != Code.CONTINUE
         first = np.where(decisive.any(axis=-1), decisive.argmax(axis=-1), -1)

@@ -149,9 +149,9 @@ def _load_words(policy: Policy, stats: GateStats, reasons: list[Reason]) -> str:
     proven, target = (float(np.asarray(v)) for v in (gap.proven_load, gap.target))
     return (
         f" Load: the gain is proven up to {proven:.1f} running requests on the candidate;"
-        f" the next stage brings about {target:.1f}. Gather evidence nearer that load (a"
-        " stage in between, canary mode) or set guardrails.load_bands.hold_untested_load:"
-        " false."
+        f" promoting it brings about {target:.1f}. Gather evidence nearer that load (mirror"
+        " more traffic: a higher sample_rate or a stage in between; canary mode) or set"
+        " guardrails.load_bands.hold_untested_load: false."
     )
 
 

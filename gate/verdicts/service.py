@@ -85,7 +85,7 @@ def replayed_bands(session: Session, *, rollout: Rollout, policy: Policy) -> Ban
     if not records:
         return None
     cols = columns(records, policy, RolloutMode.SHADOW)
-    share = next_stage_share(policy, rollout.stage)
+    share = next_stage_share(policy, rollout.stage, RolloutMode.SHADOW)
     stats = to_stats(cols, policy, np.array([len(records)]), next_share=share)
     return at_look(stats, 0).bands
 
