@@ -417,7 +417,7 @@ def _pairs_needed(facts: Facts, policy: Policy, pace: Pace | None) -> Needs:
     if codes & {"warmup", "no_pairs"}:
         return Needs(max(0, policy.warmup_pairs + 1 - seen), "the first test")
     total = max(facts.n_pairs, 1)
-    wanted, at_least = float(policy.min_pairs), False
+    wanted, past = float(policy.min_pairs), None
     for cell in facts.cells:
         if cell.status != "unproven" and not _gain_cell(cell, policy):
             continue
@@ -425,12 +425,15 @@ def _pairs_needed(facts: Facts, policy: Policy, pace: Pace | None) -> Needs:
             return Needs(None, "promotion", blocked=label(cell.metric))
         scale = _cell_scale(cell, policy)
         if scale is None:
-            at_least = True  # its estimate sits past the goal, inside a wide interval
+            past = past or label(cell.metric)  # its estimate sits past the goal, in a wide interval
             continue
         wanted = max(wanted, total * scale)
     # Rounded first: 9.000000001 times the pairs is 9 times, not one more.
-    more = math.ceil(round(wanted - facts.n_pairs, 6))
-    return Needs(max(0, more), "promotion", at_least=at_least)
+    more = max(0, math.ceil(round(wanted - facts.n_pairs, 6)))
+    if past is not None and more == 0:
+        # Unproven, so more than none; how many, no extrapolation from today's bound says.
+        return Needs(None, "promotion", at_least=True, untold=past)
+    return Needs(more, "promotion", at_least=past is not None)
 
 
 @dataclass(frozen=True)
@@ -441,6 +444,7 @@ class Needs:
     goal: str | None
     at_least: bool = False
     blocked: str | None = None  # a guardrail proven outside its margin: promotion is out
+    untold: str | None = None  # a guardrail whose estimate is past its goal: count untold
 
 
 def _goal(cell: Cell, policy: Policy) -> float | None:
@@ -560,6 +564,11 @@ def _quality(lines: list[Line], policy: Policy) -> str:
 def _needs(needs: Needs, seconds: float | None) -> str:
     if needs.goal is None:
         return ""
+    if needs.pairs is None and needs.untold is not None:
+        return (
+            f"more pairs needed for {needs.goal}, how many cannot be told yet "
+            f"({needs.untold} is estimated past its goal)"
+        )
     if needs.pairs is None:
         return f"{needs.goal} out of reach: {needs.blocked} is proven outside its margin"
     when = f", about {_duration(seconds)} at this rate" if seconds is not None else ""

@@ -86,6 +86,26 @@ def test_a_guardrail_proven_outside_its_margin_puts_promotion_out_of_reach():
     assert "promotion out of reach: route failures is proven outside its margin" in head.sentence
 
 
+def test_an_estimate_past_its_margin_past_min_pairs_does_not_claim_zero_pairs_needed():
+    # 900 pairs (past min_pairs 200); the failures estimate sits past its 1.5-point margin
+    # inside a wide interval: no extrapolation says how many pairs promotion needs, and it
+    # needs more than none (the cell is unproven).
+    verdict = {
+        "decision": "continue", "n_pairs": 900, "reason_codes": ["continue:unproven:failures:all"],
+        "estimates": [
+            cell("tpot", estimate=0.6, lower=0.55, upper=0.65, status="inside"),
+            cell("failures", estimate=0.02, lower=0.005, upper=0.035, kill_at=0.05,
+                 margin=0.015),
+        ],
+    }  # fmt: skip
+    head = words.headline(verdict, policy=POLICY, pace=words.Pace(pairs=900, elapsed_s=900))
+    assert head.next_decision == "promotion"
+    assert head.pairs_needed != 0
+    assert "0 more pairs" not in head.sentence
+    assert "more pairs needed for promotion" in head.sentence
+    assert "route failures" in head.sentence.split("more pairs needed")[-1]
+
+
 def test_rollout_show_prints_the_headline_and_json(pg_committing, pg_url):
     with pg_committing() as db, db.begin():
         ids = glance_seed.judged(db)
