@@ -506,14 +506,10 @@ def _sentence(
         seen = f"{pace.pairs:,} of {policy.warmup_pairs:,} warm-up pairs seen, " if pace else ""
         return f"{words}: not enough data yet; {seen}" + _needs(needs, seconds) + "."
     if facts.decision == "kill":
-        harmed = sorted(
-            (line for line in lines if line.status == "harmful"),
-            key=lambda x: CAUSES.index(x.family),
-        )
-        harmed = harmed or [_line(c, policy) for c in facts.cells if c.status == "harmful"][:3]
-        causes = "; ".join(_cause(line) for line in harmed[:2]) or "proven harm"
-        if len(harmed) > 2:
-            causes += f"; and {len(harmed) - 2} more guardrail(s)"
+        found = _kill_causes(facts, policy, lines)
+        causes = "; ".join(text for _, text in found[:2]) or "proven harm"
+        if len(found) > 2:
+            causes += f"; and {len(found) - 2} more guardrail(s)"
         return f"{words}: {causes}."
     if facts.decision == "hold":
         why = [r for r in codes if r.kind == "hold"]
@@ -522,6 +518,26 @@ def _sentence(
     if facts.decision == "continue":
         parts.append(_needs(needs, seconds))
     return f"{words}: " + ", ".join(p for p in parts if p) + "."
+
+
+def _kill_causes(facts: Facts, policy: Policy, lines: list[Line]) -> list[tuple[str, str]]:
+    """Return every kill cause as (family, words), the plainest first: the guardrails harmful
+    pooled, those harmful only in some segments, and the acceptance collapses."""
+    found = [(line.family, _cause(line)) for line in lines if line.status == "harmful"]
+    pooled = {line.metric for line in lines if line.status == "harmful"}
+    segments: dict[str, list[Cell]] = {}
+    for c in facts.cells:
+        if c.status == "harmful" and c.segment != ALL and c.metric not in pooled:
+            segments.setdefault(c.metric, []).append(c)
+    for metric, cells in segments.items():
+        where = ", ".join(c.segment for c in cells)
+        found.append((family(metric), f"{_cause(_line(cells[0], policy))} on {where}"))
+    collapsed = [r.segment or ALL for r in map(parse_reason, facts.reason_codes)
+                 if r.what == "collapse"]  # fmt: skip
+    if collapsed:
+        where = "" if collapsed == [ALL] else f" on {', '.join(collapsed)}"
+        found.append(("acceptance", f"draft acceptance collapsed{where}"))
+    return sorted(found, key=lambda x: CAUSES.index(x[0]) if x[0] in CAUSES else len(CAUSES))
 
 
 def _cause(line: Line) -> str:

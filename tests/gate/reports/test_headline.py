@@ -106,6 +106,29 @@ def test_an_estimate_past_its_margin_past_min_pairs_does_not_claim_zero_pairs_ne
     assert "route failures" in head.sentence.split("more pairs needed")[-1]
 
 
+def test_a_kill_sentence_names_a_collapse_and_a_segment_harm_beside_a_pooled_one():
+    # Killed for three causes: TPOT slower pooled, the task evaluator worse on `code` only,
+    # and draft acceptance collapsed on `chat`. The sentence may shorten, never drop one.
+    verdict = {
+        "decision": "kill", "n_pairs": 400,
+        "reason_codes": ["kill:tpot:all", "kill:eval:task:code", "kill:acceptance_collapse:chat"],
+        "estimates": [
+            cell("tpot", estimate=1.3, lower=1.2, upper=1.4, status="harmful"),
+            cell("eval:task", estimate=-0.01, lower=-0.03, upper=0.01, kill_at=0.05,
+                 margin=0.02),
+            cell("eval:task", "code", estimate=0.12, lower=0.06, upper=0.18, kill_at=0.05,
+                 margin=0.02, status="harmful"),
+            cell("acceptance", estimate=0.5, lower=0.4, upper=0.6, kill_at=0.2, margin=0.2,
+                 status="inside"),
+        ],
+    }  # fmt: skip
+    head = words.headline(verdict, policy=POLICY)
+    assert head.sentence.startswith("Kill: ")
+    assert "quality dropped: task" in head.sentence and "code" in head.sentence
+    assert "draft acceptance collapsed" in head.sentence
+    assert "TPOT" in head.sentence or "more" in head.sentence
+
+
 def test_rollout_show_prints_the_headline_and_json(pg_committing, pg_url):
     with pg_committing() as db, db.begin():
         ids = glance_seed.judged(db)
