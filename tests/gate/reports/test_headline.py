@@ -150,3 +150,32 @@ def test_rollout_show_prints_the_headline_and_json(pg_committing, pg_url):
         assert document["name"] == name
         assert document["glance"]["headline"]["sentence"] == want.sentence
         assert document["glance"]["headline"]["reason_codes"] == want.reason_codes
+
+
+def test_the_glance_of_a_rollout_past_a_stage_reads_that_stage_not_the_last_ones_verdict(
+    pg_session,
+):
+    # Stage 0 was judged "promote"; the rollout now serves stage 1, not judged yet. The
+    # glance names stage 1, so its headline must not repeat stage 0's decision as stage 1's.
+    from gate.db.enums import Decision
+    from gate.db.models import Verdict
+    from gate.reports.glance import latest
+    from tests import factories
+
+    rollout = factories.rollout(pg_session, name="staged", policy={"stages": [10.0, 100.0]})
+    pg_session.add(
+        Verdict(rollout_id=rollout.id, stage=0, decision=Decision.PROMOTE,
+                reason_codes=["promote:gain_proven"], summary="promote", estimates=[],
+                n_pairs=900)
+    )  # fmt: skip
+    rollout.stage = 1
+    pg_session.flush()
+    got = latest(pg_session, rollout=rollout)
+    assert got.stage == 1
+    assert got.verdict_id is None
+    assert got.headline.decision == "continue"
+    assert got.headline.reason_codes == ["no_pairs"]
+    from gate.reports.dashboard import overview
+
+    row = next(r for r in overview(pg_session) if r.id == rollout.id)
+    assert row.headline == got.headline.sentence
