@@ -106,6 +106,22 @@ def speedup(
     return Speedup(float(estimate), float(low), float(high))
 
 
+def level_call(baseline: list[Sample], candidate: list[Sample]) -> Call | None:
+    """Return the level's call: its speedup's, except that a candidate failing a larger share
+    of its requests than the baseline does not win (the speedup leaves failures out, so it
+    would be fast on the answers it gave); None under 2 matched pairs."""
+    value = speedup(baseline, candidate)
+    if value is None:
+        return None
+    if value.call == "wins" and _failed_share(candidate) > _failed_share(baseline):
+        return "unclear"
+    return value.call
+
+
+def _failed_share(samples: list[Sample]) -> float:
+    return sum(not s.ok for s in samples) / len(samples) if samples else 0.0
+
+
 def precise(value: Speedup | None, precision: float) -> bool:
     """Return whether the interval's width is within `precision` of the estimate."""
     return value is not None and (value.high - value.low) <= precision * value.estimate

@@ -10,7 +10,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no display on servers and CI runners
 import matplotlib.pyplot as plt
 
-from gate.rehearse.analysis import ALL, Call, crossover, percentiles, speedup
+from gate.rehearse.analysis import ALL, Call, crossover, level_call, percentiles, speedup
 from gate.rehearse.runner import Route, Sample
 from gate.rehearse.sweep import Level
 from gate.rehearse.workload import Workload
@@ -54,7 +54,7 @@ def _level(routes: tuple[Route, Route], level: Level, segments: list[str]) -> di
         by_segment[segment] = {
             "speedup": None if value is None else round(value.estimate, 4),
             "interval": None if value is None else [round(value.low, 4), round(value.high, 4)],
-            "call": None if value is None else value.call,
+            "call": level_call(base, cand),
             "baseline": _route(base),
             "candidate": _route(cand),
         }

@@ -163,7 +163,12 @@ def overview(session: Session) -> list[RolloutRow]:
                 baseline_route=names.get(r.baseline_route_id, ""),
                 candidate_route=names.get(r.candidate_route_id, ""),
                 latest_verdict=_brief(verdict) if verdict else None,
-                headline=glance.of_rollout(session, rollout=r, verdict=verdict).headline.sentence,
+                # The headline answers for the stage shown, so only that stage's verdict.
+                headline=glance.of_rollout(
+                    session,
+                    rollout=r,
+                    verdict=verdict if verdict and verdict.stage == r.stage else None,
+                ).headline.sentence,
                 sandbox=code_sandbox(r.policy),
                 state_reason=change.reason
                 if (change := repository.last_change(session, r.id))

@@ -53,6 +53,12 @@ def of_rollout(
 
 
 def latest(session: Session, *, rollout: Rollout) -> Glance:
-    """Return the glance of the rollout's newest verdict."""
+    """Return the glance of the rollout's newest verdict on its current stage.
+
+    A verdict of an earlier stage (the rollout moved on, not judged since) is not this
+    stage's answer: its decision and pairs would be read as the new stage's.
+    """
     verdict = queries.latest_verdicts(session, rollout_id=rollout.id).get(rollout.id)
+    if verdict is not None and verdict.stage != rollout.stage:
+        verdict = None
     return of_rollout(session, rollout=rollout, verdict=verdict)

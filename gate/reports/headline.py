@@ -421,7 +421,7 @@ def _pairs_needed(facts: Facts, policy: Policy, pace: Pace | None) -> Needs:
     if codes & {"warmup", "no_pairs"}:
         return Needs(max(0, policy.warmup_pairs + 1 - seen), "the first test")
     total = max(facts.n_pairs, 1)
-    wanted, at_least = float(policy.min_pairs), False
+    wanted, past = float(policy.min_pairs), None
     for cell in facts.cells:
         if cell.status != "unproven" and not _gain_cell(cell, policy):
             continue
@@ -429,12 +429,15 @@ def _pairs_needed(facts: Facts, policy: Policy, pace: Pace | None) -> Needs:
             return Needs(None, "promotion", blocked=label(cell.metric))
         scale = _cell_scale(cell, policy)
         if scale is None:
-            at_least = True  # its estimate sits past the goal, inside a wide interval
+            past = past or label(cell.metric)  # its estimate sits past the goal, in a wide interval
             continue
         wanted = max(wanted, total * scale)
     # Rounded first: 9.000000001 times the pairs is 9 times, not one more.
-    more = math.ceil(round(wanted - facts.n_pairs, 6))
-    return Needs(max(0, more), "promotion", at_least=at_least)
+    more = max(0, math.ceil(round(wanted - facts.n_pairs, 6)))
+    if past is not None and more == 0:
+        # Unproven, so more than none; how many, no extrapolation from today's bound says.
+        return Needs(None, "promotion", at_least=True, untold=past)
+    return Needs(more, "promotion", at_least=past is not None)
 
 
 @dataclass(frozen=True)
@@ -445,6 +448,7 @@ class Needs:
     goal: str | None
     at_least: bool = False
     blocked: str | None = None  # a guardrail proven outside its margin: promotion is out
+    untold: str | None = None  # a guardrail whose estimate is past its goal: count untold
 
 
 def _goal(cell: Cell, policy: Policy) -> float | None:
@@ -506,14 +510,10 @@ def _sentence(
         seen = f"{pace.pairs:,} of {policy.warmup_pairs:,} warm-up pairs seen, " if pace else ""
         return f"{words}: not enough data yet; {seen}" + _needs(needs, seconds) + "."
     if facts.decision == "kill":
-        harmed = sorted(
-            (line for line in lines if line.status == "harmful"),
-            key=lambda x: CAUSES.index(x.family),
-        )
-        harmed = harmed or [_line(c, policy) for c in facts.cells if c.status == "harmful"][:3]
-        causes = "; ".join(_cause(line) for line in harmed[:2]) or "proven harm"
-        if len(harmed) > 2:
-            causes += f"; and {len(harmed) - 2} more guardrail(s)"
+        found = _kill_causes(facts, policy, lines)
+        causes = "; ".join(text for _, text in found[:2]) or "proven harm"
+        if len(found) > 2:
+            causes += f"; and {len(found) - 2} more guardrail(s)"
         return f"{words}: {causes}."
     if facts.decision == "hold":
         why = [r for r in codes if r.kind == "hold"]
@@ -522,6 +522,26 @@ def _sentence(
     if facts.decision == "continue":
         parts.append(_needs(needs, seconds))
     return f"{words}: " + ", ".join(p for p in parts if p) + "."
+
+
+def _kill_causes(facts: Facts, policy: Policy, lines: list[Line]) -> list[tuple[str, str]]:
+    """Return every kill cause as (family, words), the plainest first: the guardrails harmful
+    pooled, those harmful only in some segments, and the acceptance collapses."""
+    found = [(line.family, _cause(line)) for line in lines if line.status == "harmful"]
+    pooled = {line.metric for line in lines if line.status == "harmful"}
+    segments: dict[str, list[Cell]] = {}
+    for c in facts.cells:
+        if c.status == "harmful" and c.segment != ALL and c.metric not in pooled:
+            segments.setdefault(c.metric, []).append(c)
+    for metric, cells in segments.items():
+        where = ", ".join(c.segment for c in cells)
+        found.append((family(metric), f"{_cause(_line(cells[0], policy))} on {where}"))
+    collapsed = [r.segment or ALL for r in map(parse_reason, facts.reason_codes)
+                 if r.what == "collapse"]  # fmt: skip
+    if collapsed:
+        where = "" if collapsed == [ALL] else f" on {', '.join(collapsed)}"
+        found.append(("acceptance", f"draft acceptance collapsed{where}"))
+    return sorted(found, key=lambda x: CAUSES.index(x[0]) if x[0] in CAUSES else len(CAUSES))
 
 
 def _cause(line: Line) -> str:
@@ -564,6 +584,11 @@ def _quality(lines: list[Line], policy: Policy) -> str:
 def _needs(needs: Needs, seconds: float | None) -> str:
     if needs.goal is None:
         return ""
+    if needs.pairs is None and needs.untold is not None:
+        return (
+            f"more pairs needed for {needs.goal}, how many cannot be told yet "
+            f"({needs.untold} is estimated past its goal)"
+        )
     if needs.pairs is None:
         return f"{needs.goal} out of reach: {needs.blocked} is proven outside its margin"
     when = f", about {_duration(seconds)} at this rate" if seconds is not None else ""

@@ -114,7 +114,7 @@ class _Builder:
         self.greedy = policy.guardrails.greedy_mismatch.evaluator
         self.mode = mode
         self.rows: dict[str, list[Any]] = {k: [] for k in _COLUMNS.split()}
-        self.evals: list[tuple[int, int, str, bool]] = []
+        self.evals: list[tuple[int, int, str, bool | None]] = []
 
     def add(self, n: int, record: Record) -> None:
         rows = self.rows
@@ -143,8 +143,9 @@ class _Builder:
             thumbs = side.get("feedback")
             rows["feedback"].append(None if thumbs is None else float(thumbs < 0))
             for name, passed in side.get("evals", {}).items():
-                if passed is not None:  # not evaluable: neither a pass nor a fail
-                    self.evals.append((n, k, name, bool(passed)))
+                # Not evaluable: neither a pass nor a fail, but the evaluator is seen (it
+                # has a cell and a kill slot), as in the fold, which sees its result rows.
+                self.evals.append((n, k, name, passed if passed is None else bool(passed)))
         rows["dropped"].append(dropped)
         drafts = (cand or {}).get("draft_tokens") or 0
         accepted = (cand or {}).get("accepted_tokens") or 0
@@ -156,7 +157,8 @@ class _Builder:
         names = sorted({e[2] for e in self.evals})
         scores = {name: np.full((n, 2), np.nan) for name in names}
         for i, k, name, passed in self.evals:
-            scores[name][i, k] = 0.0 if passed else 1.0
+            if passed is not None:
+                scores[name][i, k] = 0.0 if passed else 1.0
         greedy = scores.pop(self.greedy, np.full((n, 2), np.nan))
         failed = np.asarray(rows["failed"], dtype=bool).reshape(n, 2)
 

@@ -3,9 +3,11 @@ exit decision at a production concurrency, on hand-built samples."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-from gate.rehearse.analysis import Decision, crossover, decide, speedup
+from gate.rehearse.analysis import Decision, crossover, decide, level_call, speedup
 from gate.rehearse.runner import Sample
 
 
@@ -73,3 +75,18 @@ def test_answers_are_paired_by_request_so_the_prompt_mix_cancels_out():
     # A request answered on one side only is left out.
     extra = Sample("chat", ok=True, e2e_s=9.0, tokens=1, item="x")
     assert speedup([*base, extra], cand) == value
+
+
+def test_a_faster_candidate_that_fails_more_requests_does_not_win_the_level():
+    # Twice as fast on the answers it gives, but a quarter of its requests fail (the
+    # baseline's none): the speedup leaves failures out, so the level must not read "wins"
+    # and a pipeline deploying on exit 0 must not see "pays".
+    base = [replace(s, item=f"r{i}") for i, s in enumerate(samples(0.02))]
+    cand = [replace(s, item=f"r{i}", ok=i % 4 != 0) for i, s in enumerate(samples(0.01, seed=2))]
+    assert speedup(base, cand) is not None and speedup(base, cand).call == "wins"
+    call = level_call(base, cand)
+    assert call != "wins"
+    assert decide([1], [call], 1) is not Decision.PAYS
+    # As many failures on both sides: the speed alone decides.
+    broken = [replace(s, ok=i % 4 != 0) for i, s in enumerate(base)]
+    assert level_call(broken, cand) == "wins"

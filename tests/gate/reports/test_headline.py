@@ -86,6 +86,49 @@ def test_a_guardrail_proven_outside_its_margin_puts_promotion_out_of_reach():
     assert "promotion out of reach: route failures is proven outside its margin" in head.sentence
 
 
+def test_an_estimate_past_its_margin_past_min_pairs_does_not_claim_zero_pairs_needed():
+    # 900 pairs (past min_pairs 200); the failures estimate sits past its 1.5-point margin
+    # inside a wide interval: no extrapolation says how many pairs promotion needs, and it
+    # needs more than none (the cell is unproven).
+    verdict = {
+        "decision": "continue", "n_pairs": 900, "reason_codes": ["continue:unproven:failures:all"],
+        "estimates": [
+            cell("tpot", estimate=0.6, lower=0.55, upper=0.65, status="inside"),
+            cell("failures", estimate=0.02, lower=0.005, upper=0.035, kill_at=0.05,
+                 margin=0.015),
+        ],
+    }  # fmt: skip
+    head = words.headline(verdict, policy=POLICY, pace=words.Pace(pairs=900, elapsed_s=900))
+    assert head.next_decision == "promotion"
+    assert head.pairs_needed != 0
+    assert "0 more pairs" not in head.sentence
+    assert "more pairs needed for promotion" in head.sentence
+    assert "route failures" in head.sentence.split("more pairs needed")[-1]
+
+
+def test_a_kill_sentence_names_a_collapse_and_a_segment_harm_beside_a_pooled_one():
+    # Killed for three causes: TPOT slower pooled, the task evaluator worse on `code` only,
+    # and draft acceptance collapsed on `chat`. The sentence may shorten, never drop one.
+    verdict = {
+        "decision": "kill", "n_pairs": 400,
+        "reason_codes": ["kill:tpot:all", "kill:eval:task:code", "kill:acceptance_collapse:chat"],
+        "estimates": [
+            cell("tpot", estimate=1.3, lower=1.2, upper=1.4, status="harmful"),
+            cell("eval:task", estimate=-0.01, lower=-0.03, upper=0.01, kill_at=0.05,
+                 margin=0.02),
+            cell("eval:task", "code", estimate=0.12, lower=0.06, upper=0.18, kill_at=0.05,
+                 margin=0.02, status="harmful"),
+            cell("acceptance", estimate=0.5, lower=0.4, upper=0.6, kill_at=0.2, margin=0.2,
+                 status="inside"),
+        ],
+    }  # fmt: skip
+    head = words.headline(verdict, policy=POLICY)
+    assert head.sentence.startswith("Kill: ")
+    assert "quality dropped: task" in head.sentence and "code" in head.sentence
+    assert "draft acceptance collapsed" in head.sentence
+    assert "TPOT" in head.sentence or "more" in head.sentence
+
+
 def test_rollout_show_prints_the_headline_and_json(pg_committing, pg_url):
     with pg_committing() as db, db.begin():
         ids = glance_seed.judged(db)
@@ -107,3 +150,32 @@ def test_rollout_show_prints_the_headline_and_json(pg_committing, pg_url):
         assert document["name"] == name
         assert document["glance"]["headline"]["sentence"] == want.sentence
         assert document["glance"]["headline"]["reason_codes"] == want.reason_codes
+
+
+def test_the_glance_of_a_rollout_past_a_stage_reads_that_stage_not_the_last_ones_verdict(
+    pg_session,
+):
+    # Stage 0 was judged "promote"; the rollout now serves stage 1, not judged yet. The
+    # glance names stage 1, so its headline must not repeat stage 0's decision as stage 1's.
+    from gate.db.enums import Decision
+    from gate.db.models import Verdict
+    from gate.reports.glance import latest
+    from tests import factories
+
+    rollout = factories.rollout(pg_session, name="staged", policy={"stages": [10.0, 100.0]})
+    pg_session.add(
+        Verdict(rollout_id=rollout.id, stage=0, decision=Decision.PROMOTE,
+                reason_codes=["promote:gain_proven"], summary="promote", estimates=[],
+                n_pairs=900)
+    )  # fmt: skip
+    rollout.stage = 1
+    pg_session.flush()
+    got = latest(pg_session, rollout=rollout)
+    assert got.stage == 1
+    assert got.verdict_id is None
+    assert got.headline.decision == "continue"
+    assert got.headline.reason_codes == ["no_pairs"]
+    from gate.reports.dashboard import overview
+
+    row = next(r for r in overview(pg_session) if r.id == rollout.id)
+    assert row.headline == got.headline.sentence
