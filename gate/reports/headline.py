@@ -195,12 +195,25 @@ def label(metric: str) -> str:
     """Return a guardrail's name in words."""
     if metric.startswith("eval:"):
         return metric.removeprefix("eval:").replace("_", " ")
+    if metric.startswith("parity:"):
+        stat = metric.removeprefix("parity:")
+        return f"sampled-output parity ({PARITY_WORDS.get(stat, stat)})"
     return LABELS.get(metric, metric.replace("_", " "))
 
 
 def family(metric: str) -> str:
     """Return the guardrail family of a metric."""
-    return "quality" if metric.startswith("eval:") else FAMILIES.get(metric, "other")
+    if metric.startswith(("eval:", "parity:")):
+        return "quality"
+    return FAMILIES.get(metric, "other")
+
+
+# The answer statistics of sampled-output parity (`gate.parity.STATISTICS`), in words.
+PARITY_WORDS = {
+    "mean_logprob": "mean log-prob per token under the model",
+    "length": "answer length",
+    "distinct_2": "distinct bigrams",
+}
 
 
 def reason_sentences(codes: Iterable[str], policy: Policy | None = None) -> list[str]:
@@ -254,6 +267,12 @@ def _plain_reason(r: Reason, policy: Policy | None) -> str:
         "gain_proven": f"The {primary} gain is proven.",
         "guardrails_inside": "Every guardrail is proven within its margin.",
     }
+    if r.kind == "alarm" and r.what.startswith("control_parity:"):
+        stat = r.what.removeprefix("control_parity:")
+        return (
+            f"Data-quality alarm: the control slice (baseline vs baseline) shifted in "
+            f"{PARITY_WORDS.get(stat, stat)}; sampled-output parity cannot be trusted (not a kill)."
+        )
     return words.get(r.what, f"{r.code.replace('_', ' ')}.")
 
 

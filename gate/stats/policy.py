@@ -112,6 +112,19 @@ class AcceptanceGuardrail(_Model):
         return self.segment_floors.get(segment, self.floor)
 
 
+class ParityGuardrail(_Model):
+    """Sampled-output parity (temperature > 0): the paired mean of d = s(candidate) -
+    s(baseline) per answer statistic, two-sided, in standard deviations of d measured on
+    the warm-up's control pairs (its eligible pairs when the control slice has too few).
+
+    Off by default for now: enabling it adds 3 kill shares per tested segment, which
+    narrows every other test's level; a policy opts in with `enabled: true`."""
+
+    enabled: bool = False
+    margin_sd: float = Field(0.1, gt=0.0)
+    min_scale_pairs: int = Field(20, ge=2)
+
+
 class Guardrails(_Model):
     """Every guardrail of the gate."""
 
@@ -125,6 +138,7 @@ class Guardrails(_Model):
     feedback: RateGuardrail = RateGuardrail(margin=0.03, kill_at=0.0, required=False)
     greedy_mismatch: GreedyGuardrail = GreedyGuardrail()
     acceptance: AcceptanceGuardrail = AcceptanceGuardrail()
+    output_parity: ParityGuardrail = ParityGuardrail()
 
 
 class Policy(_Model):
