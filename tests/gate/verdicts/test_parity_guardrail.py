@@ -6,11 +6,14 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
+from gate.cli.gatecmd import with_parity
 from gate.db.enums import RolloutMode
 from gate.reports.headline import reason_sentences
 from gate.stats.policy import Policy
 from gate.stats.registry import find, kill_slots
 from gate.stats.replay import replay
+from gate.stats.rule import Code
+from gate.stats.simulate import Scenario, run_scenario
 
 POLICY = Policy.model_validate(
     {"segments": ["chat"], "warmup_pairs": 100, "min_pairs": 300, "min_duration_s": 0,
@@ -114,3 +117,20 @@ def test_canary_uses_the_unpaired_form_and_kills_a_biased_cohort():
         r["baseline" if i % 2 else "candidate"] = None
     quiet = replay(null, POLICY, every=100, mode=RolloutMode.CANARY)
     assert not any(c.startswith("kill:parity") for c in quiet.verdict.reason_codes)
+
+
+def test_simulation_with_the_real_verifiers_kills_the_biased_one_only():
+    # Small pools of answers drawn by the engine's decode loop with the exact and the
+    # biased-argmax verifier (gate.stats.parity_pools); the whole default policy with
+    # parity switched on.
+    policy = with_parity(Policy())
+    pool = (3, 40, 11)
+    biased = run_scenario(
+        Scenario("biased", 3000, sampler="biased", pool=pool), policy, runs=20, seed=1
+    )
+    exact = run_scenario(
+        Scenario("exact", 3000, sampler="exact", pool=pool), policy, runs=20, seed=2
+    )
+    assert biased.count(Code.KILL) >= 18, biased.kill_reasons
+    assert any(r.startswith("parity:mean_logprob") for r in biased.kill_reasons)
+    assert not any(r.startswith("parity:") for r in exact.kill_reasons), exact.kill_reasons
