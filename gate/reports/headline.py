@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from gate.parity import explain
 from gate.stats.policy import ALL, Policy
 
 Status = Literal["better", "inside", "unproven", "harmful", "no_data", "not_gating"]
@@ -191,6 +192,22 @@ def parse_reason(code: str) -> Reason:
     return Reason(code, kind, rest)
 
 
+def parity_sentences(cells: Iterable[Cell]) -> list[str]:
+    """Return which answer statistic moved and which way, once per harmful parity shift."""
+    out: list[str] = []
+    for cell in cells:
+        if not cell.metric.startswith("parity:") or cell.status != "harmful":
+            continue
+        if cell.estimate is None:
+            continue
+        stat = cell.metric.removeprefix("parity:")
+        said = explain(stat, 1 if cell.estimate > 0 else -1)
+        sentence = f"{said[0].upper()}{said[1:]} ({PARITY_WORDS.get(stat, stat)})."
+        if sentence not in out:
+            out.append(sentence)
+    return out
+
+
 def label(metric: str) -> str:
     """Return a guardrail's name in words."""
     if metric.startswith("eval:"):
@@ -327,7 +344,7 @@ def headline(verdict: Any, *, policy: Policy, pace: Pace | None = None) -> Headl
         decision_words=DECISION_WORDS.get(facts.decision, facts.decision.title()),
         sentence=_sentence(facts, policy, lines, needs, seconds, pace),
         lines=lines,
-        reasons=reason_sentences(facts.reason_codes, policy),
+        reasons=reason_sentences(facts.reason_codes, policy) + parity_sentences(facts.cells),
         reason_codes=list(facts.reason_codes),
         pairs_needed=needed,
         seconds_needed=seconds,
@@ -397,6 +414,8 @@ def format_interval(cell: Cell) -> str:
 
 
 def _value(metric: str, value: float) -> str:
+    if metric.startswith("parity:"):  # d in standard deviations of d (warm-up)
+        return _signed(value, " sd")
     if metric in RATIOS:
         return _signed(100 * (value - 1), " %")
     if metric == "acceptance":

@@ -8,7 +8,7 @@ import numpy as np
 
 from gate.cli.gatecmd import with_parity
 from gate.db.enums import RolloutMode
-from gate.reports.headline import reason_sentences
+from gate.reports.headline import headline, reason_sentences
 from gate.stats.policy import Policy
 from gate.stats.registry import find, kill_slots
 from gate.stats.replay import replay
@@ -75,6 +75,8 @@ def test_a_mode_seeking_sampler_is_killed_with_the_sentence():
     assert "kill:parity:mean_logprob:all" in got.verdict.reason_codes
     assert "more likely under the model" in got.verdict.summary
     assert any("sampled-output parity" in s for s in reason_sentences(got.verdict.reason_codes))
+    said = headline(got.verdict, policy=POLICY).reasons
+    assert any(s.startswith("Candidate answers are more likely under the model") for s in said)
 
 
 def test_without_logprobs_the_text_statistics_are_tested():
