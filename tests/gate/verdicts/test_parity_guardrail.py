@@ -5,15 +5,25 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
+import pytest
+from sqlalchemy import select
 
 from gate.cli.gatecmd import with_parity
 from gate.db.enums import RolloutMode
+from gate.db.models import Generation
+from gate.pairs.export import pair_records
+from gate.reports.guardrails import declared as declared_guardrails
 from gate.reports.headline import headline, reason_sentences
+from gate.reports.model import Week
+from gate.reports.weekly import compute_weekly
 from gate.stats.policy import Policy
 from gate.stats.registry import find, kill_slots
 from gate.stats.replay import replay
 from gate.stats.rule import Code
 from gate.stats.simulate import Scenario, run_scenario
+from gate.verdicts.service import run_gate
+from tests import factories
+from tests.gate.stats.test_sql import store
 
 POLICY = Policy.model_validate(
     {"segments": ["chat"], "warmup_pairs": 100, "min_pairs": 300, "min_duration_s": 0,
@@ -26,7 +36,7 @@ def side(rng: np.random.Generator, shift: float, *, logprobs: bool = True, **ext
     tokens = int(rng.integers(20, 60))
     mean = -1.0 + shift + rng.normal(0.0, 0.2)
     return {
-        "ttft_s": 0.2, "tpot_s": 0.02, "e2e_s": 1.0, "status": "ok", "evals": {},
+        "ttft_s": 0.2, "tpot_s": 0.02, "e2e_s": 1.0, "status": "ok", "evals": {"task": True},
         "draft_tokens": 10, "accepted_tokens": 6,
         "temperature": 0.8, "top_p": 1.0, "max_tokens": 128, "seed": None,
         "finish_reason": "stop", "output_tokens": tokens,
@@ -136,3 +146,33 @@ def test_simulation_with_the_real_verifiers_kills_the_biased_one_only():
     assert biased.count(Code.KILL) >= 18, biased.kill_reasons
     assert any(r.startswith("parity:mean_logprob") for r in biased.kill_reasons)
     assert not any(r.startswith("parity:") for r in exact.kill_reasons), exact.kill_reasons
+
+
+@pytest.mark.postgres
+def test_stored_pairs_reach_the_verdict_the_export_and_the_weekly_report(pg_session):
+    rows = records(1200, shift=0.15)
+    for i, r in enumerate(rows):
+        r["evaluated_at"] = (START + timedelta(seconds=i, milliseconds=500)).isoformat()
+    rollout = factories.rollout(pg_session, policy=POLICY.model_dump(mode="json"))
+    store(pg_session, rows, rollout.id)
+    # `store` keeps latencies and counts; the parity fields go on the same generations.
+    sides = [s for r in rows for s in (r["baseline"], r["candidate"])]
+    gens = pg_session.scalars(
+        select(Generation).where(Generation.rollout_id == rollout.id).order_by(Generation.id)
+    ).all()
+    for g, side in zip(gens, sides, strict=True):
+        for key in ("temperature", "top_p", "max_tokens", "seed", "finish_reason",
+                    "output_tokens", "logprob_tokens", "logprob_sum"):  # fmt: skip
+            setattr(g, key, side[key])
+        g.output = " ".join(["w"] * 3)
+    pg_session.flush()
+    exported = list(pair_records(pg_session, rollout_id=rollout.id))
+    assert exported[0]["candidate"]["finish_reason"] == "stop"
+    assert exported[0]["candidate"]["logprob_tokens"] == rows[0]["candidate"]["output_tokens"]
+    verdict = run_gate(pg_session, rollout_id=rollout.id, publisher=None)
+    assert "kill:parity:mean_logprob:all" in verdict.reason_codes, verdict.summary
+    year, number, _ = datetime.now(UTC).isocalendar()
+    report = compute_weekly(pg_session, Week(year, number))
+    week = next(w for w in report.rollouts if w.rollout_id == rollout.id)
+    assert [row for row in week.guardrails if row[0] == "parity:mean_logprob"]
+    assert "parity" in {g.id for g in declared_guardrails()}
