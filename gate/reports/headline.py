@@ -566,6 +566,8 @@ def _cause(line: Line) -> str:
         "acceptance": "draft acceptance is below its floor",
         "parity": "greedy outputs diverge",
     }.get(line.family, "proven harm")
+    if line.metric.startswith("parity:"):
+        what = "sampled outputs shifted"
     return f"{what}: {line.label} {line.estimate} (95 % CI {line.interval})"
 
 

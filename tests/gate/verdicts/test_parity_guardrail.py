@@ -85,7 +85,9 @@ def test_a_mode_seeking_sampler_is_killed_with_the_sentence():
     assert "kill:parity:mean_logprob:all" in got.verdict.reason_codes
     assert "more likely under the model" in got.verdict.summary
     assert any("sampled-output parity" in s for s in reason_sentences(got.verdict.reason_codes))
-    said = headline(got.verdict, policy=POLICY).reasons
+    glance = headline(got.verdict, policy=POLICY)
+    assert "sampled outputs shifted" in glance.sentence
+    said = glance.reasons
     assert any(s.startswith("Candidate answers are more likely under the model") for s in said)
 
 
