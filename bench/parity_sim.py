@@ -26,137 +26,20 @@ from __future__ import annotations
 
 import argparse
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from gate.engines.decode import Sampler, TokenLogprobs, speculate
-from gate.engines.ngram import NgramDrafter
-from gate.engines.spec import NgramConfig, SpecStats
-from gate.parity import STATISTICS, Side, answer_stats, control_margin, eligibility, parity_test
+from gate.cli.gatecmd import with_parity
+from gate.parity import STATISTICS, Side, control_margin, eligibility, parity_test
 from gate.stats.cumulative import looks_every
+from gate.stats.parity_pools import MAX_TOKENS, TEMPERATURE, VARIANTS, cached_pools
 from gate.stats.policy import Policy
-from gate.stats.registry import kill_slots
+from gate.stats.registry import alpha_kill_each, kill_slots
+from gate.stats.rule import Code
 from gate.stats.sequences import MeanStats
 from gate.stats.simulate import Scenario, clopper_pearson, run_scenario
-
-VOCAB, EOS = 64, 0
-TEMPERATURE, MAX_TOKENS = 0.8, 96
-SPEC = NgramConfig(num_speculative_tokens=8, prompt_lookup_min=2, prompt_lookup_max=3)
-VARIANTS = ("baseline", "exact", "biased")
-
-
-class CopyModel:
-    """A toy LM with a KV-cache-like history: forward appends tokens, truncate cuts it."""
-
-    def __init__(self, background: torch.Tensor, prompt_len: int, copy_bonus: float) -> None:
-        self.background, self.prompt_len, self.copy_bonus = background, prompt_len, copy_bonus
-        self.history: list[int] = []
-
-    def forward(self, tokens: list[int]) -> torch.Tensor:
-        """Append `tokens`; return the next-token logits after each."""
-        rows = []
-        for token in tokens:
-            self.history.append(token)
-            rows.append(self._logits())
-        return torch.stack(rows)
-
-    def truncate(self, keep: int) -> None:
-        """Keep the first `keep` positions."""
-        del self.history[keep:]
-
-    def _logits(self) -> torch.Tensor:
-        h = self.history
-        row = self.background[h[-1]].clone()
-        tail = tuple(h[-2:])
-        for start in range(len(h) - 3, 0, -1):  # the latest earlier occurrence of the tail
-            if (h[start - 1], h[start]) == tail:
-                row[h[start + 1]] += self.copy_bonus
-                break
-        generated = len(h) - self.prompt_len
-        row[EOS] = -4.0 + 0.1 * generated
-        return row
-
-
-@dataclass(frozen=True)
-class Answer:
-    """One generated answer's statistics and how it ended."""
-
-    finish: str
-    stats: dict[str, float]
-    drafted: int
-    accepted: int
-
-
-def generate(
-    prompt: list[int],
-    background: torch.Tensor,
-    variant: str,
-    gen: torch.Generator,
-    copy_bonus: float = 2.0,
-) -> Answer:
-    """Sample one answer with the engine's decode loop and verifier."""
-    model = CopyModel(background, len(prompt), copy_bonus=copy_bonus)
-    spec = variant != "baseline"
-    verify = "biased-argmax" if variant == "biased" else "exact"
-    sampler = Sampler(torch, TEMPERATURE, 1.0, gen, verify)
-    stats = SpecStats(SPEC.num_speculative_tokens) if spec else None
-    drafter = NgramDrafter(prompt, n_min=SPEC.prompt_lookup_min, n_max=SPEC.prompt_lookup_max)
-    recorder = TokenLogprobs(torch)
-    tokens: list[int] = []
-    finish = "length"
-    steps = speculate(
-        model.forward,
-        model.truncate,
-        prompt,
-        sampler=sampler,
-        max_tokens=MAX_TOKENS,
-        drafter=drafter if spec else None,
-        k=SPEC.num_speculative_tokens if spec else 0,
-        stats=stats,
-        logprobs=recorder,
-    )
-    for produced in steps:
-        for token in produced:
-            if token == EOS:
-                finish = "stop"
-                break
-            tokens.append(token)
-        if finish == "stop" or len(tokens) >= MAX_TOKENS:
-            break
-    steps.close()
-    tokens = tokens[:MAX_TOKENS]
-    logprobs = [lp for _, lp, _ in (recorder.entries or [])][: len(tokens)]
-    s = answer_stats(tokens, logprobs)
-    values = {"mean_logprob": s.mean_logprob or 0.0, "length": s.length, "distinct_2": s.distinct_2}
-    if stats is None:
-        return Answer(finish, values, 0, 0)
-    return Answer(finish, values, stats.num_draft_tokens, stats.num_accepted_draft_tokens)
-
-
-def build_pools(prompts: int, answers: int, seed: int, copy_bonus: float = 2.0) -> dict[str, Any]:
-    """Generate `answers` answers per prompt and variant; return stat arrays and finishes."""
-    rng = np.random.default_rng(seed)
-    gen = torch.Generator().manual_seed(seed)
-    stats = {v: np.zeros((prompts, answers, len(STATISTICS))) for v in VARIANTS}
-    natural = {v: np.zeros((prompts, answers), dtype=bool) for v in VARIANTS}
-    drafted = {v: [0, 0] for v in VARIANTS}
-    for p in range(prompts):
-        background = torch.from_numpy(rng.normal(0.0, 1.5, (VOCAB, VOCAB))).float()
-        # A prompt that repeats itself in part, as a text to proofread or edit does.
-        base = rng.integers(1, VOCAB, 24).tolist()
-        prompt = base + base[: rng.integers(8, 20)]
-        for v in VARIANTS:
-            for a in range(answers):
-                answer = generate(prompt, background, v, gen, copy_bonus)
-                stats[v][p, a] = [answer.stats[s] for s in STATISTICS]
-                natural[v][p, a] = answer.finish == "stop"
-                drafted[v][0] += answer.drafted
-                drafted[v][1] += answer.accepted
-    rates = {v: round(a / d, 3) for v, (d, a) in drafted.items() if d}
-    return {"stats": stats, "natural": natural, "acceptance": rates}
 
 
 def draw_d(
@@ -216,9 +99,8 @@ def first_kill(
 
 
 def parity_alpha(policy: Policy) -> float:
-    """Return the parity test's kill level: one more family per statistic in the split."""
-    slots = kill_slots(policy) + len(STATISTICS) * (len(policy.segments) + 1)
-    return policy.alpha_kill / slots
+    """Return the parity test's kill level: the registry's split with parity enabled."""
+    return alpha_kill_each(with_parity(policy))
 
 
 def main() -> None:
@@ -232,7 +114,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     started = time.perf_counter()
-    pools = build_pools(args.prompts, args.answers, args.seed, args.copy_bonus)
+    pools = cached_pools(args.prompts, args.answers, args.seed, args.copy_bonus)
     built = time.perf_counter() - started
     for v in VARIANTS:
         means = pools["stats"][v].mean(axis=(0, 1))
@@ -250,11 +132,13 @@ def main() -> None:
     bias_at, bias_by, bsds, _ = first_kill(
         pools, "biased", args.runs, 3000, 10, alpha, args.seed + 3
     )
-    whole = run_scenario(Scenario("A/A", pairs=5000), policy, runs=args.runs, seed=args.seed + 4)
-    either = np.isfinite(null_at) | (whole.codes == 1)
+    whole = run_scenario(
+        Scenario("A/A", pairs=5000), with_parity(policy), runs=args.runs, seed=args.seed + 4
+    )
+    either = np.isfinite(null_at) | (whole.codes == Code.KILL)
     report("exact sampler: parity kills, to 5,000 eligible pairs", np.isfinite(null_at))
     report("control A/A pairs: parity alarms, to 5,000", np.isfinite(control_at))
-    report("default policy A/A (other guardrails), to 5,000", whole.codes == 1)
+    report("default policy A/A (other guardrails), to 5,000", whole.codes == Code.KILL)
     report("exact sampler, whole policy + parity, to 5,000", either)
     report("biased-argmax killed within 3,000 eligible pairs", np.isfinite(bias_at))
     q50, q90 = np.nanpercentile(bias_at, [50, 90]) if np.isfinite(bias_at).any() else (0, 0)
@@ -262,7 +146,26 @@ def main() -> None:
     print(f"  exact: kills by statistic {null_by}")
     print(f"  sd of d (mean log-prob): exact {sds.mean():.4f}, biased {bsds.mean():.4f}")
     print(f"  margin (0.1 sd of control d): {margins.mean():.4f}")
+    if args.copy_bonus == 2.0:  # the pools `gate simulate` would build: reuse them
+        gate_path(args, with_parity(policy))
     print(f"total {time.perf_counter() - started:.0f} s")
+
+
+def gate_path(args: argparse.Namespace, policy: Policy) -> None:
+    """Run the gate itself (registry, replay columns, rule) on pairs from the pools."""
+    pool = (args.prompts, args.answers, args.seed)
+    print(f"gate path: default policy + parity enabled, kill slots {kill_slots(policy)}")
+    for name, sampler, pairs, seed in (
+        ("exact", "exact", 5000, args.seed + 5),
+        ("biased", "biased", 3000, args.seed + 6),
+    ):
+        spec = Scenario(f"sampled parity, {name}", pairs=pairs, sampler=sampler, pool=pool)
+        out = run_scenario(spec, policy, runs=args.runs, seed=seed)
+        killed = out.codes == Code.KILL
+        report(f"gate: {name} verifier killed within {pairs:,} pairs", killed)
+        if killed.any():
+            q50, q90 = np.percentile(out.pairs_at[killed], [50, 90])
+            print(f"  pairs to kill median {q50:.0f}, 90th pct {q90:.0f}; {out.kill_reasons}")
 
 
 def report(name: str, hits: np.ndarray) -> None:

@@ -49,12 +49,20 @@ class Side:
     top_p: float = 1.0
     max_tokens: int | None = None
     seed: int | None = None
-    deadline_s: float | None = None  # the limit the gateway gave this call
+    deadline_s: float | None = None  # the gateway's limit; only a side it cut is censored
     finish_reason: str | None = None  # None: the call failed or was cut by the deadline
     asked_logprobs: bool = False
     logprobs: tuple[float, ...] | None = None  # the emitted tokens' log-probabilities
     spec_steps: int | None = None  # per-request speculative steps, when reported
     completion_tokens: int | None = None  # from usage; logprobs must cover every token
+    # The count of log-probabilities when only the generation's summary is kept (the
+    # collector stores count and sum, not the arrays); `logprobs` wins when given.
+    logprob_tokens: int | None = None
+
+    @property
+    def has_logprobs(self) -> bool:
+        """Return whether the call returned log-probabilities at all."""
+        return self.logprobs is not None or self.logprob_tokens is not None
 
     @property
     def logprobs_complete(self) -> bool:
@@ -64,9 +72,12 @@ class Side:
         accepted drafts: a mean over those would be biased, so such a pair uses the text
         statistics only.
         """
-        if self.logprobs is None:
+        if not self.has_logprobs:
             return False
-        return self.completion_tokens is None or len(self.logprobs) == self.completion_tokens
+        count = len(self.logprobs) if self.logprobs is not None else self.logprob_tokens
+        return count is not None and (
+            self.completion_tokens is None or count == self.completion_tokens
+        )
 
 
 @dataclass(frozen=True)
@@ -100,14 +111,18 @@ def _exclusion(baseline: Side, candidate: Side, seeds_vary: bool) -> Exclusion |
         return Exclusion.FAILED
     if baseline.temperature <= 0.0 or candidate.temperature <= 0.0:
         return Exclusion.GREEDY
-    same = (baseline.temperature, baseline.top_p, baseline.max_tokens, baseline.deadline_s)
-    if same != (candidate.temperature, candidate.top_p, candidate.max_tokens, candidate.deadline_s):
+    # Deadlines may differ (the mirror's 4 s against the primary's 120 s): a side that
+    # reached a natural end was not censored by its deadline, whatever the deadline was,
+    # and a side the deadline cut has no finish reason (FAILED above). Limits that shape
+    # the answer itself (max_tokens) must be identical.
+    same = (baseline.temperature, baseline.top_p, baseline.max_tokens)
+    if same != (candidate.temperature, candidate.top_p, candidate.max_tokens):
         return Exclusion.SETTINGS
     if baseline.seed is not None and baseline.seed == candidate.seed and not seeds_vary:
         return Exclusion.SEEDED
     if not {baseline.finish_reason, candidate.finish_reason} <= NATURAL_ENDS:
         return Exclusion.CENSORED
-    if (baseline.logprobs is None) != (candidate.logprobs is None):
+    if baseline.has_logprobs != candidate.has_logprobs:
         return Exclusion.LOGPROBS
     return None
 
@@ -138,6 +153,12 @@ def differences(baseline: AnswerStats, candidate: AnswerStats) -> dict[str, floa
     if baseline.mean_logprob is not None and candidate.mean_logprob is not None:
         d["mean_logprob"] = candidate.mean_logprob - baseline.mean_logprob
     return d
+
+
+def side_alone(side: Side) -> bool:
+    """Return whether one answer may enter the unpaired (canary) form: sampled, unseeded,
+    ended naturally. The cohorts' settings are compared in aggregate, not per pair."""
+    return side.temperature > 0.0 and side.seed is None and side.finish_reason in NATURAL_ENDS
 
 
 def control_margin(control: MeanStats, *, margin_sd: float = MARGIN_SD) -> FloatArray:

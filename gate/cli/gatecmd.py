@@ -33,7 +33,21 @@ SCENARIOS: dict[str, tuple[Scenario, int]] = {
     "drop3": (Scenario("eval -3 points", pairs=10_000, every=50, eval_drops=(0.03, 0.0)), 10_000),
     "tail": (Scenario("TTFT tail +2 s on 3%", pairs=10_000, every=50, tail_share=0.03), 10_000),
     "collapse": (Scenario("acceptance collapse", pairs=3000, every=10, collapse_at=1500), 3000),
+    # Sampled-output parity with the engine's real verifiers (the policy's parity guardrail
+    # is switched on for these two).
+    "parity-exact": (Scenario("sampled parity, exact verifier", pairs=5000, sampler="exact"), 5000),
+    "parity-biased": (
+        Scenario("sampled parity, biased-argmax verifier", pairs=3000, sampler="biased"),
+        3000,
+    ),
 }
+
+
+def with_parity(policy: Policy) -> Policy:
+    """Return `policy` with the sampled-output parity guardrail enabled."""
+    parity = policy.guardrails.output_parity.model_copy(update={"enabled": True})
+    guardrails = policy.guardrails.model_copy(update={"output_parity": parity})
+    return policy.model_copy(update={"guardrails": guardrails})
 
 
 STAGE_HELP = "The stage (0-based) the pairs belong to: it spends alpha_kill / len(stages)."
@@ -133,9 +147,10 @@ def simulate_command(
     for name in names:
         spec, within = SCENARIOS[name]
         judge = kayenta_every if name == "aa" and kayenta_every > 0 else None
-        out = run_scenario(
-            spec, _policy(policy), runs=runs, seed=seed, kayenta_every=judge, stage=stage
-        )
+        chosen = _policy(policy)
+        if spec.sampler is not None:
+            chosen = with_parity(chosen)
+        out = run_scenario(spec, chosen, runs=runs, seed=seed, kayenta_every=judge, stage=stage)
         rows.append(_oc_row(name, out, within))
     if as_json:
         typer.echo(json.dumps(rows, indent=2))

@@ -14,6 +14,7 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 from gate.db.enums import Cohort, PairState
 from gate.db.models import Evaluation, Feedback, Generation, Pair, RequestRecord
 from gate.pairs.load import pair_loads
+from gate.parity import answer_stats
 
 CHUNK = 5000
 _SIDES = {Cohort.BASELINE: "baseline", Cohort.CANDIDATE: "candidate", Cohort.CONTROL: "candidate"}
@@ -148,4 +149,22 @@ def _side(g: Generation, evals: dict[str, bool], thumbs: int | None) -> dict[str
         "draft_tokens": g.spec_draft_tokens or 0,
         "accepted_tokens": g.spec_accepted_tokens or 0,
         "feedback": thumbs,
+        # What sampled-output parity needs: the settings eligibility compares, how the
+        # answer ended, and its statistics (see `gate.stats.replay`).
+        "temperature": g.temperature,
+        "top_p": g.top_p,
+        "max_tokens": g.max_tokens,
+        "seed": g.seed,
+        "finish_reason": g.finish_reason,
+        "output_tokens": g.output_tokens,
+        "logprob_tokens": g.logprob_tokens,
+        "logprob_sum": g.logprob_sum,
+        "distinct_2": _distinct_2(g),
     }
+
+
+def _distinct_2(g: Generation) -> float | None:
+    """Return the answer's distinct word-bigram ratio, when its text was kept whole."""
+    if g.output is None or g.output_truncated:
+        return None
+    return answer_stats(g.output.split()).distinct_2

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from gate.parity import explain
 from gate.stats.policy import ALL, Policy
 
 Status = Literal["better", "inside", "unproven", "harmful", "no_data", "not_gating"]
@@ -191,16 +192,45 @@ def parse_reason(code: str) -> Reason:
     return Reason(code, kind, rest)
 
 
+def parity_sentences(cells: Iterable[Cell]) -> list[str]:
+    """Return which answer statistic moved and which way, once per harmful parity shift."""
+    out: list[str] = []
+    for cell in cells:
+        if not cell.metric.startswith("parity:") or cell.status != "harmful":
+            continue
+        if cell.estimate is None:
+            continue
+        stat = cell.metric.removeprefix("parity:")
+        said = explain(stat, 1 if cell.estimate > 0 else -1)
+        sentence = f"{said[0].upper()}{said[1:]} ({PARITY_WORDS.get(stat, stat)})."
+        if sentence not in out:
+            out.append(sentence)
+    return out
+
+
 def label(metric: str) -> str:
     """Return a guardrail's name in words."""
     if metric.startswith("eval:"):
         return metric.removeprefix("eval:").replace("_", " ")
+    if metric.startswith("parity:"):
+        stat = metric.removeprefix("parity:")
+        return f"sampled-output parity ({PARITY_WORDS.get(stat, stat)})"
     return LABELS.get(metric, metric.replace("_", " "))
 
 
 def family(metric: str) -> str:
     """Return the guardrail family of a metric."""
-    return "quality" if metric.startswith("eval:") else FAMILIES.get(metric, "other")
+    if metric.startswith(("eval:", "parity:")):
+        return "quality"
+    return FAMILIES.get(metric, "other")
+
+
+# The answer statistics of sampled-output parity (`gate.parity.STATISTICS`), in words.
+PARITY_WORDS = {
+    "mean_logprob": "mean log-prob per token under the model",
+    "length": "answer length",
+    "distinct_2": "distinct bigrams",
+}
 
 
 def reason_sentences(codes: Iterable[str], policy: Policy | None = None) -> list[str]:
@@ -258,6 +288,12 @@ def _plain_reason(r: Reason, policy: Policy | None) -> str:
         "gain_proven": f"The {primary} gain is proven.",
         "guardrails_inside": "Every guardrail is proven within its margin.",
     }
+    if r.kind == "alarm" and r.what.startswith("control_parity:"):
+        stat = r.what.removeprefix("control_parity:")
+        return (
+            f"Data-quality alarm: the control slice (baseline vs baseline) shifted in "
+            f"{PARITY_WORDS.get(stat, stat)}; sampled-output parity cannot be trusted (not a kill)."
+        )
     return words.get(r.what, f"{r.code.replace('_', ' ')}.")
 
 
@@ -312,7 +348,7 @@ def headline(verdict: Any, *, policy: Policy, pace: Pace | None = None) -> Headl
         decision_words=DECISION_WORDS.get(facts.decision, facts.decision.title()),
         sentence=_sentence(facts, policy, lines, needs, seconds, pace),
         lines=lines,
-        reasons=reason_sentences(facts.reason_codes, policy),
+        reasons=reason_sentences(facts.reason_codes, policy) + parity_sentences(facts.cells),
         reason_codes=list(facts.reason_codes),
         pairs_needed=needed,
         seconds_needed=seconds,
@@ -382,6 +418,8 @@ def format_interval(cell: Cell) -> str:
 
 
 def _value(metric: str, value: float) -> str:
+    if metric.startswith("parity:"):  # d in standard deviations of d (warm-up)
+        return _signed(value, " sd")
     if metric in RATIOS:
         return _signed(100 * (value - 1), " %")
     if metric == "acceptance":
@@ -552,6 +590,8 @@ def _cause(line: Line) -> str:
         "acceptance": "draft acceptance is below its floor",
         "parity": "greedy outputs diverge",
     }.get(line.family, "proven harm")
+    if line.metric.startswith("parity:"):
+        what = "sampled outputs shifted"
     return f"{what}: {line.label} {line.estimate} (95 % CI {line.interval})"
 
 

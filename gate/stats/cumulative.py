@@ -75,6 +75,9 @@ class PairColumns:
     cancelled: BoolArray | None = None
     # Each route's running requests at the pair's start (NaN: unknown; None: no loads).
     load: FloatArray | None = None
+    # Sampled-output parity: answer statistic -> its value per side, NaN where the pair is
+    # not eligible (`gate.parity.eligibility`) or the side lacks it (None: no such data).
+    parity: dict[str, FloatArray] | None = None
 
 
 class _Acc:
@@ -180,6 +183,7 @@ def to_stats(
         for metric, builder in build(ctx, g).items():
             for name in g.segments(policy):
                 cells[Cell(metric, name)] = builder(acc, seg_index.get(name))
+    control = _parity_control(ctx, acc) if mode is RolloutMode.SHADOW else {}
     counted = acc(live, None)
     cohorts = None
     if mode is RolloutMode.CANARY:
@@ -195,6 +199,7 @@ def to_stats(
         cohort_counts=cohorts,
         candidate_share=candidate_share,
         bands=_bands(ctx, acc, mode, next_share),
+        control=control,
     )  # fmt: skip
 
 
@@ -352,6 +357,89 @@ def _acceptance(ctx: _Context, g: Guardrail) -> dict[MetricId, Builder]:
     return {MetricId(g.id): _mean_builder(has_rate, ctx.cols.acceptance)}
 
 
+def _warm_sd(x: FloatArray, mask: BoolArray) -> tuple[FloatArray, FloatArray]:
+    """Return the count and standard deviation of `x` where `mask`, along the pairs axis."""
+    n = mask.sum(axis=-1, keepdims=True).astype(np.float64)
+    v = np.where(mask, x, 0.0)
+    mean = v.sum(axis=-1, keepdims=True) / np.maximum(n, 1.0)
+    ss = np.where(mask, (x - mean) ** 2, 0.0).sum(axis=-1, keepdims=True)
+    return n, np.sqrt(ss / np.maximum(n - 1.0, 1.0))
+
+
+def _parity_scale(ctx: _Context, d: FloatArray) -> FloatArray:
+    """Return the sd of d that scales a parity cell, fixed in warm-up (NaN: none yet).
+
+    The control slice's pairs (baseline vs baseline) measure the null spread; with fewer
+    than `min_scale_pairs` of them the warm-up's eligible candidate pairs do (alike under
+    the null). Warm-up pairs enter no test, so the scale is independent of the tested d.
+    """
+    cols, least = ctx.cols, ctx.policy.guardrails.output_parity.min_scale_pairs
+    usable = ctx.warm & ~cols.dropped & np.isfinite(d)
+    n_ctl, sd_ctl = _warm_sd(d, usable & cols.is_control)
+    n_all, sd_all = _warm_sd(d, usable & ~cols.is_control)
+    sd = np.where(n_ctl >= least, sd_ctl, np.where(n_all >= least, sd_all, np.nan))
+    return np.asarray(np.where(sd > 0, sd, np.nan), dtype=np.float64)
+
+
+def _parity_z(ctx: _Context) -> dict[str, FloatArray]:
+    """Return each statistic's d in warm-up standard deviations (NaN: not eligible)."""
+    assert ctx.cols.parity is not None
+    out = {}
+    for stat, x in ctx.cols.parity.items():
+        d = x[..., CAND] - x[..., BASE]
+        with np.errstate(invalid="ignore"):
+            out[stat] = np.asarray(d / _parity_scale(ctx, d), dtype=np.float64)
+    return out
+
+
+def _paired_parity(ctx: _Context, g: Guardrail) -> dict[MetricId, Builder]:
+    if ctx.cols.parity is None:
+        return {}
+    return {
+        MetricId(g.id, stat): _mean_builder(ctx.live & np.isfinite(z), np.nan_to_num(z))
+        for stat, z in _parity_z(ctx).items()
+    }
+
+
+def _cohort_parity(ctx: _Context, g: Guardrail) -> dict[MetricId, Builder]:
+    """Canary: the unpaired two-sample form, each cohort's answers in warm-up units.
+
+    One answer per pair: the scale is the pooled warm-up sd of the answers times sqrt(2),
+    the sd of a difference of two independent answers, so margins read as in shadow.
+    """
+    if ctx.cols.parity is None:
+        return {}
+    out = {}
+    served = ctx.served
+    for stat, x in ctx.cols.parity.items():
+        ok = np.isfinite(x)
+        warm = (ctx.warm & ~ctx.cols.dropped)[..., None] & ok
+        flat_x = x.reshape(*x.shape[:-2], -1)
+        n, sd = _warm_sd(flat_x, warm.reshape(flat_x.shape))
+        least = ctx.policy.guardrails.output_parity.min_scale_pairs
+        scale = np.where((n >= least) & (sd > 0), sd * np.sqrt(2.0), np.nan)[..., None]
+        with np.errstate(invalid="ignore"):
+            z = x / scale
+        valid = served & np.isfinite(z)
+        out[MetricId(g.id, stat)] = _two_means_builder(valid, np.nan_to_num(z))
+    return out
+
+
+def _parity_control(ctx: _Context, acc: _Acc) -> dict[tuple[str, str], CellStats]:
+    """Return the control slice's parity cells (pooled), for the data-quality alarm."""
+    if ctx.cols.parity is None:
+        return {}
+    control = ~ctx.warm & ~ctx.cols.dropped & ctx.cols.is_control
+    out: dict[tuple[str, str], CellStats] = {}
+    for g in tested(RolloutMode.SHADOW):
+        if not g.control_alarm or g.source is not Source.PARITY:
+            continue
+        for stat, z in _parity_z(ctx).items():
+            valid = control & np.isfinite(z)
+            out[Cell(MetricId(g.id, stat), ALL)] = _mean(acc, valid, np.nan_to_num(z), None)
+    return out
+
+
 _LATENCIES = (Source.TTFT, Source.TPOT, Source.E2E)
 BuildCells = Callable[[_Context, Guardrail], dict[MetricId, Builder]]
 # How each (source, family) pair of the registry is computed from pair columns.
@@ -369,6 +457,8 @@ _BUILDERS: dict[tuple[Source, Family | None], BuildCells] = {
     (Source.FEEDBACK, Family.UNPAIRED_RATES): _cohort_feedback,
     (Source.GREEDY, Family.TWO_RATES): _greedy,
     (Source.ACCEPTANCE, Family.MEAN_FLOOR): _acceptance,
+    (Source.PARITY, Family.PAIRED_MEAN): _paired_parity,
+    (Source.PARITY, Family.UNPAIRED_MEANS): _cohort_parity,
 }
 
 

@@ -20,22 +20,28 @@ UNDECLARED = "undeclared"
 
 
 class MetricId(str):
-    """A metric's id: a guardrail's, or `eval:<name>` for one evaluator's fail rate.
+    """A metric's id: a guardrail's, or `<guardrail>:<part>` for one of its several metrics
+    (`eval:<name>`: one evaluator's fail rate; `parity:<statistic>`: one answer statistic).
 
     A `str` (cell keys compare equal to plain strings), carrying its parts as fields.
     """
 
     guardrail: str
-    evaluator: str | None
+    part: str | None
 
-    def __new__(cls, guardrail: str, evaluator: str | None = None) -> MetricId:
-        text = guardrail if evaluator is None else EVAL_PREFIX + evaluator
+    def __new__(cls, guardrail: str, part: str | None = None) -> MetricId:
+        text = guardrail if part is None else f"{guardrail}:{part}"
         made = super().__new__(cls, text)
-        made.guardrail, made.evaluator = guardrail, evaluator
+        made.guardrail, made.part = guardrail, part
         return made
 
+    @property
+    def evaluator(self) -> str | None:
+        """Return the evaluator's name of an `eval:<name>` metric, else None."""
+        return self.part if self.guardrail + ":" == EVAL_PREFIX else None
+
     def __reduce__(self) -> tuple[type[MetricId], tuple[str, str | None]]:
-        return (MetricId, (self.guardrail, self.evaluator))
+        return (MetricId, (self.guardrail, self.part))
 
 
 class Cell(NamedTuple):
@@ -52,6 +58,9 @@ class ReasonKind(StrEnum):
     WARMUP = "warmup"
     KILL = "kill"
     COLLAPSE = "kill:acceptance_collapse"
+    # Sampled-output parity shifted on the control slice (baseline vs baseline): the data
+    # cannot be trusted (routes' settings, seeds, censoring), never a kill.
+    CONTROL_PARITY = "alarm:control_parity"
     DROPPED_SHARE = "hold:dropped_share"
     COHORT_IMBALANCE = "hold:cohort_imbalance"
     MAX_DURATION = "hold:max_duration"

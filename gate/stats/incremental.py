@@ -252,7 +252,16 @@ def folded() -> list[Guardrail]:
     return [g for g in tested(RolloutMode.SHADOW) if g.source not in _NOT_IN_BUCKETS]
 
 
-_NOT_IN_BUCKETS = (Source.EVALUATOR, Source.FEEDBACK)
+_NOT_IN_BUCKETS = (Source.EVALUATOR, Source.FEEDBACK, Source.PARITY)
+
+
+def replayed(policy: Policy) -> list[Guardrail]:
+    """Return the enabled shadow guardrails the fold does not build (judged by replay):
+    sampled-output parity, whose scale is fixed by the warm-up's answer statistics."""
+    return [
+        g for g in tested(RolloutMode.SHADOW)
+        if g.source is Source.PARITY and g.thresholds(policy, ALL) is not None
+    ]  # fmt: skip
 
 
 def zero(family: Family | None) -> CellStats:

@@ -138,6 +138,19 @@ class LoadBands(_Model):
         return value
 
 
+class ParityGuardrail(_Model):
+    """Sampled-output parity (temperature > 0): the paired mean of d = s(candidate) -
+    s(baseline) per answer statistic, two-sided, in standard deviations of d measured on
+    the warm-up's control pairs (its eligible pairs when the control slice has too few).
+
+    Off by default for now: enabling it adds 3 kill shares per tested segment, which
+    narrows every other test's level; a policy opts in with `enabled: true`."""
+
+    enabled: bool = False
+    margin_sd: float = Field(0.1, gt=0.0)
+    min_scale_pairs: int = Field(20, ge=2)
+
+
 class Guardrails(_Model):
     """Every guardrail of the gate."""
 
@@ -152,6 +165,7 @@ class Guardrails(_Model):
     greedy_mismatch: GreedyGuardrail = GreedyGuardrail()
     acceptance: AcceptanceGuardrail = AcceptanceGuardrail()
     load_bands: LoadBands = LoadBands()
+    output_parity: ParityGuardrail = ParityGuardrail()
 
 
 class Policy(_Model):

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from gate.db.enums import RolloutMode
+from gate.parity import STATISTICS
 from gate.stats.ids import ALL, UNDECLARED, MetricId
 from gate.stats.policy import Policy, RateGuardrail, log_ratio
 
@@ -39,9 +40,8 @@ class Source(StrEnum):
     FEEDBACK = "feedback"  # a thumbs-down among rated responses
     GREEDY = "greedy"  # a greedy pair's mismatch, beside the control slice's
     ACCEPTANCE = "acceptance"  # the candidate's accepted / drafted tokens
-    # Declared for guardrails to come; no path computes them yet.
-    PARITY = "parity"  # a per-pair statistic d of sampled outputs (paired mean of d)
-    LOAD = "load"  # the candidate's load (queue, KV cache) against its band
+    PARITY = "parity"  # per-answer statistics of sampled outputs (gate.parity)
+    LOAD = "load"  # each route's running requests at the pair's start (gate.pairs.load)
 
 
 class Family(StrEnum):
@@ -55,7 +55,8 @@ class Family(StrEnum):
     TWO_RATES = "two_rates"  # TwoCounts: two independent rates (feedback, greedy)
     MEAN_FLOOR = "mean_floor"  # MeanStats of a per-request value, held to a floor
     COLLAPSE = "collapse"  # Shiryaev-Roberts change detector against a warm-up level
-    PAIRED_MEAN = "paired_mean"  # MeanStats of a per-pair statistic d (not built yet)
+    PAIRED_MEAN = "paired_mean"  # MeanStats of a per-pair statistic d, two-sided
+    UNPAIRED_MEANS = "unpaired_means"  # TwoMeans of a per-answer statistic per cohort
     BAND = "band"  # the primary gain per band of the candidate's load (promotion only)
 
 
@@ -71,6 +72,7 @@ class Harm(StrEnum):
 
     HIGHER = "higher"
     LOWER = "lower"
+    EITHER = "either"  # a shift either way (sampled-output parity)
 
 
 class Scope(StrEnum):
@@ -88,6 +90,9 @@ class Rule:
     margin: float
     required: bool
     floor: float | None = None
+    # Harm is a shift either way: proven beyond +kill_at or below -kill_at (each side at
+    # half the kill level), inside when within +-margin.
+    two_sided: bool = False
 
 
 Thresholds = Callable[[Policy, str], Rule | None]
@@ -101,7 +106,7 @@ class Guardrail:
     the guardrail; `slots(policy, evaluators_seen)` the kill-budget shares it takes per
     tested segment (0 for promotion-only guardrails). `quantile` is the exceedance
     family's baseline quantile; `control_alarm` marks a data-quality alarm on the
-    baseline-vs-baseline control slice (sampled-output parity, to come).
+    baseline-vs-baseline control slice (sampled-output parity).
     """
 
     id: str
@@ -185,6 +190,15 @@ def _evaluators(policy: Policy, segment: str) -> Rule | None:
     return rate_rule(policy.guardrails.evaluators.default, policy, segment)
 
 
+def _parity(policy: Policy, segment: str) -> Rule | None:
+    g = policy.guardrails.output_parity
+    if not g.enabled:
+        return None
+    margin = g.margin_sd * policy.margin_scale(segment)
+    # Not required: only sampled (temperature > 0) traffic has eligible pairs.
+    return Rule(kill_at=margin, margin=margin, required=False, two_sided=True)
+
+
 def collapse_segments(policy: Policy) -> list[str]:
     """Return the collapse detectors: per declared segment, pooled, and undeclared pooled."""
     return [*policy.segments, ALL, UNDECLARED]
@@ -238,6 +252,14 @@ REGISTRY: list[Guardrail] = [
               Source.ACCEPTANCE, Unit.REQUEST, Family.COLLAPSE, Family.COLLAPSE,
               _collapse, harm=Harm.LOWER, scope=Scope.POOLED,
               slots=lambda p, seen: len(collapse_segments(p))),
+    # Sampled-output parity (issue 25): one cell per answer statistic (`parity:<stat>`),
+    # d in warm-up standard deviations; mean log-prob only where both sides have complete
+    # log-probabilities, length and distinct-2 where they do not. The control slice runs
+    # the same test as a data-quality alarm.
+    Guardrail("parity", "sampled-output parity: paired mean of d per answer statistic",
+              Source.PARITY, Unit.PAIR, Family.PAIRED_MEAN, Family.UNPAIRED_MEANS,
+              _parity, harm=Harm.EITHER, slots=lambda p, seen: len(STATISTICS),
+              control_alarm=True),
 ]  # fmt: skip
 
 
@@ -298,9 +320,7 @@ def declared(*extra: Guardrail) -> Iterator[None]:
 
 def find(metric: str) -> Guardrail | None:
     """Return the guardrail of a metric id (an evaluator's id names the `eval` guardrail)."""
-    name = metric.guardrail if isinstance(metric, MetricId) else metric
-    if isinstance(metric, MetricId) and metric.evaluator is not None:
-        name = "eval"
+    name = metric_id(metric).guardrail
     for g in guardrails():
         if g.id == name:
             return g
@@ -311,8 +331,9 @@ def metric_id(metric: str) -> MetricId:
     """Return the typed id of a metric string as cells and stored reason codes spell it."""
     if isinstance(metric, MetricId):
         return metric
-    if metric.startswith("eval:"):
-        return MetricId("eval", metric[len("eval:") :])
+    head, sep, part = metric.partition(":")
+    if sep:
+        return MetricId(head, part)
     return MetricId(metric)
 
 

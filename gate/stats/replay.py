@@ -35,6 +35,13 @@ One JSON object per line, one line per pair, in fold order (below):
   gauge, else the gateway replicas' in-flight counts; `gate.pairs.load`). The load
   bands (`guardrails.load_bands`) read the pairs whose two sides both carry one.
 * `feedback`: 1 thumbs-up, 0 neutral, -1 thumbs-down, null none (served responses only).
+* sampled-output parity (optional; a file without `temperature` on any side has no parity
+  cells): side `temperature`, `top_p`, `max_tokens`, `seed`, `finish_reason`,
+  `output_tokens`, `logprob_tokens` / `logprob_sum` (the emitted tokens' log-probability
+  count and sum, null when not asked) and `distinct_2` (distinct word bigrams / bigrams
+  of the answer). A pair enters only when `gate.parity.eligibility` admits it (sampled,
+  same settings, no shared seed, both sides ended naturally); mean log-prob only when
+  both sides' counts cover every output token.
 * canary mode: each pair has one side (the cohort that served it), the other is null.
 """
 
@@ -52,6 +59,7 @@ import orjson
 
 from gate.db.enums import Decision, GenerationStatus, Outcome, RolloutMode
 from gate.errors import BadRequest, InputMalformed, InputMissing
+from gate.parity import STATISTICS, Side, eligibility, side_alone
 from gate.stats.cumulative import PairColumns, at_look, looks_every, to_stats
 from gate.stats.policy import Policy, at_stage, next_stage_share
 from gate.stats.rule import Code, apply_rule
@@ -115,6 +123,8 @@ class _Builder:
         self.mode = mode
         self.rows: dict[str, list[Any]] = {k: [] for k in _COLUMNS.split()}
         self.evals: list[tuple[int, int, str, bool | None]] = []
+        self.parity: list[list[float]] = []  # per pair: STATISTICS x (baseline, candidate)
+        self.sampled = False
 
     def add(self, n: int, record: Record) -> None:
         rows = self.rows
@@ -147,9 +157,34 @@ class _Builder:
                 # has a cell and a kill slot), as in the fold, which sees its result rows.
                 self.evals.append((n, k, name, passed if passed is None else bool(passed)))
         rows["dropped"].append(dropped)
+        self.parity.append(self._parity(base, cand))
         drafts = (cand or {}).get("draft_tokens") or 0
         accepted = (cand or {}).get("accepted_tokens") or 0
         rows["acceptance"].append(np.nan if control or not drafts else min(accepted / drafts, 1.0))
+
+    def _parity(self, base: Record | None, cand: Record | None) -> list[float]:
+        """Return the pair's answer statistics per side, NaN where it may not be compared."""
+        sides = [_parity_side(s) for s in (base, cand)]
+        self.sampled = self.sampled or any(s is not None for s in sides)
+        out = [np.nan] * (2 * len(STATISTICS))
+        b, c = sides
+        if b is not None and c is not None:
+            verdict = eligibility(b[0], c[0])
+            usable = [verdict.eligible] * 2
+            with_lp = verdict.logprobs
+        else:
+            usable = [s is not None and side_alone(s[0]) for s in sides]
+            with_lp = False
+        for k, side in enumerate(sides):
+            if side is None or not usable[k]:
+                continue
+            values = side[1]
+            lp_ok = with_lp if b is not None and c is not None else side[0].logprobs_complete
+            for i, stat in enumerate(STATISTICS):
+                # Mean log-prob where both have it; the text statistics where they do not.
+                if (stat == "mean_logprob") == lp_ok:
+                    out[2 * i + k] = values.get(stat, np.nan)
+        return out
 
     def columns(self) -> PairColumns:
         rows, n = self.rows, len(self.rows["segment"])
@@ -181,7 +216,36 @@ class _Builder:
             mismatch=greedy[:, 1],
             cancelled=np.asarray(rows["cancelled"], dtype=bool).reshape(n, 2),
             load=np.asarray(rows["load"], dtype=np.float64).reshape(n, 2),
+            parity=self._parity_columns(n) if self.sampled else None,
         )
+
+    def _parity_columns(self, n: int) -> dict[str, FloatArray]:
+        values = np.asarray(self.parity, dtype=np.float64).reshape(n, len(STATISTICS), 2)
+        return {stat: values[:, i, :] for i, stat in enumerate(STATISTICS)}
+
+
+def _parity_side(side: Record | None) -> tuple[Side, dict[str, float]] | None:
+    """Return a side's parity settings and statistics, or None without a temperature."""
+    if side is None or side.get("temperature") is None:
+        return None
+    tokens, lp_n, lp_sum = (side.get(k) for k in ("output_tokens", "logprob_tokens", "logprob_sum"))
+    made = Side(
+        temperature=float(side["temperature"]),
+        top_p=float(side["top_p"]) if side.get("top_p") is not None else 1.0,
+        max_tokens=side.get("max_tokens"),
+        seed=side.get("seed"),
+        finish_reason=side.get("finish_reason"),
+        completion_tokens=tokens,
+        logprob_tokens=lp_n,
+    )
+    values: dict[str, float] = {}
+    if tokens is not None:
+        values["length"] = float(tokens)
+    if side.get("distinct_2") is not None:
+        values["distinct_2"] = float(side["distinct_2"])
+    if lp_n and lp_sum is not None:
+        values["mean_logprob"] = float(lp_sum) / float(lp_n)
+    return made, values
 
 
 _COLUMNS = "segment created control dropped failed cancelled ttft tpot e2e feedback acceptance load"

@@ -132,6 +132,9 @@ class GateStats:
     candidate_share: float = 0.5
     # The load bands (None: disabled, or no loads recorded).
     bands: BandStats | None = None
+    # Control-slice cells (baseline vs baseline) of guardrails with a control alarm,
+    # pooled, keyed like `cells`: the same test, a data-quality alarm when not null.
+    control: Mapping[tuple[str, str], CellStats] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -151,6 +154,7 @@ class LookFlags:
     timed_out: BoolArray
     # Promotion held: the gain is proven only at loads well below the next stage's.
     untested_load: BoolArray = field(default_factory=lambda: np.asarray(False))
+    alarms: dict[tuple[str, str], BoolArray] = field(default_factory=dict)
 
 
 def harm_interval(
@@ -158,8 +162,11 @@ def harm_interval(
 ) -> Interval:
     """Return the harm interval: lower bound at the kill level, upper at promotion's.
 
-    For acceptance (a floor) the harm is floor minus mean acceptance.
+    For acceptance (a floor) the harm is floor minus mean acceptance. A two-sided rule's
+    interval has each bound at half the kill level (the shift may go either way).
     """
+    if rule.two_sided:
+        alpha_promote = alpha_kill = alpha_kill / 2
     if isinstance(stats, MeanStats) and rule.floor is not None:
         acc = mean_interval(stats, alpha_lower=alpha_promote, alpha_upper=alpha_kill, n_opt=n_opt)
         return Interval(
@@ -190,6 +197,10 @@ def cell_n(stats: CellStats) -> FloatArray:
 def _check(
     stats: CellStats, rule: Rule, *, alpha_kill: float, alpha_promote: float, n_opt: float
 ) -> tuple[BoolArray, BoolArray]:
+    if rule.two_sided:
+        return _two_sided(
+            stats, rule, alpha_kill=alpha_kill, alpha_promote=alpha_promote, n_opt=n_opt
+        )
     if isinstance(stats, PairedCounts | CohortCounts):
         # Same answer as the interval, without bisection: test at the thresholds.
         return exceeds(stats, rule.kill_at, alpha_kill), below(stats, rule.margin, alpha_promote)
@@ -197,6 +208,25 @@ def _check(
         stats, rule, alpha_kill=alpha_kill, alpha_promote=alpha_promote, n_opt=n_opt
     )
     return np.asarray(got.lower) > rule.kill_at, np.asarray(got.upper) < rule.margin
+
+
+def _two_sided(
+    stats: CellStats, rule: Rule, *, alpha_kill: float, alpha_promote: float, n_opt: float
+) -> tuple[BoolArray, BoolArray]:
+    """Return (proven beyond +-kill_at, proven within +-margin), each side at half a level."""
+    if not isinstance(stats, MeanStats | TwoMeans):
+        raise TypeError(f"a two-sided rule needs means, not {type(stats).__name__}")
+
+    def interval(alpha: float) -> Interval:
+        if isinstance(stats, MeanStats):
+            return mean_interval(stats, alpha_lower=alpha, alpha_upper=alpha, n_opt=n_opt)
+        return two_mean_interval(stats, alpha_lower=alpha, alpha_upper=alpha, n_opt=n_opt)
+
+    kill, near = interval(alpha_kill / 2), interval(alpha_promote / 2)
+    lo, hi = np.asarray(kill.lower), np.asarray(kill.upper)
+    harmful = (lo > rule.kill_at) | (hi < -rule.kill_at)
+    inside = (np.asarray(near.upper) < rule.margin) & (np.asarray(near.lower) > -rule.margin)
+    return harmful, inside
 
 
 def _gain(policy: Policy, stats: GateStats) -> BoolArray:
@@ -260,7 +290,16 @@ def apply_rule(policy: Policy, stats: GateStats) -> LookFlags:
         for seg, v in stats.collapse.items()
         if seg in detectors
     }
-    return _combine(policy, stats, alpha_each, (harmful, inside, binding), collapsed)
+    flags = _combine(policy, stats, alpha_each, (harmful, inside, binding), collapsed)
+    for key, cell in stats.control.items():
+        rule = rule_for(policy, *key)
+        if rule is not None:
+            alarm, _ = _check(
+                cell, rule, alpha_kill=alpha_each, alpha_promote=policy.alpha_promote,
+                n_opt=policy.n_opt(key[1]),
+            )  # fmt: skip
+            flags.alarms[key] = np.asarray(np.asarray(stats.warmed_up) & alarm)
+    return flags
 
 
 def _combine(

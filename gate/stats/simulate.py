@@ -29,6 +29,11 @@ Simulated pair (defaults; shadow mode, both routes see every request):
 * cancels: the client gives up on a call it waits on with `cancel_rate` (0), on a
   candidate-served one with `candidate_cancel_rate` (canary; in shadow the client waits
   only on the baseline); a cancelled pair is dropped from every other cell.
+* sampled-output parity (`sampler` set: `exact` or `biased`): each pair draws a prompt and
+  one answer per side from pools generated with the engine's real decode loop and
+  verifiers (`gate.stats.parity_pools`; baseline plain sampling at T 0.8, candidate n-gram
+  speculation with that verifier); a pair whose side hit the length limit is ineligible.
+  Every simulated answer has complete log-probabilities, so the mean log-prob is tested.
 """
 
 from __future__ import annotations
@@ -91,6 +96,10 @@ class Scenario:
     baseline_load: float = 0.0
     share: float = 1.0
     gain_at: tuple[float, float] | None = None
+    # Sampled-output parity: the candidate's verifier (`exact`, `biased`); None: no parity
+    # data. The pools: prompts x answers per variant, generated once per process.
+    sampler: str | None = None
+    pool: tuple[int, int, int] = (8, 150, 7)
 
 
 @dataclass(frozen=True)
@@ -187,11 +196,12 @@ def draw_pairs(s: Scenario, policy: Policy, runs: int, rng: np.random.Generator)
         acceptance[unserved[..., 1]] = np.nan
     cancelled = _cancels(s, shape, unserved, rng)
     failed &= ~cancelled
+    parity = None if s.sampler is None else _parity(s, shape, unserved | failed, rng)
     return PairColumns(
         segment=seg, created_s=np.broadcast_to(np.arange(s.pairs) / s.pairs_per_s, shape),
         is_control=np.zeros(shape, dtype=bool), dropped=np.any(cancelled, axis=-1),
         ttft=ttft, tpot=tpot, e2e=e2e, failed=failed, acceptance=acceptance, evals=evals,
-        cancelled=cancelled, load=load,
+        cancelled=cancelled, load=load, parity=parity,
     )  # fmt: skip
 
 
@@ -200,6 +210,34 @@ def gain_at_load(s: Scenario, c: FloatArray | float) -> FloatArray:
     assert s.gain_at is not None
     low, full = s.gain_at
     return np.asarray(low + (full - low) * (np.asarray(c) - 0.01) / 0.99, dtype=np.float64)
+
+
+def _parity(
+    s: Scenario, shape: tuple[int, int], missing: BoolArray, rng: np.random.Generator
+) -> dict[str, FloatArray]:
+    """Draw each pair's answer statistics from the real verifiers' pools (NaN: ineligible)."""
+    from gate.parity import STATISTICS
+    from gate.stats.parity_pools import cached_pools
+
+    assert s.sampler is not None
+    pools = cached_pools(*s.pool)
+    prompts, answers = pools["natural"]["baseline"].shape
+    p = rng.integers(0, prompts, shape)
+    picks = [rng.integers(0, answers, shape) for _ in range(2)]
+    variants = ("baseline", s.sampler)
+    values = np.stack([pools["stats"][v][p, i] for v, i in zip(variants, picks, strict=True)], -2)
+    natural = np.stack(
+        [pools["natural"][v][p, i] for v, i in zip(variants, picks, strict=True)], -1
+    )
+    usable = natural & ~missing
+    if s.mode is RolloutMode.SHADOW:
+        usable = np.stack([usable.all(axis=-1)] * 2, axis=-1)  # the pair, or neither side
+    out = {}
+    for k, stat in enumerate(STATISTICS):
+        # Complete log-probabilities on every answer: the text statistics stand aside.
+        keep = usable if stat == "mean_logprob" else np.zeros_like(usable)
+        out[stat] = np.where(keep, values[..., k], np.nan)
+    return out
 
 
 def _segment_index(policy: Policy, name: str) -> int:

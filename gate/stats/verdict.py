@@ -10,10 +10,11 @@ from typing import Any, Literal
 import numpy as np
 
 from gate.db.enums import Decision
+from gate.parity import explain
 from gate.stats.betting import diff_interval
 from gate.stats.ids import ALL, Cell, Reason, ReasonKind
 from gate.stats.policy import Policy
-from gate.stats.registry import Family, Rule, find, metric_id, rule_for
+from gate.stats.registry import Family, Harm, Rule, find, metric_id, rule_for
 from gate.stats.rule import (
     Code,
     GateStats,
@@ -100,12 +101,18 @@ def decide(policy: Policy, stats: GateStats) -> VerdictResult:
     intervals = _intervals(policy, stats, ev)
     cells = tuple(_cell_result(policy, stats, ev, key, intervals[key]) for key in sorted(ev.inside))
     reasons = reasons_of(policy, stats, ev, code)
+    alarms = [
+        Reason(ReasonKind.CONTROL_PARITY, segment=metric_id(k[0]).part)
+        for k, flag in sorted(ev.alarms.items())
+        if _flag(flag)
+    ]
     return VerdictResult(
         decision=DECISIONS[code],
-        reason_codes=tuple(r.code for r in reasons),
+        reason_codes=tuple(r.code for r in [*reasons, *alarms]),
         summary=_summary(code, reasons, cells, int(np.asarray(stats.n_pairs)))
         + _load_words(policy, stats, reasons)
-        + _data_quality(int(np.asarray(stats.n_dropped))),
+        + _data_quality(int(np.asarray(stats.n_dropped)))
+        + _control_alarm(alarms),
         cells=cells,
         n_pairs=int(np.asarray(stats.n_pairs)),
         bands=band_results(policy, stats),
@@ -275,7 +282,7 @@ def _cell_result(
 
 
 def _is_ratio(cell: object, rule: Rule) -> bool:
-    return isinstance(cell, MeanStats | TwoMeans) and rule.floor is None
+    return isinstance(cell, MeanStats | TwoMeans) and rule.floor is None and not rule.two_sided
 
 
 def _describe(cell: CellResult) -> str:
@@ -284,6 +291,14 @@ def _describe(cell: CellResult) -> str:
         return f"{g.id} {cell.estimate:.2f} (floor {cell.kill_at:.2f})"
     if cell.estimate is None:
         return f"{cell.metric} no data"
+    if g is not None and g.harm is Harm.EITHER:
+        # Sampled-output parity: which statistic moved, which way, in sd of d.
+        part = metric_id(cell.metric).part or cell.metric
+        way = 1 if cell.estimate > 0 else -1
+        return (
+            f"{explain(part, way)} ({part} shift {cell.estimate:+.2f} sd "
+            f"[{cell.lower:+.2f}, {cell.upper:+.2f}], margin {cell.margin:.2f})"
+        )
     if cell.kill_at > 0 and g is not None and g.ratio:
         return f"{cell.metric} ratio {cell.estimate:.3f} [{cell.lower:.3f}, {cell.upper:.3f}]"
     points = [100 * v for v in (cell.estimate, cell.lower, cell.upper)]
@@ -330,6 +345,19 @@ def _data_quality(dropped: int) -> str:
     if not dropped:
         return ""
     return f" Data quality: {dropped:,} pair(s) not attributable (dropped or cancelled), left out."
+
+
+def _control_alarm(alarms: list[Reason]) -> str:
+    # Baseline against baseline must stay null: a shift there means the pairs are not
+    # independent draws under identical settings, so no parity result can be trusted.
+    if not alarms:
+        return ""
+    stats = ", ".join(str(r.segment) for r in alarms)
+    return (
+        f" Data-quality alarm: the control slice (baseline vs baseline) shows a sampled-output"
+        f" shift ({stats}); check that both routes share settings, seeds vary and neither"
+        f" side is cut by a limit. Not a kill."
+    )
 
 
 def _json_ready(row: dict[str, Any]) -> dict[str, Any]:

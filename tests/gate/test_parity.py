@@ -32,8 +32,12 @@ def side(**changes: object) -> Side:
         (side(temperature=0.0), side(temperature=0.0), Exclusion.GREEDY),
         (SAMPLED, side(top_p=1.0), Exclusion.SETTINGS),
         (SAMPLED, side(max_tokens=64), Exclusion.SETTINGS),
-        # The mirror's short deadline censors long candidate answers only.
-        (side(deadline_s=120.0), side(deadline_s=4.0), Exclusion.SETTINGS),
+        # The mirror's 4 s deadline against the primary's 120 s: both sides ended
+        # naturally, so neither was censored (every shadow pair would be excluded else).
+        (side(deadline_s=120.0), side(deadline_s=4.0), None),
+        # A side the deadline cut has no finish reason; one cut by max_tokens is censored.
+        (side(deadline_s=120.0), side(deadline_s=4.0, finish_reason=None), Exclusion.FAILED),
+        (side(deadline_s=120.0), side(deadline_s=4.0, finish_reason="length"), Exclusion.CENSORED),
         (side(seed=1000), side(seed=1000), Exclusion.SEEDED),
         (side(seed=1), side(seed=2), None),
         (SAMPLED, side(finish_reason="length"), Exclusion.CENSORED),
