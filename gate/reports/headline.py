@@ -271,7 +271,7 @@ def _plain_reason(r: Reason, policy: Policy | None) -> str:
     minimum = f" ({policy.min_pairs:,})" if policy else ""
     duration = f" ({_duration(policy.min_duration_s)})" if policy else ""
     warm = f" ({policy.warmup_pairs:,} pairs)" if policy else ""
-    primary = label(policy.primary.metric) if policy else "the primary latency"
+    primary = label(policy.primary.metric) if policy else "primary latency"
     words = {
         "warmup": f"Warming up{warm}: no test runs until warm-up ends.",
         "no_pairs": "No evaluated pairs in this stage yet.",
@@ -282,8 +282,8 @@ def _plain_reason(r: Reason, policy: Policy | None) -> str:
         "cohort_imbalance": "The cohorts' shares are off their expected split.",
         "max_duration": "No decision within the maximum duration.",
         "load_untested": (
-            f"The {primary} gain is proven only at loads well below what the next stage"
-            " brings to the candidate; promotion waits for evidence nearer that load."
+            f"The {primary} gain is proven only at loads well below what promotion brings"
+            " to the candidate; promotion waits for evidence nearer that load."
         ),
         "gain_proven": f"The {primary} gain is proven.",
         "guardrails_inside": "Every guardrail is proven within its margin.",

@@ -179,3 +179,8 @@ def test_the_glance_of_a_rollout_past_a_stage_reads_that_stage_not_the_last_ones
 
     row = next(r for r in overview(pg_session) if r.id == rollout.id)
     assert row.headline == got.headline.sentence
+
+
+def test_reasons_read_without_a_policy_say_the_primary_gain_once():
+    sentences = words.reason_sentences(("promote:gain_proven",), None)
+    assert sentences == ["The primary latency gain is proven."]

@@ -1,5 +1,5 @@
 """Load bands (issue 26): the primary gain per band of the candidate's load, promotion only,
-and the hold when the gain is proven only at loads well below what the next stage brings."""
+and the hold when the gain is proven only at loads well below what promotion brings."""
 
 from __future__ import annotations
 
