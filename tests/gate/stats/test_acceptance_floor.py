@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from gate.stats.policy import ALL, Policy, load_policy
-from gate.stats.registry import rule_for
+from gate.stats.registry import Rule, rule_for
 from gate.stats.rule import GateStats, apply_rule, harm_interval
 from gate.stats.sequences import FloatArray, MeanStats
 from gate.stats.simulate import clopper_pearson
@@ -34,7 +34,7 @@ def _running(x: FloatArray, every: int = 1) -> MeanStats:
     return MeanStats(n[..., at], np.cumsum(x, axis=-1)[..., at], np.cumsum(x * x, axis=-1)[..., at])
 
 
-def _floor_rule(floor: float):  # noqa: ANN202 - a registry Rule
+def _floor_rule(floor: float) -> Rule:
     policy = load_policy(f"guardrails: {{acceptance: {{floor: {floor}}}}}")
     rule = rule_for(policy, "acceptance", ALL)
     assert rule is not None and rule.floor == floor
