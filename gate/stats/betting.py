@@ -274,9 +274,9 @@ def bounded_log_wealth(stats: MeanStats, m: Num, *, above: bool) -> FloatArray:
     f xi + (log(1 - f) + f) xi^2 (Fan, Grama and Liu 2015; the bound Waudby-Smith and Ramdas
     use for their predictable plug-in sequences), whose sum over the values needs only their
     count, sum and sum of squares: a fold of SQL aggregates keeps it. Each bet's bound is
-    taken at max(m, the m from which it falls with m): the exact capital only grows as m
-    moves away from the data, so this stays a lower bound, and it makes the capital
-    monotone in m (a half-line of rejected m, as bisection needs). Betting below is betting
+    taken at max(m, the m from which it falls with m): a bet above m wins more the lower m
+    is, so this stays a lower bound, and it makes the capital monotone in m (a half-line
+    of rejected m, as bisection needs). Betting below is betting
     above on 1 - x. Exact (Ville's inequality) at every sample size; no variance assumed.
 
     Args:

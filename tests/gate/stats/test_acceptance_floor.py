@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gate.stats.betting import BET_FRACTIONS, bounded_log_wealth
 from gate.stats.policy import ALL, Policy, load_policy
 from gate.stats.registry import Rule, rule_for
 from gate.stats.rule import GateStats, apply_rule, harm_interval
@@ -91,3 +92,35 @@ def test_the_decision_is_the_reported_interval_against_the_floor(mean: float):
     assert (flags.inside[key] == (np.asarray(got.upper) < 0.0)).all()
     if mean < 0.2 - 0.1 or mean > 0.2 + 0.1:
         assert (flags.harmful[key] if mean < 0.2 else flags.inside[key])[-1]
+
+
+def test_bounded_log_wealth_golden():
+    # 100 requests, sum 10, sum of squares 2: against the floor 0.2 from below, and
+    # against 0.05 from above; nothing at n=0.
+    stats = MeanStats(100.0, 10.0, 2.0)
+    assert float(bounded_log_wealth(stats, 0.2, above=False)) == pytest.approx(4.58174057219013)
+    assert float(bounded_log_wealth(stats, 0.05, above=True)) == pytest.approx(2.156167608853133)
+    assert float(bounded_log_wealth(MeanStats(0.0, 0.0, 0.0), 0.3, above=True)) == 0.0
+
+
+def _exact_log_capital(x: FloatArray, m: float, *, above: bool) -> float:
+    """Return the log of the equal-weight mixture of products 1 + f xi over the values."""
+    xi = (x - m) / m if above else (m - x) / (1.0 - m)
+    logs = np.log1p(BET_FRACTIONS[:, None] * xi[None, :]).sum(axis=1)
+    return float(np.log(np.mean(np.exp(logs - logs.max()))) + logs.max())
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_bound_is_below_the_capital_and_monotone_in_m(seed: int):
+    # Validity: never above the exact capital of the same bets at the same m, so Ville's
+    # inequality carries over; monotone, so the interval is where the capital is small.
+    rng = np.random.default_rng(seed)
+    x = np.where(rng.random(200) < 0.1, 0.0, rng.beta(2.0, 5.0, 200))
+    stats = MeanStats(float(x.size), float(x.sum()), float((x * x).sum()))
+    grid = np.linspace(0.01, 0.99, 99)
+    for above in (True, False):
+        bound = bounded_log_wealth(stats, grid, above=above)
+        exact = [_exact_log_capital(x, m, above=above) for m in grid]
+        assert (bound <= np.asarray(exact) + 1e-9).all()
+        steps = np.diff(bound)
+        assert (steps <= 1e-12).all() if above else (steps >= -1e-12).all()
