@@ -1,4 +1,4 @@
-"""Exact confidence sequences for bounded values that take a few values, by betting.
+"""Exact confidence sequences for bounded values, by betting.
 
 Method: the betting confidence sequence of Waudby-Smith and Ramdas, "Estimating means of
 bounded random variables by betting", with a fixed grid of constant bets mixed with equal
@@ -11,11 +11,16 @@ request does).
 Used for paired 0/1 differences in {-1, 0, 1} (evaluator fails, failures, tail
 exceedance), proportions in {0, 1}, and canary cohorts through inverse-propensity
 pseudo-outcomes in {-1 / (1 - w), 0, 1 / w}.
+
+Values anywhere in [0, 1] (per-request draft acceptance, against its floor) take the same
+bets, with the capital bounded below by a quadratic in each value so that count, sum and
+sum of squares suffice (`bounded_log_wealth`): still exact, somewhat less powerful than
+the capital itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -25,6 +30,7 @@ from gate.stats.sequences import (
     CountStats,
     FloatArray,
     Interval,
+    MeanStats,
     Num,
     PairedCounts,
     TwoCounts,
@@ -118,13 +124,30 @@ def bet_bound(
         The bound; the end of the range when nothing can be excluded yet.
     """
     shape = np.broadcast_shapes(*(np.shape(c) for c in counts))
-    lo = np.full(shape, float(values[0]))
-    hi = np.full(shape, float(values[-1]))
+    return _bisect(
+        lambda m: bet_log_wealth(values, counts, m, above=lower),
+        shape, (float(values[0]), float(values[-1])), alpha, lower=lower,
+    )  # fmt: skip
+
+
+def _bisect(
+    log_wealth: Callable[[FloatArray], FloatArray],
+    shape: tuple[int, ...],
+    bounds: tuple[float, float],
+    alpha: float,
+    *,
+    lower: bool,
+) -> FloatArray:
+    """Return the end of {m : log_wealth(m) < log(1 / alpha)} within `bounds`.
+
+    The capital must be monotone in m (falling for a lower end, rising for an upper), so
+    the rejected set is a half-line and bisection finds its edge.
+    """
+    lo, hi = np.full(shape, bounds[0]), np.full(shape, bounds[1])
     threshold = np.log(1.0 / alpha)
     for _ in range(_BISECTION_STEPS):
         mid = 0.5 * (lo + hi)
-        # Capital is monotone in m, so the rejected set is a half-line.
-        rejected = bet_log_wealth(values, counts, mid, above=lower) >= threshold
+        rejected = log_wealth(mid) >= threshold
         if lower:
             lo, hi = np.where(rejected, mid, lo), np.where(rejected, hi, mid)
         else:
@@ -231,3 +254,76 @@ def two_proportion_interval(
         lower=as_array(cand.lower) - as_array(base.upper),
         upper=as_array(cand.upper) - as_array(base.lower),
     )
+
+
+# --- means of values in [0, 1], from count, sum and sum of squares ---------------------
+
+# log(1 - f) + f for each bet fraction f: the quadratic term of Fan et al.'s bound.
+_SLACK: FloatArray = np.log1p(-BET_FRACTIONS) + BET_FRACTIONS
+# Each bet's bound f xi + slack xi^2 rises with xi up to xi = f / (-2 slack); betting above
+# m, xi <= (1 - m) / m, so the bound falls with m wherever m >= 1 / (1 + that turn).
+_MONOTONE_FROM: FloatArray = 1.0 / (1.0 - BET_FRACTIONS / (2.0 * _SLACK))
+
+
+def bounded_log_wealth(stats: MeanStats, m: Num, *, above: bool) -> FloatArray:
+    """Return a lower bound on the log capital of the mixture of bets on values in [0, 1].
+
+    Betting that the mean exceeds `m` (`above`), each value x multiplies capital by
+    1 + f xi, xi = (x - m) / m >= -1, for each fraction f in `BET_FRACTIONS`: under the null
+    (mean <= m) a nonnegative supermartingale, as in `bet_log_wealth`. Its log is at least
+    f xi + (log(1 - f) + f) xi^2 (Fan, Grama and Liu 2015; the bound Waudby-Smith and Ramdas
+    use for their predictable plug-in sequences), whose sum over the values needs only their
+    count, sum and sum of squares: a fold of SQL aggregates keeps it. Each bet's bound is
+    taken at max(m, the m from which it falls with m): a bet above m wins more the lower m
+    is, so this stays a lower bound, and it makes the capital monotone in m (a half-line
+    of rejected m, as bisection needs). Betting below is betting
+    above on 1 - x. Exact (Ville's inequality) at every sample size; no variance assumed.
+
+    Args:
+        stats: count, sum and sum of squares of values in [0, 1].
+        m: the null mean being tested.
+        above: the direction of the bet.
+
+    Returns:
+        log of the mixture capital's lower bound, broadcast over `stats` and `m`.
+    """
+    n, s, ss, m = (as_array(v) for v in (stats.n, stats.total, stats.total_sq, m))
+    if not above:
+        s, ss, m = n - s, n - 2.0 * s + ss, 1.0 - m
+    at = np.maximum(m[..., None], _MONOTONE_FROM)
+    n, s, ss = n[..., None], s[..., None], ss[..., None]
+    total = (s - n * at) / at
+    square = np.maximum(ss - 2.0 * at * s + n * at * at, 0.0) / (at * at)
+    return _log_mean_exp(np.asarray(BET_FRACTIONS * total + _SLACK * square))
+
+
+def bounded_rejects(stats: MeanStats, m: float, alpha: float, *, above: bool) -> BoolArray:
+    """Return whether the mean of values in [0, 1] is proven above (below) a fixed `m`."""
+    return np.asarray(bounded_log_wealth(stats, m, above=above) >= np.log(1.0 / alpha))
+
+
+def bounded_mean_interval(stats: MeanStats, *, alpha_lower: float, alpha_upper: float) -> Interval:
+    """Bound the mean of values in [0, 1] (per-request acceptance) by betting.
+
+    Args:
+        stats: count, sum and sum of squares of the values.
+        alpha_lower: error level of the lower bound.
+        alpha_upper: error level of the upper bound.
+
+    Returns:
+        Mean with its bounds, within [0, 1]; [0, 1] until the data exclude anything, and a
+        NaN estimate at n=0.
+    """
+    n = as_array(stats.n)
+    shape = np.broadcast_shapes(n.shape, np.shape(stats.total), np.shape(stats.total_sq))
+    return Interval(
+        estimate=np.where(n > 0, as_array(stats.total) / np.maximum(n, 1.0), np.nan),
+        lower=_bisect(
+            lambda m: bounded_log_wealth(stats, m, above=True),
+            shape, (0.0, 1.0), alpha_lower, lower=True,
+        ),
+        upper=_bisect(
+            lambda m: bounded_log_wealth(stats, m, above=False),
+            shape, (0.0, 1.0), alpha_upper, lower=False,
+        ),
+    )  # fmt: skip

@@ -53,7 +53,7 @@ class Family(StrEnum):
     UNPAIRED_LOG_MEANS = "unpaired_log_means"  # TwoMeans of log latency per cohort
     UNPAIRED_RATES = "unpaired_rates"  # CohortCounts of a 0/1 bad outcome per cohort
     TWO_RATES = "two_rates"  # TwoCounts: two independent rates (feedback, greedy)
-    MEAN_FLOOR = "mean_floor"  # MeanStats of a per-request value, held to a floor
+    MEAN_FLOOR = "mean_floor"  # MeanStats of a per-request value in [0, 1], held to a floor
     COLLAPSE = "collapse"  # Shiryaev-Roberts change detector against a warm-up level
     PAIRED_MEAN = "paired_mean"  # MeanStats of a per-pair statistic d, two-sided
     UNPAIRED_MEANS = "unpaired_means"  # TwoMeans of a per-answer statistic per cohort

@@ -33,6 +33,8 @@ from gate.db.enums import RolloutMode
 from gate.stats.betting import (
     below,
     bet_rejects,
+    bounded_mean_interval,
+    bounded_rejects,
     diff_interval,
     exceeds,
     two_proportion_interval,
@@ -162,13 +164,14 @@ def harm_interval(
 ) -> Interval:
     """Return the harm interval: lower bound at the kill level, upper at promotion's.
 
-    For acceptance (a floor) the harm is floor minus mean acceptance. A two-sided rule's
-    interval has each bound at half the kill level (the shift may go either way).
+    For acceptance (a floor) the harm is floor minus mean acceptance, bounded by betting on
+    values in [0, 1] (exact). A two-sided rule's interval has each bound at half the kill
+    level (the shift may go either way).
     """
     if rule.two_sided:
         alpha_promote = alpha_kill = alpha_kill / 2
     if isinstance(stats, MeanStats) and rule.floor is not None:
-        acc = mean_interval(stats, alpha_lower=alpha_promote, alpha_upper=alpha_kill, n_opt=n_opt)
+        acc = bounded_mean_interval(stats, alpha_lower=alpha_promote, alpha_upper=alpha_kill)
         return Interval(
             estimate=rule.floor - np.asarray(acc.estimate),
             lower=rule.floor - np.asarray(acc.upper),
@@ -201,9 +204,15 @@ def _check(
         return _two_sided(
             stats, rule, alpha_kill=alpha_kill, alpha_promote=alpha_promote, n_opt=n_opt
         )
+    # Same answers as the intervals, without bisection: test at the thresholds.
     if isinstance(stats, PairedCounts | CohortCounts):
-        # Same answer as the interval, without bisection: test at the thresholds.
         return exceeds(stats, rule.kill_at, alpha_kill), below(stats, rule.margin, alpha_promote)
+    if isinstance(stats, MeanStats) and rule.floor is not None:
+        # Harm is floor minus the mean: killed when the mean is proven below the floor.
+        return (
+            bounded_rejects(stats, rule.floor, alpha_kill, above=False),
+            bounded_rejects(stats, rule.floor, alpha_promote, above=True),
+        )
     got = harm_interval(
         stats, rule, alpha_kill=alpha_kill, alpha_promote=alpha_promote, n_opt=n_opt
     )

@@ -14,7 +14,7 @@ promotion budget). Its coverage is at least `1 - alpha_lower - alpha_upper`.
 
 Two families:
 
-* Means of unbounded, heavy-tailed values (latency log-ratios, per-request acceptance):
+* Means of unbounded, heavy-tailed values (latency log-ratios, parity statistics):
   the asymptotic confidence sequence of Waudby-Smith, Arnold, Wu, Ramdas and Howard,
   "Time-uniform central limit theory and asymptotic confidence sequences": a one-sided
   Gaussian-mixture (half-normal mixing) boundary applied to the sum standardised by the
@@ -26,8 +26,8 @@ Two families:
   ratio unless a pair differs by more than twenty-fold; clipping keeps a few runaway
   pairs from dominating the variance.
 
-* Means of bounded values that take a few values only (paired 0/1 differences in
-  {-1, 0, 1}, proportions in {0, 1}): the betting confidence sequence of Waudby-Smith and
+* Means of bounded values (paired 0/1 differences in {-1, 0, 1}, proportions in {0, 1},
+  per-request acceptance in [0, 1]): the betting confidence sequence of Waudby-Smith and
   Ramdas, in `gate.stats.betting`.
 """
 

@@ -35,6 +35,11 @@ def test_exact_betting_sequences_reject_a_wrong_value_and_keep_the_true_one():
     assert max(held) <= 5
     canary = gate_coverage.cohort_counts_family(rng, 50, 1000, 0.5, (0.03, 0.05), 0.05)
     assert max(canary) <= 5
+    # Acceptance in [0, 1]: the truth held, a value 0.1 off rejected on its side.
+    x = gate_coverage.acceptance_beta19(rng, (50, 300))
+    assert max(gate_coverage.bounded_family(x, 0.1, 0.05)) <= 5
+    assert gate_coverage.bounded_family(x, 0.2, 0.05) == (0, 50)
+    assert gate_coverage.bounded_family(x, 0.0 + 1e-3, 0.05) == (50, 0)
     # The detector raises no alarm on a stream that never collapses.
     assert gate_coverage.collapse_family(rng, 50, 1000, 0.05) == (0, 0)
 
