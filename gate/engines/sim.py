@@ -194,7 +194,9 @@ def _whole(
 
 
 def _asks_logprobs(body: dict[str, Any]) -> bool:
-    return body.get("logprobs") not in (None, False)
+    # `logprobs: 0` on completions asks for the sampled tokens' own (0 == False in Python).
+    value = body.get("logprobs")
+    return value is not None and value is not False
 
 
 def _logprobs(words: list[str], *, chat: bool, start: int = 0) -> dict[str, Any]:

@@ -48,6 +48,13 @@ def test_streamed_pairs_are_asked_summarised_and_stripped(tmp_path):
         # A client that asks gets them, as the route sent them.
         mine = chunks_of(chat(stack, temperature=0.8, stream=True, logprobs=True))
         assert sum(len(c["choices"][0]["logprobs"]["content"]) for c in mine if c["choices"]) == 8
+        # Completions: asked with `logprobs: 0` (the sampled tokens' own), columns stripped.
+        body = {"model": ALIAS, "prompt": "Say hi", "max_tokens": 8, "temperature": 0.8}
+        text = httpx.post(f"{stack.url}/v1/completions", json={**body, "stream": True})
+        assert stack.baseline_log.bodies[-1]["logprobs"] == 0
+        assert all(c["logprobs"] is None for chunk in chunks_of(text) for c in chunk["choices"])
+        assert wait_until(lambda: len(stack.spans("baseline")) == 3)
+        assert stack.spans("baseline")[-1].attributes[A.LOGPROB_TOKENS] == 8
 
 
 def test_only_a_policy_that_tests_parity_asks_unless_the_setting_says_otherwise(tmp_path):
@@ -60,11 +67,16 @@ def test_only_a_policy_that_tests_parity_asks_unless_the_setting_says_otherwise(
             assert ("logprobs" in stack.baseline_log.bodies[0]) is asked
 
 
-def test_a_route_that_rejects_logprobs_is_retried_without_them_and_not_asked_again(tmp_path):
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_route_that_rejects_logprobs_is_retried_without_them_and_not_asked_again(
+    tmp_path, stream
+):
     rejecting = SimProfile(spec_tokens=4, acceptance=0.7, rejects_logprobs=True)
     with gateway_stack(tmp_path, policy=PARITY, candidate=rejecting) as stack:
-        first = chat(stack, temperature=0.8)
-        assert first.status_code == 200 and first.json()["choices"][0]["logprobs"] is None
+        first = chat(stack, temperature=0.8, stream=stream)
+        assert first.status_code == 200
+        choices = [c for chunk in chunks_of(first) for c in chunk["choices"]] if stream else None
+        assert all(c["logprobs"] is None for c in choices or first.json()["choices"])
         assert wait_until(lambda: len(stack.spans("candidate")) == 1)
         (cand,) = stack.spans("candidate")
         assert cand.attributes[A.LOGPROBS_REJECTED] is True
@@ -74,7 +86,7 @@ def test_a_route_that_rejects_logprobs_is_retried_without_them_and_not_asked_aga
         assert base.attributes[A.LOGPROB_TOKENS] == 8
         assert A.LOGPROBS_REJECTED not in base.attributes
         # The pair's route is remembered: neither side is asked any more.
-        assert chat(stack, temperature=0.8, stream=True).status_code == 200
+        assert chat(stack, temperature=0.8, stream=not stream).status_code == 200
         assert wait_until(lambda: len(stack.candidate_log.bodies) == 3)
         assert "logprobs" not in stack.baseline_log.bodies[-1]
         assert "logprobs" not in stack.candidate_log.bodies[-1]
