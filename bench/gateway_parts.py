@@ -5,7 +5,11 @@
 - OTLP encoding of gateway-shaped spans: the SDK's encoder against `SpanEncoder`;
 - accounting for one streamed answer (32 content chunks, the usage chunk, `[DONE]`, as
   `bench/sse_upstream.py` writes them) arriving in one read: event by event (the fallback)
-  against the whole read parsed in one call (the usual path).
+  against the whole read parsed in one call (the usual path);
+- the cost of the logprobs the gateway asks for on sampled pairs: the same streamed answer
+  carrying one log-probability per chunk, accounted for (with its summary) and stripped for
+  the client, in one read and one event per read; a non-streamed 128-token chat answer
+  carrying them, summarised and stripped. Calls that did not ask are never stripped.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -29,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sse_upstream import chunks, sse
 
 from gate.db.enums import GenerationStatus
+from gate.gateway.logprobs import strip_events, strip_json, summarise
 from gate.gateway.observe import CallResult
 from gate.gateway.sse import event_data
 from gate.gateway.upstream import Stream
@@ -130,6 +136,61 @@ def main() -> None:
     print(
         f"accounting for one streamed answer (34 events), µs: event by event {slow:.0f}, "
         f"one read in one call {fast:.0f} ({slow / fast:.1f}x)"
+    )
+    stripping(events, args.requests)
+
+
+def with_logprobs(event: bytes, position: int) -> bytes:
+    """A content chunk as a route writes it when asked for logprobs: one entry, no others."""
+    chunk = orjson.loads(event[len(b"data: ") :])
+    token = chunk["choices"][0]["delta"]["content"]
+    entry = {"token": token, "logprob": -0.25 * (1 + position % 4), "bytes": list(token.encode())}
+    chunk["choices"][0]["logprobs"] = {"content": [{**entry, "top_logprobs": []}]}
+    return b"data: " + orjson.dumps(chunk)
+
+
+def chat_answer(tokens: int) -> bytes:
+    """A non-streamed chat answer carrying one log-probability per token."""
+    entries = [
+        {"token": f"w{i} ", "logprob": -0.25 * (1 + i % 4), "bytes": [119], "top_logprobs": []}
+        for i in range(tokens)
+    ]
+    text = "".join(e["token"] for e in entries)
+    choice = {"index": 0, "message": {"role": "assistant", "content": text}}
+    usage = {"prompt_tokens": 12, "completion_tokens": tokens, "total_tokens": 12 + tokens}
+    answer = {"id": "b", "choices": [{**choice, "logprobs": {"content": entries}}], "usage": usage}
+    return orjson.dumps(answer)
+
+
+def stripping(plain: bytes, requests: int) -> None:
+    """Print what asking for logprobs costs the gateway per answer, streamed and not."""
+    parts = plain[:-2].split(b"\n\n")
+    carrying = [with_logprobs(e, i) if b'"content"' in e else e for i, e in enumerate(parts)]
+    events = b"".join(e + b"\n\n" for e in carrying)
+
+    def account(run: bytes) -> CallResult:
+        stream = Stream(Arrived(), CallResult(), capture=False)  # type: ignore[arg-type]
+        stream._complete(run, strip_usage=True)
+        return stream.result
+
+    check = account(events)
+    assert check.logprob_tokens == 32 and b'"logprobs":null' in strip_events(events)
+    base = per_call(lambda: account(plain), requests)
+    summarised = per_call(lambda: account(events), requests)
+    one_read = per_call(lambda: strip_events(events), requests)
+    single = [e + b"\n\n" for e in carrying]
+    per_read = per_call(lambda: [strip_events(e) for e in single], requests)
+    print(
+        f"streamed answer (32 chunks), µs: accounting {base:.0f} without logprobs, "
+        f"{summarised:.0f} with them (summary); stripping {one_read:.0f} in one read, "
+        f"{per_read:.0f} at one event per read"
+    )
+    answer = chat_answer(128)
+    whole = per_call(lambda: strip_json(answer), requests)
+    summary = per_call(lambda: summarise(orjson.loads(answer)), requests)
+    print(
+        f"non-streamed answer (128 tokens, {len(answer) / 1000:.1f} kB), µs: "
+        f"strip_json {whole:.0f}, parse and summarise {summary:.0f}"
     )
 
 

@@ -129,9 +129,13 @@ class Settings(BaseSettings, GatewaySettings, CollectorSettings, GateSettings, E
 
     # Content capture: prompts and outputs are kept only for sampled pairs and bounded.
     capture_content: bool = True
-    # Sampled parity: ask both routes for token log-probabilities on sampled pairs'
-    # non-streamed calls (stripped again when the client did not ask for them).
-    ask_logprobs: bool = False
+    # Sampled parity: ask both routes of a sampled pair (temperature > 0) for token
+    # log-probabilities, stripped again from the client's answer when it did not ask.
+    # `auto` asks where the rollout's policy tests parity (`guardrails.output_parity`).
+    ask_logprobs: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Ask sampled pairs' calls for logprobs: auto (the rollout's policy), on, off.",
+    )
     capture_max_chars: int = Field(8192, ge=0)
     # What evaluators read (request body, declared inputs, output) is kept up to this larger
     # limit; an input still cut makes its evaluations "not evaluable (truncated)".
@@ -146,6 +150,15 @@ class Settings(BaseSettings, GatewaySettings, CollectorSettings, GateSettings, E
     @classmethod
     def _strip(cls, value: str) -> str:
         return value.strip()
+
+    @field_validator("ask_logprobs", mode="before")
+    @classmethod
+    def _on_off(cls, value: object) -> object:
+        # The switch was a boolean before `auto`: true and false still mean on and off.
+        words = {"true": "on", "1": "on", "yes": "on", "false": "off", "0": "off", "no": "off"}
+        if isinstance(value, bool):
+            return "on" if value else "off"
+        return words.get(value.strip().lower(), value) if isinstance(value, str) else value
 
     def resolved_database_url(self) -> str:
         """Return the database URL, defaulting to the embedded SQLite file."""

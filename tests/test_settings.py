@@ -54,3 +54,13 @@ def test_importing_every_module_touches_no_database_or_network(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert not (tmp_path / "home").exists()
+
+
+def test_asking_for_logprobs_follows_the_policy_unless_switched_on_or_off(monkeypatch):
+    assert Settings().ask_logprobs == "auto"
+    for value, meant in (("true", "on"), ("False", "off"), ("on", "on"), ("auto", "auto")):
+        monkeypatch.setenv("SPECGATE_ASK_LOGPROBS", value)
+        assert Settings().ask_logprobs == meant
+    monkeypatch.setenv("SPECGATE_ASK_LOGPROBS", "sometimes")
+    with pytest.raises(ValidationError, match="ask_logprobs"):
+        Settings()

@@ -42,6 +42,8 @@ class SimProfile:
     null_usage: bool = False
     # Like vLLM with --enable-per-request-metrics: modelled timings in `metrics`.
     per_request_metrics: bool = False
+    # Like an engine that cannot return log-probabilities: a request asking is a 400.
+    rejects_logprobs: bool = False
 
 
 @dataclass
@@ -68,6 +70,8 @@ def create_sim_app(profile: SimProfile, log: SimLog | None = None) -> Starlette:
             return _error(400, "'messages' is required")
         seen.bodies.append(body)
         seen.headers.append(dict(request.headers))
+        if profile.rejects_logprobs and _asks_logprobs(body):
+            return _error(400, "logprobs are not supported by this engine")
         response = await _answer(profile, seen, body, chat=chat)
         if response.status_code == 200 and profile.failure == "none":
             metrics.observe(_modelled(profile, body))
@@ -173,7 +177,7 @@ def _whole(
         choice["message"] = {"role": "assistant", "content": text}
     else:
         choice["text"] = text
-    if body.get("logprobs") not in (None, False):
+    if _asks_logprobs(body):
         choice["logprobs"] = _logprobs(words, chat=chat)
     answer: dict[str, Any] = {
         "id": ident,
@@ -189,9 +193,16 @@ def _whole(
     return answer
 
 
-def _logprobs(words: list[str], *, chat: bool) -> dict[str, Any]:
-    """Return made-up log-probabilities, one per word, in the request's OpenAI shape."""
-    values = [-0.25 * (1 + i % 4) for i in range(len(words))]
+def _asks_logprobs(body: dict[str, Any]) -> bool:
+    # `logprobs: 0` on completions asks for the sampled tokens' own (0 == False in Python).
+    value = body.get("logprobs")
+    return value is not None and value is not False
+
+
+def _logprobs(words: list[str], *, chat: bool, start: int = 0) -> dict[str, Any]:
+    """Return made-up log-probabilities, one per word (the first at position `start` of
+    the answer), in the request's OpenAI shape."""
+    values = [-0.25 * (1 + i % 4) for i in range(start, start + len(words))]
     if not chat:
         return {"tokens": words, "token_logprobs": values, "top_logprobs": None}
     entries = zip(words, values, strict=True)
@@ -246,6 +257,8 @@ async def _stream(
                 delta["delta"] = {"content": word} if i else {"role": "assistant", "content": word}
             else:
                 delta["text"] = word
+            if _asks_logprobs(body):
+                delta["logprobs"] = _logprobs([word], chat=chat, start=i)
             chunk = {
                 "id": ident,
                 "object": kind,

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry.context import Context
 from starlette.requests import Request
 
+from gate.gateway.logprobs import RejectingRoutes
 from gate.gateway.metrics import GatewayMetrics
 from gate.gateway.mirror import MirrorPool
 from gate.gateway.observe import CallResult
@@ -32,6 +33,8 @@ class Gateway:
     metrics: GatewayMetrics
     inflight: dict[int, int]
     health: RouteHealth
+    # Routes that rejected the logprobs we asked for (this process's memory).
+    rejecting: RejectingRoutes = field(default_factory=RejectingRoutes)
 
 
 @dataclass
@@ -51,16 +54,25 @@ class Call:
     ctx: CallContext
     parent: Context | None
     prompt: str | None
-    # We asked the routes for logprobs the client did not ask for: strip them from its answer.
-    strip_logprobs: bool = False
+    # We asked the routes for logprobs the client did not ask for: this is the payload
+    # without them (sent to a route that rejects them), and the client's answer loses them.
+    unasked: bytes | None = None
+
+    @property
+    def asked_logprobs(self) -> bool:
+        """Whether the gateway added logprobs the client did not ask for."""
+        return self.unasked is not None
 
 
 def reached(gw: Gateway, route: RouteTarget, result: CallResult) -> None:
-    """Feed the route's down state: a connection refused or timed out, or an answer."""
+    """Feed what the gateway remembers of a route: its down state (a connection refused or
+    timed out, or an answer) and whether it rejects the logprobs we ask for."""
     if result.unreachable:
         gw.health.connect_failed(route.id, route.name)
     elif result.http_status is not None:
         gw.health.connected(route.id)
+    if result.logprobs_rejected:
+        gw.rejecting.rejected(route.id, route.name, answered_without=result.http_status)
 
 
 def request_headers(route: RouteTarget, trace_headers: dict[str, str]) -> dict[str, str]:

@@ -3,26 +3,53 @@
 The sampled-parity guardrail (`gate.parity`) compares the mean log-probability of the two
 sides' answers. On a sampled pair's calls the gateway asks both routes for `logprobs`
 alike, keeps a per-call summary for the collector (never the arrays), and removes them
-from the client's answer when the client did not ask. A route that rejects `logprobs`
-(a 4xx to a call that carried them only because we asked) is remembered and no longer
-asked: its pairs fall back to the text statistics.
+from the client's answer when the client did not ask: a non-streamed answer through one
+JSON round trip (`strip_json`), a streamed one in place, byte for byte (`strip_events`:
+only the values of `logprobs` members become `null`). A route that rejects `logprobs`
+(a 400 or 422 to a call that carried them only because we asked, answered once asked
+again without them) is remembered by this gateway process and no longer asked: its pairs
+fall back to the text statistics (`RejectingRoutes`).
 
-Wired for non-streamed calls when `SPECGATE_ASK_LOGPROBS` is on (`gate.gateway.proxy`);
-the streaming path and remembering rejecting routes (`RejectingRoutes`) are not wired yet.
+Who asks is decided in `gate.gateway.proxy` (the rollout's policy, or
+`SPECGATE_ASK_LOGPROBS`).
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import re
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
+from gate.gateway import sse
+
+log = logging.getLogger(__name__)
+
+# A `logprobs` member's name and colon: after `{` or `,` a quote is JSON structure, never
+# inside a string (there it would follow a backslash), so this is always a real member.
+_MEMBER = re.compile(rb'[{,]\s*"logprobs"\s*:\s*')
+_MEMBER_NAME = b'"logprobs"'
+_NULL = b"null"
+# Finds where one JSON value ends; it reads text, which latin-1 maps byte for byte.
+_SCAN = json.JSONDecoder()
+# Statuses that say "this request is invalid": what a route that cannot give logprobs answers.
+REJECTIONS = frozenset({400, 422})
 
 
 def wants_logprobs(body: dict[str, Any]) -> bool:
     """Return whether the client itself asked for log-probabilities."""
     value = body.get("logprobs")
     return value is not None and value is not False
+
+
+def samples(body: dict[str, Any]) -> bool:
+    """Return whether the request samples: an explicit temperature above 0 (the parity
+    test reads only pairs whose temperature is stated)."""
+    value = body.get("temperature")
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
 
 
 def ask(body: dict[str, Any]) -> dict[str, Any]:
@@ -53,6 +80,60 @@ def strip_json(content: bytes) -> bytes:
     return orjson.dumps(strip_choices(parsed))
 
 
+def strip_events(events: bytes) -> bytes:
+    """Return SSE events with every `logprobs` value set to null, every other byte as it
+    came; events without log-probabilities come back as they are."""
+    if _MEMBER_NAME not in events:
+        return events
+    if events.count(sse.LF) == 2 * events.count(sse.EVENT_END):  # one line per event
+        try:
+            return _nulled(events)
+        except ValueError:
+            pass  # an event that is not JSON: take them one by one
+    return sse.EVENT_END.join(_stripped_event(e) for e in events.split(sse.EVENT_END))
+
+
+def _nulled(text: bytes) -> bytes:
+    """Replace each non-null `logprobs` value in `text` with null, in place; ValueError
+    when a value does not read as JSON where it stands."""
+    decoded = text.decode("latin-1")  # one character per byte: offsets agree
+    parts, kept = [], 0
+    for member in _MEMBER.finditer(text):
+        start = member.end()
+        if start < kept or text.startswith(_NULL, start):  # inside a value already gone
+            continue
+        _, end = _SCAN.raw_decode(decoded, start)
+        parts += [text[kept:start], _NULL]
+        kept = end
+    return b"".join(parts) + text[kept:] if parts else text
+
+
+def _stripped_event(event: bytes) -> bytes:
+    """One event, stripped in place on its one line; one whose JSON spans several data
+    lines is written again with its data on one line. Data that is not JSON stays."""
+    if sse.LF not in event:
+        try:
+            return _nulled(event)
+        except ValueError:
+            return event
+    data = sse.event_data(event)
+    try:
+        parsed = orjson.loads(data) if data is not None else None
+    except orjson.JSONDecodeError:
+        return event
+    if not isinstance(parsed, dict) or not _carries_values(parsed):
+        return event
+    others = [line for line in event.split(sse.LF) if not line.startswith(sse.DATA_FIELD)]
+    return sse.LF.join([*others, sse.DATA_PREFIX + orjson.dumps(strip_choices(parsed))])
+
+
+def _carries_values(parsed: dict[str, Any]) -> bool:
+    choices = parsed.get("choices")
+    return isinstance(choices, list) and any(
+        isinstance(c, dict) and c.get("logprobs") is not None for c in choices
+    )
+
+
 @dataclass(frozen=True)
 class CallLogprobs:
     """What the collector stores per call: counts and sums, not the arrays."""
@@ -74,7 +155,7 @@ class CallLogprobs:
 
 def summarise(parsed: dict[str, Any]) -> CallLogprobs | None:
     """Return the call's log-probability summary; None when the answer carries none."""
-    values = [v for c in parsed.get("choices") or () for v in _values(c)]
+    values = [v for c in parsed.get("choices") or () for v in choice_values(c)]
     usage = parsed.get("usage")
     completion = usage.get("completion_tokens") if isinstance(usage, dict) else None
     if not values:
@@ -82,7 +163,8 @@ def summarise(parsed: dict[str, Any]) -> CallLogprobs | None:
     return CallLogprobs(len(values), float(sum(values)), _int(completion))
 
 
-def _values(choice: Any) -> list[float]:
+def choice_values(choice: Any) -> list[float]:
+    """Return the log-probabilities one choice (or one streamed choice delta) carries."""
     logprobs = choice.get("logprobs") if isinstance(choice, dict) else None
     if not isinstance(logprobs, dict):
         return []
@@ -98,16 +180,21 @@ def _int(value: Any) -> int | None:
 
 
 class RejectingRoutes:
-    """Routes that answered a 4xx to a call carrying the `logprobs` we added."""
+    """Routes that rejected the `logprobs` we added: remembered by this gateway process
+    (until it restarts, not shared between replicas) and no longer asked."""
 
     def __init__(self) -> None:
-        self._routes: set[str] = set()
+        self._routes: set[int] = set()
 
-    def may_ask(self, route: str) -> bool:
-        """Return whether `route` may still be asked for log-probabilities."""
-        return route not in self._routes
+    def may_ask(self, route_id: int) -> bool:
+        """Return whether the route may still be asked for log-probabilities."""
+        return route_id not in self._routes
 
-    def observe(self, route: str, status: int, *, we_asked: bool) -> None:
-        """Remember `route` when it rejected a call only our `logprobs` made different."""
-        if we_asked and 400 <= status < 500:
-            self._routes.add(route)
+    def rejected(self, route_id: int, name: str, *, answered_without: int | None) -> None:
+        """A call rejected with our `logprobs` was made again without them: remember the
+        route when that call was answered (the rejection was ours); one rejected again
+        was the client's own error."""
+        answered = answered_without is not None and 200 <= answered_without < 300
+        if answered and route_id not in self._routes:
+            self._routes.add(route_id)
+            log.warning("logprobs_rejected route=%s", name)

@@ -52,6 +52,7 @@ def _mirror(gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort) -> None
                 request_headers(route, headers),
                 stream=call.stream,
                 capture=call.prompt is not None,
+                unasked=call.unasked,
             )
         except asyncio.CancelledError:
             # A shutdown is not the route's doing; only the mirror deadline is.

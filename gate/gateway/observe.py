@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gate.db.enums import GenerationStatus
-from gate.gateway.logprobs import summarise
+from gate.gateway.logprobs import choice_values, summarise
 
 
 @dataclass
@@ -41,9 +41,12 @@ class CallResult:
     drafts: int | None = None
     draft_tokens: int | None = None
     accepted_tokens: int | None = None
-    # The answer's token log-probabilities, summarised (non-streamed answers only for now).
+    # The answer's token log-probabilities, summarised (count and sum, never the arrays).
     logprob_tokens: int | None = None
     logprob_sum: float | None = None
+    # The route rejected the log-probabilities we asked for; this is the call made again
+    # without them.
+    logprobs_rejected: bool = False
     text: list[str] = field(default_factory=list)
     tool_calls: dict[int, dict[str, Any]] = field(default_factory=dict)
     _last_content: float | None = None
@@ -59,6 +62,13 @@ class CallResult:
         """Stop the clock."""
         if self.e2e_s is None:
             self.e2e_s = time.perf_counter() - self.started
+
+    def retry_without_logprobs(self) -> None:
+        """Start the call again, without the log-probabilities the route rejected; its
+        clock runs on from the first try, which the client waited for too."""
+        self.status, self.error = GenerationStatus.OK, None
+        self.http_status, self.e2e_s = None, None
+        self.logprobs_rejected = True
 
     @property
     def tpot_s(self) -> float | None:
@@ -95,6 +105,8 @@ class CallResult:
                     contents += 1
                     if capture and choice.get("index", 0) == 0:
                         self._capture(content, calls)
+                if choice.get("logprobs"):
+                    self._add_logprobs(choice_values(choice))
             if self.response_id is None:
                 self.response_id = chunk.get("id")
             if self.response_model is None:
@@ -131,6 +143,11 @@ class CallResult:
             gap = now - self._last_content
             self.itl_max_s = gap if self.itl_max_s is None else max(self.itl_max_s, gap)
         self._last_content = now
+
+    def _add_logprobs(self, values: list[float]) -> None:
+        if values:
+            self.logprob_tokens = (self.logprob_tokens or 0) + len(values)
+            self.logprob_sum = (self.logprob_sum or 0.0) + sum(values)
 
     def _capture(self, content: Any, calls: Any) -> None:
         if content:

@@ -39,7 +39,7 @@ from gate.gateway.upstream import (
 from gate.request import segments
 from gate.rollouts.states import Primary
 from gate.routing.health import ROUTE_DOWN
-from gate.routing.snapshot import RouteTarget
+from gate.routing.snapshot import RolloutRouting, RouteTarget
 
 
 def new_id() -> str:
@@ -111,10 +111,10 @@ async def _prepare(
     if stream and not wants_usage:
         upstream = {**upstream, "stream_options": {**(options or {}), "include_usage": True}}
     capture = assignment.sampled and gw.settings.capture_content
-    asked = assignment.sampled and gw.settings.ask_logprobs and not stream
-    asked = asked and not logprobs.wants_logprobs(upstream)
-    if asked:  # both sides get the same payload: asked alike
-        upstream = logprobs.ask(upstream)
+    unasked = None
+    if assignment.sampled and _asks_logprobs(gw, routing, upstream):
+        # Both sides get the same payload: asked alike.
+        unasked, upstream = encode(upstream), logprobs.ask(upstream)
     ctx = CallContext(
         routing=routing,
         endpoint=endpoint,
@@ -138,9 +138,22 @@ async def _prepare(
         ctx=ctx,
         parent=extract(request.headers),
         prompt=segments.prompt_text(upstream) if capture else None,
-        strip_logprobs=asked,
+        unasked=unasked,
     )
     return call, assignment, declared.inputs
+
+
+def _asks_logprobs(gw: Gateway, routing: RolloutRouting, body: dict[str, Any]) -> bool:
+    """Whether a sampled pair's calls ask for logprobs the client did not: at temperature
+    > 0, where the policy tests parity (or the setting says on), and where neither route
+    has rejected them."""
+    setting = gw.settings.ask_logprobs
+    if setting == "off" or (setting == "auto" and not routing.parity):
+        return False
+    if not logprobs.samples(body) or logprobs.wants_logprobs(body):
+        return False
+    routes = (routing.baseline.id, routing.candidate.id)
+    return all(gw.rejecting.may_ask(route) for route in routes)
 
 
 def _primary(call: Call, assignment: Assignment) -> tuple[RouteTarget, Cohort]:
@@ -167,6 +180,7 @@ async def _serve_json(
                 capture=call.prompt is not None,
                 result=result,
                 head_by=_first_byte_deadline(gw) if canary else None,
+                unasked=call.unasked,
             ),
         )
     except ClientGone:
@@ -178,7 +192,7 @@ async def _serve_json(
     _finish(gw, span, route, cohort, result, call.prompt, fallback=fallback)
     if fallback:
         return await _serve_json(gw, call, call.routing.baseline, Cohort.BASELINE, canary=False)
-    if call.strip_logprobs and reply is not None and reply.status_code == 200:
+    if _strips(call, result) and reply is not None and reply.status_code == 200:
         reply = replace(reply, content=logprobs.strip_json(reply.content))
     return _reply_or_error(reply, result)
 
@@ -279,13 +293,19 @@ async def _open(
         capture=call.prompt is not None,
         result=result,
         head_by=deadline,
+        unasked=call.unasked,
     )
     if not isinstance(opened, Stream):
         return opened, None, []
-    events = opened.events(strip_usage=call.strip_usage)
+    events = opened.events(strip_usage=call.strip_usage, strip_logprobs=_strips(call, result))
     if deadline is None:
         return opened, events, []
     return opened, events, await _first_event(events, result, deadline)
+
+
+def _strips(call: Call, result: CallResult) -> bool:
+    """Whether the answer carries logprobs the client did not ask for."""
+    return call.asked_logprobs and not result.logprobs_rejected
 
 
 async def _first_event(

@@ -191,6 +191,8 @@ def _ids(ctx: CallContext) -> dict[str, Any]:
 def _outcome(result: CallResult, *, fallback: bool) -> dict[str, Any]:
     status = GenerationStatus.FALLBACK if fallback else result.status
     values: dict[str, Any] = {A.STATUS: status.value, A.FALLBACK: fallback}
+    if result.logprobs_rejected:
+        values[A.LOGPROBS_REJECTED] = True
     optional = {
         A.TTFT_S: result.ttft_s,
         A.TPOT_S: result.tpot_s,

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from gate.db.enums import GenerationStatus
-from gate.gateway import sse
+from gate.gateway import logprobs, sse
 from gate.gateway.observe import CallResult
 from gate.gateway.transport import (
     ConnectTimeout,
@@ -88,9 +88,11 @@ async def call_json(
     capture: bool,
     result: CallResult | None = None,
     head_by: float | None = None,
+    unasked: bytes | None = None,
 ) -> tuple[JsonReply | None, CallResult]:
     """Make a non-streaming call; a transport failure returns (None, failed result).
-    `head_by` (event-loop time) bounds the wait for the response head, not the body."""
+    `head_by` (event-loop time) bounds the wait for the response head, not the body;
+    `unasked` is the body without the logprobs we added, sent if the route rejects them."""
     result = result or CallResult()
     try:
         response = await _post(client, upstream_url(route, endpoint), body, headers, head_by)
@@ -102,6 +104,10 @@ async def call_json(
         return None, _unsent(result, exc)
     result.finish()
     result.http_status = reply.status_code
+    if unasked is not None and reply.status_code in logprobs.REJECTIONS:
+        result.retry_without_logprobs()
+        again = (client, route, endpoint, unasked, headers)
+        return await call_json(*again, capture=capture, result=result, head_by=head_by)
     if reply.status_code != 200:
         result.fail(GenerationStatus.ERROR, f"upstream status {reply.status_code}")
         return reply, result
@@ -128,9 +134,12 @@ class Stream:
         # True when what was yielded last is the end of the answer.
         self.ended = False
 
-    async def events(self, *, strip_usage: bool) -> AsyncIterator[bytes]:
+    async def events(
+        self, *, strip_usage: bool, strip_logprobs: bool = False
+    ) -> AsyncIterator[bytes]:
         """Yield, for each upstream read, the complete SSE events it finished (observed;
-        usage-only chunks dropped if asked). Nothing complete is ever held back."""
+        usage-only chunks dropped and logprobs nulled if asked). Nothing complete is ever
+        held back."""
         buffer = b""
         finished = False
         try:
@@ -139,6 +148,8 @@ class Stream:
                 if not complete:
                     continue
                 ready = self._complete(complete, strip_usage=strip_usage)
+                if strip_logprobs:
+                    ready = logprobs.strip_events(ready)
                 if ready:
                     self.ended = self.response.at_end and not buffer
                     yield ready
@@ -146,7 +157,7 @@ class Stream:
                 self._observe(sse.event_data(buffer), time.perf_counter()) or not strip_usage
             ):
                 self.ended = True
-                yield buffer
+                yield logprobs.strip_events(buffer) if strip_logprobs else buffer
             finished = True
         except TimeoutError:
             self.result.fail(GenerationStatus.TIMEOUT, "timeout while streaming")
@@ -223,9 +234,11 @@ async def open_stream(
     capture: bool,
     result: CallResult | None = None,
     head_by: float | None = None,
+    unasked: bytes | None = None,
 ) -> tuple[Stream | JsonReply | None, CallResult]:
     """Start a streaming call. Returns the open Stream on HTTP 200, the error reply
-    otherwise, or None when the route could not be reached (or sent no head by `head_by`)."""
+    otherwise, or None when the route could not be reached (or sent no head by `head_by`).
+    `unasked` is the body without the logprobs we added, sent if the route rejects them."""
     result = result or CallResult()
     try:
         response = await _post(client, upstream_url(route, endpoint), body, headers, head_by)
@@ -240,6 +253,10 @@ async def open_stream(
         content = await response.read()
     except (UpstreamError, TimeoutError):
         content = b""
+    if unasked is not None and response.status in logprobs.REJECTIONS:
+        result.retry_without_logprobs()
+        again = (client, route, endpoint, unasked, headers)
+        return await open_stream(*again, capture=capture, result=result, head_by=head_by)
     result.fail(GenerationStatus.ERROR, f"upstream status {response.status}")
     return JsonReply(response.status, content, _content_type(response)), result
 
@@ -253,11 +270,14 @@ async def drain_call(
     *,
     stream: bool,
     capture: bool,
+    unasked: bytes | None = None,
 ) -> CallResult:
-    """Make a call and read it to the end, discarding the answer (mirror and control)."""
+    """Make a call and read it to the end, discarding the answer (mirror and control);
+    `unasked` as for `call_json`."""
+    call = (client, route, endpoint, body, headers)
     if not stream:
-        return (await call_json(client, route, endpoint, body, headers, capture=capture))[1]
-    opened, result = await open_stream(client, route, endpoint, body, headers, capture=capture)
+        return (await call_json(*call, capture=capture, unasked=unasked))[1]
+    opened, result = await open_stream(*call, capture=capture, unasked=unasked)
     if isinstance(opened, Stream):
         await opened.drain()
         _require_done(opened)

@@ -16,9 +16,9 @@ from sqlalchemy.orm import Session, joinedload
 from gate.db.enums import RolloutMode, RolloutState
 from gate.db.models import Rollout, Route, Verdict
 from gate.errors import InvalidPolicy
-from gate.rollouts.service import stages
 from gate.rollouts.states import BASELINE_ONLY, RoutingPlan, routing_plan
 from gate.routing.credentials import DEFAULT_SECRETS_DIR, route_headers
+from gate.stats.policy import load_policy
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,8 @@ class RolloutRouting:
     # judged it (its start until the first verdict; 0: not running).
     killed_at: float = 0.0
     verdict_at: float = 0.0
+    # The policy tests sampled-output parity: sampled pairs' calls ask for logprobs.
+    parity: bool = False
 
 
 @dataclass(frozen=True)
@@ -145,12 +147,14 @@ def _last_verdicts(session: Session, rollout_ids: list[int]) -> dict[int, float]
 
 def _routing(rollout: Rollout, secrets_dir: Path) -> RolloutRouting:
     try:
-        ramp = stages(rollout)
+        policy = load_policy(rollout.policy)
     except InvalidPolicy as exc:
         # A row stored before a validation rule existed: baseline only, never a failed load.
         log.warning("routing_policy_invalid rollout=%s error=%s", rollout.id, exc.message)
         return replace(_route_with(rollout, 0.0, secrets_dir), plan=BASELINE_ONLY)
-    return _route_with(rollout, ramp[min(rollout.stage, len(ramp) - 1)], secrets_dir)
+    ramp = policy.stages
+    routing = _route_with(rollout, ramp[min(rollout.stage, len(ramp) - 1)], secrets_dir)
+    return replace(routing, parity=policy.guardrails.output_parity.enabled)
 
 
 def _route_with(rollout: Rollout, stage_percent: float, secrets_dir: Path) -> RolloutRouting:

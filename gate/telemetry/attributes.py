@@ -91,6 +91,9 @@ SPEC_ACCEPTED_TOKENS = "specgate.spec.accepted_tokens"  # int
 # Token log-probabilities the answer carried (sampled parity): how many, and their sum.
 LOGPROB_TOKENS = "specgate.logprobs.tokens"  # int
 LOGPROB_SUM = "specgate.logprobs.sum"  # float
+# The call, carrying logprobs the gateway added, was rejected (400/422) and made again
+# without them: the route is remembered as rejecting them if that call was answered.
+LOGPROBS_REJECTED = "specgate.logprobs.rejected"  # bool
 FALLBACK = "specgate.fallback"  # bool: canary call that fell back to the baseline
 PROMPT = "specgate.prompt"  # captured prompt text (sampled pairs only, bounded)
 OUTPUT = "specgate.output"  # captured output text (sampled pairs only, bounded)

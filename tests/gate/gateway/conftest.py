@@ -92,6 +92,7 @@ def gateway_stack(
     auth: dict[str, str] | None = None,
     require_token: str | None = None,
     health: RouteHealth | None = None,
+    policy: dict[str, Any] | None = None,
     **settings_overrides: Any,
 ) -> Iterator[Stack]:
     defaults: dict[str, Any] = {
@@ -144,7 +145,7 @@ def gateway_stack(
                     candidate_route="spec",
                     mode=mode,
                     sample_rate=sample_rate,
-                    policy={"stages": [100]},
+                    policy=policy or {"stages": [100]},
                 ),
                 actor="test",
             )

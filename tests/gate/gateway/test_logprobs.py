@@ -69,11 +69,12 @@ def test_summary_keeps_counts_and_sums_and_sees_incomplete_logprobs():
 
 def test_a_route_that_rejects_our_logprobs_is_not_asked_again():
     routes = RejectingRoutes()
-    routes.observe("cand", 200, we_asked=True)
-    routes.observe("base", 400, we_asked=False)  # the client's own request was bad
-    assert routes.may_ask("cand") and routes.may_ask("base")
-    routes.observe("cand", 400, we_asked=True)
-    assert not routes.may_ask("cand") and routes.may_ask("base")
+    # Rejected again without our logprobs: the client's own request was bad.
+    routes.rejected(2, "base", answered_without=400)
+    routes.rejected(2, "base", answered_without=None)  # unreachable on the retry
+    assert routes.may_ask(1) and routes.may_ask(2)
+    routes.rejected(1, "cand", answered_without=200)  # answered without them: ours
+    assert not routes.may_ask(1) and routes.may_ask(2)
 
 
 def test_a_route_call_keeps_the_summary_for_the_collector():
@@ -115,7 +116,7 @@ def test_sampled_pairs_are_asked_alike_and_the_client_gets_what_it_asked(tmp_pat
             model=ALIAS, messages=messages, temperature=0.8, max_tokens=8, logprobs=True
         )
         assert len(mine.choices[0].logprobs.content) == 8  # asked: kept
-        # A streamed call is left as it is (the streaming path does not ask yet).
+        # A request that states no temperature is not a sampled pair: left as it is.
         list(
             stack.client().chat.completions.create(
                 model=ALIAS, messages=messages, max_tokens=4, stream=True
