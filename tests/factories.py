@@ -250,16 +250,23 @@ def rehearsal_summary(*, at: int | None = 32, decision: str = "could not tell") 
         "budget_s": 600.0,
         "elapsed_s": 312.5,
         "levels": [
-            {"concurrency": point[0], "stopped": "precision", "elapsed_s": 70.0,
-             "segments": {name: make(*point) for name, make in segments.items()}}
+            {
+                "concurrency": point[0],
+                "stopped": "precision",
+                "elapsed_s": 70.0,
+                "segments": {name: make(*point) for name, make in segments.items()},
+            }
             for point in CURVE
-        ],  # fmt: skip
+        ],
         "crossover": {
             "all": {"low": 2, "high": 8, "text": "between 2 and 8"},
             "copy": {"low": 2, "high": 8, "text": "between 2 and 8"},
-            "creative": {"low": None, "high": None,
-                         "text": "could not tell (no level proven to win or to lose)"},
-        },  # fmt: skip
+            "creative": {
+                "low": None,
+                "high": None,
+                "text": "could not tell (no level proven to win or to lose)",
+            },
+        },
         "at": at,
         "decision": decision,
     }

@@ -61,14 +61,16 @@ def _broken(change):
 BAD = {
     "no levels": (lambda b: b.update(levels=[]), "levels"),
     "levels out of order": (
-        lambda b: b["levels"].reverse(), "levels must rise without repeats, got concurrency"
+        lambda b: b["levels"].reverse(),
+        "levels must rise without repeats, got concurrency",
     ),
     "interval misses the estimate": (
         lambda b: b["levels"][0]["segments"]["all"].update(interval=[1.5, 1.6]),
         "interval [1.5, 1.6] does not hold 1.42",
     ),
     "segment without a crossover": (
-        lambda b: b["crossover"].pop("copy"), "level 1 has segments ['all', 'copy', 'creative']"
+        lambda b: b["crossover"].pop("copy"),
+        "level 1 has segments ['all', 'copy', 'creative']",
     ),
     "unknown call": (lambda b: b["levels"][0]["segments"]["all"].update(call="maybe"), "call"),
     "no routes": (lambda b: b.pop("routes"), "routes"),
