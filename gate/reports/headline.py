@@ -724,6 +724,14 @@ def _grid_cell(cell: Cell | None, policy: Policy) -> GridCell | None:
 # --- a recorded rehearsal (`specgate rehearse --rollout`) -------------------------------
 
 REHEARSAL_HEADERS = ["segment", "concurrency", "speedup [95 % interval]", "call"]
+REHEARSAL_TITLE = "Rehearsal before rollout: speedup (baseline / candidate) vs concurrency"
+NO_REHEARSAL = "No rehearsal recorded for this rollout (`specgate rehearse --rollout ID`)."
+# `specgate rehearse`'s decision at --at, as a sentence's end.
+ANSWER_WORDS = {
+    "pays": "speculation pays",
+    "does not pay": "speculation does not pay",
+    "could not tell": "the sweep could not tell",
+}
 CALL_WORDS = {
     "wins": "candidate faster",
     "loses": "candidate slower",
@@ -755,7 +763,7 @@ def rehearsal_answer(at: int | None, decision: str, top: int) -> str:
     if at is None:
         return "No production concurrency (--at) was given: the rehearsal answers for none."
     beyond = f" ({at} is above the sweep's {top})" if at > top else ""
-    return f"At production concurrency {at}: speculation {decision}{beyond}."
+    return f"At production concurrency {at}: {ANSWER_WORDS.get(decision, decision)}{beyond}."
 
 
 def rehearsal_speedup(speedup: float | None, interval: tuple[float, float] | None) -> str:

@@ -24,7 +24,7 @@ def test_a_recorded_rehearsal_is_committed_before_the_answer_and_reads_back(api,
     assert shown["sentence"].startswith("Rehearsed 2026-11-20 09:30 UTC: baseline http://plain")
     assert "Crossover, all segments: between 2 and 8." in shown["lines"]
     assert shown["lines"][-1] == (
-        "At production concurrency 32: speculation could not tell (32 is above the sweep's 8)."
+        "At production concurrency 32: the sweep could not tell (32 is above the sweep's 8)."
     )
     with pg_committing() as db:  # another session: the row was committed
         row = db.get(Rehearsal, api.rollout_id)
