@@ -525,9 +525,22 @@
 
   const SEGMENT_COLOURS = ["#ea580c", "#16a34a", "#9333ea", "#0891b2", "#ca8a04", "#db2777"];
 
-  // A vertical dotted line at options.marker.x (a label beside it): production concurrency.
+  // Greys what lies past the sweep (options.swept: the top level), and draws a dotted line
+  // at options.marker.x with its label: the production concurrency.
   const marker = {
     id: "marker",
+    beforeDatasetsDraw(chart) {
+      const { ctx, chartArea: a, scales } = chart;
+      const from = scales.x.getPixelForValue(chart.options.swept + 0.15);
+      if (from >= a.right) return;
+      ctx.save();
+      ctx.fillStyle = "#f3f4f6";
+      ctx.fillRect(from, a.top, a.right - from, a.bottom - a.top);
+      ctx.fillStyle = "#6b7280";
+      ctx.font = "12px system-ui, sans-serif";
+      ctx.fillText("not swept", from + 4, a.bottom - 6);
+      ctx.restore();
+    },
     afterDatasetsDraw(chart) {
       const mark = chart.options.marker;
       if (!mark) return;
@@ -570,6 +583,7 @@
     draw("chart-rehearsal", {
       type: "line", data: { datasets }, plugins: [whiskers, marker],
       options: {
+        swept: Math.log2(levels[levels.length - 1]),
         marker: rehearsal.at ? { x: Math.log2(rehearsal.at), text: `production: ${rehearsal.at}` } : null,
         scales: {
           x: { type: "linear", min: -0.3, max: top + 0.3, title: title("concurrent requests (closed loop)"),
