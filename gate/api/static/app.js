@@ -530,9 +530,9 @@
   const marker = {
     id: "marker",
     beforeDatasetsDraw(chart) {
+      if (chart.options.swept === null) return;
       const { ctx, chartArea: a, scales } = chart;
       const from = scales.x.getPixelForValue(chart.options.swept + 0.15);
-      if (from >= a.right) return;
       ctx.save();
       ctx.fillStyle = "#f3f4f6";
       ctx.fillRect(from, a.top, a.right - from, a.bottom - a.top);
@@ -562,7 +562,10 @@
   // intervals do not hide each other.
   function rehearsalChart(rehearsal) {
     const levels = rehearsal.curves[0].points.map((p) => p.concurrency);
-    const top = Math.log2(Math.max(levels[levels.length - 1], rehearsal.at || 0));
+    const swept = levels[levels.length - 1];
+    const top = Math.log2(Math.max(swept, rehearsal.at || 0));
+    // The y axis holds every interval, not only the estimates.
+    const bounds = rehearsal.curves.flatMap((c) => c.points.flatMap((p) => [p.low, p.high])).filter((v) => v !== null);
     const spread = 0.06;
     const datasets = rehearsal.curves.map((curve, i) => {
       const colour = curve.segment === "all" ? "#2563eb" : SEGMENT_COLOURS[(i - 1) % SEGMENT_COLOURS.length];
@@ -583,13 +586,13 @@
     draw("chart-rehearsal", {
       type: "line", data: { datasets }, plugins: [whiskers, marker],
       options: {
-        swept: Math.log2(levels[levels.length - 1]),
+        swept: rehearsal.at > swept ? Math.log2(swept) : null,
         marker: rehearsal.at ? { x: Math.log2(rehearsal.at), text: `production: ${rehearsal.at}` } : null,
         scales: {
           x: { type: "linear", min: -0.3, max: top + 0.3, title: title("concurrent requests (closed loop)"),
             afterBuildTicks: (axis) => { axis.ticks = []; for (let v = 0; v <= top; v += 1) axis.ticks.push({ value: v }); },
             ticks: { callback: (v) => String(2 ** v) } },
-          y: { title: title("speedup (> 1: candidate faster)") },
+          y: { suggestedMin: Math.min(1, ...bounds), suggestedMax: Math.max(1, ...bounds), title: title("speedup (> 1: candidate faster)") },
         },
         plugins: { tooltip: { callbacks: {
           title: (items) => `${items[0].raw.c ?? ""} concurrent requests`,

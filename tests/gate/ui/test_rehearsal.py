@@ -8,6 +8,7 @@ crossover and the answer at the production concurrency. Screenshots go to test-o
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from tests.servers import serving
 pytestmark = pytest.mark.postgres
 __all__ = ["browser_page", "playwright_api"]  # fixtures shared with the browser test
 SHOTS = Path(os.environ.get("SPECGATE_UI_SCREENSHOTS", "test-output/ui-rehearsal"))
+REAL = Path(__file__).parents[3] / "bench" / "results" / "rehearsal-llamacpp-2026-11-25.json"
 
 
 @pytest.fixture
@@ -91,4 +93,43 @@ def test_the_rehearsal_curve_sits_beside_the_live_load_bands(browser_page, rehea
     # A rollout with neither load bands nor a rehearsal shows neither block.
     show(page, ids["bare"])
     expect(page.locator("#load")).to_be_hidden()
+    assert page.errors == []
+
+
+def test_a_real_rehearsal_before_any_live_load_reads_on_its_own(browser_page, rehearsed):
+    """The local engines' recorded rehearsal (BENCHMARKS.md), on a rollout with no verdict."""
+    from playwright.sync_api import expect
+
+    page = browser_page
+    base, tokens, ids, _ = rehearsed
+    real = json.loads(REAL.read_text())
+    path = f"{base}/v1/rollouts/{ids['bare']}/rehearsals"
+    answer = httpx.post(path, json=real, headers=bearer(tokens["admin"]))
+    assert answer.status_code == 201, answer.text
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    sign_in(page, base, tokens["read"])
+    show(page, ids["bare"])
+    expect(page.locator("#load")).to_be_visible()
+    expect(page.locator("#load-bands-none")).to_be_visible()
+    expect(page.locator("#load-bands")).to_be_hidden()
+    # A summary written before `run_at` existed says when it was recorded instead.
+    expect(page.locator("#rehearsal-sentence")).to_contain_text("Recorded ")
+    expect(page.locator("#rehearsal-lines li")).to_have_text(
+        [
+            "Crossover, all segments: above 2; no level up to 8 proven to lose.",
+            "Crossover, copy-heavy: none within the sweep (wins at 8).",
+            "Crossover, creative: between 1 and 4.",
+            "At production concurrency 8: the sweep could not tell.",
+        ]
+    )
+    page.wait_for_function(DRAWN, arg="chart-rehearsal")
+    # Every interval fits on the axis (the copy-heavy ones reach 1.74).
+    top, bottom = page.evaluate(
+        "() => { const y = Chart.getChart(document.getElementById('chart-rehearsal')).scales.y;"
+        " return [y.max, y.min]; }"
+    )
+    bounds = [b for level in real["levels"] for cell in level["segments"].values()
+              for b in cell["interval"]]  # fmt: skip
+    assert bottom <= min(bounds) and top >= max(bounds)
+    page.locator("#glance").screenshot(path=str(SHOTS / "rehearsal-local-engines.png"))
     assert page.errors == []
