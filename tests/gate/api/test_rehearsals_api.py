@@ -89,3 +89,16 @@ def test_a_malformed_summary_is_a_422_that_says_what_is_wrong(api, case):
 def test_an_unknown_rollout_is_a_404(api):
     answer = record(api, factories.rehearsal_summary(), rollout_id=987654)
     assert answer.status_code == 404 and "rollout 987654 not found" in answer.text
+
+
+def test_a_retried_post_replays_its_answer_and_a_reused_key_is_a_409(api, pg_committing):
+    headers = {**api.headers("admin"), "Idempotency-Key": "ci-run-7"}
+    path = f"/v1/rollouts/{api.rollout_id}/rehearsals"
+    first = api.client.post(path, json=factories.rehearsal_summary(), headers=headers)
+    again = api.client.post(path, json=factories.rehearsal_summary(), headers=headers)
+    assert first.status_code == 201 and again.json() == first.json()
+    with pg_committing() as db:
+        recorded = db.query(AuditEvent).filter_by(action="rehearsal.record").count()
+    assert recorded == 1, "the retry recorded nothing twice"
+    other = api.client.post(path, json=factories.rehearsal_summary(at=4), headers=headers)
+    assert other.status_code == 409 and "already used for a different request" in other.text
