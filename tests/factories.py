@@ -222,3 +222,51 @@ def insert_records(session: Session, rollout_id: int, records: list[dict[str, An
     session.execute(insert(Generation), generations)
     session.execute(insert(Evaluation), evaluations)
     session.flush()
+
+
+# (concurrency, speedup, low, high, call) per level: wins at 1 and 2, loses at 8.
+CURVE = [(1, 1.42, 1.30, 1.55, "wins"), (2, 1.21, 1.08, 1.35, "wins"),
+         (4, 1.02, 0.90, 1.13, "unclear"), (8, 0.81, 0.72, 0.90, "loses")]  # fmt: skip
+
+
+def rehearsal_summary(*, at: int | None = 32, decision: str = "could not tell") -> dict[str, Any]:
+    """Return a `specgate rehearse` JSON summary: all and copy cross over between 2 and 8,
+    creative never wins."""
+    route = {"requests": 8, "errors": 0, "ttft_s": {"p50": 0.1}, "e2e_s": {"p50": 1.0}}
+
+    def cell(speed: float, low: float, high: float, call: str) -> dict[str, Any]:
+        return {"speedup": speed, "interval": [low, high], "call": call,
+                "baseline": route, "candidate": route}  # fmt: skip
+
+    segments = {
+        "all": lambda c, s, lo, hi, k: cell(s, lo, hi, k),
+        "copy": lambda c, s, lo, hi, k: cell(s + 0.1, lo + 0.1, hi + 0.1, k),
+        "creative": lambda c, s, lo, hi, k: cell(0.95, 0.8, 1.1, "unclear"),
+    }
+    return {
+        "run_at": "2026-11-20T09:30:00+00:00",
+        "routes": {"baseline": "http://plain:8001/v1", "candidate": "http://ngram:8002/v1"},
+        "workload": {"source": "built-in workload", "requests": 40, "skipped_cut_prompt": 0},
+        "budget_s": 600.0,
+        "elapsed_s": 312.5,
+        "levels": [
+            {
+                "concurrency": point[0],
+                "stopped": "precision",
+                "elapsed_s": 70.0,
+                "segments": {name: make(*point) for name, make in segments.items()},
+            }
+            for point in CURVE
+        ],
+        "crossover": {
+            "all": {"low": 2, "high": 8, "text": "between 2 and 8"},
+            "copy": {"low": 2, "high": 8, "text": "between 2 and 8"},
+            "creative": {
+                "low": None,
+                "high": None,
+                "text": "could not tell (no level proven to win or to lose)",
+            },
+        },
+        "at": at,
+        "decision": decision,
+    }

@@ -7,7 +7,16 @@ from fastapi import FastAPI
 from gate.api import problems
 from gate.api.deps import Services
 from gate.api.limits import BodyLimit
-from gate.api.routers import browse, controllers, dashboard, misc, reports, rollouts, ui
+from gate.api.routers import (
+    browse,
+    controllers,
+    dashboard,
+    misc,
+    rehearsals,
+    reports,
+    rollouts,
+    ui,
+)
 from gate.controllers import redact
 
 
@@ -17,7 +26,7 @@ def install_control_api(app: FastAPI, services: Services) -> None:
     problems.install(app)
     redact.install()
     app.add_middleware(BodyLimit, max_bytes=services.settings.control_body_max_bytes)
-    for module in (rollouts, controllers, browse, misc, dashboard, reports, ui):
+    for module in (rollouts, rehearsals, controllers, browse, misc, dashboard, reports, ui):
         app.include_router(module.router, responses=problems.RESPONSES)
 
 

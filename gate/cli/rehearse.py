@@ -7,17 +7,22 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from gate.cli.common import DatabaseOption, cli_actor, cli_transaction, settings_with
 from gate.cli.gatecheck import parse_duration
+from gate.db.base import utcnow
 from gate.errors import ConfigError, GateError
-from gate.rehearse import report
+from gate.rehearse import report, service
 from gate.rehearse.analysis import ALL, Decision, decide
 from gate.rehearse.runner import Route
+from gate.rehearse.schemas import RehearsalIn
 from gate.rehearse.sweep import Plan, levels_up_to, rehearse
 from gate.rehearse.workload import load
+from gate.rollouts import service as rollouts
+from gate.settings import Settings
 
 _WORDS = {
     Decision.PAYS: "pays",
@@ -65,6 +70,10 @@ def rehearse_command(
     out: Annotated[Path, typer.Option(help="Folder for rehearsal.json, .md and .png.")] = Path(
         "rehearsal"
     ),
+    rollout: Annotated[
+        int, typer.Option(help="Record the summary as this rollout's rehearsal (0: do not).")
+    ] = 0,
+    database_url: DatabaseOption = None,
 ) -> None:
     """Replay a workload against two routes at rising concurrency; find where speculation
     stops paying.
@@ -74,7 +83,8 @@ def rehearse_command(
     # One progress line per round on stderr, not one log line per request.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
-        code = _rehearse(
+        recording = _recording(rollout, database_url)
+        code, summary = _rehearse(
             (Route("baseline", baseline.rstrip("/"), model or None),
              Route("candidate", candidate.rstrip("/"), model or None)),
             workload, segment or [], max_tokens, max_concurrency, at,
@@ -82,6 +92,8 @@ def rehearse_command(
                  max_requests=max_requests, precision=precision, timeout_s=timeout),
             out,
         )  # fmt: skip
+        if recording is not None:
+            _record(recording, rollout, summary)
     except GateError as exc:
         _error(exc.message)
     except Exception as exc:  # the pipeline must see 4, never a traceback's 1
@@ -98,7 +110,7 @@ def _rehearse(
     at: int,
     plan: Plan,
     out: Path,
-) -> int:
+) -> tuple[int, dict[str, Any]]:
     _check(top, at, plan)
     found = load(path, segments=_segments(segments), max_tokens=max_tokens or None)
     levels = levels_up_to(top)
@@ -106,8 +118,12 @@ def _rehearse(
     skipped = f", {found.cut} skipped with a cut prompt" if found.cut else ""
     _say(f"{len(found.items)} requests from {found.source}{skipped}; levels {levels}, "
          f"budget {plan.budget_s:.0f} s")  # fmt: skip
+    started = utcnow()
     done = asyncio.run(rehearse(routes, found.items, plan, _say))
-    summary = report.summarise(routes, found, done, plan.budget_s)
+    summary = {
+        "run_at": started.isoformat(),
+        **report.summarise(routes, found, done, plan.budget_s),
+    }
     decision = decide(levels, report.calls(summary), at) if at else Decision.CANNOT_TELL
     summary["at"] = at or None
     summary["decision"] = _WORDS[decision] if at else "no --at given"
@@ -118,7 +134,29 @@ def _rehearse(
     typer.echo(f"crossover: {summary['crossover'][ALL]['text']}")
     typer.echo(f"at concurrency {at}: {summary['decision']}" if at else summary["decision"])
     typer.echo(f"written: {out}/rehearsal.json, rehearsal.md, rehearsal.png")
-    return int(decision)
+    return int(decision), summary
+
+
+def _recording(rollout_id: int, database_url: str | None) -> Settings | None:
+    """Return the database settings to record into, once the rollout is found (before the
+    sweep, so a wrong id costs no sweep); None when no rollout was named."""
+    if rollout_id < 0:
+        raise ConfigError("--rollout must be a rollout id (0: do not record)")
+    if not rollout_id:
+        return None
+    settings = settings_with(database_url)
+    with cli_transaction(settings) as db:
+        rollouts.get_rollout(db, rollout_id=rollout_id)
+    return settings
+
+
+def _record(settings: Settings, rollout_id: int, summary: dict[str, Any]) -> None:
+    with cli_transaction(settings) as db:
+        service.record(
+            db, rollout_id=rollout_id, rehearsal=RehearsalIn.model_validate(summary),
+            actor=cli_actor(),
+        )  # fmt: skip
+    typer.echo(f"recorded as rollout {rollout_id}'s rehearsal")
 
 
 def _check(top: int, at: int, plan: Plan) -> None:

@@ -1,4 +1,4 @@
-"""Typed rows the collector writes, and their column lists, derived from the ORM tables.
+"""Typed rows the collector (and the rehearsal recorder) write, and their column lists.
 
 A row type names the columns a writer fills (a subset of its table's); its keys are the
 column order everywhere a list is needed (COPY, unnest, INSERT). `tests/gate/test_rows.py`
@@ -13,12 +13,13 @@ from typing import Any, Literal, TypedDict
 
 from sqlalchemy import Table
 
-from gate.db.models import Generation, Pair, RequestRecord, SpanRecord
+from gate.db.models import Generation, Pair, Rehearsal, RequestRecord, SpanRecord
 
 SPANS: Table = SpanRecord.__table__  # type: ignore[assignment]
 REQUESTS: Table = RequestRecord.__table__  # type: ignore[assignment]
 PAIRS: Table = Pair.__table__  # type: ignore[assignment]
 GENERATIONS: Table = Generation.__table__  # type: ignore[assignment]
+REHEARSALS: Table = Rehearsal.__table__  # type: ignore[assignment]
 
 
 class RequestRow(TypedDict):
@@ -94,6 +95,22 @@ class GenerationRow(TypedDict):
     logprob_sum: float | None
 
 
+class RehearsalRow(TypedDict):
+    """A `rehearsals` row: the latest rehearsal summary recorded for a rollout."""
+
+    rollout_id: int
+    run_at: datetime | None
+    baseline_url: str
+    candidate_url: str
+    workload: str
+    requests: int
+    at: int | None
+    decision: str
+    summary: dict[str, Any]
+    recorded_by: str
+    recorded_at: datetime
+
+
 class EngineFacts(TypedDict):
     """What a vLLM span tells about the generation it served (its parent span)."""
 
@@ -110,6 +127,7 @@ NewGeneration = tuple[int, uuid.UUID | None, str, str]
 REQUEST_COLUMNS: tuple[str, ...] = tuple(RequestRow.__annotations__)
 PAIR_COLUMNS: tuple[str, ...] = tuple(PairRow.__annotations__)
 GENERATION_COLUMNS: tuple[str, ...] = tuple(GenerationRow.__annotations__)
+REHEARSAL_COLUMNS: tuple[str, ...] = tuple(RehearsalRow.__annotations__)
 FACT_COLUMNS: tuple[str, ...] = tuple(EngineFacts.__annotations__)
 # Generation fields vLLM's span can fill when the gateway's span did not carry them (a
 # literal type, so mypy checks each against both row types).

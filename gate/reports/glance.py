@@ -9,9 +9,11 @@ from sqlalchemy.orm import Session
 
 from gate.db.base import utcnow
 from gate.db.models import Rollout, Verdict
+from gate.rehearse import repository as rehearsals
 from gate.reports import headline as words
 from gate.reports import queries
 from gate.reports.guardrails import band_row
+from gate.reports.rehearsal import RehearsalView, view
 from gate.stats.policy import load_policy
 
 # What a rollout without a verdict reads as: the gate has not judged any pair yet.
@@ -29,6 +31,8 @@ class Glance(BaseModel):
     grid: words.Grid
     # The verdict's load bands as rows (`guardrails.BAND_HEADERS`); empty without loads.
     bands: list[list[str]] = []
+    # The rehearsal recorded for the rollout (`specgate rehearse --rollout`), if any.
+    rehearsal: RehearsalView | None = None
 
 
 def of_rollout(
@@ -41,6 +45,7 @@ def of_rollout(
     elapsed = (until - first).total_seconds() if first is not None else 0.0
     pace = words.Pace(pairs=pairs, elapsed_s=max(0.0, elapsed))
     source = verdict if verdict is not None else NO_VERDICT
+    rehearsed = rehearsals.latest(session, rollout_id=rollout.id)
     return Glance(
         rollout_id=rollout.id,
         verdict_id=verdict.id if verdict else None,
@@ -49,6 +54,7 @@ def of_rollout(
         headline=words.headline(source, policy=policy, pace=pace),
         grid=words.grid(source, policy=policy),
         bands=[band_row(b) for b in (verdict.bands or [] if verdict else [])],
+        rehearsal=view(rehearsed) if rehearsed else None,
     )
 
 

@@ -16,6 +16,7 @@ from gate.reports.intervals import Z95, Difference, Proportion
 
 if TYPE_CHECKING:
     from gate.reports.glance import Glance
+    from gate.reports.rehearsal import RehearsalView
 
 # Quantile grid of the latency CDFs: 0.00, 0.01, ..., 1.00.
 PROBS = tuple(i / 100 for i in range(101))
@@ -186,6 +187,8 @@ class RolloutWeek:
     guardrails: list[list[str]] = field(default_factory=list)
     # The latest verdict's load bands: speedup and both routes' loads per band.
     bands: list[list[str]] = field(default_factory=list)
+    # The rehearsal recorded for the rollout (`specgate rehearse --rollout`), if any.
+    rehearsal: RehearsalView | None = None
 
 
 @dataclass(frozen=True)
@@ -280,4 +283,5 @@ def _rollout(week: RolloutWeek) -> dict[str, Any]:
         "previous": _stats(week.previous),
         "guardrails": week.guardrails,
         "bands": week.bands,
+        "rehearsal": week.rehearsal.model_dump(mode="json") if week.rehearsal else None,
     }

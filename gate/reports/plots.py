@@ -7,8 +7,9 @@ from pathlib import Path
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import LogLocator, MaxNLocator, NullFormatter
+from matplotlib.ticker import LogLocator, MaxNLocator, NullFormatter, ScalarFormatter
 
+from gate.rehearse.analysis import ALL
 from gate.reports.model import PROBS, Distribution, Event, RolloutWeek, WeeklyReport
 
 WIDTH_PX, HEIGHT_PX, DPI = 960, 480, 100
@@ -47,6 +48,8 @@ def draw_all(report: WeeklyReport, out_dir: Path) -> list[Path]:
         files.append(latency_cdfs(week, previous, out_dir / f"latency-{week.rollout_id}.png"))
         files.append(acceptance(week, previous, out_dir / f"acceptance-{week.rollout_id}.png"))
         files.append(quality(week, out_dir / f"quality-{week.rollout_id}.png"))
+        if week.rehearsal is not None:
+            files.append(rehearsal(week, out_dir / f"rehearsal-{week.rollout_id}.png"))
     return files
 
 
@@ -174,4 +177,30 @@ def verdict_timeline(report: WeeklyReport, path: Path) -> Path:
     ax.set_ylim(-0.5, len(names) - 0.5)
     ax.set_title(f"{report.week}: verdicts and kills")
     ax.legend(fontsize=7, loc="upper left")
+    return _save(figure, path)
+
+
+def rehearsal(week: RolloutWeek, path: Path) -> Path:
+    """Draw the recorded rehearsal: speedup against concurrency per segment, 95 % intervals."""
+    figure, (ax,) = _figure()
+    assert week.rehearsal is not None
+    for curve in week.rehearsal.curves:
+        shown = [p for p in curve.points if p.speedup is not None]
+        ys = [p.speedup or 0.0 for p in shown]
+        ax.errorbar(
+            [p.concurrency for p in shown], ys, capsize=3, marker="o", label=curve.segment,
+            yerr=[[y - (p.low or y) for y, p in zip(ys, shown, strict=True)],
+                  [(p.high or y) - y for y, p in zip(ys, shown, strict=True)]],
+            linewidth=2.5 if curve.segment == ALL else 1.2,
+        )  # fmt: skip
+    if week.rehearsal.at is not None:
+        at = week.rehearsal.at
+        ax.axvline(at, color="#6b7280", linestyle=":", label=f"production concurrency {at} (--at)")
+    ax.axhline(1.0, color="#9ca3af", linestyle="--")
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(ScalarFormatter())  # 1, 2, 4, 8: not 2^0, 2^1, ...
+    ax.set_xlabel("concurrent requests (closed loop)")
+    ax.set_ylabel("speedup (> 1: candidate faster)")
+    ax.set_title(f"{week.name}: rehearsal, speedup vs concurrency (95 % intervals)")
+    ax.legend(fontsize=8)
     return _save(figure, path)

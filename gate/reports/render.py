@@ -209,6 +209,27 @@ def _html_glance(week: RolloutWeek) -> str:
     return "".join(parts)
 
 
+def _md_rehearsal(week: RolloutWeek) -> list[str]:
+    found = week.rehearsal
+    lines = [f"### {headline.REHEARSAL_TITLE}", ""]
+    if found is None:
+        return [*lines, headline.NO_REHEARSAL, ""]
+    lines += [found.sentence, "", *_md_list(found.lines), ""]
+    return [*lines, *_md_table((found.headers, found.rows))]
+
+
+def _html_rehearsal(week: RolloutWeek) -> str:
+    found = week.rehearsal
+    title = f"<h3>{escape(headline.REHEARSAL_TITLE)}</h3>"
+    if found is None:
+        return f"{title}<p>{escape(headline.NO_REHEARSAL)}</p>"
+    plot = _img(f"rehearsal-{week.rollout_id}.png", f"rehearsal of {week.name}")
+    return (
+        f"{title}<p>{escape(found.sentence)}</p>{_html_list(found.lines)}"
+        f"{_html_table((found.headers, found.rows))}{plot}"
+    )
+
+
 def _md_table(table: Table) -> list[str]:
     headers, rows = table
     if not rows:
@@ -239,6 +260,7 @@ def markdown(report: WeeklyReport) -> str:
         for title, table in zip(_TITLES, _tables(week, previous), strict=True):
             rows = _md_table(table)
             lines += [f"### {title}", "", *(rows or ["No data this week.", ""])]
+        lines += _md_rehearsal(week)
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -294,6 +316,7 @@ def html(report: WeeklyReport) -> str:
         for title, table in zip(_TITLES, _tables(week, previous), strict=True):
             shown = _html_table(table) or "<p>No data this week.</p>"
             parts.append(f"<h3>{escape(title)}</h3>{shown}")
+        parts.append(_html_rehearsal(week))
         for kind in ("latency", "acceptance", "quality"):
             parts.append(_img(f"{kind}-{week.rollout_id}.png", f"{kind} of {week.name}"))
     return "\n".join([*parts, "</body></html>"]) + "\n"

@@ -13,7 +13,8 @@ from evaluators.registry import code_sandbox
 from gate.db.base import utcnow
 from gate.db.enums import Cohort, GenerationStatus, Outcome
 from gate.db.models import Generation, Rollout, Verdict
-from gate.reports import findings, glance, guardrails, plots, queries, render, store
+from gate.rehearse import repository as rehearsals
+from gate.reports import findings, glance, guardrails, plots, queries, rehearsal, render, store
 from gate.reports.intervals import newcombe, wilson
 from gate.reports.model import (
     PROBS,
@@ -55,6 +56,7 @@ def compute_weekly(session: Session, week: Week) -> WeeklyReport:
     names = {r.id: r.name for r in rollouts}
     window = queries.Window(None, week.start, week.end)
     verdict_rows = queries.verdicts(session, window)
+    recorded = rehearsals.of_rollouts(session, [r.id for r in rollouts])
     weeks = [
         RolloutWeek(
             rollout_id=r.id,
@@ -70,6 +72,7 @@ def compute_weekly(session: Session, week: Week) -> WeeklyReport:
                 [v for v in verdict_rows if v.rollout_id == r.id], r.mode
             ),
             bands=guardrails.latest_bands([v for v in verdict_rows if v.rollout_id == r.id]),
+            rehearsal=rehearsal.view(recorded[r.id]) if r.id in recorded else None,
         )
         for r in rollouts
     ]

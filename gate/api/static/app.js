@@ -332,7 +332,7 @@
           if (!interval) return;
           const [top, bottom] = [scales.y.getPixelForValue(interval[1]), scales.y.getPixelForValue(interval[0])];
           ctx.save();
-          ctx.strokeStyle = "#111827";
+          ctx.strokeStyle = dataset.whisker || "#111827";
           ctx.lineWidth = 1.5;
           ctx.beginPath();
           ctx.moveTo(bar.x, top); ctx.lineTo(bar.x, bottom);
@@ -490,20 +490,119 @@
     $("headline-reasons").replaceChildren(...head.reasons.map((r) => el("li", r)));
     $("headline-codes").textContent = head.reason_codes.join(", ") || "none";
     renderGrid(glance.grid);
-    renderBands(glance.bands || []);
+    renderLoad(glance.bands || [], glance.rehearsal || null);
   }
 
-  function renderBands(rows) {
-    $("load-bands-section").hidden = !rows.length;
-    const table = $("load-bands");
+  // The live load bands beside the recorded rehearsal; shown when either exists.
+  function renderLoad(rows, rehearsal) {
+    $("load").hidden = !rows.length && !rehearsal;
+    $("load-bands").hidden = !rows.length;
+    $("load-bands-none").hidden = rows.length > 0;
+    fillTable($("load-bands"), ["candidate load band", "pairs", "speedup [interval]", "candidate load", "baseline load", "gain proven"], rows);
+    renderRehearsal(rehearsal);
+  }
+
+  function fillTable(table, headers, rows) {
     const head = el("tr");
-    head.append(...["candidate load band", "pairs", "speedup [interval]", "candidate load", "baseline load", "gain proven"].map((h) => el("th", h)));
+    head.append(...headers.map((h) => el("th", h)));
     table.tHead.replaceChildren(head);
     table.tBodies[0].replaceChildren(...rows.map((row) => {
       const tr = el("tr");
       tr.append(...row.map((cell) => el("td", cell)));
       return tr;
     }));
+  }
+
+  function renderRehearsal(rehearsal) {
+    $("rehearsal-body").hidden = !rehearsal;
+    $("rehearsal-none").hidden = Boolean(rehearsal);
+    if (!rehearsal) return;
+    $("rehearsal-sentence").textContent = rehearsal.sentence;
+    $("rehearsal-lines").replaceChildren(...rehearsal.lines.map((line) => el("li", line)));
+    fillTable($("rehearsal-table"), rehearsal.headers, rehearsal.rows);
+    rehearsalChart(rehearsal);
+  }
+
+  const SEGMENT_COLOURS = ["#ea580c", "#16a34a", "#9333ea", "#0891b2", "#ca8a04", "#db2777"];
+
+  // Greys what lies past the sweep (options.swept: the top level), and draws a dotted line
+  // at options.marker.x with its label: the production concurrency.
+  const marker = {
+    id: "marker",
+    beforeDatasetsDraw(chart) {
+      if (chart.options.swept === null) return;
+      const { ctx, chartArea: a, scales } = chart;
+      const from = scales.x.getPixelForValue(chart.options.swept + 0.15);
+      ctx.save();
+      ctx.fillStyle = "#f3f4f6";
+      ctx.fillRect(from, a.top, a.right - from, a.bottom - a.top);
+      ctx.fillStyle = "#6b7280";
+      ctx.font = "12px system-ui, sans-serif";
+      ctx.fillText("not swept", from + 4, a.bottom - 6);
+      ctx.restore();
+    },
+    afterDatasetsDraw(chart) {
+      const mark = chart.options.marker;
+      if (!mark) return;
+      const { ctx, chartArea: a, scales } = chart;
+      const x = scales.x.getPixelForValue(mark.x);
+      ctx.save();
+      ctx.strokeStyle = "#374151";
+      ctx.setLineDash([2, 3]);
+      ctx.beginPath(); ctx.moveTo(x, a.top); ctx.lineTo(x, a.bottom); ctx.stroke();
+      ctx.fillStyle = "#374151";
+      ctx.font = "12px system-ui, sans-serif";
+      ctx.textAlign = x > (a.left + a.right) / 2 ? "right" : "left";
+      ctx.fillText(mark.text, x + (ctx.textAlign === "right" ? -4 : 4), a.top + 12);
+      ctx.restore();
+    },
+  };
+
+  // Concurrency on a log2 axis (1, 2, 4, ...); segments sit a little apart so their
+  // intervals do not hide each other.
+  function rehearsalChart(rehearsal) {
+    const levels = rehearsal.curves[0].points.map((p) => p.concurrency);
+    const swept = levels[levels.length - 1];
+    const top = Math.log2(Math.max(swept, rehearsal.at || 0));
+    // The y axis holds every interval, not only the estimates.
+    const bounds = rehearsal.curves.flatMap((c) => c.points.flatMap((p) => [p.low, p.high])).filter((v) => v !== null);
+    const spread = 0.06;
+    const datasets = rehearsal.curves.map((curve, i) => {
+      const colour = curve.segment === "all" ? "#2563eb" : SEGMENT_COLOURS[(i - 1) % SEGMENT_COLOURS.length];
+      const shift = (i - (rehearsal.curves.length - 1) / 2) * spread;
+      const points = curve.points.filter((p) => p.speedup !== null);
+      return {
+        label: curve.segment === "all" ? "all segments" : curve.segment,
+        borderColor: colour, backgroundColor: colour, whisker: colour,
+        borderWidth: curve.segment === "all" ? 3 : 1.5, pointRadius: 3,
+        data: points.map((p) => ({ x: Math.log2(p.concurrency) + shift, y: p.speedup, c: p.concurrency, call: p.call })),
+        intervals: points.map((p) => [p.low, p.high]),
+      };
+    });
+    datasets.push({
+      label: "no gain", borderColor: "#9ca3af", borderDash: [6, 4], borderWidth: 1, pointRadius: 0,
+      data: [{ x: -0.3, y: 1 }, { x: top + 0.3, y: 1 }],
+    });
+    draw("chart-rehearsal", {
+      type: "line", data: { datasets }, plugins: [whiskers, marker],
+      options: {
+        swept: rehearsal.at > swept ? Math.log2(swept) : null,
+        marker: rehearsal.at ? { x: Math.log2(rehearsal.at), text: `production: ${rehearsal.at}` } : null,
+        scales: {
+          x: { type: "linear", min: -0.3, max: top + 0.3, title: title("concurrent requests (closed loop)"),
+            afterBuildTicks: (axis) => { axis.ticks = []; for (let v = 0; v <= top; v += 1) axis.ticks.push({ value: v }); },
+            ticks: { callback: (v) => String(2 ** v) } },
+          y: { suggestedMin: Math.min(1, ...bounds), suggestedMax: Math.max(1, ...bounds), title: title("speedup (> 1: candidate faster)") },
+        },
+        plugins: { tooltip: { callbacks: {
+          title: (items) => `${items[0].raw.c ?? ""} concurrent requests`,
+          label: (ctx) => {
+            const iv = ctx.dataset.intervals && ctx.dataset.intervals[ctx.dataIndex];
+            return iv ? `${ctx.dataset.label}: ${ctx.raw.y.toFixed(2)} [${iv[0].toFixed(2)}, ${iv[1].toFixed(2)}], ${ctx.raw.call}` : ctx.dataset.label;
+          },
+        } } },
+      },
+    });
   }
 
   function renderGrid(grid) {

@@ -10,7 +10,7 @@ from gate.db.models.control import (
     Route,
 )
 from gate.db.models.controllers import ControllerKind, ControllerLink
-from gate.db.models.quality import Evaluation, Feedback, GateFold, Report, Verdict
+from gate.db.models.quality import Evaluation, Feedback, GateFold, Rehearsal, Report, Verdict
 from gate.db.models.telemetry import EngineSample, Generation, Pair, RequestRecord, SpanRecord
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "Generation",
     "IdempotencyKey",
     "Pair",
+    "Rehearsal",
     "Report",
     "RequestRecord",
     "Rollout",

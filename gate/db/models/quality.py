@@ -1,4 +1,4 @@
-"""Quality and decision tables: evaluations, verdicts, feedback, reports."""
+"""Quality and decision tables: evaluations, verdicts, feedback, reports, rehearsals."""
 
 from __future__ import annotations
 
@@ -122,3 +122,26 @@ class Report(Base):
     location: Mapped[str | None] = mapped_column(String(1024))
     summary: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Rehearsal(Base):
+    """The latest `specgate rehearse` summary recorded for a rollout (one per rollout)."""
+
+    __tablename__ = "rehearsals"
+
+    rollout_id: Mapped[int] = mapped_column(
+        ForeignKey("rollouts.id", ondelete="CASCADE"), primary_key=True
+    )
+    # When the sweep started (None: a summary written before rehearsals said so).
+    run_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    baseline_url: Mapped[str] = mapped_column(String(512))
+    candidate_url: Mapped[str] = mapped_column(String(512))
+    workload: Mapped[str] = mapped_column(String(512))
+    requests: Mapped[int] = mapped_column(Integer)
+    # The production concurrency the decision answers for (None: no --at given).
+    at: Mapped[int | None] = mapped_column(Integer)
+    decision: Mapped[str] = mapped_column(String(32))
+    # The whole JSON summary (`gate.rehearse.schemas.RehearsalIn`).
+    summary: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    recorded_by: Mapped[str] = mapped_column(String(128))
+    recorded_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests import factories
+
 pytestmark = pytest.mark.postgres
 
 CALLERS = ("none", "malformed", "revoked", "read", "operate", "admin")
@@ -16,6 +18,7 @@ ENDPOINTS = [
     ("GET", "/v1/rollouts/{id}", None, "read"),
     ("GET", "/v1/rollouts/{id}/verdicts", None, "read"),
     ("GET", "/v1/audit", None, "read"),
+    ("GET", "/v1/rollouts/{id}/rehearsal", None, "read"),
     ("GET", "/v1/pairs", None, "read"),
     ("GET", "/v1/generations", None, "read"),
     (
@@ -43,6 +46,7 @@ ENDPOINTS = [
     ("POST", "/v1/rollouts/{id}/hold", REASON, "operate"),
     ("POST", "/v1/rollouts/{id}/resume", REASON, "operate"),
     ("POST", "/v1/kill", REASON, "operate"),
+    ("POST", "/v1/rollouts/{id}/rehearsals", factories.rehearsal_summary(), "admin"),
     ("POST", "/v1/feedback", {"response_id": "nope", "thumbs": 1}, "operate"),
 ]
 

@@ -20,6 +20,7 @@ ROW_TABLES = [
     (rows.RequestRow, rows.REQUESTS),
     (rows.PairRow, rows.PAIRS),
     (rows.GenerationRow, rows.GENERATIONS),
+    (rows.RehearsalRow, rows.REHEARSALS),
 ]
 
 
@@ -59,6 +60,7 @@ def test_column_lists_follow_the_row_types_and_the_spans_table() -> None:
     assert tuple(typing.get_type_hints(rows.GenerationRow)) == rows.GENERATION_COLUMNS
     assert tuple(typing.get_type_hints(rows.PairRow)) == rows.PAIR_COLUMNS
     assert tuple(typing.get_type_hints(rows.RequestRow)) == rows.REQUEST_COLUMNS
+    assert tuple(typing.get_type_hints(rows.RehearsalRow)) == rows.REHEARSAL_COLUMNS
     assert tuple(rows.SPANS.c.keys()) == rows.SPAN_COLUMNS
     # A span row carries every `spans` column but the time the collector received it.
     fields = {field.name for field in dataclasses.fields(SpanRow)}

@@ -10,6 +10,8 @@ import orjson
 import pytest
 
 from gate.cli import main
+from gate.db.models import Rehearsal
+from tests import factories
 from tests.gate.rehearse.upstream import Engine, engine_app
 from tests.servers import closed_port, serving
 
@@ -199,3 +201,36 @@ def test_a_candidate_that_fails_every_request_is_counted_and_cannot_pay(capsys, 
     assert cell["candidate"]["errors"] == cell["candidate"]["requests"] == 24
     assert cell["baseline"]["errors"] == 0
     assert "at concurrency 1: could not tell" in out
+
+
+def test_rollout_records_the_summary_as_the_rollouts_latest_rehearsal(
+    capsys, tmp_path, workload, sqlite_url, sqlite_session
+):
+    rollout_id = factories.rollout(sqlite_session, name="rehearsed").id
+    sqlite_session.commit()
+    where = ["--rollout", str(rollout_id), "--database-url", sqlite_url, "--max", "2"]
+    fast = Engine(gap_s=0.004)
+    code, out, err = rehearse(capsys, tmp_path, workload, Engine(gap_s=0.012), fast, *where)
+    assert code == 2, err  # no --at: a report, no decision
+    assert f"recorded as rollout {rollout_id}'s rehearsal" in out
+    code, out, err = rehearse(
+        capsys, tmp_path, workload, Engine(gap_s=0.012), fast, *where, "--at", "2"
+    )
+    assert code == 0, err
+    written = json.loads((tmp_path / "out" / "rehearsal.json").read_text())
+    sqlite_session.expire_all()
+    row = sqlite_session.get(Rehearsal, rollout_id)  # the newer run replaced the first
+    assert row is not None and (row.at, row.decision) == (2, "pays")
+    assert row.summary["levels"] == written["levels"]
+    assert row.run_at is not None and row.run_at.isoformat() == written["run_at"]
+    assert row.baseline_url.endswith("/v1") and row.requests == 4
+
+
+def test_an_unknown_rollout_is_refused_before_the_sweep(capsys, sqlite_url, workload):
+    dead = f"http://127.0.0.1:{closed_port()}/v1"
+    code, out, err = run(
+        capsys, "--baseline", dead, "--candidate", dead, "--workload", str(workload),
+        "--rollout", "987", "--database-url", sqlite_url,
+    )  # fmt: skip
+    assert code == 4 and out == ""
+    assert err.strip() == "specgate rehearse: error: rollout 987 not found"

@@ -12,6 +12,9 @@ from sqlalchemy import func, select
 
 from gate.db.enums import Decision
 from gate.db.models import Report, Rollout
+from gate.rehearse import service
+from gate.rehearse.schemas import RehearsalIn
+from gate.reports import headline as words
 from gate.reports.model import Week
 from gate.reports.plots import HEIGHT_PX, WIDTH_PX
 from gate.reports.weekly import build_weekly
@@ -269,3 +272,33 @@ def test_not_evaluable_results_and_unattributable_calls_stay_out_of_the_rates(pg
     assert want["failures"]["candidate"][2] > 0 and want["quality"]["schema"]["candidate"][2] > 0
     check_stats(got["current"], want)
     assert "not evaluable" in report.markdown and "not attributable" in report.markdown
+
+
+def test_a_recorded_rehearsal_shows_its_curve_beside_the_load_bands(seeded, tmp_path):
+    db, _records, ids = seeded
+    summary = factories.rehearsal_summary()
+    service.record(db, rollout_id=ids["slow"], rehearsal=RehearsalIn(**summary), actor="ci")
+    report = build_weekly(db, "2026-W40", out_dir=tmp_path)
+    slow = report.markdown.split("## slow")[1].split("## fast")[0]
+    bands = slow.index("### Speedup per load band")
+    curve = slow.index(f"### {words.REHEARSAL_TITLE}")
+    assert bands < curve, "the rehearsal follows the live load bands"
+    assert "Rehearsed 2026-11-20 09:30 UTC: baseline http://plain:8001/v1 against candidate" in slow
+    assert "workload built-in workload (40 requests), 1 to 8 concurrent requests." in slow
+    assert "- Crossover, all segments: between 2 and 8." in slow
+    assert "- Crossover, creative: could not tell (no level proven to win or to lose)." in slow
+    at = "- At production concurrency 32: the sweep could not tell (32 is above the sweep's 8)."
+    assert at in slow
+    # One table row per segment and level, the numbers as the summary gave them.
+    for concurrency, speed, low, high, call in factories.CURVE:
+        said = {"wins": "candidate faster", "loses": "candidate slower"}.get(call, call)
+        row = f"| all | {concurrency} | {speed:.2f} [{low:.2f}, {high:.2f}] | {said} |"
+        assert row.replace("unclear", "could not tell") in slow
+    assert "| creative | 8 | 0.95 [0.80, 1.10] | could not tell |" in slow
+    fast = report.markdown.split("## fast")[1]
+    assert "No rehearsal recorded for this rollout (`specgate rehearse --rollout ID`)." in fast
+    stored = {r["name"]: r["rehearsal"] for r in report.summary()["rollouts"]}
+    assert stored["fast"] is None and stored["slow"]["at"] == 32
+    plot = tmp_path / f"rehearsal-{ids['slow']}.png"
+    assert png_size(plot) == (WIDTH_PX, HEIGHT_PX)
+    assert f'src="{plot.name}"' in (tmp_path / "report.html").read_text()

@@ -4,16 +4,22 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import numpy as np
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from gate.db.base import utcnow
-from gate.db.models import Generation, Pair
+from gate.db.models import EngineSample, Generation, Pair
+from gate.pairs.load import RUNNING
 from gate.rollouts.states import Action
 from gate.routing import service as routing
+from gate.stats.simulate import draw_pairs, to_records
 from gate.verdicts.service import run_gate
 from tests import factories
 from tests.gate.reports import seed
+from tests.gate.stats.test_load_bands import POLICY as POLICY_BANDS
+from tests.gate.stats.test_load_bands import QUARTER
+from tests.gate.stats.test_sql import store
 
 # Small minimums so a few hundred seeded pairs can reach a decision; default margins.
 POLICY = {
@@ -69,3 +75,30 @@ def judged(db: Session) -> dict[str, int]:
         run_gate(db, rollout_id=rollout.id, publisher=None)
         ids[name] = rollout.id
     return ids
+
+
+def banded(db: Session, *, name: str = "banded") -> int:
+    """Seed a shadow rollout whose engines reported their running requests, judge it with
+    the real gate (load bands on), and return its id: the newest verdict has load bands."""
+    start = utcnow() - timedelta(hours=1)
+    records = []
+    drawn = draw_pairs(QUARTER, POLICY_BANDS, 1, np.random.default_rng(4))
+    for i, record in enumerate(to_records(drawn, POLICY_BANDS)):
+        at = (start + timedelta(seconds=i)).isoformat()
+        for side in ("baseline", "candidate"):  # `store` needs an evaluation per side
+            record[side]["evals"] = {"task": True}
+        records.append({**record, "created_at": at, "evaluated_at": at})
+    rollout = factories.rollout(db, name=name, policy=POLICY_BANDS.model_dump())
+    store(db, records, rollout.id)
+    for i, record in enumerate(records):  # one scrape of each engine at each pair's start
+        for route, side in ((rollout.baseline_route_id, "baseline"),
+                            (rollout.candidate_route_id, "candidate")):  # fmt: skip
+            db.add(
+                EngineSample(
+                    route_id=route, metric=RUNNING, labels={}, value=record[side]["load"],
+                    scraped_at=start + timedelta(seconds=i),
+                )
+            )  # fmt: skip
+    db.flush()
+    run_gate(db, rollout_id=rollout.id, publisher=None)
+    return rollout.id

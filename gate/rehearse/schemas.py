@@ -1,0 +1,102 @@
+"""The rehearsal summary as a rollout records it: `rehearsal.json`, validated.
+
+Only what the surfaces read is typed; each route's percentiles and the rest of the
+document are kept as written, so a newer `specgate rehearse` can add fields.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gate.rehearse.analysis import ALL
+
+Bound = float | None
+
+
+class Cell(BaseModel):
+    """One level and segment: the speedup, its 95 % interval and the call."""
+
+    model_config = ConfigDict(extra="allow")
+
+    speedup: float | None = Field(None, gt=0)
+    interval: tuple[float, float] | None = None
+    call: Literal["wins", "loses", "unclear"] | None = None
+
+    @model_validator(mode="after")
+    def _interval_holds_the_estimate(self) -> Cell:
+        if (self.speedup is None) != (self.interval is None):
+            raise ValueError("a speedup and its interval come together (both or neither)")
+        if self.speedup is not None and self.interval is not None:
+            low, high = self.interval
+            if not 0 <= low <= self.speedup <= high:
+                raise ValueError(f"interval {list(self.interval)} does not hold {self.speedup}")
+        return self
+
+
+class LevelIn(BaseModel):
+    """One concurrency level of the sweep."""
+
+    model_config = ConfigDict(extra="allow")
+
+    concurrency: int = Field(ge=1, le=100_000)
+    segments: dict[str, Cell] = Field(min_length=1)
+
+
+class CrossoverIn(BaseModel):
+    """Where the candidate stops winning, in words and bounds."""
+
+    low: int | None = None
+    high: int | None = None
+    text: str = Field(min_length=1, max_length=300)
+
+
+class RoutesIn(BaseModel):
+    baseline: str = Field(min_length=1, max_length=512)
+    candidate: str = Field(min_length=1, max_length=512)
+
+
+class WorkloadIn(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    source: str = Field(min_length=1, max_length=512)
+    requests: int = Field(ge=0)
+
+
+class RehearsalIn(BaseModel):
+    """A `specgate rehearse` JSON summary (`rehearsal.json`)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    run_at: datetime | None = None
+    routes: RoutesIn
+    workload: WorkloadIn
+    levels: list[LevelIn] = Field(min_length=1, max_length=64)
+    crossover: dict[str, CrossoverIn]
+    at: int | None = Field(None, ge=1)
+    decision: str = Field("no --at given", min_length=1, max_length=32)
+
+    @model_validator(mode="after")
+    def _one_curve_per_segment(self) -> RehearsalIn:
+        swept = [level.concurrency for level in self.levels]
+        if swept != sorted(set(swept)):
+            raise ValueError(f"levels must rise without repeats, got concurrency {swept}")
+        if ALL not in self.crossover:
+            raise ValueError(f"crossover must name the '{ALL}' segment")
+        for level in self.levels:
+            if set(level.segments) != set(self.crossover):
+                raise ValueError(
+                    f"level {level.concurrency} has segments {sorted(level.segments)}, "
+                    f"the crossover {sorted(self.crossover)}"
+                )
+        return self
+
+    def segments(self) -> list[str]:
+        """Return the segments, "all" first."""
+        return [ALL, *sorted(s for s in self.crossover if s != ALL)]
+
+    def document(self) -> dict[str, Any]:
+        """Return the summary as stored: every field, dates as ISO strings."""
+        return self.model_dump(mode="json")
