@@ -6,6 +6,7 @@ registry (`gate.stats.registry`), so a guardrail declared there shows up in both
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -90,11 +91,13 @@ def band_row(band: dict[str, Any]) -> list[str]:
     def speed(v: float | None, none: str) -> str:
         return none if v is None or v <= 0 else f"{1 / v:.3g}"
 
-    speedup = (
-        "no data"
-        if ratio is None
-        else f"{speed(ratio, '?')} [{speed(hi, '0')}, {speed(lo, 'inf')}]"
-    )
+    bounded = all(isinstance(v, int | float) and 0 < v < math.inf for v in (lo, hi))
+    if ratio is None:
+        speedup = "no data"
+    elif not bounded:  # a band with too few pairs has no interval yet, not [0, inf]
+        speedup = f"{speed(ratio, '?')} (too few pairs for an interval)"
+    else:
+        speedup = f"{speed(ratio, '?')} [{speed(hi, '0')}, {speed(lo, 'inf')}]"
     loads = [band.get("candidate_load"), band.get("baseline_load")]
     return [
         str(band["band"]),

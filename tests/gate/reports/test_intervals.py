@@ -48,3 +48,13 @@ def test_quantile_interval_widens_as_samples_shrink():
         many.interval(0.5)[1] - many.interval(0.5)[0] < few.interval(0.5)[1] - few.interval(0.5)[0]
     )
     assert few.interval(0.99)[1] == 1.0
+
+
+def test_a_load_band_without_a_bounded_interval_says_so_instead_of_0_to_inf() -> None:
+    from gate.reports.guardrails import band_row
+
+    young = {"band": "4-8", "n": 13, "ratio": 0.88, "lower": 0.0, "upper": None}
+    row = band_row({**young, "candidate_load": 6.7, "baseline_load": 62.9, "proven": False})
+    assert row[2] == "1.14 (too few pairs for an interval)"
+    grown = {**young, "n": 653, "lower": 0.75, "upper": 0.83, "proven": True}
+    assert band_row(grown)[2] == "1.14 [1.2, 1.33]"
