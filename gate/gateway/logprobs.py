@@ -45,6 +45,13 @@ def wants_logprobs(body: dict[str, Any]) -> bool:
     return value is not None and value is not False
 
 
+def left_alone(body: dict[str, Any]) -> bool:
+    """Return whether the request speaks of log-probabilities itself: it asks for them, or
+    for alternatives (`top_logprobs`, which a route refuses without `logprobs`). Adding ours
+    would change what the route answers it, so it reaches the route as the client wrote it."""
+    return wants_logprobs(body) or body.get("top_logprobs") is not None
+
+
 def samples(body: dict[str, Any]) -> bool:
     """Return whether the request samples: an explicit temperature above 0 (the parity
     test reads only pairs whose temperature is stated)."""
