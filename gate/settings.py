@@ -158,7 +158,10 @@ class Settings(BaseSettings, GatewaySettings, CollectorSettings, GateSettings, E
         words = {"true": "on", "1": "on", "yes": "on", "false": "off", "0": "off", "no": "off"}
         if isinstance(value, bool):
             return "on" if value else "off"
-        return words.get(value.strip().lower(), value) if isinstance(value, str) else value
+        if not isinstance(value, str):
+            return value
+        word = value.strip().lower()
+        return words.get(word, word)
 
     def resolved_database_url(self) -> str:
         """Return the database URL, defaulting to the embedded SQLite file."""

@@ -58,7 +58,14 @@ def test_importing_every_module_touches_no_database_or_network(tmp_path):
 
 def test_asking_for_logprobs_follows_the_policy_unless_switched_on_or_off(monkeypatch):
     assert Settings().ask_logprobs == "auto"
-    for value, meant in (("true", "on"), ("False", "off"), ("on", "on"), ("auto", "auto")):
+    for value, meant in (
+        ("true", "on"),
+        ("False", "off"),
+        ("on", "on"),
+        ("auto", "auto"),
+        (" Auto", "auto"),
+        ("OFF", "off"),
+    ):
         monkeypatch.setenv("SPECGATE_ASK_LOGPROBS", value)
         assert Settings().ask_logprobs == meant
     monkeypatch.setenv("SPECGATE_ASK_LOGPROBS", "sometimes")

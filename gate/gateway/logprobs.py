@@ -45,6 +45,13 @@ def wants_logprobs(body: dict[str, Any]) -> bool:
     return value is not None and value is not False
 
 
+def left_alone(body: dict[str, Any]) -> bool:
+    """Return whether the request speaks of log-probabilities itself: it asks for them, or
+    for alternatives (`top_logprobs`, which a route refuses without `logprobs`). Adding ours
+    would change what the route answers it, so it reaches the route as the client wrote it."""
+    return wants_logprobs(body) or body.get("top_logprobs") is not None
+
+
 def samples(body: dict[str, Any]) -> bool:
     """Return whether the request samples: an explicit temperature above 0 (the parity
     test reads only pairs whose temperature is stated)."""
@@ -102,29 +109,34 @@ def _nulled(text: bytes) -> bytes:
         start = member.end()
         if start < kept or text.startswith(_NULL, start):  # inside a value already gone
             continue
-        _, end = _SCAN.raw_decode(decoded, start)
+        try:
+            _, end = _SCAN.raw_decode(decoded, start)
+        except RecursionError:  # nested deeper than any answer: not ours to read
+            raise ValueError("a logprobs value nested too deep") from None
         parts += [text[kept:start], _NULL]
         kept = end
     return b"".join(parts) + text[kept:] if parts else text
 
 
 def _stripped_event(event: bytes) -> bytes:
-    """One event, stripped in place on its one line; one whose JSON spans several data
-    lines is written again with its data on one line. Data that is not JSON stays."""
-    if sse.LF not in event:
+    """One event, stripped in place when its data is one line; one whose JSON spans
+    several data lines is written again with its data on one line, where the first was.
+    Every other line stays where it was; data that is not JSON stays."""
+    lines = event.split(sse.LF)
+    data = [i for i, line in enumerate(lines) if line.startswith(sse.DATA_FIELD)]
+    if len(data) < 2:
         try:
             return _nulled(event)
         except ValueError:
             return event
-    data = sse.event_data(event)
     try:
-        parsed = orjson.loads(data) if data is not None else None
+        parsed = orjson.loads(sse.event_data(event) or b"")
     except orjson.JSONDecodeError:
         return event
     if not isinstance(parsed, dict) or not _carries_values(parsed):
         return event
-    others = [line for line in event.split(sse.LF) if not line.startswith(sse.DATA_FIELD)]
-    return sse.LF.join([*others, sse.DATA_PREFIX + orjson.dumps(strip_choices(parsed))])
+    lines[data[0]] = sse.DATA_PREFIX + orjson.dumps(strip_choices(parsed))
+    return sse.LF.join(line for i, line in enumerate(lines) if i not in data[1:])
 
 
 def _carries_values(parsed: dict[str, Any]) -> bool:

@@ -9,6 +9,9 @@ from typing import Any
 from gate.db.enums import GenerationStatus
 from gate.gateway.logprobs import choice_values, summarise
 
+# What a failed call says when its answer is JSON, but not shaped like an OpenAI answer.
+ODD_SHAPE = "upstream answered in an unexpected shape"
+
 
 @dataclass
 class CallResult:
@@ -86,8 +89,16 @@ class CallResult:
 
     def on_chunks(self, chunks: list[Any], now: float, *, capture: bool) -> None:
         """Account for the chunks of one upstream read, made at `now` (perf_counter);
-        entries that are not JSON objects are skipped. Written flat: it runs for every
-        chunk of every streamed call."""
+        entries that are not JSON objects are skipped, one of another shape than OpenAI's
+        fails the call (what it answered is forwarded all the same)."""
+        try:
+            self._account(chunks, now, capture=capture)
+        except (AttributeError, TypeError, ValueError):
+            # The stream goes on: its clock runs to its end, as for a chunk not JSON.
+            self.status, self.error = GenerationStatus.ERROR, ODD_SHAPE
+
+    def _account(self, chunks: list[Any], now: float, *, capture: bool) -> None:
+        # Written flat: it runs for every chunk of every streamed call.
         contents = 0
         for chunk in chunks:
             if chunk.__class__ is not dict:
@@ -117,7 +128,14 @@ class CallResult:
             self._content_at(now, contents)
 
     def on_response(self, response: dict[str, Any], *, capture: bool) -> None:
-        """Account for a whole (non-streamed) response."""
+        """Account for a whole (non-streamed) response; one of another shape than OpenAI's
+        fails the call (it is forwarded all the same)."""
+        try:
+            self._account_response(response, capture=capture)
+        except (AttributeError, TypeError, ValueError):
+            self.fail(GenerationStatus.ERROR, ODD_SHAPE)
+
+    def _account_response(self, response: dict[str, Any], *, capture: bool) -> None:
         for choice in response.get("choices") or ():
             message = choice.get("message") or {}
             if choice.get("index", 0) == 0 and capture:

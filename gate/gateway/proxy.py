@@ -145,12 +145,12 @@ async def _prepare(
 
 def _asks_logprobs(gw: Gateway, routing: RolloutRouting, body: dict[str, Any]) -> bool:
     """Whether a sampled pair's calls ask for logprobs the client did not: at temperature
-    > 0, where the policy tests parity (or the setting says on), and where neither route
-    has rejected them."""
+    > 0, where the client's request says nothing of them, where the policy tests parity
+    (or the setting says on), and where neither route has rejected them."""
     setting = gw.settings.ask_logprobs
     if setting == "off" or (setting == "auto" and not routing.parity):
         return False
-    if not logprobs.samples(body) or logprobs.wants_logprobs(body):
+    if not logprobs.samples(body) or logprobs.left_alone(body):
         return False
     routes = (routing.baseline.id, routing.candidate.id)
     return all(gw.rejecting.may_ask(route) for route in routes)

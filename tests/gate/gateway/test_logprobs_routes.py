@@ -188,3 +188,39 @@ def test_streamed_chunks_change_only_where_logprobs_were_and_others_not_at_all(t
             assert all("logprobs" not in body for body in seen[before:])
             whole = ANSWER + b'"logprobs": null, "finish_reason": "stop"}]}'
             assert greedy.content == (edge_chunk(b"null") * 2 + USAGE + DONE if extra else whole)
+
+
+def strict_upstream(seen: list[dict[str, Any]]) -> Any:
+    """Validate like vLLM and OpenAI: `top_logprobs` without `logprobs` is a 400."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        raw = b""
+        while True:
+            message = await receive()
+            raw += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        body = orjson.loads(raw)
+        seen.append(body)
+        if body.get("top_logprobs") is not None and not body.get("logprobs"):
+            status, content = 400, b'{"error": "top_logprobs needs logprobs"}'
+        else:
+            status, content = 200, ANSWER + b'"logprobs": null, "finish_reason": "stop"}]}'
+        headers = [(b"content-type", b"application/json")]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": content})
+
+    return app
+
+
+def test_a_request_the_route_would_refuse_is_not_made_valid_by_our_logprobs(tmp_path):
+    # `top_logprobs` alone is the client's mistake: adding `logprobs` would turn the
+    # route's 400 into an answer, for sampled pairs only.
+    seen: list[dict[str, Any]] = []
+    app = strict_upstream(seen)
+    with gateway_stack(tmp_path, policy=PARITY, baseline_app=app, candidate_app=app) as stack:
+        answer = chat(stack, temperature=0.8, top_logprobs=2)
+        assert answer.status_code == 400
+        assert all("logprobs" not in body for body in seen)

@@ -147,3 +147,27 @@ def test_the_summary_of_a_stream_counts_every_logprob_it_carried(documents):
 def test_a_non_streamed_answer_loses_its_logprobs_and_keeps_the_rest():
     answer = {"choices": [{"index": 0, "message": {"content": "hé"}, "logprobs": {"content": []}}]}
     assert orjson.loads(strip_json(json.dumps(answer).encode())) == nulled(answer)
+
+
+LOGPROB_CHUNK = b'{"choices": [{"index": 0, "logprobs": {"content": [{"logprob": -1}]}}]}'
+NULLED_CHUNK = b'{"choices": [{"index": 0, "logprobs": null}]}'
+
+
+def test_an_event_with_other_fields_or_no_blank_line_keeps_its_bytes():
+    # Other fields, a comment, and a stream's last event cut before its blank line: only
+    # the value changes, every line where it was.
+    for before, after in (
+        (b"event: chunk\n", b"\nid: 7\n\n"),
+        (b": keep\n", b"\n\n"),
+        (b"", b"\n"),
+        (b"id: 1\n", b""),
+    ):
+        upstream = before + b"data: " + LOGPROB_CHUNK + after
+        assert strip_events(upstream) == before + b"data: " + NULLED_CHUNK + after
+
+
+def test_a_value_too_deep_to_read_is_forwarded_not_raised():
+    # A broken upstream's nesting must not end the client's stream with an exception.
+    deep = b'data: {"choices": [{"logprobs": ' + b"[" * 5000 + b"]" * 5000 + b"}]}\n\n"
+    assert strip_events(deep) == deep
+    assert strip_events(b": x\n" + deep) == b": x\n" + deep

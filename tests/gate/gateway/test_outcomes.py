@@ -165,3 +165,26 @@ def test_a_body_that_stalls_after_the_head_is_not_a_first_byte_timeout(tmp_path)
         assert cand.attributes[A.STATUS] == "fallback"
         assert cand.attributes[A.ERROR] != FIRST_BYTE_TIMEOUT
         assert cand.attributes[A.ERROR].startswith("timeout: no data from the upstream")
+
+
+ODD_ANSWERS = {
+    False: b'{"choices": ["x", {"index": 0, "message": "hi"}], "usage": null}',
+    True: b'data: {"choices": ["x"]}\n\ndata: {"choices": 5}\n\ndata: [DONE]\n\n',
+}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_an_answer_of_an_odd_shape_reaches_the_client_as_the_route_wrote_it(tmp_path, stream):
+    # Choices that are not objects are the route's business: forwarded, never a 500.
+    async def odd(request: Request) -> StreamingResponse:
+        kind = "text/event-stream" if stream else "application/json"
+        return StreamingResponse(iter([ODD_ANSWERS[stream]]), media_type=kind)
+
+    app = Starlette(routes=[Route("/v1/chat/completions", odd, methods=["POST"])])
+    with gateway_stack(tmp_path, baseline_app=app, candidate_app=app) as stack:
+        body = {"model": ALIAS, "messages": MESSAGES, "stream": stream}
+        answer = httpx.post(f"{stack.url}/v1/chat/completions", json=body, timeout=10)
+        assert answer.status_code == 200
+        assert answer.content == ODD_ANSWERS[stream]
+        assert wait_until(lambda: len(stack.spans("baseline")) == 1)
+        assert stack.spans("baseline")[0].attributes[A.STATUS] == "error"  # not an answer
