@@ -2,7 +2,9 @@
 
 Random streams of pairs: both modes, declared and undeclared segments, control pairs,
 missing sides, every side status (ok, error, timeout, fallback, dropped, cancelled),
-evaluators passing, failing or not evaluable, greedy pairs, acceptance. For every
+evaluators passing, failing or not evaluable, greedy pairs, acceptance, sampled sides
+(eligible or not: greedy, other limits, a shared seed, cut, logprobs on one side only or
+incomplete). For every
 guardrail of the registry the replay path (records -> columns -> statistics), the
 simulation path (the same columns with a leading runs axis, as `simulate` holds them)
 and, in shadow mode, the Postgres fold give the same statistics, collapse detectors,
@@ -22,6 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gate.db.enums import RolloutMode
+from gate.pairs.export import pair_records
+from gate.parity import answer_stats
 from gate.stats.cumulative import PairColumns, at_look, to_stats
 from gate.stats.incremental import to_stats as folded_stats
 from gate.stats.policy import Policy
@@ -34,9 +38,10 @@ from tests import factories
 from tests.gate.stats.test_sql import as_floats, store
 
 pytestmark = pytest.mark.postgres
-POLICY = Policy(
-    segments=["chat", "code"], warmup_pairs=6, min_pairs=10, min_duration_s=0, stages=[100.0]
-)
+POLICY = Policy.model_validate(
+    {"segments": ["chat", "code"], "warmup_pairs": 6, "min_pairs": 10, "min_duration_s": 0,
+     "stages": [100.0], "guardrails": {"output_parity": {"enabled": True, "min_scale_pairs": 2}}}
+)  # fmt: skip
 START = datetime(2025, 5, 1, tzinfo=UTC)
 STATUSES = ["ok", "ok", "ok", "error", "timeout", "fallback", "dropped", "cancelled"]
 RTOL = 1e-9
@@ -58,6 +63,37 @@ side = st.fixed_dictionaries(
         "accepted_tokens": st.integers(0, 120),
     }
 )
+# Sampled-output parity's side fields; `words` become the answer (`output`), from which
+# the record's distinct-2 is computed as the export does.
+sampling = st.fixed_dictionaries(
+    {
+        "temperature": st.sampled_from([0.8, 0.8, 0.8, 0.0]),
+        "top_p": st.just(1.0),
+        "max_tokens": st.sampled_from([64, 64, 64, 32]),
+        "seed": st.sampled_from([None, None, None, 7]),
+        "finish_reason": st.sampled_from(["stop", "stop", "eos", "length", None]),
+        "words": st.lists(st.sampled_from("abcd"), max_size=8),
+        "logprobs": st.sampled_from(["all", "all", "none", "short"]),
+        "mean": st.floats(-3.0, 0.0),
+    }
+)
+
+
+def sampled_side(pair: tuple[dict, dict]) -> dict:
+    plain, s = pair
+    n = len(s["words"])
+    counted = {"all": n, "none": None, "short": max(n - 1, 0)}[s["logprobs"]]
+    fields = {k: s[k] for k in ("temperature", "top_p", "max_tokens", "seed", "finish_reason")}
+    return plain | fields | {
+        "output": " ".join(s["words"]),
+        "distinct_2": answer_stats(s["words"]).distinct_2,
+        "output_tokens": n,
+        "logprob_tokens": counted,
+        "logprob_sum": None if counted is None else s["mean"] * counted,
+    }
+
+
+side = st.one_of(side, st.tuples(side, sampling).map(sampled_side))
 pair = st.fixed_dictionaries(
     {
         "segment": st.sampled_from(["chat", "code", "unlisted", "other-one"]),
@@ -183,6 +219,9 @@ def test_replay_simulation_and_the_fold_agree_on_every_guardrail(pg_session, raw
             assert_same_stats(folded_stats(state, POLICY), replayed, skip={FEEDBACK})
             got = compute(pg_session, rollout=rollout, policy=POLICY)
             assert_same_verdict(got, want, skip={FEEDBACK})
+            exported = list(pair_records(pg_session, rollout_id=rollout.id))
+            again = replay(exported, POLICY, every=len(exported)).verdict
+            assert_same_verdict(got, again, skip={FEEDBACK})
 
 
 def _run(stats: GateStats, run: int) -> GateStats:
