@@ -67,13 +67,13 @@ side = st.fixed_dictionaries(
 # the record's distinct-2 is computed as the export does.
 sampling = st.fixed_dictionaries(
     {
-        "temperature": st.sampled_from([0.8, 0.8, 0.8, 0.0]),
+        "temperature": st.sampled_from([0.8] * 9 + [0.0]),
         "top_p": st.just(1.0),
-        "max_tokens": st.sampled_from([64, 64, 64, 32]),
-        "seed": st.sampled_from([None, None, None, 7]),
-        "finish_reason": st.sampled_from(["stop", "stop", "eos", "length", None]),
+        "max_tokens": st.sampled_from([64] * 9 + [32]),
+        "seed": st.sampled_from([None] * 9 + [7]),
+        "finish_reason": st.sampled_from(["stop"] * 6 + ["eos"] * 2 + ["length", None]),
         "words": st.lists(st.sampled_from("abcd"), max_size=8),
-        "logprobs": st.sampled_from(["all", "all", "none", "short"]),
+        "logprobs": st.sampled_from(["all"] * 8 + ["none", "short"]),
         "mean": st.floats(-3.0, 0.0),
     }
 )
@@ -93,7 +93,8 @@ def sampled_side(pair: tuple[dict, dict]) -> dict:
     }
 
 
-side = st.one_of(side, st.tuples(side, sampling).map(sampled_side))
+sampled = st.tuples(side, sampling).map(sampled_side)
+side = st.one_of(side, sampled, sampled, sampled)
 pair = st.fixed_dictionaries(
     {
         "segment": st.sampled_from(["chat", "code", "unlisted", "other-one"]),
@@ -259,3 +260,51 @@ def test_an_evaluator_never_evaluable_yet_is_seen_alike_by_replay_and_the_fold(p
     got = compute(pg_session, rollout=rollout, policy=POLICY)
     assert_same_verdict(got, want, skip={FEEDBACK})
     assert {c.metric for c in want.cells} >= {"eval:task", "eval:schema"}
+
+
+
+# Every side sampled, most pairs eligible: the parity cells, their warm-up scale and the
+# control slice's alarm cells are exercised on every example, with ineligible pairs
+# (greedy, other limits, a shared seed, cut, logprobs on one side or incomplete) mixed in.
+ok_side = st.fixed_dictionaries(
+    {
+        "ttft_s": st.floats(0.1, 0.3), "tpot_s": st.floats(0.01, 0.03),
+        "e2e_s": st.floats(1.0, 3.0), "status": st.sampled_from(["ok"] * 9 + ["error"]),
+        "evals": st.just({"task": True}), "draft_tokens": st.just(10),
+        "accepted_tokens": st.integers(0, 10),
+    }
+)  # fmt: skip
+sampled_ok = st.tuples(ok_side, sampling).map(sampled_side)
+parity_pair = st.fixed_dictionaries(
+    {
+        "segment": st.sampled_from(["chat", "code", "unlisted"]),
+        "baseline": sampled_ok,
+        "candidate": st.one_of(*[sampled_ok] * 9, st.none()),
+        "lag_s": st.integers(0, 40),
+        "control": st.integers(0, 3),
+        "id_rank": st.integers(0, 2**32 - 1),
+    }
+)
+PARITY_POLICY = POLICY.model_copy(update={"warmup_pairs": 12})
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(raw=st.lists(parity_pair, min_size=20, max_size=60))
+def test_the_fold_builds_the_parity_and_control_cells_as_replay_does(pg_session, raw):
+    policy, records = PARITY_POLICY, as_records(raw)
+    cols = columns(fold_order(records), policy, RolloutMode.SHADOW)
+    replayed = at_look(to_stats(cols, policy, np.array([len(records)])), 0)
+    rollout = factories.rollout(pg_session, name=f"parity-{next(_names)}")
+    store(pg_session, [dict(r) for r in records], rollout.id)
+    got = folded_stats(fold(pg_session, rollout_id=rollout.id, stage=0, policy=policy), policy)
+    assert_same_stats(got, replayed, skip={FEEDBACK})
+    assert set(got.control) == set(replayed.control)
+    for key, cell in replayed.control.items():
+        assert as_floats(got.control[key]) == pytest.approx(as_floats(cell), rel=RTOL, abs=1e-9)
+    exported = list(pair_records(pg_session, rollout_id=rollout.id))
+    want = replay(exported, policy, every=len(exported)).verdict
+    assert_same_verdict(compute(pg_session, rollout=rollout, policy=policy), want, skip={FEEDBACK})
