@@ -22,8 +22,10 @@ from gate.pairs.export import SIDES, parity_fields
 from gate.parity import STATISTICS
 from gate.stats.replay import parity_values
 
+Side = dict[str, Any]
 
-def differences(base: dict[str, Any] | None, cand: dict[str, Any] | None) -> dict[str, float] | None:
+
+def differences(base: Side | None, cand: Side | None) -> dict[str, float] | None:
     """Return d = candidate minus baseline per statistic the pair may compare.
 
     {} when a side was sampled but nothing may be compared; None when neither side
@@ -44,7 +46,7 @@ def record(session: Session, *, pair_ids: Sequence[uuid.UUID]) -> None:
     """Store the pairs' parity differences (`Pair.parity`) from their generations."""
     if not pair_ids:
         return
-    sides: dict[uuid.UUID, dict[str, dict[str, Any]]] = defaultdict(dict)
+    sides: dict[uuid.UUID, dict[str, Side]] = defaultdict(dict)
     for g in session.scalars(select(Generation).where(Generation.pair_id.in_(pair_ids))):
         assert g.pair_id is not None
         sides[g.pair_id][SIDES[g.cohort]] = parity_fields(g)

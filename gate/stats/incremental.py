@@ -31,10 +31,10 @@ from typing import Any, TypeVar
 import numpy as np
 
 from gate.db.enums import RolloutMode
+from gate.parity import STATISTICS
 from gate.stats.change import CollapseState, log_evalues, update
 from gate.stats.ids import ALL, Cell, MetricId
 from gate.stats.policy import Policy
-from gate.parity import STATISTICS
 from gate.stats.registry import Family, Guardrail, Source, collapse_segments, metric_id, tested
 from gate.stats.rule import (
     CellStats,
@@ -257,7 +257,7 @@ def to_stats(state: FoldState, policy: Policy) -> GateStats:
         warmed_up=state.pairs > policy.warmup_pairs,
         collapse=collapse if enabled else {},
         control={
-            Cell(metric_id(m), ALL): in_sd(raw, _scale(state, m)) for m, raw in state.control.items()
+            Cell(metric_id(m), ALL): in_sd(c, _scale(state, m)) for m, c in state.control.items()
         },
     )
 
@@ -309,7 +309,8 @@ def _cells(
             if g.source is not Source.PARITY:
                 cells[Cell(metric, segment)] = raw
             elif metric in seen:  # no folded pair sampled: no cells, as in replay
-                cells[Cell(metric, segment)] = in_sd(raw, _scale(state, metric))  # type: ignore[arg-type]
+                assert isinstance(raw, MeanStats), metric
+                cells[Cell(metric, segment)] = in_sd(raw, _scale(state, metric))
     for name, per in state.evaluators.items():
         picked = per.values() if segment == ALL else [per.get(segment, _PAIRED)]
         counts = reduce(_plus, picked, _PAIRED)

@@ -25,10 +25,9 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from gate.db.enums import Outcome, sql_statuses
-from gate.stats.ids import ALL, UNDECLARED
 from gate.parity import STATISTICS
 from gate.stats.cumulative import parity_scale
-from gate.stats.ids import MetricId
+from gate.stats.ids import ALL, UNDECLARED
 from gate.stats.incremental import POOLED_ONLY, Bucket, Delta, Key, Tail, WarmUp, folded, metrics
 from gate.stats.policy import Policy
 from gate.stats.registry import Family, Guardrail, Source, collapse_segments
@@ -181,7 +180,9 @@ def _difference(stat: str) -> str:
     return f"CAST(parity ->> '{stat}' AS float)"
 
 
-_WARM_PARITY = _SLICE + "SELECT is_control, {d} FROM y WHERE warm AND NOT dropped\nORDER BY evaluated_at, id"
+_WARM_PARITY = (
+    _SLICE + "SELECT is_control, {d} FROM y WHERE warm AND NOT dropped ORDER BY evaluated_at, id"
+)
 
 
 def _parity_scales(session: Session, params: dict[str, Any], policy: Policy) -> dict[str, float]:
@@ -417,8 +418,9 @@ def _control(rows: Any, main: dict[str, Guardrail]) -> dict[str, MeanStats]:
         if g.source is not Source.PARITY or not any(row[f"{alias}_sampled"] for row in rows):
             continue
         for i, metric in enumerate(metrics(g)):
-            parts = [_mean(row, f"{alias}_{i}c") for row in rows]
-            out[metric] = MeanStats(*(sum(float(getattr(m, f)) for m in parts) for f in ("n", "total", "total_sq")))
+            key = f"{alias}_{i}c"
+            n, s, ss = (sum(float(row[f"{key}_{k}"]) for row in rows) for k in ("n", "s", "ss"))
+            out[metric] = MeanStats(n, s, ss)
     return out
 
 

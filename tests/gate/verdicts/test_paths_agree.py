@@ -84,13 +84,17 @@ def sampled_side(pair: tuple[dict, dict]) -> dict:
     n = len(s["words"])
     counted = {"all": n, "none": None, "short": max(n - 1, 0)}[s["logprobs"]]
     fields = {k: s[k] for k in ("temperature", "top_p", "max_tokens", "seed", "finish_reason")}
-    return plain | fields | {
-        "output": " ".join(s["words"]),
-        "distinct_2": answer_stats(s["words"]).distinct_2,
-        "output_tokens": n,
-        "logprob_tokens": counted,
-        "logprob_sum": None if counted is None else s["mean"] * counted,
-    }
+    return (
+        plain
+        | fields
+        | {
+            "output": " ".join(s["words"]),
+            "distinct_2": answer_stats(s["words"]).distinct_2,
+            "output_tokens": n,
+            "logprob_tokens": counted,
+            "logprob_sum": None if counted is None else s["mean"] * counted,
+        }
+    )
 
 
 sampled = st.tuples(side, sampling).map(sampled_side)
@@ -260,7 +264,6 @@ def test_an_evaluator_never_evaluable_yet_is_seen_alike_by_replay_and_the_fold(p
     got = compute(pg_session, rollout=rollout, policy=POLICY)
     assert_same_verdict(got, want, skip={FEEDBACK})
     assert {c.metric for c in want.cells} >= {"eval:task", "eval:schema"}
-
 
 
 # Every side sampled, most pairs eligible: the parity cells, their warm-up scale and the
