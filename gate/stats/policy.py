@@ -143,10 +143,11 @@ class ParityGuardrail(_Model):
     s(baseline) per answer statistic, two-sided, in standard deviations of d measured on
     the warm-up's control pairs (its eligible pairs when the control slice has too few).
 
-    Off by default for now: enabling it adds 3 kill shares per tested segment, which
-    narrows every other test's level; a policy opts in with `enabled: true`."""
+    On by default: it takes 3 kill shares per tested segment (the other tests' levels
+    narrow accordingly), and traffic without eligible sampled pairs leaves its cells empty
+    (not required for promotion). A policy opts out with `enabled: false`."""
 
-    enabled: bool = False
+    enabled: bool = True
     margin_sd: float = Field(0.1, gt=0.0)
     min_scale_pairs: int = Field(20, ge=2)
 
