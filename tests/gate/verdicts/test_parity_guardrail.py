@@ -132,6 +132,22 @@ def test_canary_uses_the_unpaired_form_and_kills_a_biased_cohort():
     assert not any(c.startswith("kill:parity") for c in quiet.verdict.reason_codes)
 
 
+def test_the_default_policy_tests_parity_in_both_modes():
+    # On by default: shadow pairs and canary cohorts alike get the cells and the kill.
+    default = Policy()
+    assert find("parity").thresholds(default, "all") is not None
+    rows = records(3000, shift=0.15)
+    for i, r in enumerate(rows):
+        r["is_control"] = False
+        r["baseline" if i % 2 else "candidate"] = None
+    canary = replay(rows, default, every=100, mode=RolloutMode.CANARY)
+    assert "kill:parity:mean_logprob:all" in canary.verdict.reason_codes, canary.verdict.summary
+    shadow = replay(records(3000), default, every=3000).verdict
+    n = {c.metric: c.n for c in shadow.cells if c.segment == "chat"}
+    assert n["parity:mean_logprob"] > 2000
+    assert not any(c.startswith("kill:parity") for c in shadow.reason_codes)
+
+
 def test_simulation_with_the_real_verifiers_kills_the_biased_one_only():
     # Small pools of answers drawn by the engine's decode loop with the exact and the
     # biased-argmax verifier (gate.stats.parity_pools); the whole default policy with
