@@ -303,6 +303,8 @@ def test_the_fold_builds_the_parity_and_control_cells_as_replay_does(pg_session,
     replayed = at_look(to_stats(cols, policy, np.array([len(records)])), 0)
     rollout = factories.rollout(pg_session, name=f"parity-{next(_names)}")
     store(pg_session, [dict(r) for r in records], rollout.id)
+    fold(pg_session, rollout_id=rollout.id, stage=0, policy=policy)
+    # Read back from the stored state (its JSON), as the next gate run would.
     got = folded_stats(fold(pg_session, rollout_id=rollout.id, stage=0, policy=policy), policy)
     assert_same_stats(got, replayed, skip={FEEDBACK})
     assert set(got.control) == set(replayed.control)
