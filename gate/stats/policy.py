@@ -387,6 +387,10 @@ guardrails:
     segment_floors: {}
     collapse_ratio: 0.5 # collapse = acceptance below half its warm-up level
     collapse_horizon: 1000000  # requests per segment the false-alarm budget covers
+  output_parity:        # sampled outputs (temperature > 0): paired mean of d per answer
+    enabled: true       # statistic (mean log-prob, length, distinct-2), two-sided; the
+    margin_sd: 0.1      # control slice's shift is an alarm, never a kill
+    min_scale_pairs: 20 # warm-up pairs with d needed to fix its sd (control first)
   load_bands:           # the primary gain per band of the candidate's running requests
     enabled: true       # (promotion only: no kill share; the verdict lists the bands)
     edges: [2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0]  # band edges, running requests
