@@ -4,7 +4,11 @@
 
 Creates a throwaway database on the local server, builds it with the migrations, loads N
 complete, evaluated shadow pairs (two generations and two evaluations each, five
-segments, `evaluated_at` up to 30 s after creation) with COPY, and runs ANALYZE. Then it
+segments, `evaluated_at` up to 30 s after creation; every pair sampled at temperature 0.8
+and eligible for sampled-output parity, 80 % with log-probabilities, each pair's parity
+differences computed as its stamp does, `gate.pairs.parity`) with COPY, and runs ANALYZE.
+The rollout's policy is the default (parity on) with one stage, `--policy` fields over
+it. Then it
 times `gate.verdicts.service.compute` (what the periodic gate and `gate check` run) plus
 the commit of the fold state, each in its own transaction:
 
@@ -19,6 +23,7 @@ The database is dropped at the end.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 import uuid
@@ -34,6 +39,7 @@ from gate.db import migrate
 from gate.db.engine import make_engine, session_factory
 from gate.db.enums import RolloutState
 from gate.db.models import Rollout
+from gate.pairs.parity import differences
 from gate.stats.policy import load_policy
 from gate.stats.verdict import VerdictResult
 from gate.verdicts.service import compute
@@ -60,25 +66,27 @@ def load(
     shared = np.exp(rng.normal(0, 0.5, n))
     lag_ms = rng.integers(0, 30_000, n)
     passed = rng.random(n) < 0.85
+    sides = [sampled_sides(rng, with_logprobs=bool(rng.random() < 0.8)) for _ in range(n)]
     ids = [uuid.uuid4() for _ in range(n)]
     created = [start + timedelta(milliseconds=150 * i) for i in range(n)]
     with psycopg.connect(dsn) as conn, conn.cursor() as cur:
         with cur.copy(
             "COPY pairs (id, rollout_id, stage, state, is_control, segment, "
-            "created_at, deadline, completed_at, evaluated_at) FROM STDIN"
+            "created_at, deadline, completed_at, evaluated_at, parity) FROM STDIN"
         ) as copy:
             for i, pair_id in enumerate(ids):
                 at = created[i]
                 evaluated = stamped or at + timedelta(milliseconds=int(lag_ms[i]))
                 segment = SEGMENTS[(first + i) % 5]
+                d = json.dumps(differences(*sides[i]))
                 copy.write_row(
                     (pair_id, rollout_id, 0, "complete", False, segment, at,
-                     at + timedelta(minutes=5), at, evaluated)
+                     at + timedelta(minutes=5), at, evaluated, d)
                 )  # fmt: skip
         with cur.copy(
             "COPY generations (id, rollout_id, pair_id, cohort, segment, status, "
             "ttft_s, tpot_s, e2e_s, spec_draft_tokens, spec_accepted_tokens, stream, "
-            "started_at) FROM STDIN"
+            "started_at, " + ", ".join(PARITY) + ") FROM STDIN"
         ) as copy:
             for i, pair_id in enumerate(ids):
                 for side, cohort in enumerate(("baseline", "candidate")):
@@ -86,7 +94,8 @@ def load(
                     copy.write_row(
                         (2 * (first + i) + side + 1, rollout_id, pair_id, cohort,
                          SEGMENTS[(first + i) % 5], "ok", 0.1 * shared[i], tpot, 0.1 + 64 * tpot,
-                         40 * side, 30 * side, True, created[i])
+                         40 * side, 30 * side, True, created[i],
+                         *(sides[i][side][k] for k in PARITY))
                     )  # fmt: skip
         with cur.copy(
             "COPY evaluations (generation_id, evaluator, version, passed, details, "
@@ -98,6 +107,26 @@ def load(
                     copy.write_row((gid, "task", "1", bool(passed[i]), "{}", created[i]))
         conn.execute("SELECT setval('generations_id_seq', %s)", (2 * (first + n) + 1,))
         conn.commit()
+
+
+# The generation columns sampled-output parity reads (as `gate.pairs.export` writes them).
+PARITY = ("temperature", "top_p", "max_tokens", "seed", "finish_reason", "output_tokens",
+          "logprob_tokens", "logprob_sum")  # fmt: skip
+
+
+def sampled_sides(rng: np.random.Generator, *, with_logprobs: bool) -> tuple[dict, dict]:
+    """Return a pair's two sampled sides: same settings, natural ends, independent draws."""
+    out = []
+    for _ in range(2):
+        tokens = int(rng.integers(20, 200))
+        out.append({
+            "temperature": 0.8, "top_p": 1.0, "max_tokens": 256, "seed": None,
+            "finish_reason": "stop", "output_tokens": tokens,
+            "logprob_tokens": tokens if with_logprobs else None,
+            "logprob_sum": float(rng.normal(-1.0, 0.2)) * tokens if with_logprobs else None,
+            "distinct_2": None,  # no text kept
+        })  # fmt: skip
+    return out[0], out[1]
 
 
 def timed_verdict(sessions: sessionmaker[Session], rollout_id: int) -> tuple[float, VerdictResult]:
@@ -125,7 +154,8 @@ def bench(url: str, args: argparse.Namespace) -> None:
     dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
     sessions = session_factory(make_engine(url))
     with sessions() as db, db.begin():
-        rollout = factories.rollout(db, name="bench", policy={"stages": [100]})
+        policy = {"stages": [100], **json.loads(args.policy)}
+        rollout = factories.rollout(db, name="bench", policy=policy)
         rollout.state = RolloutState.RUNNING
         rollout_id = rollout.id
     start = datetime.now(UTC) - timedelta(days=3)
@@ -153,6 +183,9 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=1_000_000)
     parser.add_argument("--new", type=int, default=1_000)
     parser.add_argument("--repeat", type=int, default=5)
+    # E.g. '{"guardrails": {"load_bands": {"enabled": false}}}': the bands are replayed
+    # from the stage's records beside the fold (`replayed_bands`), which this isolates.
+    parser.add_argument("--policy", default="{}", help="policy fields (JSON) over the default")
     parser.add_argument("--server", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
     args = parser.parse_args()
     admin = create_engine(args.server, isolation_level="AUTOCOMMIT")

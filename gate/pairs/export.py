@@ -17,7 +17,8 @@ from gate.pairs.load import pair_loads
 from gate.parity import answer_stats
 
 CHUNK = 5000
-_SIDES = {Cohort.BASELINE: "baseline", Cohort.CANDIDATE: "candidate", Cohort.CONTROL: "candidate"}
+# The record side each cohort's generation fills (a control pair's second call: candidate).
+SIDES = {Cohort.BASELINE: "baseline", Cohort.CANDIDATE: "candidate", Cohort.CONTROL: "candidate"}
 _CLOSED = (PairState.COMPLETE, PairState.DROPPED)
 
 
@@ -111,7 +112,7 @@ def _records(
     sides: dict[uuid.UUID, dict[str, Any]] = defaultdict(dict)
     for g in generations:
         assert g.pair_id is not None
-        sides[g.pair_id][_SIDES[g.cohort]] = _side(g, evals.get(g.id, {}), feedback.get(g.id))
+        sides[g.pair_id][SIDES[g.cohort]] = _side(g, evals.get(g.id, {}), feedback.get(g.id))
     kept = _requests(session, pairs) if with_requests else {}
     for pair in pairs:
         found = sides.get(pair.id, {})
@@ -149,8 +150,14 @@ def _side(g: Generation, evals: dict[str, bool], thumbs: int | None) -> dict[str
         "draft_tokens": g.spec_draft_tokens or 0,
         "accepted_tokens": g.spec_accepted_tokens or 0,
         "feedback": thumbs,
-        # What sampled-output parity needs: the settings eligibility compares, how the
-        # answer ended, and its statistics (see `gate.stats.replay`).
+        **parity_fields(g),
+    }
+
+
+def parity_fields(g: Generation) -> dict[str, Any]:
+    """Return what sampled-output parity reads of a side: the settings eligibility
+    compares, how the answer ended, and its statistics (see `gate.stats.replay`)."""
+    return {
         "temperature": g.temperature,
         "top_p": g.top_p,
         "max_tokens": g.max_tokens,

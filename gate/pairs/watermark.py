@@ -27,6 +27,7 @@ from gate.db import storage
 from gate.db.base import utcnow
 from gate.db.enums import PairState
 from gate.db.models import Pair
+from gate.pairs import parity
 
 # Advisory locks are keyed (namespace, rollout id); "SG" keeps them apart from others'.
 LOCK_SPACE = 0x5347
@@ -40,7 +41,8 @@ def _single_writer(session: Session) -> bool:
 
 
 def stamp_evaluated(session: Session, *, pair_ids: Sequence[uuid.UUID]) -> int:
-    """Stamp closed pairs as ready for the gate; a pair keeps its first stamp."""
+    """Stamp closed pairs as ready for the gate, with their parity differences; a pair
+    keeps its first stamp."""
     if not pair_ids:
         return 0
     now: Any = utcnow()
@@ -52,14 +54,18 @@ def stamp_evaluated(session: Session, *, pair_ids: Sequence[uuid.UUID]) -> int:
         for rollout_id in sorted(rollouts):
             session.execute(_SHARED, {"space": LOCK_SPACE, "id": rollout_id})
         now = func.clock_timestamp()
-    stamped = session.scalars(
-        update(Pair)
-        .where(Pair.id.in_(pair_ids), Pair.evaluated_at.is_(None), Pair.state != PairState.OPEN)
-        .values(evaluated_at=now)
-        .returning(Pair.id)
-        .execution_options(synchronize_session="fetch")
+    stamped = list(
+        session.scalars(
+            update(Pair)
+            .where(Pair.id.in_(pair_ids), Pair.evaluated_at.is_(None), Pair.state != PairState.OPEN)
+            .values(evaluated_at=now)
+            .returning(Pair.id)
+            .execution_options(synchronize_session="fetch")
+        )
     )
-    return len(list(stamped))
+    # In the same transaction: the fold never sees a stamped pair without its differences.
+    parity.record(session, pair_ids=stamped)
+    return len(stamped)
 
 
 def fold_horizon(session: Session, *, rollout_id: int) -> datetime:

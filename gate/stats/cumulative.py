@@ -366,19 +366,34 @@ def _warm_sd(x: FloatArray, mask: BoolArray) -> tuple[FloatArray, FloatArray]:
     return n, np.sqrt(ss / np.maximum(n - 1.0, 1.0))
 
 
-def _parity_scale(ctx: _Context, d: FloatArray) -> FloatArray:
-    """Return the sd of d that scales a parity cell, fixed in warm-up (NaN: none yet).
+def parity_scale(d: FloatArray, usable: BoolArray, is_control: BoolArray, least: int) -> FloatArray:
+    """Return the sd of d that scales a parity cell, from the warm-up's usable pairs.
 
     The control slice's pairs (baseline vs baseline) measure the null spread; with fewer
-    than `min_scale_pairs` of them the warm-up's eligible candidate pairs do (alike under
-    the null). Warm-up pairs enter no test, so the scale is independent of the tested d.
+    than `least` of them the warm-up's eligible candidate pairs do (alike under the null).
+    Warm-up pairs enter no test, so the scale is independent of the tested d. The fold
+    (`gate.verdicts.slices`) calls it on the warm-up's stored differences.
+
+    Args:
+        d: each pair's difference (NaN where not comparable), pairs on the last axis.
+        usable: the warm-up pairs that may set the scale (not dropped, d finite).
+        is_control: the control slice's pairs.
+        least: the pairs needed for a scale (`min_scale_pairs`).
+
+    Returns:
+        The scale, the pairs axis kept with length 1; NaN where there is none.
     """
-    cols, least = ctx.cols, ctx.policy.guardrails.output_parity.min_scale_pairs
-    usable = ctx.warm & ~cols.dropped & np.isfinite(d)
-    n_ctl, sd_ctl = _warm_sd(d, usable & cols.is_control)
-    n_all, sd_all = _warm_sd(d, usable & ~cols.is_control)
+    n_ctl, sd_ctl = _warm_sd(d, usable & is_control)
+    n_all, sd_all = _warm_sd(d, usable & ~is_control)
     sd = np.where(n_ctl >= least, sd_ctl, np.where(n_all >= least, sd_all, np.nan))
     return np.asarray(np.where(sd > 0, sd, np.nan), dtype=np.float64)
+
+
+def _parity_scale(ctx: _Context, d: FloatArray) -> FloatArray:
+    """Return the sd of d that scales a parity cell, fixed in warm-up (NaN: none yet)."""
+    usable = ctx.warm & ~ctx.cols.dropped & np.isfinite(d)
+    least = ctx.policy.guardrails.output_parity.min_scale_pairs
+    return parity_scale(d, usable, ctx.cols.is_control, least)
 
 
 def _parity_z(ctx: _Context) -> dict[str, FloatArray]:

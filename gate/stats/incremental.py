@@ -6,6 +6,9 @@ in fold order (`evaluated_at`, `id`; see `gate.pairs.watermark`), and `GateStats
 built from the state. What is kept is additive (counts, sums, sums of squares per
 metric x segment) except the acceptance-collapse detectors, which advance over the new
 pairs in fold order (`gate.stats.change.update`), and what the warm-up fixes.
+Sampled-output parity cells hold raw sums of each pair's stored difference d
+(`gate.pairs.parity`): n, sum d and sum d^2; the warm-up fixes each statistic's scale, and
+`to_stats` divides (sum z = sum d / scale, sum z^2 = sum d^2 / scale^2), as replay's z.
 
 Warm-up: the first `policy.warmup_pairs` pairs *in fold order*, not in creation order,
 so a pair's role is known when it is folded and never revisited. Replay and export use
@@ -28,10 +31,11 @@ from typing import Any, TypeVar
 import numpy as np
 
 from gate.db.enums import RolloutMode
+from gate.parity import STATISTICS
 from gate.stats.change import CollapseState, log_evalues, update
 from gate.stats.ids import ALL, Cell, MetricId
 from gate.stats.policy import Policy
-from gate.stats.registry import Family, Guardrail, Source, collapse_segments, tested
+from gate.stats.registry import Family, Guardrail, Source, collapse_segments, metric_id, tested
 from gate.stats.rule import (
     CellStats,
     GateStats,
@@ -39,7 +43,7 @@ from gate.stats.rule import (
 from gate.stats.sequences import CountStats, FloatArray, MeanStats, PairedCounts, TwoCounts
 
 # Bump when what a fold stores changes meaning: stored states then refold from scratch.
-FOLD_VERSION = 2  # 2: pooled and undeclared collapse detectors
+FOLD_VERSION = 3  # 2: pooled and undeclared collapse detectors; 3: sampled-output parity
 # The bucket of pairs whose segment the policy does not declare ("all" is never declared).
 POOLED_ONLY = ALL
 Key = tuple[datetime, uuid.UUID]
@@ -57,7 +61,9 @@ class Bucket:
     pairs dropped after warm-up; `both_failed` live pairs where both sides failed, a tie
     for every evaluator, even one first seen later. `cells` holds each folded guardrail's
     statistics by guardrail id (latency means hold clipped log-ratios); a cell is also an
-    attribute (`bucket.tpot`) and a keyword of the constructor.
+    attribute (`bucket.tpot`) and a keyword of the constructor. A guardrail of several
+    metrics keys each by its metric id (`parity:length`); those cells exist once a folded
+    pair carried sampling settings (replay has no parity cells before either).
     """
 
     __slots__ = ("both_failed", "cells", "dropped", "live")
@@ -112,7 +118,8 @@ class Tail:
 
 @dataclass(frozen=True)
 class WarmUp:
-    """What the warm-up fixes: tail thresholds and each collapse detector's level.
+    """What the warm-up fixes: tail thresholds, each collapse detector's level, and each
+    parity statistic's scale (the sd of d; absent: none, its cells stay empty).
 
     Tail thresholds by exceedance guardrail: `ttft` and `e2e` (the stored names of
     `ttft_tail` and `e2e_tail`), `tails` for any other.
@@ -122,6 +129,7 @@ class WarmUp:
     e2e: Tail
     levels: Mapping[str, float]
     tails: Mapping[str, Tail] = field(default_factory=dict)
+    parity: Mapping[str, float] = field(default_factory=dict)
 
     def tail(self, guardrail: str) -> Tail | None:
         """Return the tail threshold of an exceedance guardrail (None: none yet)."""
@@ -144,6 +152,8 @@ class FoldState:
     # Evaluator -> bucket -> paired counts, both-failed ties left out (see `Bucket`).
     evaluators: Mapping[str, Mapping[str, PairedCounts]] = field(default_factory=dict)
     collapse: Mapping[str, CollapseState] = field(default_factory=dict)
+    # The control slice's parity cells by metric, pooled, raw sums of d (see `Bucket`).
+    control: Mapping[str, MeanStats] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -159,6 +169,7 @@ class Delta:
     evaluators: Mapping[str, Mapping[str, PairedCounts]]
     # Live pairs' acceptance rates per declared segment, in fold order.
     acceptance: Mapping[str, FloatArray]
+    control: Mapping[str, MeanStats] = field(default_factory=dict)
 
 
 def policy_key(policy: Policy) -> str:
@@ -172,6 +183,7 @@ def policy_key(policy: Policy) -> str:
         g.e2e_tail.quantile,
         g.acceptance.collapse_ratio,
         g.greedy_mismatch.evaluator,
+        g.output_parity.min_scale_pairs,
         # What each folded guardrail computes: adding or changing one refolds.
         [[r.id, r.source, r.shadow, r.quantile(policy) if r.quantile else None] for r in folded()],
     ]
@@ -221,6 +233,7 @@ def add(state: FoldState, delta: Delta) -> FoldState:
         buckets=_merge(state.buckets, delta.buckets),
         evaluators=evaluators,
         collapse=collapse,
+        control=_merge(state.control, delta.control),
     )
 
 
@@ -230,7 +243,7 @@ def to_stats(state: FoldState, policy: Policy) -> GateStats:
     cells: dict[tuple[str, str], CellStats] = {}
     for segment in (ALL, *policy.segments):
         b = pooled if segment == ALL else state.buckets.get(segment, Bucket())
-        cells.update(_cells(state, b, segment))
+        cells.update(_cells(state, b, segment, seen=pooled.cells))
     enabled = policy.guardrails.acceptance.enabled
     collapse = {
         s: state.collapse.get(s, CollapseState()).max_log_sr for s in collapse_segments(policy)
@@ -243,6 +256,9 @@ def to_stats(state: FoldState, policy: Policy) -> GateStats:
         elapsed_s=elapsed.total_seconds() if elapsed else 0.0,
         warmed_up=state.pairs > policy.warmup_pairs,
         collapse=collapse if enabled else {},
+        control={
+            Cell(metric_id(m), ALL): in_sd(c, _scale(state, m)) for m, c in state.control.items()
+        },
     )
 
 
@@ -252,16 +268,26 @@ def folded() -> list[Guardrail]:
     return [g for g in tested(RolloutMode.SHADOW) if g.source not in _NOT_IN_BUCKETS]
 
 
-_NOT_IN_BUCKETS = (Source.EVALUATOR, Source.FEEDBACK, Source.PARITY)
+_NOT_IN_BUCKETS = (Source.EVALUATOR, Source.FEEDBACK)
 
 
-def replayed(policy: Policy) -> list[Guardrail]:
-    """Return the enabled shadow guardrails the fold does not build (judged by replay):
-    sampled-output parity, whose scale is fixed by the warm-up's answer statistics."""
-    return [
-        g for g in tested(RolloutMode.SHADOW)
-        if g.source is Source.PARITY and g.thresholds(policy, ALL) is not None
-    ]  # fmt: skip
+def metrics(g: Guardrail) -> list[MetricId]:
+    """Return a folded guardrail's metrics: one per answer statistic for parity, else one."""
+    if g.source is Source.PARITY:
+        return [MetricId(g.id, stat) for stat in STATISTICS]
+    return [MetricId(g.id)]
+
+
+def in_sd(raw: MeanStats, scale: float | None) -> MeanStats:
+    """Return sums of d as sums of z = d / scale (empty without a scale, as replay's NaN z)."""
+    if scale is None:
+        return _MEAN
+    return MeanStats(raw.n, raw.total / scale, raw.total_sq / (scale * scale))
+
+
+def _scale(state: FoldState, metric: str) -> float | None:
+    part = metric_id(metric).part
+    return None if state.warmup is None or part is None else state.warmup.parity.get(part)
 
 
 def zero(family: Family | None) -> CellStats:
@@ -273,10 +299,18 @@ def zero(family: Family | None) -> CellStats:
     return _MEAN
 
 
-def _cells(state: FoldState, b: Bucket, segment: str) -> dict[tuple[str, str], CellStats]:
-    cells: dict[tuple[str, str], CellStats] = {
-        Cell(MetricId(g.id), segment): b.cells.get(g.id, zero(g.shadow)) for g in folded()
-    }
+def _cells(
+    state: FoldState, b: Bucket, segment: str, *, seen: Mapping[str, CellStats]
+) -> dict[tuple[str, str], CellStats]:
+    cells: dict[tuple[str, str], CellStats] = {}
+    for g in folded():
+        for metric in metrics(g):
+            raw = b.cells.get(metric, zero(g.shadow))
+            if g.source is not Source.PARITY:
+                cells[Cell(metric, segment)] = raw
+            elif metric in seen:  # no folded pair sampled: no cells, as in replay
+                assert isinstance(raw, MeanStats), metric
+                cells[Cell(metric, segment)] = in_sd(raw, _scale(state, metric))
     for name, per in state.evaluators.items():
         picked = per.values() if segment == ALL else [per.get(segment, _PAIRED)]
         counts = reduce(_plus, picked, _PAIRED)
@@ -312,7 +346,7 @@ def load_buckets(doc: Mapping[str, Any] | None) -> dict[str, Bucket]:
     out = {}
     for segment, raw in (doc or {}).items():
         cells = {
-            name: _load_cell(families.get(name), value)
+            name: _load_cell(families.get(metric_id(name).guardrail), value)
             for name, value in raw.get("cells", {}).items()
         }
         out[segment] = Bucket(raw["live"], raw["dropped"], raw["both_failed"], cells)
@@ -342,6 +376,11 @@ def load_collapse(doc: Mapping[str, Any] | None) -> dict[str, CollapseState]:
     }
 
 
+def load_control(doc: Mapping[str, Any] | None) -> dict[str, MeanStats]:
+    """Return the control slice's parity cells from their `dump`."""
+    return {metric: MeanStats(**_numbers(raw)) for metric, raw in (doc or {}).items()}
+
+
 def load_warmup(doc: Mapping[str, Any] | None) -> WarmUp | None:
     """Return what the warm-up fixed, from its `dump` (None before the warm-up ended)."""
     if doc is None:
@@ -352,4 +391,5 @@ def load_warmup(doc: Mapping[str, Any] | None) -> WarmUp | None:
         return Tail(_numbers(raw["segments"]), None if pooled is None else float(pooled))
 
     tails = {name: tail(raw) for name, raw in doc.get("tails", {}).items()}
-    return WarmUp(tail(doc["ttft"]), tail(doc["e2e"]), _numbers(doc["levels"]), tails)
+    scales = _numbers(doc.get("parity", {}))
+    return WarmUp(tail(doc["ttft"]), tail(doc["e2e"]), _numbers(doc["levels"]), tails, scales)

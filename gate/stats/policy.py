@@ -143,10 +143,11 @@ class ParityGuardrail(_Model):
     s(baseline) per answer statistic, two-sided, in standard deviations of d measured on
     the warm-up's control pairs (its eligible pairs when the control slice has too few).
 
-    Off by default for now: enabling it adds 3 kill shares per tested segment, which
-    narrows every other test's level; a policy opts in with `enabled: true`."""
+    On by default: it takes 3 kill shares per tested segment (the other tests' levels
+    narrow accordingly), and traffic without eligible sampled pairs leaves its cells empty
+    (not required for promotion). A policy opts out with `enabled: false`."""
 
-    enabled: bool = False
+    enabled: bool = True
     margin_sd: float = Field(0.1, gt=0.0)
     min_scale_pairs: int = Field(20, ge=2)
 
@@ -386,6 +387,10 @@ guardrails:
     segment_floors: {}
     collapse_ratio: 0.5 # collapse = acceptance below half its warm-up level
     collapse_horizon: 1000000  # requests per segment the false-alarm budget covers
+  output_parity:        # sampled outputs (temperature > 0): paired mean of d per answer
+    enabled: true       # statistic (mean log-prob, length, distinct-2), two-sided; the
+    margin_sd: 0.1      # control slice's shift is an alarm, never a kill
+    min_scale_pairs: 20 # warm-up pairs with d needed to fix its sd (control first)
   load_bands:           # the primary gain per band of the candidate's running requests
     enabled: true       # (promotion only: no kill share; the verdict lists the bands)
     edges: [2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0]  # band edges, running requests

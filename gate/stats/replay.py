@@ -157,34 +157,12 @@ class _Builder:
                 # has a cell and a kill slot), as in the fold, which sees its result rows.
                 self.evals.append((n, k, name, passed if passed is None else bool(passed)))
         rows["dropped"].append(dropped)
-        self.parity.append(self._parity(base, cand))
+        values = parity_values(base, cand)
+        self.sampled = self.sampled or values is not None
+        self.parity.append(values or [np.nan] * (2 * len(STATISTICS)))
         drafts = (cand or {}).get("draft_tokens") or 0
         accepted = (cand or {}).get("accepted_tokens") or 0
         rows["acceptance"].append(np.nan if control or not drafts else min(accepted / drafts, 1.0))
-
-    def _parity(self, base: Record | None, cand: Record | None) -> list[float]:
-        """Return the pair's answer statistics per side, NaN where it may not be compared."""
-        sides = [_parity_side(s) for s in (base, cand)]
-        self.sampled = self.sampled or any(s is not None for s in sides)
-        out = [np.nan] * (2 * len(STATISTICS))
-        b, c = sides
-        if b is not None and c is not None:
-            verdict = eligibility(b[0], c[0])
-            usable = [verdict.eligible] * 2
-            with_lp = verdict.logprobs
-        else:
-            usable = [s is not None and side_alone(s[0]) for s in sides]
-            with_lp = False
-        for k, side in enumerate(sides):
-            if side is None or not usable[k]:
-                continue
-            values = side[1]
-            lp_ok = with_lp if b is not None and c is not None else side[0].logprobs_complete
-            for i, stat in enumerate(STATISTICS):
-                # Mean log-prob where both have it; the text statistics where they do not.
-                if (stat == "mean_logprob") == lp_ok:
-                    out[2 * i + k] = values.get(stat, np.nan)
-        return out
 
     def columns(self) -> PairColumns:
         rows, n = self.rows, len(self.rows["segment"])
@@ -222,6 +200,38 @@ class _Builder:
     def _parity_columns(self, n: int) -> dict[str, FloatArray]:
         values = np.asarray(self.parity, dtype=np.float64).reshape(n, len(STATISTICS), 2)
         return {stat: values[:, i, :] for i, stat in enumerate(STATISTICS)}
+
+
+def parity_values(base: Record | None, cand: Record | None) -> list[float] | None:
+    """Return a pair's answer statistics per side, NaN where they may not be compared.
+
+    Flat, statistic by statistic, (baseline, candidate) each; None when neither side
+    carries sampling settings. The one place pair records meet `gate.parity.eligibility`:
+    replay reads it, and the pair's stamp stores its differences for the fold
+    (`gate.pairs.parity`).
+    """
+    sides = [_parity_side(s) for s in (base, cand)]
+    if all(s is None for s in sides):
+        return None
+    out = [np.nan] * (2 * len(STATISTICS))
+    b, c = sides
+    if b is not None and c is not None:
+        verdict = eligibility(b[0], c[0])
+        usable = [verdict.eligible] * 2
+        with_lp = verdict.logprobs
+    else:
+        usable = [s is not None and side_alone(s[0]) for s in sides]
+        with_lp = False
+    for k, side in enumerate(sides):
+        if side is None or not usable[k]:
+            continue
+        values = side[1]
+        lp_ok = with_lp if b is not None and c is not None else side[0].logprobs_complete
+        for i, stat in enumerate(STATISTICS):
+            # Mean log-prob where both have it; the text statistics where they do not.
+            if (stat == "mean_logprob") == lp_ok:
+                out[2 * i + k] = values.get(stat, np.nan)
+    return out
 
 
 def _parity_side(side: Record | None) -> tuple[Side, dict[str, float]] | None:

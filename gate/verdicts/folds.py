@@ -93,6 +93,7 @@ def _load(row: GateFold) -> FoldState:
         buckets=incremental.load_buckets(row.segments),
         evaluators=incremental.load_evaluators(row.evaluators),
         collapse=incremental.load_collapse(row.collapse),
+        control=incremental.load_control(row.control),
     )
 
 
@@ -105,3 +106,4 @@ def _save(row: GateFold, state: FoldState) -> None:
     row.segments = incremental.dump(state.buckets)
     row.evaluators = incremental.dump(state.evaluators)
     row.collapse = incremental.dump(state.collapse)
+    row.control = incremental.dump(state.control)

@@ -55,7 +55,6 @@ def compute(session: Session, *, rollout: Rollout, policy: Policy) -> VerdictRes
     """Return the verdict on the rollout's current stage (at its share of alpha_kill)."""
     # A guardrail whose statistics the fold's SQL does not build yet is judged by replay.
     foldable = all(slices.foldable(g) for g in incremental.folded())
-    foldable = foldable and not incremental.replayed(policy)
     if storage.of(session).folds_in_sql and rollout.mode is RolloutMode.SHADOW and foldable:
         state = folds.fold(session, rollout_id=rollout.id, stage=rollout.stage, policy=policy)
         if not state.pairs:

@@ -7,7 +7,9 @@ evaluations. `gate.verdicts.folds` folds each new slice into the stored state
 (`gate.stats.incremental`, pure); every query reads only the slice, through the index on
 (rollout_id, stage, evaluated_at, id). Assumptions: one generation per cohort per pair; an
 evaluator with several results (versions) for one generation passes only if all of them
-passed. Not here: canary mode (unpaired cohorts), user feedback.
+passed. Sampled-output parity reads each pair's differences, stored when it was stamped
+(`gate.pairs.parity`), so eligibility is judged once, in Python (`gate.parity`). Not
+here: canary mode (unpaired cohorts), user feedback.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from gate.db.enums import Outcome, sql_statuses
+from gate.parity import STATISTICS
+from gate.stats.cumulative import parity_scale
 from gate.stats.ids import ALL, UNDECLARED
-from gate.stats.incremental import POOLED_ONLY, Bucket, Delta, Key, Tail, WarmUp, folded
+from gate.stats.incremental import POOLED_ONLY, Bucket, Delta, Key, Tail, WarmUp, folded, metrics
 from gate.stats.policy import Policy
 from gate.stats.registry import Family, Guardrail, Source, collapse_segments
 from gate.stats.rule import CellStats
@@ -80,13 +84,13 @@ _RANGE = (
 )
 _SLICE = f"""
 WITH p AS (
-  SELECT id, is_control, state, created_at, evaluated_at,
+  SELECT id, is_control, state, created_at, evaluated_at, parity,
          CASE WHEN segment = ANY(CAST(:segments AS text[])) THEN segment
               ELSE :pooled_only END AS seg,
          (evaluated_at, id) <= (:warm_at, :warm_id) AS warm
   FROM pairs WHERE {_STAGE} AND state IN ('complete', 'dropped') AND {_RANGE}
 ), x AS (
-  SELECT p.id, p.seg, p.is_control, p.created_at, p.evaluated_at, p.warm,
+  SELECT p.id, p.seg, p.is_control, p.created_at, p.evaluated_at, p.warm, p.parity,
          (p.state = 'dropped' OR b.id IS NULL OR c.id IS NULL
           OR b.status IN ({_UNATTRIBUTABLE}) OR c.status IN ({_UNATTRIBUTABLE})) AS dropped,
          b.id AS b_id, c.id AS c_id,
@@ -167,7 +171,35 @@ def warmup(session: Session, piece: Slice, policy: Policy) -> WarmUp:
     levels = {s: ratio * means.get(s, pooled) for s in policy.segments}
     levels[ALL] = ratio * pooled
     levels[UNDECLARED] = ratio * means.get(POOLED_ONLY, pooled)
-    return WarmUp(ttft, e2e, levels, tails)
+    return WarmUp(ttft, e2e, levels, tails, _parity_scales(session, params, policy))
+
+
+def _difference(stat: str) -> str:
+    # A statistic's stored d (`Pair.parity`); NULL where the pair may not compare it.
+    assert stat.isidentifier(), stat
+    return f"CAST(parity ->> '{stat}' AS float)"
+
+
+_WARM_PARITY = (
+    _SLICE + "SELECT is_control, {d} FROM y WHERE warm AND NOT dropped ORDER BY evaluated_at, id"
+)
+
+
+def _parity_scales(session: Session, params: dict[str, Any], policy: Policy) -> dict[str, float]:
+    """Return each parity statistic's scale from the warm-up's differences (see cumulative)."""
+    if not any(g.source is Source.PARITY for g in folded()):
+        return {}
+    columns = ", ".join(f"{_difference(stat)} AS d{i}" for i, stat in enumerate(STATISTICS))
+    rows = session.execute(text(_WARM_PARITY.replace("{d}", columns)), params).all()
+    control = np.asarray([r.is_control for r in rows], dtype=bool)
+    least = policy.guardrails.output_parity.min_scale_pairs
+    scales = {}
+    for i, stat in enumerate(STATISTICS):
+        d = np.asarray([np.nan if r[i + 1] is None else r[i + 1] for r in rows], dtype=np.float64)
+        scale = float(parity_scale(d, np.isfinite(d), control, least)[0])
+        if np.isfinite(scale):
+            scales[stat] = scale
+    return scales
 
 
 def _tail(
@@ -252,6 +284,8 @@ def _part(g: Guardrail, alias: str, warm: WarmUp | None) -> _Part:
         return _Part([], _paired(alias, "b_failed", "c_failed"), {})
     if g.source is Source.ACCEPTANCE:
         return _Part([], _ACCEPTANCE.replace("{a}", alias), {})
+    if g.source is Source.PARITY:
+        return _Part(*_parity(alias), {})
     raise AssertionError(f"not foldable: {g.id}")
 
 
@@ -260,12 +294,32 @@ def foldable(g: Guardrail) -> bool:
     return (g.source, g.shadow) in _FOLDABLE
 
 
+def _parity(alias: str) -> tuple[list[str], str]:
+    """Return the raw sums of d per statistic: live pairs, and the control slice's."""
+    columns = [f"{_difference(stat)} AS {alias}_d{i}" for i, stat in enumerate(STATISTICS)]
+    sums = [f"count(*) FILTER (WHERE parity IS NOT NULL) AS {alias}_sampled"]
+    for i in range(len(STATISTICS)):
+        d = f"{alias}_d{i}"
+        for key, valid in ((f"{alias}_{i}", "live"), (f"{alias}_{i}c", _CONTROL)):
+            sums.append(
+                f"count({d}) FILTER (WHERE {valid}) AS {key}_n, "
+                f"coalesce(sum({d}) FILTER (WHERE {valid}), 0) AS {key}_s, "
+                f"coalesce(sum({d} * {d}) FILTER (WHERE {valid}), 0) AS {key}_ss"
+            )
+    return columns, ",\n  ".join(sums)
+
+
+# The control slice's tested pairs (the data-quality alarm's).
+_CONTROL = "NOT warm AND NOT dropped AND is_control"
+
+
 _FOLDABLE = {
     *((src, Family.PAIRED_LOG_RATIO) for src in _LATENCY),
     *((src, Family.EXCEEDANCE) for src in _LATENCY),
     (Source.FAILED, Family.PAIRED_DIFFERENCE),
     (Source.ACCEPTANCE, Family.MEAN_FLOOR),
     (Source.GREEDY, Family.TWO_RATES),  # from the evaluator query
+    (Source.PARITY, Family.PAIRED_MEAN),
 }
 
 
@@ -353,7 +407,21 @@ def delta(session: Session, piece: Slice, policy: Policy, warm: WarmUp | None) -
         acceptance={
             s: np.asarray(series.get(s) or [], dtype=np.float64) for s in collapse_segments(policy)
         },
+        control=_control(rows, main),
     )
+
+
+def _control(rows: Any, main: dict[str, Guardrail]) -> dict[str, MeanStats]:
+    """Return the slice's control parity cells, pooled over its buckets (once sampled)."""
+    out: dict[str, MeanStats] = {}
+    for alias, g in main.items():
+        if g.source is not Source.PARITY or not any(row[f"{alias}_sampled"] for row in rows):
+            continue
+        for i, metric in enumerate(metrics(g)):
+            key = f"{alias}_{i}c"
+            n, s, ss = (sum(float(row[f"{key}_{k}"]) for row in rows) for k in ("n", "s", "ss"))
+            out[metric] = MeanStats(n, s, ss)
+    return out
 
 
 def _pooled_series(rows: Any) -> FloatArray:
@@ -384,7 +452,17 @@ def _counts(row: Any, name: str) -> PairedCounts:
 def _bucket(row: Any, main: dict[str, Guardrail]) -> Bucket:
     cells: dict[str, CellStats] = {}
     for alias, g in main.items():
+        if g.source is Source.PARITY:
+            cells.update(_parity_cells(row, alias, g))
+            continue
         family = g.shadow
         counts = family in (Family.PAIRED_DIFFERENCE, Family.EXCEEDANCE)
         cells[g.id] = _counts(row, alias) if counts else _mean(row, alias)
     return Bucket(float(row["live_n"]), float(row["dropped_n"]), float(row["both_failed_n"]), cells)
+
+
+def _parity_cells(row: Any, alias: str, g: Guardrail) -> dict[str, CellStats]:
+    # Only once a pair of the bucket was sampled: replay has no parity cells before.
+    if not row[f"{alias}_sampled"]:
+        return {}
+    return {metric: _mean(row, f"{alias}_{i}") for i, metric in enumerate(metrics(g))}

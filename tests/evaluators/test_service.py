@@ -151,3 +151,41 @@ def test_a_side_not_attributable_to_its_route_gets_no_result(session, status):
         ("baseline", "groundedness", True),
         ("baseline", "task", True),
     ]
+
+
+@pytest.mark.parametrize(
+    ("seeds", "want"),
+    [((None, None), {"mean_logprob": -0.5}), ((7, 7), {}), ("greedy", {})],
+)
+def test_the_stamp_stores_the_pairs_parity_differences(session, seeds, want):
+    # Computed once, where the pair is stamped for the gate, by the rule replay uses: the
+    # fold sums them (an eligible pair), or finds none (a shared seed, a greedy pair).
+    rollout = make_rollout(session)
+    pair = make_pair(
+        session, rollout, [(Cohort.BASELINE, RIGHT, OK), (Cohort.CANDIDATE, RIGHT, OK)]
+    )
+    rows = session.scalars(select(Generation).where(Generation.pair_id == pair.id)).all()
+    for g in rows:
+        candidate = g.cohort is Cohort.CANDIDATE
+        g.temperature = 0.0 if seeds == "greedy" else 0.8
+        g.seed = None if seeds == "greedy" else seeds[candidate]
+        g.top_p, g.max_tokens, g.finish_reason = 1.0, 64, "stop"
+        g.output_tokens = g.logprob_tokens = 10
+        g.logprob_sum = -10.0 if candidate else -5.0
+    session.flush()
+    evaluate_pair(session, pair_id=pair.id)
+    session.refresh(pair)
+    assert pair.parity == want
+
+
+def test_a_pair_without_sampling_settings_stores_no_parity(session):
+    rollout = make_rollout(session)
+    pair = make_pair(
+        session, rollout, [(Cohort.BASELINE, RIGHT, OK), (Cohort.CANDIDATE, RIGHT, OK)]
+    )
+    session.execute(
+        update(Generation).where(Generation.pair_id == pair.id).values(temperature=None)
+    )
+    evaluate_pair(session, pair_id=pair.id)
+    session.refresh(pair)
+    assert pair.evaluated_at is not None and pair.parity is None

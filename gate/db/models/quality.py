@@ -88,6 +88,8 @@ class GateFold(Base):
     segments: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
     evaluators: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
     collapse: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    # The control slice's parity cells (pooled), for the data-quality alarm.
+    control: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
 
 

@@ -110,6 +110,10 @@ class Pair(Base):
     # Complete but never evaluated: how often the sweep enqueued it again, and when next.
     requeues: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     requeue_after: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Sampled-output parity, fixed when the pair is stamped (`gate.pairs.parity`): d =
+    # candidate minus baseline per answer statistic the pair may compare; {} when a side
+    # was sampled but the pair is not eligible; NULL when neither side carries settings.
+    parity: Mapped[dict[str, float] | None] = mapped_column(JSONType)
 
 
 class Generation(Base):

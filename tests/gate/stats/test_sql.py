@@ -11,6 +11,7 @@ from sqlalchemy import insert
 
 from gate.db.enums import Cohort, RolloutMode
 from gate.db.models import Evaluation, Generation, Pair
+from gate.pairs import parity
 from gate.stats.cumulative import at_look, to_stats
 from gate.stats.incremental import to_stats as folded_stats
 from gate.stats.policy import Policy
@@ -51,8 +52,17 @@ def recorded_pairs(scenario: Scenario | None = None, policy: Policy = POLICY) ->
     return records
 
 
+# Side fields stored on the generation as they are (sampled-output parity's inputs); the
+# answer's text is the side's `output`, from which the export computes distinct-2.
+PARITY_FIELDS = ("temperature", "top_p", "max_tokens", "seed", "finish_reason",
+                 "output_tokens", "logprob_tokens", "logprob_sum", "output")  # fmt: skip
+
+
 def store(session, records: list[dict], rollout_id: int | None = None) -> int:
-    """Store records as pairs, generations and evaluations; set each record's `pair_id`."""
+    """Store records as pairs, generations and evaluations; set each record's `pair_id`.
+
+    Each pair's parity differences are recorded as its stamp would (`gate.pairs.parity`).
+    """
     rollout_id = rollout_id or factories.rollout(session).id
     pair_rows, gen_rows, side_evals = [], [], []
     for record in records:
@@ -80,6 +90,7 @@ def store(session, records: list[dict], rollout_id: int | None = None) -> int:
                     "spec_draft_tokens": side["draft_tokens"],
                     "spec_accepted_tokens": side["accepted_tokens"],
                     "trace_id": uuid.uuid4().hex, "span_id": uuid.uuid4().hex[:16],
+                    **{key: side.get(key) for key in PARITY_FIELDS},
                 }
             )  # fmt: skip
             side_evals.append(side["evals"])
@@ -101,6 +112,7 @@ def store(session, records: list[dict], rollout_id: int | None = None) -> int:
             for name, passed in evals.items()
         ],
     )
+    parity.record(session, pair_ids=[row["id"] for row in pair_rows])
     session.flush()
     return rollout_id
 

@@ -2,7 +2,9 @@
 
 Random streams of pairs: both modes, declared and undeclared segments, control pairs,
 missing sides, every side status (ok, error, timeout, fallback, dropped, cancelled),
-evaluators passing, failing or not evaluable, greedy pairs, acceptance. For every
+evaluators passing, failing or not evaluable, greedy pairs, acceptance, sampled sides
+(eligible or not: greedy, other limits, a shared seed, cut, logprobs on one side only or
+incomplete). For every
 guardrail of the registry the replay path (records -> columns -> statistics), the
 simulation path (the same columns with a leading runs axis, as `simulate` holds them)
 and, in shadow mode, the Postgres fold give the same statistics, collapse detectors,
@@ -22,6 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gate.db.enums import RolloutMode
+from gate.pairs.export import pair_records
+from gate.parity import answer_stats
 from gate.stats.cumulative import PairColumns, at_look, to_stats
 from gate.stats.incremental import to_stats as folded_stats
 from gate.stats.policy import Policy
@@ -34,9 +38,10 @@ from tests import factories
 from tests.gate.stats.test_sql import as_floats, store
 
 pytestmark = pytest.mark.postgres
-POLICY = Policy(
-    segments=["chat", "code"], warmup_pairs=6, min_pairs=10, min_duration_s=0, stages=[100.0]
-)
+POLICY = Policy.model_validate(
+    {"segments": ["chat", "code"], "warmup_pairs": 6, "min_pairs": 10, "min_duration_s": 0,
+     "stages": [100.0], "guardrails": {"output_parity": {"enabled": True, "min_scale_pairs": 2}}}
+)  # fmt: skip
 START = datetime(2025, 5, 1, tzinfo=UTC)
 STATUSES = ["ok", "ok", "ok", "error", "timeout", "fallback", "dropped", "cancelled"]
 RTOL = 1e-9
@@ -58,6 +63,42 @@ side = st.fixed_dictionaries(
         "accepted_tokens": st.integers(0, 120),
     }
 )
+# Sampled-output parity's side fields; `words` become the answer (`output`), from which
+# the record's distinct-2 is computed as the export does.
+sampling = st.fixed_dictionaries(
+    {
+        "temperature": st.sampled_from([0.8] * 9 + [0.0]),
+        "top_p": st.just(1.0),
+        "max_tokens": st.sampled_from([64] * 9 + [32]),
+        "seed": st.sampled_from([None] * 9 + [7]),
+        "finish_reason": st.sampled_from(["stop"] * 6 + ["eos"] * 2 + ["length", None]),
+        "words": st.lists(st.sampled_from("abcd"), max_size=8),
+        "logprobs": st.sampled_from(["all"] * 8 + ["none", "short"]),
+        "mean": st.floats(-3.0, 0.0),
+    }
+)
+
+
+def sampled_side(pair: tuple[dict, dict]) -> dict:
+    plain, s = pair
+    n = len(s["words"])
+    counted = {"all": n, "none": None, "short": max(n - 1, 0)}[s["logprobs"]]
+    fields = {k: s[k] for k in ("temperature", "top_p", "max_tokens", "seed", "finish_reason")}
+    return (
+        plain
+        | fields
+        | {
+            "output": " ".join(s["words"]),
+            "distinct_2": answer_stats(s["words"]).distinct_2,
+            "output_tokens": n,
+            "logprob_tokens": counted,
+            "logprob_sum": None if counted is None else s["mean"] * counted,
+        }
+    )
+
+
+sampled = st.tuples(side, sampling).map(sampled_side)
+side = st.one_of(side, sampled, sampled, sampled)
 pair = st.fixed_dictionaries(
     {
         "segment": st.sampled_from(["chat", "code", "unlisted", "other-one"]),
@@ -183,6 +224,9 @@ def test_replay_simulation_and_the_fold_agree_on_every_guardrail(pg_session, raw
             assert_same_stats(folded_stats(state, POLICY), replayed, skip={FEEDBACK})
             got = compute(pg_session, rollout=rollout, policy=POLICY)
             assert_same_verdict(got, want, skip={FEEDBACK})
+            exported = list(pair_records(pg_session, rollout_id=rollout.id))
+            again = replay(exported, POLICY, every=len(exported)).verdict
+            assert_same_verdict(got, again, skip={FEEDBACK})
 
 
 def _run(stats: GateStats, run: int) -> GateStats:
@@ -220,3 +264,52 @@ def test_an_evaluator_never_evaluable_yet_is_seen_alike_by_replay_and_the_fold(p
     got = compute(pg_session, rollout=rollout, policy=POLICY)
     assert_same_verdict(got, want, skip={FEEDBACK})
     assert {c.metric for c in want.cells} >= {"eval:task", "eval:schema"}
+
+
+# Every side sampled, most pairs eligible: the parity cells, their warm-up scale and the
+# control slice's alarm cells are exercised on every example, with ineligible pairs
+# (greedy, other limits, a shared seed, cut, logprobs on one side or incomplete) mixed in.
+ok_side = st.fixed_dictionaries(
+    {
+        "ttft_s": st.floats(0.1, 0.3), "tpot_s": st.floats(0.01, 0.03),
+        "e2e_s": st.floats(1.0, 3.0), "status": st.sampled_from(["ok"] * 9 + ["error"]),
+        "evals": st.just({"task": True}), "draft_tokens": st.just(10),
+        "accepted_tokens": st.integers(0, 10),
+    }
+)  # fmt: skip
+sampled_ok = st.tuples(ok_side, sampling).map(sampled_side)
+parity_pair = st.fixed_dictionaries(
+    {
+        "segment": st.sampled_from(["chat", "code", "unlisted"]),
+        "baseline": sampled_ok,
+        "candidate": st.one_of(*[sampled_ok] * 9, st.none()),
+        "lag_s": st.integers(0, 40),
+        "control": st.integers(0, 3),
+        "id_rank": st.integers(0, 2**32 - 1),
+    }
+)
+PARITY_POLICY = POLICY.model_copy(update={"warmup_pairs": 12})
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(raw=st.lists(parity_pair, min_size=20, max_size=60))
+def test_the_fold_builds_the_parity_and_control_cells_as_replay_does(pg_session, raw):
+    policy, records = PARITY_POLICY, as_records(raw)
+    cols = columns(fold_order(records), policy, RolloutMode.SHADOW)
+    replayed = at_look(to_stats(cols, policy, np.array([len(records)])), 0)
+    rollout = factories.rollout(pg_session, name=f"parity-{next(_names)}")
+    store(pg_session, [dict(r) for r in records], rollout.id)
+    fold(pg_session, rollout_id=rollout.id, stage=0, policy=policy)
+    # Read back from the stored state (its JSON), as the next gate run would.
+    got = folded_stats(fold(pg_session, rollout_id=rollout.id, stage=0, policy=policy), policy)
+    assert_same_stats(got, replayed, skip={FEEDBACK})
+    assert set(got.control) == set(replayed.control)
+    for key, cell in replayed.control.items():
+        assert as_floats(got.control[key]) == pytest.approx(as_floats(cell), rel=RTOL, abs=1e-9)
+    exported = list(pair_records(pg_session, rollout_id=rollout.id))
+    want = replay(exported, policy, every=len(exported)).verdict
+    assert_same_verdict(compute(pg_session, rollout=rollout, policy=policy), want, skip={FEEDBACK})
