@@ -11,6 +11,17 @@ from gate.reports.headline.reasons import parse_reason
 from gate.stats.policy import ALL, Policy
 
 
+@dataclass(frozen=True)
+class Needs:
+    """What the next decision needs: about how many more pairs, for which decision."""
+
+    pairs: int | None
+    goal: str | None
+    at_least: bool = False
+    blocked: str | None = None  # a guardrail proven outside its margin: promotion is out
+    untold: str | None = None  # a guardrail whose estimate is past its goal: count untold
+
+
 def pairs_needed(facts: Facts, policy: Policy, pace: Pace | None) -> Needs:
     """Return about how many more pairs the next decision needs, and which decision."""
     codes = {parse_reason(c).what for c in facts.reason_codes}
@@ -37,17 +48,6 @@ def pairs_needed(facts: Facts, policy: Policy, pace: Pace | None) -> Needs:
         # Unproven, so more than none; how many, no extrapolation from today's bound says.
         return Needs(None, "promotion", at_least=True, untold=past)
     return Needs(more, "promotion", at_least=past is not None)
-
-
-@dataclass(frozen=True)
-class Needs:
-    """What the next decision needs: about how many more pairs, for which decision."""
-
-    pairs: int | None
-    goal: str | None
-    at_least: bool = False
-    blocked: str | None = None  # a guardrail proven outside its margin: promotion is out
-    untold: str | None = None  # a guardrail whose estimate is past its goal: count untold
 
 
 def _goal(cell: Cell, policy: Policy) -> float | None:

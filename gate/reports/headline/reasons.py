@@ -1,5 +1,8 @@
-"""Reasons in words. Reason codes are parsed here and nowhere else (`parse_reason`), so
-the words can follow the gate's codes in one place."""
+"""Reasons in words: the one parser of reason codes, and a sentence per reason family.
+
+Reason codes are parsed here and nowhere else (`parse_reason`; tests/test_layout.py
+checks it), so the words follow the gate's codes in one place.
+"""
 
 from __future__ import annotations
 
