@@ -152,3 +152,20 @@ def test_the_configuration_table_names_every_setting_and_only_settings():
     table = text.split("\n## Configuration\n", 1)[1].split("\n\nEvery CLI command", 1)[0]
     named = set(re.findall(r"`(SPECGATE_[A-Z0-9_]+)`", table))
     assert named == {f"SPECGATE_{field.upper()}" for field in Settings.model_fields}
+
+
+def test_reason_codes_are_parsed_in_one_module_and_read_only_by_the_headline():
+    # The words follow the gate's codes in one place: a second parser, or a surface that
+    # branches on parsed codes itself, would say something else than the headline.
+    headline = "gate.reports.headline"
+    defined, used = set(), set()
+    for name, path in module_files().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name == "parse_reason":
+                defined.add(name)
+            named = getattr(node, "attr", None) or getattr(node, "name", None)
+            if isinstance(node, ast.alias | ast.Attribute) and named == "parse_reason":
+                used.add(name)
+    assert defined == {f"{headline}.reasons"}
+    outside = {n for n in used if n != headline and not n.startswith(f"{headline}.")}
+    assert outside == set()

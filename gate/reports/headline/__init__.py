@@ -1,0 +1,100 @@
+"""The answer at a glance: one rollout's headline, guardrail grid and reasons in words.
+
+Every surface (`/ui`, the weekly report, `specgate rollout show`, the end of `specgate
+demo`) calls this package, so they all say the same thing. The input is a verdict as the
+gate stores it (decision, reason codes, per-cell estimates as JSON) plus the rollout's
+policy and its pace; nothing here queries. Reason codes are parsed in `reasons` and
+nowhere else (`parse_reason`), so the words can follow the gate's codes in one place.
+
+- `facts`: the stored verdict and the stage's pace, read into typed cells;
+- `cells`: one cell in words (name, family, status, estimate, interval);
+- `reasons`: reason codes parsed and said in sentences;
+- `needs`: how many more pairs the next decision needs;
+- `summary`: the headline: the decision's sentence, per-guardrail lines, reasons;
+- `segment_grid`: the guardrail x segment grid;
+- `rehearsal_words`: a recorded rehearsal's sentences;
+- `text`: the headline and grid as terminal lines and Markdown.
+"""
+
+from gate.reports.headline.cells import (
+    FAMILIES,
+    LABELS,
+    MINUS,
+    PARITY_WORDS,
+    RATIOS,
+    ROW_ORDER,
+    STATUS_COLOURS,
+    STATUS_WORDS,
+    TAIL_ORDER,
+    Status,
+    cell_status,
+    family,
+    format_estimate,
+    format_interval,
+    label,
+)
+from gate.reports.headline.facts import Cell, Facts, Pace
+from gate.reports.headline.needs import Needs
+from gate.reports.headline.reasons import Reason, parity_sentences, parse_reason, reason_sentences
+from gate.reports.headline.rehearsal_words import (
+    ANSWER_WORDS,
+    CALL_WORDS,
+    NO_REHEARSAL,
+    REHEARSAL_HEADERS,
+    REHEARSAL_TITLE,
+    call_words,
+    rehearsal_answer,
+    rehearsal_crossover,
+    rehearsal_sentence,
+    rehearsal_speedup,
+)
+from gate.reports.headline.segment_grid import Grid, GridCell, GridRow, grid
+from gate.reports.headline.summary import CAUSES, DECISION_WORDS, Headline, Line, headline
+from gate.reports.headline.text import markdown, text_lines
+
+__all__ = [
+    "ANSWER_WORDS",
+    "CALL_WORDS",
+    "CAUSES",
+    "DECISION_WORDS",
+    "FAMILIES",
+    "LABELS",
+    "MINUS",
+    "NO_REHEARSAL",
+    "PARITY_WORDS",
+    "RATIOS",
+    "REHEARSAL_HEADERS",
+    "REHEARSAL_TITLE",
+    "ROW_ORDER",
+    "STATUS_COLOURS",
+    "STATUS_WORDS",
+    "TAIL_ORDER",
+    "Cell",
+    "Facts",
+    "Grid",
+    "GridCell",
+    "GridRow",
+    "Headline",
+    "Line",
+    "Needs",
+    "Pace",
+    "Reason",
+    "Status",
+    "call_words",
+    "cell_status",
+    "family",
+    "format_estimate",
+    "format_interval",
+    "grid",
+    "headline",
+    "label",
+    "markdown",
+    "parity_sentences",
+    "parse_reason",
+    "reason_sentences",
+    "rehearsal_answer",
+    "rehearsal_crossover",
+    "rehearsal_sentence",
+    "rehearsal_speedup",
+    "text_lines",
+]

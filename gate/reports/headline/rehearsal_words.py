@@ -1,0 +1,65 @@
+"""A recorded rehearsal (`specgate rehearse --rollout`) in words: when, what, and its answer."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from gate.stats.policy import ALL
+
+REHEARSAL_HEADERS = ["segment", "concurrency", "speedup [95 % interval]", "call"]
+REHEARSAL_TITLE = "Rehearsal before rollout: speedup (baseline / candidate) vs concurrency"
+NO_REHEARSAL = "No rehearsal recorded for this rollout (`specgate rehearse --rollout ID`)."
+# `specgate rehearse`'s decision at --at, as a sentence's end.
+ANSWER_WORDS = {
+    "pays": "speculation pays",
+    "does not pay": "speculation does not pay",
+    "could not tell": "the sweep could not tell",
+}
+CALL_WORDS = {
+    "wins": "candidate faster",
+    "loses": "candidate slower",
+    "unclear": "could not tell",
+}
+
+
+def rehearsal_sentence(
+    *, run_at: datetime | None, recorded_at: datetime, routes: tuple[str, str], workload: str,
+    requests: int, levels: list[int],
+) -> str:  # fmt: skip
+    """Say when a rehearsal ran, against which routes and workload, over which sweep."""
+    when = f"Rehearsed {_when(run_at)}" if run_at else f"Recorded {_when(recorded_at)}"
+    sweep = f"{levels[0]} to {levels[-1]}" if len(levels) > 1 else str(levels[0])
+    return (
+        f"{when}: baseline {routes[0]} against candidate {routes[1]}, workload {workload} "
+        f"({requests:,} requests), {sweep} concurrent requests."
+    )
+
+
+def rehearsal_crossover(segment: str, text: str) -> str:
+    """Say where the candidate stops winning in one segment (the sweep's own words)."""
+    name = "all segments" if segment == ALL else segment
+    return f"Crossover, {name}: {text}."
+
+
+def rehearsal_answer(at: int | None, decision: str, top: int) -> str:
+    """Say what the rehearsal answers at the production concurrency (`--at`)."""
+    if at is None:
+        return "No production concurrency (--at) was given: the rehearsal answers for none."
+    beyond = f" ({at} is above the sweep's {top})" if at > top else ""
+    return f"At production concurrency {at}: {ANSWER_WORDS.get(decision, decision)}{beyond}."
+
+
+def rehearsal_speedup(speedup: float | None, interval: tuple[float, float] | None) -> str:
+    """Return a level's speedup as people read it: "1.31 [1.12, 1.52]"."""
+    if speedup is None or interval is None:
+        return "too few answers"
+    return f"{speedup:.2f} [{interval[0]:.2f}, {interval[1]:.2f}]"
+
+
+def call_words(call: str | None) -> str:
+    """Return a level's call in words."""
+    return CALL_WORDS.get(call or "", "too few answers")
+
+
+def _when(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
