@@ -128,3 +128,61 @@ def test_only_a_rehearsal_that_pays_passes(tmp_path, name, shell, script, code, 
     assert ("--workload workload.jsonl" in calls) == (name == "gitlab")
     if name == "github":
         assert (tmp_path / "summary.md").read_text().startswith("# specgate rehearsal")
+
+
+RECORD = "Record the rehearsal with its rollout"
+
+
+def github_record_step() -> dict:
+    steps = yaml.safe_load(GITHUB.read_text())["jobs"]["rehearse"]["steps"]
+    return next(step for step in steps if step["name"] == RECORD)
+
+
+@pytest.mark.postgres
+def test_the_pipeline_records_its_rehearsal_with_the_rollout_through_the_real_api(
+    tmp_path, pg_committing, pg_url
+):
+    """The GitHub step posts rehearsal.json to the control API: 201 passes and the rollout
+    has it; a wrong key or a malformed summary fails the step with the API's answer."""
+    import json
+
+    import httpx
+
+    from tests import factories
+    from tests.gate.ui.harness import bearer, control_app, make_keys
+    from tests.servers import serving
+
+    step = github_record_step()
+    assert "inputs.rollout_id != ''" in step["if"]
+    with pg_committing() as db, db.begin():
+        rollout_id = factories.rollout(db, name="rehearsed").id
+    tokens = make_keys(pg_committing)
+    work = tmp_path / "work"
+    (work / "rehearsal").mkdir(parents=True)
+    (work / "script.sh").write_text(step["run"])
+
+    def record(summary: object, key: str) -> subprocess.CompletedProcess[str]:
+        (work / "rehearsal" / "rehearsal.json").write_text(json.dumps(summary))
+        env = {**os.environ, "SPECGATE_URL": base, "ADMIN_KEY": key, "ROLLOUT": str(rollout_id)}
+        return subprocess.run(
+            [BASH, "--noprofile", "--norc", "-eo", "pipefail", "script.sh"],
+            cwd=work, env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+    with serving(control_app(pg_url, pg_committing)) as base:
+        summary = factories.rehearsal_summary()
+        refused = record(summary, tokens["read"])
+        assert refused.returncode != 0 and "HTTP 403" in refused.stderr
+        malformed = record({"levels": "no"}, tokens["admin"])
+        assert malformed.returncode != 0 and "HTTP 422" in malformed.stderr
+        got = httpx.get(
+            f"{base}/v1/rollouts/{rollout_id}/rehearsal", headers=bearer(tokens["read"])
+        )
+        assert got.status_code == 404, got.text  # nothing recorded by the failed posts
+        done = record(summary, tokens["admin"])
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "recorded: HTTP 201" in done.stdout
+        got = httpx.get(
+            f"{base}/v1/rollouts/{rollout_id}/rehearsal", headers=bearer(tokens["read"])
+        )
+        assert got.status_code == 200, got.text
