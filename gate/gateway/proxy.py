@@ -153,7 +153,7 @@ def _asks_logprobs(gw: Gateway, routing: RolloutRouting, body: dict[str, Any]) -
     if not logprobs.samples(body) or logprobs.left_alone(body):
         return False
     routes = (routing.baseline.id, routing.candidate.id)
-    return all(gw.rejecting.may_ask(route) for route in routes)
+    return all(gw.logprob_routes.may_ask(route) for route in routes)
 
 
 def _primary(call: Call, assignment: Assignment) -> tuple[RouteTarget, Cohort]:
@@ -184,12 +184,12 @@ async def _serve_json(
             ),
         )
     except ClientGone:
-        _finish(gw, span, route, cohort, result.fail(*_CANCELLED), call.prompt, fallback=False)
+        _finish(gw, span, call, route, cohort, result.fail(*_CANCELLED), fallback=False)
         raise GateError("the client disconnected", status_code=499) from None
     finally:
         gw.inflight[route.id] -= 1
     fallback = canary and _failed_before_answer(reply, result)
-    _finish(gw, span, route, cohort, result, call.prompt, fallback=fallback)
+    _finish(gw, span, call, route, cohort, result, fallback=fallback)
     if fallback:
         return await _serve_json(gw, call, call.routing.baseline, Cohort.BASELINE, canary=False)
     if _strips(call, result) and reply is not None and reply.status_code == 200:
@@ -212,7 +212,7 @@ async def _serve_stream(
         )
     except ClientGone:
         gw.inflight[route.id] -= 1
-        _finish(gw, span, route, cohort, result.fail(*_CANCELLED), call.prompt, fallback=False)
+        _finish(gw, span, call, route, cohort, result.fail(*_CANCELLED), fallback=False)
         raise GateError("the client disconnected", status_code=499) from None
     failed = not isinstance(opened, Stream) or (canary and not first)
     if failed:
@@ -220,7 +220,7 @@ async def _serve_stream(
         # A candidate 4xx is the client's own error: pass it through like the baseline's.
         client_error = isinstance(opened, JsonReply) and _client_error(opened.status_code)
         fallback = canary and not client_error
-        _finish(gw, span, route, cohort, result, call.prompt, fallback=fallback)
+        _finish(gw, span, call, route, cohort, result, fallback=fallback)
         if fallback:
             return await _serve_stream(
                 gw, call, call.routing.baseline, Cohort.BASELINE, canary=False
@@ -235,7 +235,7 @@ async def _serve_stream(
         if not released:
             released = True
             gw.inflight[route.id] -= 1
-            _finish(gw, span, route, cohort, result, call.prompt, fallback=False)
+            _finish(gw, span, call, route, cohort, result, fallback=False)
 
     async def forward() -> AsyncIterator[bytes]:
         answered = False  # the last event was handed on: what comes after is not the call's
@@ -344,17 +344,17 @@ _REFUSED = (401, 403)
 def _finish(
     gw: Gateway,
     span: Any,
+    call: Call,
     route: RouteTarget,
     cohort: Cohort,
     result: CallResult,
-    prompt: str | None,
     *,
     fallback: bool,
 ) -> None:
-    gw.spans.end_call(span, result, prompt=prompt, fallback=fallback)
+    gw.spans.end_call(span, result, prompt=call.prompt, fallback=fallback)
     status = GenerationStatus.FALLBACK if fallback else result.status
     gw.metrics.observe(route.name, cohort.value, result, status=status.value)
-    reached(gw, route, result)
+    reached(gw, route, result, asked=call.asked_logprobs)
 
 
 def _skipped(gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort) -> None:

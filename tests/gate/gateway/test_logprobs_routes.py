@@ -17,6 +17,7 @@ from tests.waits import wait_until
 pytestmark = pytest.mark.usefixtures("each_transport")
 
 PARITY = {"stages": [100], "guardrails": {"output_parity": {"enabled": True}}}
+NO_PARITY = {"stages": [100], "guardrails": {"output_parity": {"enabled": False}}}
 MESSAGES = [{"role": "user", "content": "Proofread: the cat sat on teh mat."}]
 SUM_OF_8 = -0.25 * (1 + 2 + 3 + 4) * 2  # the sim engine's made-up values, 8 tokens
 
@@ -59,7 +60,12 @@ def test_streamed_pairs_are_asked_summarised_and_stripped(tmp_path):
 
 def test_only_a_policy_that_tests_parity_asks_unless_the_setting_says_otherwise(tmp_path):
     for i, (policy, setting, asked) in enumerate(
-        ((None, "auto", False), (PARITY, "off", False), (None, "on", True))  # None: parity off
+        (
+            (NO_PARITY, "auto", False),
+            (None, "auto", True),  # the default policy tests parity
+            (PARITY, "off", False),
+            (NO_PARITY, "on", True),
+        )
     ):
         (tmp_path / str(i)).mkdir()
         with gateway_stack(tmp_path / str(i), policy=policy, ask_logprobs=setting) as stack:
@@ -224,3 +230,38 @@ def test_a_request_the_route_would_refuse_is_not_made_valid_by_our_logprobs(tmp_
         answer = chat(stack, temperature=0.8, top_logprobs=2)
         assert answer.status_code == 400
         assert all("logprobs" not in body for body in seen)
+
+
+def test_a_candidate_that_stops_speculating_when_asked_is_no_longer_asked(tmp_path):
+    """Like vLLM up to about 0.14: asked calls run without speculation. Once an unasked
+    call speculated and `QUORUM` asked calls did not, the pairs are not asked any more, so
+    the candidate's latency is measured with speculation again."""
+    from gate.gateway.logprobs import QUORUM
+
+    dropping = SimProfile(spec_tokens=4, acceptance=0.7, drops_speculation_with_logprobs=True)
+    with gateway_stack(tmp_path, policy=PARITY, candidate=dropping) as stack:
+        assert chat(stack, temperature=0).status_code == 200  # greedy: unasked, speculates
+        assert wait_until(lambda: len(stack.spans("candidate")) == 1)
+        for _ in range(QUORUM):
+            assert chat(stack, temperature=0.8).status_code == 200
+        assert wait_until(lambda: len(stack.spans("candidate")) == 1 + QUORUM)
+        asked = stack.candidate_log.bodies[1:]
+        assert all(b.get("logprobs") is True for b in asked)
+        assert all(A.SPEC_DRAFT_TOKENS not in s.attributes for s in stack.spans("candidate")[1:])
+        assert chat(stack, temperature=0.8).status_code == 200
+        assert wait_until(lambda: len(stack.spans("candidate")) == 2 + QUORUM)
+        assert "logprobs" not in stack.candidate_log.bodies[-1]
+        assert "logprobs" not in stack.baseline_log.bodies[-1]  # both sides alike
+        assert stack.spans("candidate")[-1].attributes[A.SPEC_DRAFT_TOKENS] > 0
+
+
+def test_a_candidate_that_speculates_when_asked_keeps_being_asked(tmp_path):
+    from gate.gateway.logprobs import QUORUM
+
+    speculating = SimProfile(spec_tokens=4, acceptance=0.7)
+    with gateway_stack(tmp_path, policy=PARITY, candidate=speculating) as stack:
+        assert chat(stack, temperature=0).status_code == 200
+        for _ in range(QUORUM + 1):
+            assert chat(stack, temperature=0.8).status_code == 200
+        assert wait_until(lambda: len(stack.candidate_log.bodies) == QUORUM + 2)
+        assert all(b.get("logprobs") is True for b in stack.candidate_log.bodies[1:])
