@@ -20,14 +20,15 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
+_LOADS = ("baseline_load", "candidate_load", "baseline_load_source", "candidate_load_source")
 
 
 def upgrade() -> None:
     with op.batch_alter_table("pairs") as batch:
-        batch.add_column(sa.Column("baseline_load", sa.Float(), nullable=True))
-        batch.add_column(sa.Column("candidate_load", sa.Float(), nullable=True))
-        batch.add_column(sa.Column("baseline_load_source", sa.String(16), nullable=True))
-        batch.add_column(sa.Column("candidate_load_source", sa.String(16), nullable=True))
+        for column in _LOADS[:2]:
+            batch.add_column(sa.Column(column, sa.Float(), nullable=True))
+        for column in _LOADS[2:]:
+            batch.add_column(sa.Column(column, sa.String(16), nullable=True))
     with op.batch_alter_table("gate_folds") as batch:
         batch.add_column(sa.Column("bands", JSON, nullable=True))
 
@@ -36,6 +37,5 @@ def downgrade() -> None:
     with op.batch_alter_table("gate_folds") as batch:
         batch.drop_column("bands")
     with op.batch_alter_table("pairs") as batch:
-        for column in ("candidate_load_source", "baseline_load_source", "candidate_load"):
+        for column in _LOADS:
             batch.drop_column(column)
-        batch.drop_column("baseline_load")
