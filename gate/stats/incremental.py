@@ -427,7 +427,11 @@ def load_control(doc: Mapping[str, Any] | None) -> dict[str, MeanStats]:
 def load_bands(doc: list[Any] | None) -> tuple[BandSums, ...]:
     """Return the load bands' sums from their `dump` (none folded: empty)."""
     return tuple(
-        BandSums(MeanStats(**_numbers(raw["gain"])), raw["candidate_load"], raw["baseline_load"])
+        BandSums(
+            MeanStats(**_numbers(raw["gain"])),
+            float(raw["candidate_load"]),
+            float(raw["baseline_load"]),
+        )
         for raw in doc or []
     )
 
