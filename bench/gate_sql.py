@@ -6,9 +6,10 @@ Creates a throwaway database on the local server, builds it with the migrations,
 complete, evaluated shadow pairs (two generations and two evaluations each, five
 segments, `evaluated_at` up to 30 s after creation; every pair sampled at temperature 0.8
 and eligible for sampled-output parity, 80 % with log-probabilities, each pair's parity
-differences computed as its stamp does, `gate.pairs.parity`) with COPY, and runs ANALYZE.
-The rollout's policy is the default (parity on) with one stage, `--policy` fields over
-it. Then it
+differences computed as its stamp does, `gate.pairs.parity`; each route's load at the
+pair's start stamped as from the engine gauge, the candidate's spread over the default
+load bands) with COPY, and runs ANALYZE. The rollout's policy is the default (parity and
+load bands on) with one stage, `--policy` fields over it. Then it
 times `gate.verdicts.service.compute` (what the periodic gate and `gate check` run) plus
 the commit of the fold state, each in its own transaction:
 
@@ -68,11 +69,14 @@ def load(
     passed = rng.random(n) < 0.85
     sides = [sampled_sides(rng, with_logprobs=bool(rng.random() < 0.8)) for _ in range(n)]
     ids = [uuid.uuid4() for _ in range(n)]
+    # Running requests at each pair's start: baseline about 40, candidate about 12.
+    loads = np.round(np.exp(rng.normal([np.log(40.0), np.log(12.0)], 0.6, (n, 2))))
     created = [start + timedelta(milliseconds=150 * i) for i in range(n)]
     with psycopg.connect(dsn) as conn, conn.cursor() as cur:
         with cur.copy(
             "COPY pairs (id, rollout_id, stage, state, is_control, segment, "
-            "created_at, deadline, completed_at, evaluated_at, parity) FROM STDIN"
+            "created_at, deadline, completed_at, evaluated_at, parity, baseline_load, "
+            "candidate_load, baseline_load_source, candidate_load_source) FROM STDIN"
         ) as copy:
             for i, pair_id in enumerate(ids):
                 at = created[i]
@@ -81,7 +85,8 @@ def load(
                 d = json.dumps(differences(*sides[i]))
                 copy.write_row(
                     (pair_id, rollout_id, 0, "complete", False, segment, at,
-                     at + timedelta(minutes=5), at, evaluated, d)
+                     at + timedelta(minutes=5), at, evaluated, d, float(loads[i, 0]),
+                     float(loads[i, 1]), "engine", "engine")
                 )  # fmt: skip
         with cur.copy(
             "COPY generations (id, rollout_id, pair_id, cohort, segment, status, "
@@ -183,8 +188,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=1_000_000)
     parser.add_argument("--new", type=int, default=1_000)
     parser.add_argument("--repeat", type=int, default=5)
-    # E.g. '{"guardrails": {"load_bands": {"enabled": false}}}': the bands are replayed
-    # from the stage's records beside the fold (`replayed_bands`), which this isolates.
+    # E.g. '{"guardrails": {"load_bands": {"enabled": false}}}' (the bands' cost alone).
     parser.add_argument("--policy", default="{}", help="policy fields (JSON) over the default")
     parser.add_argument("--server", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
     args = parser.parse_args()

@@ -13,7 +13,7 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from gate.db.enums import Cohort, PairState
 from gate.db.models import Evaluation, Feedback, Generation, Pair, RequestRecord
-from gate.pairs.load import pair_loads
+from gate.pairs import load
 from gate.parity import answer_stats
 
 CHUNK = 5000
@@ -37,12 +37,10 @@ def pair_records(
     landed yet, oldest first. `with_requests` adds each pair's kept request (`request`:
     endpoint, body, declared inputs, and what the gateway cut), for `specgate rehearse`.
     Each side carries `load`: its route's running requests at the pair's start
-    (`gate.pairs.load`; null when unknown), which the gate's load bands read.
+    (`gate.pairs.load`; null when unknown), which the gate's load bands read: the load
+    stamped with the pair, so a replay reads what the fold sums; computed now only for a
+    pair not stamped yet.
     """
-    loads = {
-        p.pair_id: (p.baseline.value, p.candidate.value)
-        for p in pair_loads(session, rollout_id=rollout_id, stage=stage)
-    }
     evaluated = Pair.evaluated_at.is_not(None)
     pages = _pages(session, rollout_id, stage, evaluated, (Pair.evaluated_at, Pair.id))
     if not evaluated_only:
@@ -51,7 +49,7 @@ def pair_records(
             pages, _pages(session, rollout_id, stage, waiting, (Pair.created_at, Pair.id))
         )
     for page in pages:
-        yield from _records(session, page, with_requests, loads)
+        yield from _records(session, page, with_requests, _loads(session, page))
 
 
 def _pages(
@@ -79,6 +77,20 @@ def _pages(
         yield pairs
         last = pairs[-1]
         after = (getattr(last, order[0].key), last.id)
+
+
+def _loads(
+    session: Session, pairs: Sequence[Pair]
+) -> dict[uuid.UUID, tuple[float | None, float | None]]:
+    """Return each pair's (baseline, candidate) load: stamped, else computed now."""
+    found = {p.id: load.stamped(p) for p in pairs}
+    waiting = [p.id for p in pairs if p.evaluated_at is None]
+    for computed in load.loads_of(session, pair_ids=waiting):
+        found[computed.pair_id] = computed
+    return {
+        pair_id: (None, None) if got is None else (got.baseline.value, got.candidate.value)
+        for pair_id, got in found.items()
+    }
 
 
 def _records(

@@ -7,6 +7,17 @@ Without such scrapes the gateway's count stands in: the in-flight calls the pair
 gateway replica had open to the route, plus, for every other replica, its latest count
 recorded before the start within `max_gap_s` (each replica counts only its own calls).
 Requests recorded before replicas were named count for their own replica only.
+
+A pair's load is computed once, when it is stamped for the gate (`record`, called by
+`gate.pairs.watermark.stamp_evaluated` once its evaluations landed), and stored with it.
+What exists then: every scrape up to the stamp. The scrape before the pair's start is
+there; the one after it is there unless the pair was stamped within a scrape interval
+(`scrape_interval_s`) of its start, or the scraper lagged. Without it the engine gauge
+cannot be interpolated and the gateway's counts stand in (`gateway`; `none` without a
+recorded request). The stamped value is final: the fold sums it
+(`gate.verdicts.slices`) and `specgate pairs export` writes it, so the gate and a replay
+of the exported records read the same loads even where a later computation would find
+the engine's scrape. Only pairs not stamped yet are computed when read (`loads_of`).
 """
 
 from __future__ import annotations
@@ -14,11 +25,12 @@ from __future__ import annotations
 import uuid
 from bisect import bisect_right
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Literal, cast
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, select, update
 from sqlalchemy.orm import Session
 
 from gate.db.models import EngineSample, Pair, RequestRecord, Rollout
@@ -58,44 +70,99 @@ class _Seen:
 def pair_loads(
     session: Session, *, rollout_id: int, stage: int | None = None, max_gap_s: float = 30.0
 ) -> list[PairLoad]:
-    """Return each pair's load at its start (engine gauge, else summed gateway counts)."""
-    rollout = session.get(Rollout, rollout_id)
-    if rollout is None:
+    """Return each pair's load at its start, computed from what is stored now."""
+    if session.get(Rollout, rollout_id) is None:
         raise NotFound(f"rollout {rollout_id} not found")
-    rows = _pairs(session, rollout_id, stage)
-    if not rows:
+    where = [Pair.rollout_id == rollout_id]
+    if stage is not None:
+        where.append(Pair.stage == stage)
+    return _computed(session, _pairs(session, where), max_gap_s)
+
+
+def loads_of(
+    session: Session, *, pair_ids: Sequence[uuid.UUID], max_gap_s: float = 30.0
+) -> list[PairLoad]:
+    """Return the given pairs' loads at their start (any rollouts), as `pair_loads` does."""
+    if not pair_ids:
         return []
+    return _computed(session, _pairs(session, [Pair.id.in_(pair_ids)]), max_gap_s)
+
+
+def record(session: Session, *, pair_ids: Sequence[uuid.UUID]) -> None:
+    """Store the pairs' loads and their sources (`Pair.baseline_load`, ...), once."""
+    rows = [
+        {
+            "id": p.pair_id,
+            "baseline_load": p.baseline.value,
+            "candidate_load": p.candidate.value,
+            "baseline_load_source": p.baseline.source,
+            "candidate_load_source": p.candidate.source,
+        }
+        for p in loads_of(session, pair_ids=pair_ids)
+    ]
+    if rows:
+        session.execute(update(Pair), rows)
+
+
+def stamped(pair: Pair) -> PairLoad | None:
+    """Return the load stamped with a pair (None: not stamped, or stamped before loads)."""
+    if pair.baseline_load_source is None or pair.candidate_load_source is None:
+        return None
+    return PairLoad(
+        pair.id,
+        pair.created_at,
+        Load(pair.baseline_load, cast(Source, pair.baseline_load_source)),
+        Load(pair.candidate_load, cast(Source, pair.candidate_load_source)),
+    )
+
+
+def _computed(session: Session, rows: list[_Row], max_gap_s: float) -> list[PairLoad]:
+    """Return the rows' loads, each rollout's scrapes and requests read once."""
     gap = timedelta(seconds=max_gap_s)
-    first, last = rows[0][1] - gap, rows[-1][1] + gap
-    gauges = [
-        _gauge(session, route_id, first, last)
-        for route_id in (rollout.baseline_route_id, rollout.candidate_route_id)
-    ]
-    replicas = _replicas(session, rollout_id, first, last)
-    return [
-        PairLoad(
-            pair_id,
-            start,
-            *(_load(gauges[role], replicas, start, seen, role, gap) for role in (0, 1)),
-        )
-        for pair_id, start, seen in rows
-    ]
+    per_rollout: dict[int, list[_Row]] = defaultdict(list)
+    for row in rows:
+        per_rollout[row.rollout_id].append(row)
+    out = []
+    for rollout_id, mine in per_rollout.items():
+        rollout = session.get(Rollout, rollout_id)
+        assert rollout is not None
+        first, last = mine[0].start - gap, mine[-1].start + gap
+        gauges = [
+            _gauge(session, route_id, first, last)
+            for route_id in (rollout.baseline_route_id, rollout.candidate_route_id)
+        ]
+        replicas = _replicas(session, rollout_id, first, last)
+        out += [
+            PairLoad(
+                r.pair_id,
+                r.start,
+                *(_load(gauges[role], replicas, r.start, r.seen, role, gap) for role in (0, 1)),
+            )
+            for r in mine
+        ]
+    return out
 
 
-def _pairs(
-    session: Session, rollout_id: int, stage: int | None
-) -> list[tuple[uuid.UUID, datetime, _Seen | None]]:
+@dataclass(frozen=True)
+class _Row:
+    """A pair to compute the load of: its rollout, start and recorded request."""
+
+    rollout_id: int
+    pair_id: uuid.UUID
+    start: datetime
+    seen: _Seen | None
+
+
+def _pairs(session: Session, where: list[ColumnElement[bool]]) -> list[_Row]:
     statement = (
-        select(Pair.id, Pair.created_at, RequestRecord)
+        select(Pair.rollout_id, Pair.id, Pair.created_at, RequestRecord)
         .outerjoin(RequestRecord, RequestRecord.id == Pair.request_id)
-        .where(Pair.rollout_id == rollout_id)
+        .where(*where)
         .order_by(Pair.created_at, Pair.id)
     )
-    if stage is not None:
-        statement = statement.where(Pair.stage == stage)
     return [
-        (pair_id, start, None if request is None else _seen(request))
-        for pair_id, start, request in session.execute(statement)
+        _Row(rollout_id, pair_id, start, None if request is None else _seen(request))
+        for rollout_id, pair_id, start, request in session.execute(statement)
     ]
 
 

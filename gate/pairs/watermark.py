@@ -27,7 +27,7 @@ from gate.db import storage
 from gate.db.base import utcnow
 from gate.db.enums import PairState
 from gate.db.models import Pair
-from gate.pairs import parity
+from gate.pairs import load, parity
 
 # Advisory locks are keyed (namespace, rollout id); "SG" keeps them apart from others'.
 LOCK_SPACE = 0x5347
@@ -41,8 +41,8 @@ def _single_writer(session: Session) -> bool:
 
 
 def stamp_evaluated(session: Session, *, pair_ids: Sequence[uuid.UUID]) -> int:
-    """Stamp closed pairs as ready for the gate, with their parity differences; a pair
-    keeps its first stamp."""
+    """Stamp closed pairs as ready for the gate, with their parity differences and loads;
+    a pair keeps its first stamp."""
     if not pair_ids:
         return 0
     now: Any = utcnow()
@@ -63,9 +63,15 @@ def stamp_evaluated(session: Session, *, pair_ids: Sequence[uuid.UUID]) -> int:
             .execution_options(synchronize_session="fetch")
         )
     )
-    # In the same transaction: the fold never sees a stamped pair without its differences.
-    parity.record(session, pair_ids=stamped)
+    # In the same transaction: the fold never sees a stamped pair without them.
+    record_stamped(session, pair_ids=stamped)
     return len(stamped)
+
+
+def record_stamped(session: Session, *, pair_ids: Sequence[uuid.UUID]) -> None:
+    """Fix what the fold reads of newly stamped pairs: parity differences and loads."""
+    parity.record(session, pair_ids=pair_ids)
+    load.record(session, pair_ids=pair_ids)
 
 
 def fold_horizon(session: Session, *, rollout_id: int) -> datetime:

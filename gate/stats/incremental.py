@@ -9,6 +9,9 @@ pairs in fold order (`gate.stats.change.update`), and what the warm-up fixes.
 Sampled-output parity cells hold raw sums of each pair's stored difference d
 (`gate.pairs.parity`): n, sum d and sum d^2; the warm-up fixes each statistic's scale, and
 `to_stats` divides (sum z = sum d / scale, sum z^2 = sum d^2 / scale^2), as replay's z.
+The load bands (`BandSums`, pooled) hold per band of the candidate's stamped load
+(`gate.pairs.load`) the primary's clipped log-ratio (n, sum, sum of squares) and both
+routes' loads summed over the same live pairs, as `gate.stats.cumulative` builds them.
 
 Warm-up: the first `policy.warmup_pairs` pairs *in fold order*, not in creation order,
 so a pair's role is known when it is folded and never revisited. Replay and export use
@@ -33,17 +36,24 @@ import numpy as np
 from gate.db.enums import RolloutMode
 from gate.parity import STATISTICS
 from gate.stats.change import CollapseState, log_evalues, update
+from gate.stats.cumulative import band_labels
 from gate.stats.ids import ALL, Cell, MetricId
 from gate.stats.policy import Policy
-from gate.stats.registry import Family, Guardrail, Source, collapse_segments, metric_id, tested
-from gate.stats.rule import (
-    CellStats,
-    GateStats,
+from gate.stats.registry import (
+    Family,
+    Guardrail,
+    Source,
+    banded,
+    collapse_segments,
+    metric_id,
+    tested,
 )
+from gate.stats.rule import BandStats, CellStats, GateStats
 from gate.stats.sequences import CountStats, FloatArray, MeanStats, PairedCounts, TwoCounts
 
 # Bump when what a fold stores changes meaning: stored states then refold from scratch.
-FOLD_VERSION = 3  # 2: pooled and undeclared collapse detectors; 3: sampled-output parity
+# 2: pooled and undeclared collapse detectors; 3: sampled-output parity; 4: load bands
+FOLD_VERSION = 4
 # The bucket of pairs whose segment the policy does not declare ("all" is never declared).
 POOLED_ONLY = ALL
 Key = tuple[datetime, uuid.UUID]
@@ -138,6 +148,15 @@ class WarmUp:
 
 
 @dataclass(frozen=True)
+class BandSums:
+    """One load band's live pairs: the primary's clipped log-ratio and both routes' loads."""
+
+    gain: MeanStats = _MEAN
+    candidate_load: float = 0.0
+    baseline_load: float = 0.0
+
+
+@dataclass(frozen=True)
 class FoldState:
     """A stage's statistics over every pair folded so far, up to `watermark`."""
 
@@ -154,6 +173,8 @@ class FoldState:
     collapse: Mapping[str, CollapseState] = field(default_factory=dict)
     # The control slice's parity cells by metric, pooled, raw sums of d (see `Bucket`).
     control: Mapping[str, MeanStats] = field(default_factory=dict)
+    # The load bands' sums, one per band of `guardrails.load_bands.edges` (pooled).
+    bands: tuple[BandSums, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -170,6 +191,7 @@ class Delta:
     # Live pairs' acceptance rates per declared segment, in fold order.
     acceptance: Mapping[str, FloatArray]
     control: Mapping[str, MeanStats] = field(default_factory=dict)
+    bands: tuple[BandSums, ...] = ()
 
 
 def policy_key(policy: Policy) -> str:
@@ -184,6 +206,8 @@ def policy_key(policy: Policy) -> str:
         g.acceptance.collapse_ratio,
         g.greedy_mismatch.evaluator,
         g.output_parity.min_scale_pairs,
+        g.load_bands.edges,
+        policy.primary.metric,
         # What each folded guardrail computes: adding or changing one refolds.
         [[r.id, r.source, r.shadow, r.quantile(policy) if r.quantile else None] for r in folded()],
     ]
@@ -234,11 +258,13 @@ def add(state: FoldState, delta: Delta) -> FoldState:
         evaluators=evaluators,
         collapse=collapse,
         control=_merge(state.control, delta.control),
+        bands=tuple(map(_plus, state.bands, delta.bands)) if state.bands else delta.bands,
     )
 
 
-def to_stats(state: FoldState, policy: Policy) -> GateStats:
-    """Return the gate's statistics of the folded pairs (as `cumulative.to_stats` would)."""
+def to_stats(state: FoldState, policy: Policy, *, next_share: float | None = 1.0) -> GateStats:
+    """Return the gate's statistics of the folded pairs (as `cumulative.to_stats` would);
+    `next_share` as there (the load bands' hold)."""
     pooled = reduce(_plus, state.buckets.values(), Bucket())
     cells: dict[tuple[str, str], CellStats] = {}
     for segment in (ALL, *policy.segments):
@@ -259,6 +285,23 @@ def to_stats(state: FoldState, policy: Policy) -> GateStats:
         control={
             Cell(metric_id(m), ALL): in_sd(c, _scale(state, m)) for m, c in state.control.items()
         },
+        bands=_bands(state, policy, next_share),
+    )
+
+
+def _bands(state: FoldState, policy: Policy, next_share: float | None) -> BandStats | None:
+    """Return the load bands of the folded pairs (None: the policy has them off)."""
+    g = banded(policy)
+    if g is None or g.shadow is not Family.BAND:
+        return None
+    edges = policy.guardrails.load_bands.edges
+    sums = state.bands or tuple(BandSums() for _ in range(len(edges) + 1))
+    return BandStats(
+        labels=band_labels(edges),
+        gain=tuple(b.gain for b in sums),
+        candidate_load=tuple(b.candidate_load for b in sums),
+        baseline_load=tuple(b.baseline_load for b in sums),
+        next_share=next_share,
     )
 
 
@@ -379,6 +422,18 @@ def load_collapse(doc: Mapping[str, Any] | None) -> dict[str, CollapseState]:
 def load_control(doc: Mapping[str, Any] | None) -> dict[str, MeanStats]:
     """Return the control slice's parity cells from their `dump`."""
     return {metric: MeanStats(**_numbers(raw)) for metric, raw in (doc or {}).items()}
+
+
+def load_bands(doc: list[Any] | None) -> tuple[BandSums, ...]:
+    """Return the load bands' sums from their `dump` (none folded: empty)."""
+    return tuple(
+        BandSums(
+            MeanStats(**_numbers(raw["gain"])),
+            float(raw["candidate_load"]),
+            float(raw["baseline_load"]),
+        )
+        for raw in doc or []
+    )
 
 
 def load_warmup(doc: Mapping[str, Any] | None) -> WarmUp | None:

@@ -94,6 +94,7 @@ def _load(row: GateFold) -> FoldState:
         evaluators=incremental.load_evaluators(row.evaluators),
         collapse=incremental.load_collapse(row.collapse),
         control=incremental.load_control(row.control),
+        bands=incremental.load_bands(row.bands),
     )
 
 
@@ -107,3 +108,4 @@ def _save(row: GateFold, state: FoldState) -> None:
     row.evaluators = incremental.dump(state.evaluators)
     row.collapse = incremental.dump(state.collapse)
     row.control = incremental.dump(state.control)
+    row.bands = [incremental.dump(b) for b in state.bands]

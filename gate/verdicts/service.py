@@ -4,20 +4,17 @@ Each run is one look at the stage's evaluated pairs (closed, their evaluations l
 The gate's intervals are anytime-valid, so looking at every run (every minute, every
 dashboard reload, every `gate check`) does not inflate its error rates. Postgres shadow
 rollouts fold the pairs evaluated since the last run into stored sufficient statistics
-(`gate.verdicts.folds`), so a run costs the new pairs, not all of them; the load bands,
-whose per-pair loads the fold's SQL does not build, are replayed beside it from the
-stage's records (`replayed_bands`). SQLite and canary rollouts replay the same pair
-records that `specgate pairs export` writes, in the same (fold) order, so both paths
-judge the same pairs alike.
+(`gate.verdicts.folds`), so a run costs the new pairs, not all of them; the load bands
+too, from each pair's loads stamped with it (`gate.pairs.load`). SQLite and canary
+rollouts replay the same pair records that `specgate pairs export` writes, in the same
+(fold) order, so both paths judge the same pairs alike.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import replace
 
-import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -31,11 +28,8 @@ from gate.rollouts.states import Action
 from gate.routing import service as routing
 from gate.routing.pubsub import Publisher
 from gate.stats import incremental
-from gate.stats.cumulative import at_look, to_stats
 from gate.stats.policy import Policy, at_stage, load_policy, next_stage_share
-from gate.stats.registry import banded
-from gate.stats.replay import columns, fold_order, replay
-from gate.stats.rule import BandStats
+from gate.stats.replay import replay
 from gate.stats.verdict import VerdictResult, decide
 from gate.verdicts import folds, slices
 
@@ -59,9 +53,8 @@ def compute(session: Session, *, rollout: Rollout, policy: Policy) -> VerdictRes
         state = folds.fold(session, rollout_id=rollout.id, stage=rollout.stage, policy=policy)
         if not state.pairs:
             return NO_PAIRS
-        stats = incremental.to_stats(state, policy)
-        if banded(policy) is not None:
-            stats = replace(stats, bands=replayed_bands(session, rollout=rollout, policy=policy))
+        share = next_stage_share(policy, rollout.stage, RolloutMode.SHADOW)
+        stats = incremental.to_stats(state, policy, next_share=share)
         return decide(at_stage(policy, rollout.stage), stats)
     records = list(
         pair_records(session, rollout_id=rollout.id, stage=rollout.stage, evaluated_only=True)
@@ -70,24 +63,6 @@ def compute(session: Session, *, rollout: Rollout, policy: Policy) -> VerdictRes
         return NO_PAIRS
     every = len(records)
     return replay(records, policy, every=every, mode=rollout.mode, stage=rollout.stage).verdict
-
-
-def replayed_bands(session: Session, *, rollout: Rollout, policy: Policy) -> BandStats | None:
-    """Return the stage's load bands, replayed from its pair records beside the fold.
-
-    The fold's SQL does not build the bands (each pair's load is interpolated from the
-    engine scrapes, `gate.pairs.load`), so they come from the same records in the same
-    (fold) order as a replay, with the same warm-up.
-    """
-    records = fold_order(
-        list(pair_records(session, rollout_id=rollout.id, stage=rollout.stage, evaluated_only=True))
-    )
-    if not records:
-        return None
-    cols = columns(records, policy, RolloutMode.SHADOW)
-    share = next_stage_share(policy, rollout.stage, RolloutMode.SHADOW)
-    stats = to_stats(cols, policy, np.array([len(records)]), next_share=share)
-    return at_look(stats, 0).bands
 
 
 def run_gate(session: Session, *, rollout_id: int, publisher: Publisher | None) -> Verdict:

@@ -8,8 +8,9 @@ evaluations. `gate.verdicts.folds` folds each new slice into the stored state
 (rollout_id, stage, evaluated_at, id). Assumptions: one generation per cohort per pair; an
 evaluator with several results (versions) for one generation passes only if all of them
 passed. Sampled-output parity reads each pair's differences, stored when it was stamped
-(`gate.pairs.parity`), so eligibility is judged once, in Python (`gate.parity`). Not
-here: canary mode (unpaired cohorts), user feedback.
+(`gate.pairs.parity`), so eligibility is judged once, in Python (`gate.parity`). The load
+bands read each pair's loads, likewise stored when it was stamped (`gate.pairs.load`).
+Not here: canary mode (unpaired cohorts), user feedback.
 """
 
 from __future__ import annotations
@@ -28,7 +29,17 @@ from gate.db.enums import Outcome, sql_statuses
 from gate.parity import STATISTICS
 from gate.stats.cumulative import parity_scale
 from gate.stats.ids import ALL, UNDECLARED
-from gate.stats.incremental import POOLED_ONLY, Bucket, Delta, Key, Tail, WarmUp, folded, metrics
+from gate.stats.incremental import (
+    POOLED_ONLY,
+    BandSums,
+    Bucket,
+    Delta,
+    Key,
+    Tail,
+    WarmUp,
+    folded,
+    metrics,
+)
 from gate.stats.policy import Policy
 from gate.stats.registry import Family, Guardrail, Source, collapse_segments
 from gate.stats.rule import CellStats
@@ -84,13 +95,14 @@ _RANGE = (
 )
 _SLICE = f"""
 WITH p AS (
-  SELECT id, is_control, state, created_at, evaluated_at, parity,
+  SELECT id, is_control, state, created_at, evaluated_at, parity, baseline_load, candidate_load,
          CASE WHEN segment = ANY(CAST(:segments AS text[])) THEN segment
               ELSE :pooled_only END AS seg,
          (evaluated_at, id) <= (:warm_at, :warm_id) AS warm
   FROM pairs WHERE {_STAGE} AND state IN ('complete', 'dropped') AND {_RANGE}
 ), x AS (
   SELECT p.id, p.seg, p.is_control, p.created_at, p.evaluated_at, p.warm, p.parity,
+         p.baseline_load, p.candidate_load,
          (p.state = 'dropped' OR b.id IS NULL OR c.id IS NULL
           OR b.status IN ({_UNATTRIBUTABLE}) OR c.status IN ({_UNATTRIBUTABLE})) AS dropped,
          b.id AS b_id, c.id AS c_id,
@@ -309,6 +321,46 @@ def _parity(alias: str) -> tuple[list[str], str]:
     return columns, ",\n  ".join(sums)
 
 
+def _bands(policy: Policy) -> _Part:
+    """Return the load bands' sums: per band of the candidate's load, the primary's clipped
+    log-ratio over live pairs with both loads known, and both routes' loads summed."""
+    metric = policy.primary.metric
+    assert metric.isidentifier(), metric
+    # A pair's band: how many edges lie at or below the candidate's load (`_bands` there).
+    band = (
+        "CASE WHEN baseline_load IS NOT NULL AND candidate_load IS NOT NULL THEN "
+        "width_bucket(candidate_load, CAST(:edges AS float8[])) END AS band"
+    )
+    sums = []
+    for b in range(len(policy.guardrails.load_bands.edges) + 1):
+        member = f"band = {b} AND lr_band IS NOT NULL"
+        sums.append(
+            f"count(lr_band) FILTER (WHERE band = {b}) AS band{b}_n, "
+            f"coalesce(sum(lr_band) FILTER (WHERE {member}), 0) AS band{b}_s, "
+            f"coalesce(sum(lr_band * lr_band) FILTER (WHERE {member}), 0) AS band{b}_ss, "
+            f"coalesce(sum(candidate_load) FILTER (WHERE {member}), 0) AS band{b}_c, "
+            f"coalesce(sum(baseline_load) FILTER (WHERE {member}), 0) AS band{b}_b"
+        )
+    params = {"edges": list(policy.guardrails.load_bands.edges)}
+    return _Part([_log_ratio(metric, "band"), band], ",\n  ".join(sums), params)
+
+
+def _band_sums(rows: Any, policy: Policy) -> tuple[BandSums, ...]:
+    """Return the slice's load-band sums, pooled over its buckets."""
+
+    def total(key: str) -> float:
+        return sum(float(row[key]) for row in rows)
+
+    return tuple(
+        BandSums(
+            MeanStats(total(f"band{b}_n"), total(f"band{b}_s"), total(f"band{b}_ss")),
+            total(f"band{b}_c"),
+            total(f"band{b}_b"),
+        )
+        for b in range(len(policy.guardrails.load_bands.edges) + 1)
+    )
+
+
 # The control slice's tested pairs (the data-quality alarm's).
 _CONTROL = "NOT warm AND NOT dropped AND is_control"
 
@@ -378,7 +430,7 @@ def delta(session: Session, piece: Slice, policy: Policy, warm: WarmUp | None) -
     """Return the slice's statistics; `warm` holds the thresholds its live pairs use."""
     params = piece.params(policy)
     main = {f"g{i}": g for i, g in enumerate(folded()) if _in_main(g)}
-    parts = [_part(g, alias, warm) for alias, g in main.items()]
+    parts = [*(_part(g, alias, warm) for alias, g in main.items()), _bands(policy)]
     query = text(_main_query(parts))
     extra = {k: v for part in parts for k, v in part.params.items()}
     rows = session.execute(query, {**params, **extra}).mappings().all()
@@ -408,6 +460,7 @@ def delta(session: Session, piece: Slice, policy: Policy, warm: WarmUp | None) -
             s: np.asarray(series.get(s) or [], dtype=np.float64) for s in collapse_segments(policy)
         },
         control=_control(rows, main),
+        bands=_band_sums(rows, policy),
     )
 
 

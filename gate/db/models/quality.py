@@ -90,6 +90,8 @@ class GateFold(Base):
     collapse: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
     # The control slice's parity cells (pooled), for the data-quality alarm.
     control: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    # The load bands' sums per band (`gate.stats.incremental.BandSums`).
+    bands: Mapped[list[Any] | None] = mapped_column(JSONType)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
 
 

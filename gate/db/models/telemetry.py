@@ -114,6 +114,13 @@ class Pair(Base):
     # candidate minus baseline per answer statistic the pair may compare; {} when a side
     # was sampled but the pair is not eligible; NULL when neither side carries settings.
     parity: Mapped[dict[str, float] | None] = mapped_column(JSONType)
+    # Each route's running requests at the pair's start, and where the number came from
+    # (engine, gateway, none), fixed when the pair is stamped (`gate.pairs.load.record`);
+    # the source is NULL for pairs stamped before loads were (no load on either path).
+    baseline_load: Mapped[float | None] = mapped_column(Float)
+    candidate_load: Mapped[float | None] = mapped_column(Float)
+    baseline_load_source: Mapped[str | None] = mapped_column(String(16))
+    candidate_load_source: Mapped[str | None] = mapped_column(String(16))
 
 
 class Generation(Base):

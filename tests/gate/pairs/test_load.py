@@ -1,5 +1,5 @@
 """A pair's load at its start, on Postgres: the engine's running-requests gauge interpolated
-between scrapes, else the in-flight counts summed over gateway replicas."""
+between scrapes, else the in-flight counts summed over gateway replicas; stamped once."""
 
 from __future__ import annotations
 
@@ -9,8 +9,11 @@ from datetime import timedelta
 import pytest
 
 from gate.db.base import utcnow
+from gate.db.enums import Cohort, PairState
 from gate.db.models import EngineSample, RequestRecord
+from gate.pairs.export import pair_records
 from gate.pairs.load import RUNNING, pair_loads
+from gate.pairs.watermark import stamp_evaluated
 from tests import factories
 
 pytestmark = pytest.mark.postgres
@@ -80,3 +83,27 @@ def test_without_scrapes_the_counts_are_summed_over_gateway_replicas(pg_session)
     assert (loads[alone.id].baseline.value, loads[alone.id].baseline.source) == (None, "none")
     wider = pair_loads(pg_session, rollout_id=rollout.id, max_gap_s=60)
     assert next(x for x in wider if x.pair_id == mine.id).baseline.value == 17.0  # c counts
+
+
+def test_a_load_is_stamped_once_and_exported_as_stamped(pg_session):
+    # Stamped before the candidate's next scrape exists: the gateway's count stands in,
+    # and stays, so the fold and a replay of the export read the same load.
+    rollout = factories.rollout(pg_session)
+    gauge(pg_session, rollout.baseline_route_id, 0, 2.0)
+    gauge(pg_session, rollout.baseline_route_id, 10, 6.0)
+    gauge(pg_session, rollout.candidate_route_id, 0, 1.0)
+    mine = pair(pg_session, rollout.id, 5, request(pg_session, rollout.id, 5, "a", 7, 3))
+    mine.state = PairState.COMPLETE
+    for cohort in (Cohort.BASELINE, Cohort.CANDIDATE):
+        factories.generation(pg_session, mine, cohort)
+    pg_session.flush()
+    assert stamp_evaluated(pg_session, pair_ids=[mine.id]) == 1
+    gauge(pg_session, rollout.candidate_route_id, 10, 9.0)  # the scrape after, too late
+    pg_session.flush()
+    (now,) = pair_loads(pg_session, rollout_id=rollout.id)
+    assert (now.candidate.value, now.candidate.source) == (5.0, "engine")
+    pg_session.refresh(mine)
+    assert (mine.baseline_load, mine.baseline_load_source) == (4.0, "engine")
+    assert (mine.candidate_load, mine.candidate_load_source) == (3.0, "gateway")
+    (record,) = pair_records(pg_session, rollout_id=rollout.id)
+    assert (record["baseline"]["load"], record["candidate"]["load"]) == (4.0, 3.0)

@@ -11,7 +11,7 @@ from sqlalchemy import insert
 
 from gate.db.enums import Cohort, RolloutMode
 from gate.db.models import Evaluation, Generation, Pair
-from gate.pairs import parity
+from gate.pairs.watermark import record_stamped
 from gate.stats.cumulative import at_look, to_stats
 from gate.stats.incremental import to_stats as folded_stats
 from gate.stats.policy import Policy
@@ -61,7 +61,8 @@ PARITY_FIELDS = ("temperature", "top_p", "max_tokens", "seed", "finish_reason",
 def store(session, records: list[dict], rollout_id: int | None = None) -> int:
     """Store records as pairs, generations and evaluations; set each record's `pair_id`.
 
-    Each pair's parity differences are recorded as its stamp would (`gate.pairs.parity`).
+    Each pair's parity differences and loads are recorded as its stamp would
+    (`gate.pairs.watermark.record_stamped`): loads from the scrapes stored before.
     """
     rollout_id = rollout_id or factories.rollout(session).id
     pair_rows, gen_rows, side_evals = [], [], []
@@ -112,7 +113,7 @@ def store(session, records: list[dict], rollout_id: int | None = None) -> int:
             for name, passed in evals.items()
         ],
     )
-    parity.record(session, pair_ids=[row["id"] for row in pair_rows])
+    record_stamped(session, pair_ids=[row["id"] for row in pair_rows])
     session.flush()
     return rollout_id
 

@@ -89,7 +89,6 @@ def banded(db: Session, *, name: str = "banded") -> int:
             record[side]["evals"] = {"task": True}
         records.append({**record, "created_at": at, "evaluated_at": at})
     rollout = factories.rollout(db, name=name, policy=POLICY_BANDS.model_dump())
-    store(db, records, rollout.id)
     for i, record in enumerate(records):  # one scrape of each engine at each pair's start
         for route, side in ((rollout.baseline_route_id, "baseline"),
                             (rollout.candidate_route_id, "candidate")):  # fmt: skip
@@ -100,5 +99,6 @@ def banded(db: Session, *, name: str = "banded") -> int:
                 )
             )  # fmt: skip
     db.flush()
+    store(db, records, rollout.id)  # stamps each pair's loads: the scrapes exist
     run_gate(db, rollout_id=rollout.id, publisher=None)
     return rollout.id
