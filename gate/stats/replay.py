@@ -228,8 +228,11 @@ def parity_values(base: Record | None, cand: Record | None) -> list[float] | Non
         values = side[1]
         lp_ok = with_lp if b is not None and c is not None else side[0].logprobs_complete
         for i, stat in enumerate(STATISTICS):
-            # Mean log-prob where both have it; the text statistics where they do not.
-            if (stat == "mean_logprob") == lp_ok:
+            # Mean log-prob where both have it; the text statistics always: whether a
+            # speculating side's log-probabilities cover its answer depends on that answer
+            # (llama.cpp: one per verify step), so text compared only where they do not
+            # would compare a chosen subset of its answers with all of the other side's.
+            if stat != "mean_logprob" or lp_ok:
                 out[2 * i + k] = values.get(stat, np.nan)
     return out
 

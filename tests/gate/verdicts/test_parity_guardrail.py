@@ -185,3 +185,33 @@ def test_stored_pairs_reach_the_verdict_the_export_and_the_weekly_report(pg_sess
     week = next(w for w in report.rollouts if w.rollout_id == rollout.id)
     assert [row for row in week.guardrails if row[0] == "parity:mean_logprob"]
     assert "parity" in {g.id for g in declared_guardrails()}
+
+
+def speculating_llama_cpp(rows: list[dict]) -> list[dict]:
+    """Give the candidate llama.cpp's log-probabilities under n-gram speculation: one per
+    verify step, so an answer whose drafts were accepted (the longer ones) has fewer."""
+    for r in rows:
+        c = r["candidate"]
+        if c["output_tokens"] >= 40:
+            mean = c["logprob_sum"] / c["logprob_tokens"]
+            c["logprob_tokens"] = c["output_tokens"] - 8
+            c["logprob_sum"] = mean * c["logprob_tokens"]
+    return rows
+
+
+@pytest.mark.postgres
+def test_the_text_statistics_of_a_lossless_candidate_do_not_hang_on_its_logprobs(pg_session):
+    # Whether the candidate's log-probabilities cover every token depends on its answer:
+    # comparing text statistics only where they do not would compare its long answers
+    # with all of the baseline's (a lossless candidate killed as "longer").
+    rows = speculating_llama_cpp(records(1500, seed=7))
+    for i, r in enumerate(rows):
+        r["evaluated_at"] = (START + timedelta(seconds=i, milliseconds=500)).isoformat()
+    got = replay(rows, POLICY, every=50).verdict
+    assert not any(c.startswith("kill:parity") for c in got.reason_codes), got.summary
+    n = {c.metric: c.n for c in got.cells if c.segment == "all"}
+    assert n["parity:length"] == n["parity:distinct_2"] > 1000
+    rollout = factories.rollout(pg_session, policy=POLICY.model_dump(mode="json"))
+    store(pg_session, rows, rollout.id)
+    folded = run_gate(pg_session, rollout_id=rollout.id, publisher=None)
+    assert not any(c.startswith("kill:parity") for c in folded.reason_codes), folded.summary
