@@ -144,6 +144,17 @@ def answer_stats(tokens: Sequence[object], logprobs: Sequence[float] | None = No
     return AnswerStats(len(tokens), distinct, mean)
 
 
+def text_distinct_2(output: str | None, *, truncated: bool | None) -> float | None:
+    """Return an answer's distinct word-bigram ratio, when its text was kept whole.
+
+    Fixed when the answer lands (`Generation.distinct_2`): retention scrubs the text
+    later, and the export must still give replay the value the fold compared.
+    """
+    if output is None or truncated:
+        return None
+    return answer_stats(output.split()).distinct_2
+
+
 def differences(baseline: AnswerStats, candidate: AnswerStats) -> dict[str, float]:
     """Return d = candidate minus baseline for each statistic both answers have."""
     d = {

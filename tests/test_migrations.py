@@ -91,3 +91,27 @@ def test_pairs_closed_before_the_fold_revision_are_stamped_ready(tmp_path):
             assert [tuple(r) for r in rows] == [("a", "2025-05-01 00:00:03"), ("b", None)]
     finally:
         engine.dispose()
+
+
+def test_sampled_answers_kept_before_the_distinct_2_revision_get_theirs(tmp_path):
+    url = f"sqlite:///{tmp_path}/distinct.db"
+    migrate.upgrade(url, "0016")
+    engine = make_engine(url)
+    generations = text(
+        "INSERT INTO generations (cohort, segment, stream, status, temperature, output, "
+        "output_truncated, started_at) VALUES "
+        "('baseline', 'chat', 0, 'ok', 0.8, 'a b a b', NULL, '2025-05-01'), "
+        "('baseline', 'chat', 0, 'ok', 0.8, 'a b a b', 1, '2025-05-01'), "
+        "('baseline', 'chat', 0, 'ok', NULL, 'a b a b', NULL, '2025-05-01'), "
+        "('baseline', 'chat', 0, 'ok', 0.8, NULL, NULL, '2025-05-01')"
+    )
+    try:
+        with engine.begin() as connection:
+            connection.execute(generations)
+        migrate.upgrade(url)
+        with engine.connect() as connection:
+            rows = connection.execute(text("SELECT distinct_2 FROM generations ORDER BY id"))
+            # Distinct bigrams (a b), (b a) of three: only the whole, sampled answer.
+            assert [r[0] for r in rows] == [pytest.approx(2 / 3), None, None, None]
+    finally:
+        engine.dispose()
