@@ -1,0 +1,61 @@
+"""Pairs stamped before the parity fold (0016) get their sampled-output parity differences.
+
+The fold reads each pair's d from `pairs.parity`, written when the pair is stamped; a pair
+stamped earlier had none, so the refold that FOLD_VERSION 3 starts would leave it out of
+the parity cells and of the warm-up's scale, while a replay of the export keeps it. Only
+pairs with a sampled side are read (NULL stays right for the others).
+
+Revision ID: 0018
+Revises: 0017
+Create Date: 2026-12-08 10:00:00.000000
+"""
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects import postgresql
+
+from gate.db.enums import Cohort
+from gate.pairs.export import SIDES, parity_fields
+from gate.pairs.parity import differences
+
+revision: str = "0018"
+down_revision: str | None = "0017"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+BATCH = 2000
+JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
+_PENDING = sa.text(
+    "SELECT p.id FROM pairs p WHERE p.evaluated_at IS NOT NULL"
+    " AND p.parity IS NULL AND EXISTS (SELECT 1 FROM generations g"
+    " WHERE g.pair_id = p.id AND g.temperature IS NOT NULL) LIMIT :n"
+)
+_SIDES = sa.text(
+    "SELECT pair_id, cohort, temperature, top_p, max_tokens, seed, finish_reason,"
+    " output_tokens, logprob_tokens, logprob_sum, distinct_2 FROM generations"
+    " WHERE pair_id IN :ids"
+).bindparams(sa.bindparam("ids", expanding=True))
+_PAIRS = sa.table("pairs", sa.column("id"), sa.column("parity", JSON))
+_SET = sa.update(_PAIRS).where(_PAIRS.c.id == sa.bindparam("pid")).values(parity=sa.bindparam("d"))
+
+
+def upgrade() -> None:
+    conn = op.get_bind()
+    # Each pass leaves no pair pending: a sampled side always gives a dict ({} at least).
+    while ids := conn.scalars(_PENDING, {"n": BATCH}).all():
+        sides: dict[Any, dict[str, Any]] = defaultdict(dict)
+        for g in conn.execute(_SIDES, {"ids": ids}):
+            sides[g.pair_id][SIDES[Cohort(g.cohort)]] = parity_fields(g)
+        rows = [
+            {"pid": pair_id, "d": differences(found.get("baseline"), found.get("candidate"))}
+            for pair_id, found in sides.items()
+        ]
+        conn.execute(_SET, rows)
+
+
+def downgrade() -> None:
+    """Nothing to undo: 0016's downgrade drops the column."""
