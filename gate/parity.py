@@ -111,7 +111,7 @@ def _exclusion(baseline: Side, candidate: Side, seeds_vary: bool) -> Exclusion |
         return Exclusion.FAILED
     if baseline.temperature <= 0.0 or candidate.temperature <= 0.0:
         return Exclusion.GREEDY
-    # Deadlines may differ (the mirror's 4 s against the primary's 120 s): a side that
+    # Deadlines may differ (the mirror's against the primary's): a side that
     # reached a natural end was not censored by its deadline, whatever the deadline was,
     # and a side the deadline cut has no finish reason (FAILED above). Limits that shape
     # the answer itself (max_tokens) must be identical.

@@ -43,7 +43,9 @@ from gate.stats.rule import (
 from gate.stats.sequences import CountStats, FloatArray, MeanStats, PairedCounts, TwoCounts
 
 # Bump when what a fold stores changes meaning: stored states then refold from scratch.
-FOLD_VERSION = 3  # 2: pooled and undeclared collapse detectors; 3: sampled-output parity
+# 2: pooled and undeclared collapse detectors; 3: sampled-output parity; 4: parity's text
+# statistics on every eligible pair, no mean log-prob scale after partial log-probabilities.
+FOLD_VERSION = 4
 # The bucket of pairs whose segment the policy does not declare ("all" is never declared).
 POOLED_ONLY = ALL
 Key = tuple[datetime, uuid.UUID]

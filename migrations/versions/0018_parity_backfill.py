@@ -1,9 +1,11 @@
-"""Pairs stamped before the parity fold (0016) get their sampled-output parity differences.
+"""Stamped pairs' sampled-output parity differences, computed again under today's rules.
 
-The fold reads each pair's d from `pairs.parity`, written when the pair is stamped; a pair
-stamped earlier had none, so the refold that FOLD_VERSION 3 starts would leave it out of
-the parity cells and of the warm-up's scale, while a replay of the export keeps it. Only
-pairs with a sampled side are read (NULL stays right for the others).
+The fold reads each pair's d from `pairs.parity`, written when the pair is stamped. A pair
+stamped before 0016 had none, so the refold that FOLD_VERSION starts would leave it out
+of the parity cells and of the warm-up's scale, while a replay of the export keeps it;
+one stamped since lacks the text statistics where both sides had complete
+log-probabilities, and the mark of partial ones. Every stamped pair with a sampled side
+is computed again (NULL stays right for the others).
 
 Revision ID: 0018
 Revises: 0017
@@ -29,10 +31,10 @@ depends_on: str | Sequence[str] | None = None
 
 BATCH = 2000
 JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
-_PENDING = sa.text(
-    "SELECT p.id FROM pairs p WHERE p.evaluated_at IS NOT NULL"
-    " AND p.parity IS NULL AND EXISTS (SELECT 1 FROM generations g"
-    " WHERE g.pair_id = p.id AND g.temperature IS NOT NULL) LIMIT :n"
+_PENDING = (
+    "SELECT p.id FROM pairs p WHERE p.evaluated_at IS NOT NULL AND EXISTS (SELECT 1 FROM"
+    " generations g WHERE g.pair_id = p.id AND g.temperature IS NOT NULL){after}"
+    " ORDER BY p.id LIMIT :n"
 )
 _SIDES = sa.text(
     "SELECT pair_id, cohort, temperature, top_p, max_tokens, seed, finish_reason,"
@@ -44,9 +46,8 @@ _SET = sa.update(_PAIRS).where(_PAIRS.c.id == sa.bindparam("pid")).values(parity
 
 
 def upgrade() -> None:
-    conn = op.get_bind()
-    # Each pass leaves no pair pending: a sampled side always gives a dict ({} at least).
-    while ids := conn.scalars(_PENDING, {"n": BATCH}).all():
+    conn, after = op.get_bind(), None
+    while ids := conn.scalars(_pending(after), {"after": after, "n": BATCH}).all():
         sides: dict[Any, dict[str, Any]] = defaultdict(dict)
         for g in conn.execute(_SIDES, {"ids": ids}):
             sides[g.pair_id][SIDES[Cohort(g.cohort)]] = parity_fields(g)
@@ -55,6 +56,11 @@ def upgrade() -> None:
             for pair_id, found in sides.items()
         ]
         conn.execute(_SET, rows)
+        after = ids[-1]
+
+
+def _pending(after: Any) -> sa.TextClause:
+    return sa.text(_PENDING.format(after="" if after is None else " AND p.id > :after"))
 
 
 def downgrade() -> None:

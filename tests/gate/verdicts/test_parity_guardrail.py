@@ -249,3 +249,28 @@ def test_retention_leaves_the_exported_answers_statistics_as_the_fold_saw_them(p
     n = {(c.metric, c.segment): c.n for c in replayed.cells if c.metric.startswith("parity")}
     assert n == {(c.metric, c.segment): c.n for c in folded.cells if c.metric in {m for m, _ in n}}
     assert n[("parity:distinct_2", "all")] == 400  # 600 pairs, 100 in warm-up, 100 control
+
+
+@pytest.mark.postgres
+def test_mean_logprob_is_not_tested_where_a_route_reports_them_per_verify_step(pg_session):
+    # llama.cpp's one log-prob per verify step: complete only where no draft was accepted,
+    # i.e. on the candidate's less predictable answers. Compared on those alone, a lossless
+    # candidate looked "less likely under the model" (killed 5 in 5). A warm-up that saw
+    # such answers leaves the statistic untested for the stage.
+    rows = records(1500, seed=11)
+    for i, r in enumerate(rows):
+        r["evaluated_at"] = (START + timedelta(seconds=i, milliseconds=500)).isoformat()
+        c = r["candidate"]
+        mean = c["logprob_sum"] / c["logprob_tokens"]
+        if mean > -0.9:
+            c["logprob_tokens"] = c["output_tokens"] - 8
+            c["logprob_sum"] = mean * c["logprob_tokens"]
+    got = replay(rows, POLICY, every=50).verdict
+    assert not any(c.startswith("kill:parity") for c in got.reason_codes), got.summary
+    n = {c.metric: c.n for c in got.cells if c.segment == "all"}
+    assert n["parity:mean_logprob"] == 0 and n["parity:length"] > 1000
+    rollout = factories.rollout(pg_session, policy=POLICY.model_dump(mode="json"))
+    store(pg_session, rows, rollout.id)
+    folded = compute(pg_session, rollout=rollout, policy=POLICY)
+    assert not any(c.startswith("kill:parity") for c in folded.reason_codes), folded.summary
+    assert {c.metric: c.n for c in folded.cells if c.segment == "all"}["parity:mean_logprob"] == 0
