@@ -6,8 +6,8 @@ after `retention_content_days`, so a replay of an older stage saw none. The valu
 fixed when the generation lands (`gate.parity.text_distinct_2`); here, for sampled
 generations whose text is still kept.
 
-Revision ID: 0017
-Revises: 0016
+Revision ID: 0018
+Revises: 0017
 Create Date: 2026-12-08 09:00:00.000000
 """
 
@@ -18,8 +18,8 @@ from alembic import op
 
 from gate.parity import text_distinct_2
 
-revision: str = "0017"
-down_revision: str | None = "0016"
+revision: str = "0018"
+down_revision: str | None = "0017"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -7,8 +7,8 @@ one stamped since lacks the text statistics where both sides had complete
 log-probabilities, and the mark of partial ones. Every stamped pair with a sampled side
 is computed again (NULL stays right for the others).
 
-Revision ID: 0018
-Revises: 0017
+Revision ID: 0019
+Revises: 0018
 Create Date: 2026-12-08 10:00:00.000000
 """
 
@@ -24,8 +24,8 @@ from gate.db.enums import Cohort
 from gate.pairs.export import SIDES, parity_fields
 from gate.pairs.parity import differences
 
-revision: str = "0018"
-down_revision: str | None = "0017"
+revision: str = "0019"
+down_revision: str | None = "0018"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
