@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from collectors.spans import STATUS_ERROR, SpanRow
 from gate.db.enums import Cohort, GenerationStatus, PairState
 from gate.db.rows import ENGINE_FIELDS, EngineFacts, GenerationRow, PairRow, RequestRow
+from gate.parity import text_distinct_2
 from gate.telemetry import attributes as a
 
 log = logging.getLogger(__name__)
@@ -238,6 +239,7 @@ def generation_row(row: SpanRow) -> GenerationRow:
         raise NormaliseError(f"unknown status {status!r}")
     e2e = _float(get(a.E2E_S))
     finish = get(a.GEN_AI_RESPONSE_FINISH_REASONS)
+    output, truncated = _str(get(a.OUTPUT), None), True if get(a.OUTPUT_TRUNCATED) else None
     return {
         "rollout_id": _int(get(a.ROLLOUT_ID)),
         "pair_id": _uuid(get(a.PAIR_ID)),
@@ -265,9 +267,9 @@ def generation_row(row: SpanRow) -> GenerationRow:
         "spec_draft_tokens": _int(get(a.SPEC_DRAFT_TOKENS)),
         "spec_accepted_tokens": _int(get(a.SPEC_ACCEPTED_TOKENS)),
         "prompt": _str(get(a.PROMPT), None),
-        "output": _str(get(a.OUTPUT), None),
+        "output": output,
         "output_extra": _json(get(a.OUTPUT_EXTRA)),
-        "output_truncated": True if get(a.OUTPUT_TRUNCATED) else None,
+        "output_truncated": truncated,
         "trace_id": row.trace_id,
         "span_id": row.span_id,
         "response_id": _str(get(a.GEN_AI_RESPONSE_ID), 128),
@@ -276,6 +278,7 @@ def generation_row(row: SpanRow) -> GenerationRow:
         "engine_tpot_s": _float(get(a.ENGINE_TPOT_S)),
         "logprob_tokens": _int(get(a.LOGPROB_TOKENS)),
         "logprob_sum": _float(get(a.LOGPROB_SUM)),
+        "distinct_2": text_distinct_2(output, truncated=truncated),
     }
 
 

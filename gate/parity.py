@@ -111,7 +111,7 @@ def _exclusion(baseline: Side, candidate: Side, seeds_vary: bool) -> Exclusion |
         return Exclusion.FAILED
     if baseline.temperature <= 0.0 or candidate.temperature <= 0.0:
         return Exclusion.GREEDY
-    # Deadlines may differ (the mirror's 4 s against the primary's 120 s): a side that
+    # Deadlines may differ (the mirror's against the primary's): a side that
     # reached a natural end was not censored by its deadline, whatever the deadline was,
     # and a side the deadline cut has no finish reason (FAILED above). Limits that shape
     # the answer itself (max_tokens) must be identical.
@@ -142,6 +142,17 @@ def answer_stats(tokens: Sequence[object], logprobs: Sequence[float] | None = No
     distinct = len(set(bigrams)) / len(bigrams) if bigrams else 1.0
     mean = float(np.mean(logprobs)) if logprobs else None
     return AnswerStats(len(tokens), distinct, mean)
+
+
+def text_distinct_2(output: str | None, *, truncated: bool | None) -> float | None:
+    """Return an answer's distinct word-bigram ratio, when its text was kept whole.
+
+    Fixed when the answer lands (`Generation.distinct_2`): retention scrubs the text
+    later, and the export must still give replay the value the fold compared.
+    """
+    if output is None or truncated:
+        return None
+    return answer_stats(output.split()).distinct_2
 
 
 def differences(baseline: AnswerStats, candidate: AnswerStats) -> dict[str, float]:

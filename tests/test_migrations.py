@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
@@ -91,3 +93,86 @@ def test_pairs_closed_before_the_fold_revision_are_stamped_ready(tmp_path):
             assert [tuple(r) for r in rows] == [("a", "2025-05-01 00:00:03"), ("b", None)]
     finally:
         engine.dispose()
+
+
+def test_sampled_answers_kept_before_the_distinct_2_revision_get_theirs(tmp_path):
+    url = f"sqlite:///{tmp_path}/distinct.db"
+    migrate.upgrade(url, "0016")
+    engine = make_engine(url)
+    generations = text(
+        "INSERT INTO generations (cohort, segment, stream, status, temperature, output, "
+        "output_truncated, started_at) VALUES "
+        "('baseline', 'chat', 0, 'ok', 0.8, 'a b a b', NULL, '2025-05-01'), "
+        "('baseline', 'chat', 0, 'ok', 0.8, 'a b a b', 1, '2025-05-01'), "
+        "('baseline', 'chat', 0, 'ok', NULL, 'a b a b', NULL, '2025-05-01'), "
+        "('baseline', 'chat', 0, 'ok', 0.8, NULL, NULL, '2025-05-01')"
+    )
+    try:
+        with engine.begin() as connection:
+            connection.execute(generations)
+        migrate.upgrade(url)
+        with engine.connect() as connection:
+            rows = connection.execute(text("SELECT distinct_2 FROM generations ORDER BY id"))
+            # Distinct bigrams (a b), (b a) of three: only the whole, sampled answer.
+            assert [r[0] for r in rows] == [pytest.approx(2 / 3), None, None, None]
+    finally:
+        engine.dispose()
+
+
+def check_parity_backfill(url: str, a: str, g: str, false: str) -> None:
+    migrate.upgrade(url, "0015")
+    engine = make_engine(url)
+    rows = [
+        text(
+            "INSERT INTO routes (name, base_url, model, role, spec_config, created_at) "
+            "VALUES ('b', 'http://b', 'm', 'baseline', '{}', '2025-05-01 00:00:00');"
+        ),
+        text(
+            "INSERT INTO rollouts (name, alias, baseline_route_id, candidate_route_id, mode, "
+            "sample_rate, stage, state, policy, version, created_at, updated_at) VALUES "
+            "('r', 'r', 1, 1, 'shadow', 0.1, 0, 'running', '{}', 1, '2025-05-01', '2025-05-01')"
+        ),
+        text(
+            "INSERT INTO pairs (id, rollout_id, stage, state, is_control, segment, created_at, "
+            f"deadline, evaluated_at) VALUES ('{a}', 1, 0, 'complete', {false}, 'chat', "
+            f"'2025-05-01', '2025-05-01', '2025-05-01'), ('{g}', 1, 0, 'complete', {false}, "
+            "'chat', '2025-05-01', '2025-05-01', '2025-05-01')"
+        ),
+        text(
+            "INSERT INTO generations (pair_id, cohort, segment, stream, status, temperature, "
+            "top_p, max_tokens, finish_reason, output_tokens, output, started_at) VALUES "
+            f"('{a}', 'baseline', 'chat', {false}, 'ok', 0.8, 1.0, 64, 'stop', 4, 'a b a b', "
+            f"'2025-05-01'), ('{a}', 'candidate', 'chat', {false}, 'ok', 0.8, 1.0, 64, 'stop', "
+            f"3, 'a b c', '2025-05-01'), ('{g}', 'baseline', 'chat', {false}, 'ok', NULL, NULL, "
+            f"64, 'stop', 4, 'a', '2025-05-01'), ('{g}', 'candidate', 'chat', {false}, 'ok', "
+            "NULL, NULL, 64, 'stop', 3, 'a', '2025-05-01')"
+        ),
+    ]
+    try:
+        with engine.begin() as connection:
+            for statement in rows:
+                connection.execute(statement)
+        migrate.upgrade(url)
+        with engine.connect() as connection:
+            got = dict(connection.execute(text("SELECT id, parity FROM pairs")).all())
+    finally:
+        engine.dispose()
+    stored = {str(k).replace("-", ""): v for k, v in got.items()}
+    d = stored[a.replace("-", "")]
+    d = json.loads(d) if isinstance(d, str) else d
+    assert d == {"length": -1.0, "distinct_2": pytest.approx(1 / 3)}
+    assert stored[g.replace("-", "")] is None  # greedy: neither side carries settings
+
+
+def test_pairs_stamped_before_the_parity_fold_get_their_differences(tmp_path):
+    # Stamped before 0016, a pair had no stored d: the refolded state (FOLD_VERSION 3)
+    # would leave it out of the parity cells and the warm-up's scale, which replay keeps.
+    check_parity_backfill(f"sqlite:///{tmp_path}/parity.db", "a", "g", "0")
+
+
+@pytest.mark.postgres
+def test_pairs_stamped_before_the_parity_fold_get_their_differences_on_postgres(
+    empty_pg_url,
+):
+    a, g = "7f9c0000-0000-4000-8000-00000000000a", "7f9c0000-0000-4000-8000-00000000000b"
+    check_parity_backfill(empty_pg_url, a, g, "false")

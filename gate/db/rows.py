@@ -93,6 +93,7 @@ class GenerationRow(TypedDict):
     engine_tpot_s: float | None
     logprob_tokens: int | None
     logprob_sum: float | None
+    distinct_2: float | None
 
 
 class RehearsalRow(TypedDict):

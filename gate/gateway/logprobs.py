@@ -8,7 +8,7 @@ JSON round trip (`strip_json`), a streamed one in place, byte for byte (`strip_e
 only the values of `logprobs` members become `null`). A route that rejects `logprobs`
 (a 400 or 422 to a call that carried them only because we asked, answered once asked
 again without them) is remembered by this gateway process and no longer asked: its pairs
-fall back to the text statistics; so is a route seen to stop speculating when asked
+have the text statistics only; so is a route seen to stop speculating when asked
 (`LogprobRoutes`).
 
 Who asks is decided in `gate.gateway.proxy` (the rollout's policy, or

@@ -14,7 +14,6 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 from gate.db.enums import Cohort, PairState
 from gate.db.models import Evaluation, Feedback, Generation, Pair, RequestRecord
 from gate.pairs import load
-from gate.parity import answer_stats
 
 CHUNK = 5000
 # The record side each cohort's generation fills (a control pair's second call: candidate).
@@ -178,12 +177,5 @@ def parity_fields(g: Generation) -> dict[str, Any]:
         "output_tokens": g.output_tokens,
         "logprob_tokens": g.logprob_tokens,
         "logprob_sum": g.logprob_sum,
-        "distinct_2": _distinct_2(g),
+        "distinct_2": g.distinct_2,
     }
-
-
-def _distinct_2(g: Generation) -> float | None:
-    """Return the answer's distinct word-bigram ratio, when its text was kept whole."""
-    if g.output is None or g.output_truncated:
-        return None
-    return answer_stats(g.output.split()).distinct_2

@@ -20,21 +20,26 @@ from sqlalchemy.orm import Session
 from gate.db.models import Generation, Pair
 from gate.pairs.export import SIDES, parity_fields
 from gate.parity import STATISTICS
-from gate.stats.replay import parity_values
+from gate.stats.replay import parity_values, partial_logprobs
 
 Side = dict[str, Any]
+
+
+# The key marking a pair whose log-probabilities fall short on a side (value 1.0).
+PARTIAL = "partial_logprobs"
 
 
 def differences(base: Side | None, cand: Side | None) -> dict[str, float] | None:
     """Return d = candidate minus baseline per statistic the pair may compare.
 
     {} when a side was sampled but nothing may be compared; None when neither side
-    carries sampling settings (replay then has no parity cells either).
+    carries sampling settings (replay then has no parity cells either). `PARTIAL` is set
+    where a side's log-probabilities do not cover its answer (`partial_logprobs`).
     """
     values = parity_values(base, cand)
     if values is None:
         return None
-    out = {}
+    out = {PARTIAL: 1.0} if partial_logprobs(base, cand) else {}
     for i, stat in enumerate(STATISTICS):
         b, c = values[2 * i], values[2 * i + 1]
         if math.isfinite(b) and math.isfinite(c):

@@ -78,6 +78,8 @@ class PairColumns:
     # Sampled-output parity: answer statistic -> its value per side, NaN where the pair is
     # not eligible (`gate.parity.eligibility`) or the side lacks it (None: no such data).
     parity: dict[str, FloatArray] | None = None
+    # Per pair: a sampled side's log-probabilities do not cover its answer (with `parity`).
+    partial_logprobs: BoolArray | None = None
 
 
 class _Acc:
@@ -366,7 +368,9 @@ def _warm_sd(x: FloatArray, mask: BoolArray) -> tuple[FloatArray, FloatArray]:
     return n, np.sqrt(ss / np.maximum(n - 1.0, 1.0))
 
 
-def parity_scale(d: FloatArray, usable: BoolArray, is_control: BoolArray, least: int) -> FloatArray:
+def parity_scale(
+    d: FloatArray, usable: BoolArray, is_control: BoolArray, least: int, *, spoiled: BoolArray
+) -> FloatArray:
     """Return the sd of d that scales a parity cell, from the warm-up's usable pairs.
 
     The control slice's pairs (baseline vs baseline) measure the null spread; with fewer
@@ -379,6 +383,8 @@ def parity_scale(d: FloatArray, usable: BoolArray, is_control: BoolArray, least:
         usable: the warm-up pairs that may set the scale (not dropped, d finite).
         is_control: the control slice's pairs.
         least: the pairs needed for a scale (`min_scale_pairs`).
+        spoiled: warm-up pairs showing that which pairs have d depends on their answers
+            (`gate.stats.replay.partial_logprobs`, for mean log-prob): any, and no scale.
 
     Returns:
         The scale, the pairs axis kept with length 1; NaN where there is none.
@@ -386,14 +392,23 @@ def parity_scale(d: FloatArray, usable: BoolArray, is_control: BoolArray, least:
     n_ctl, sd_ctl = _warm_sd(d, usable & is_control)
     n_all, sd_all = _warm_sd(d, usable & ~is_control)
     sd = np.where(n_ctl >= least, sd_ctl, np.where(n_all >= least, sd_all, np.nan))
+    sd = np.where(spoiled.any(axis=-1, keepdims=True), np.nan, sd)
     return np.asarray(np.where(sd > 0, sd, np.nan), dtype=np.float64)
 
 
-def _parity_scale(ctx: _Context, d: FloatArray) -> FloatArray:
+def _parity_scale(ctx: _Context, d: FloatArray, stat: str) -> FloatArray:
     """Return the sd of d that scales a parity cell, fixed in warm-up (NaN: none yet)."""
     usable = ctx.warm & ~ctx.cols.dropped & np.isfinite(d)
     least = ctx.policy.guardrails.output_parity.min_scale_pairs
-    return parity_scale(d, usable, ctx.cols.is_control, least)
+    return parity_scale(d, usable, ctx.cols.is_control, least, spoiled=_spoiled(ctx, stat))
+
+
+def _spoiled(ctx: _Context, stat: str) -> BoolArray:
+    """Return the warm-up pairs whose partial log-probabilities leave `stat` untested."""
+    partial = ctx.cols.partial_logprobs
+    if stat != "mean_logprob" or partial is None:
+        return np.zeros_like(ctx.warm)
+    return np.asarray(ctx.warm & ~ctx.cols.dropped & partial, dtype=bool)
 
 
 def _parity_z(ctx: _Context) -> dict[str, FloatArray]:
@@ -403,7 +418,7 @@ def _parity_z(ctx: _Context) -> dict[str, FloatArray]:
     for stat, x in ctx.cols.parity.items():
         d = x[..., CAND] - x[..., BASE]
         with np.errstate(invalid="ignore"):
-            out[stat] = np.asarray(d / _parity_scale(ctx, d), dtype=np.float64)
+            out[stat] = np.asarray(d / _parity_scale(ctx, d, stat), dtype=np.float64)
     return out
 
 
@@ -432,7 +447,8 @@ def _cohort_parity(ctx: _Context, g: Guardrail) -> dict[MetricId, Builder]:
         flat_x = x.reshape(*x.shape[:-2], -1)
         n, sd = _warm_sd(flat_x, warm.reshape(flat_x.shape))
         least = ctx.policy.guardrails.output_parity.min_scale_pairs
-        scale = np.where((n >= least) & (sd > 0), sd * np.sqrt(2.0), np.nan)[..., None]
+        spoiled = _spoiled(ctx, stat).any(axis=-1, keepdims=True)
+        scale = np.where((n >= least) & (sd > 0) & ~spoiled, sd * np.sqrt(2.0), np.nan)[..., None]
         with np.errstate(invalid="ignore"):
             z = x / scale
         valid = served & np.isfinite(z)

@@ -52,8 +52,10 @@ from gate.stats.rule import BandStats, CellStats, GateStats
 from gate.stats.sequences import CountStats, FloatArray, MeanStats, PairedCounts, TwoCounts
 
 # Bump when what a fold stores changes meaning: stored states then refold from scratch.
-# 2: pooled and undeclared collapse detectors; 3: sampled-output parity; 4: load bands
-FOLD_VERSION = 4
+# 2: pooled and undeclared collapse detectors; 3: sampled-output parity; 4: load bands;
+# 5: parity's text statistics on every eligible pair, no mean log-prob scale after partial
+# log-probabilities.
+FOLD_VERSION = 5
 # The bucket of pairs whose segment the policy does not declare ("all" is never declared).
 POOLED_ONLY = ALL
 Key = tuple[datetime, uuid.UUID]

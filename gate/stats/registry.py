@@ -254,7 +254,7 @@ REGISTRY: list[Guardrail] = [
               slots=lambda p, seen: len(collapse_segments(p))),
     # Sampled-output parity (issue 25): one cell per answer statistic (`parity:<stat>`),
     # d in warm-up standard deviations; mean log-prob only where both sides have complete
-    # log-probabilities, length and distinct-2 where they do not. The control slice runs
+    # log-probabilities, length and distinct-2 on every eligible pair. The control slice runs
     # the same test as a data-quality alarm.
     Guardrail("parity", "sampled-output parity: paired mean of d per answer statistic",
               Source.PARITY, Unit.PAIR, Family.PAIRED_MEAN, Family.UNPAIRED_MEANS,

@@ -124,6 +124,7 @@ class _Builder:
         self.rows: dict[str, list[Any]] = {k: [] for k in _COLUMNS.split()}
         self.evals: list[tuple[int, int, str, bool | None]] = []
         self.parity: list[list[float]] = []  # per pair: STATISTICS x (baseline, candidate)
+        self.partial: list[bool] = []  # per pair: a side's log-probabilities fall short
         self.sampled = False
 
     def add(self, n: int, record: Record) -> None:
@@ -160,6 +161,7 @@ class _Builder:
         values = parity_values(base, cand)
         self.sampled = self.sampled or values is not None
         self.parity.append(values or [np.nan] * (2 * len(STATISTICS)))
+        self.partial.append(partial_logprobs(base, cand))
         drafts = (cand or {}).get("draft_tokens") or 0
         accepted = (cand or {}).get("accepted_tokens") or 0
         rows["acceptance"].append(np.nan if control or not drafts else min(accepted / drafts, 1.0))
@@ -195,6 +197,7 @@ class _Builder:
             cancelled=np.asarray(rows["cancelled"], dtype=bool).reshape(n, 2),
             load=np.asarray(rows["load"], dtype=np.float64).reshape(n, 2),
             parity=self._parity_columns(n) if self.sampled else None,
+            partial_logprobs=np.asarray(self.partial, dtype=bool) if self.sampled else None,
         )
 
     def _parity_columns(self, n: int) -> dict[str, FloatArray]:
@@ -228,10 +231,24 @@ def parity_values(base: Record | None, cand: Record | None) -> list[float] | Non
         values = side[1]
         lp_ok = with_lp if b is not None and c is not None else side[0].logprobs_complete
         for i, stat in enumerate(STATISTICS):
-            # Mean log-prob where both have it; the text statistics where they do not.
-            if (stat == "mean_logprob") == lp_ok:
+            # Mean log-prob where both have it; the text statistics always: whether a
+            # speculating side's log-probabilities cover its answer depends on that answer
+            # (llama.cpp: one per verify step), so text compared only where they do not
+            # would compare a chosen subset of its answers with all of the other side's.
+            if stat != "mean_logprob" or lp_ok:
                 out[2 * i + k] = values.get(stat, np.nan)
     return out
+
+
+def partial_logprobs(base: Record | None, cand: Record | None) -> bool:
+    """Return whether a sampled side has log-probabilities that do not cover its answer.
+
+    A route that reports one per verify step (llama.cpp under speculation) does so on the
+    answers where drafts were accepted: which answers have them all depends on the answer,
+    so a warm-up that saw one leaves mean log-prob untested (`gate.stats.cumulative`).
+    """
+    sides = [_parity_side(s) for s in (base, cand)]
+    return any(s is not None and s[0].has_logprobs and not s[0].logprobs_complete for s in sides)
 
 
 def _parity_side(side: Record | None) -> tuple[Side, dict[str, float]] | None:

@@ -234,9 +234,8 @@ def _parity(
         usable = np.stack([usable.all(axis=-1)] * 2, axis=-1)  # the pair, or neither side
     out = {}
     for k, stat in enumerate(STATISTICS):
-        # Complete log-probabilities on every answer: the text statistics stand aside.
-        keep = usable if stat == "mean_logprob" else np.zeros_like(usable)
-        out[stat] = np.where(keep, values[..., k], np.nan)
+        # Complete log-probabilities on every answer; the text statistics are tested too.
+        out[stat] = np.where(usable, values[..., k], np.nan)
     return out
 
 

@@ -26,6 +26,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from gate.db.enums import Outcome, sql_statuses
+from gate.pairs.parity import PARTIAL
 from gate.parity import STATISTICS
 from gate.stats.cumulative import parity_scale
 from gate.stats.ids import ALL, UNDECLARED
@@ -193,7 +194,8 @@ def _difference(stat: str) -> str:
 
 
 _WARM_PARITY = (
-    _SLICE + "SELECT is_control, {d} FROM y WHERE warm AND NOT dropped ORDER BY evaluated_at, id"
+    _SLICE + f"SELECT is_control, parity ? '{PARTIAL}' AS partial, {{d}} FROM y"
+    " WHERE warm AND NOT dropped ORDER BY evaluated_at, id"
 )
 
 
@@ -204,11 +206,13 @@ def _parity_scales(session: Session, params: dict[str, Any], policy: Policy) -> 
     columns = ", ".join(f"{_difference(stat)} AS d{i}" for i, stat in enumerate(STATISTICS))
     rows = session.execute(text(_WARM_PARITY.replace("{d}", columns)), params).all()
     control = np.asarray([r.is_control for r in rows], dtype=bool)
+    partial = np.asarray([bool(r.partial) for r in rows], dtype=bool)
     least = policy.guardrails.output_parity.min_scale_pairs
     scales = {}
     for i, stat in enumerate(STATISTICS):
-        d = np.asarray([np.nan if r[i + 1] is None else r[i + 1] for r in rows], dtype=np.float64)
-        scale = float(parity_scale(d, np.isfinite(d), control, least)[0])
+        d = np.asarray([np.nan if r[i + 2] is None else r[i + 2] for r in rows], dtype=np.float64)
+        spoiled = partial if stat == "mean_logprob" else np.zeros_like(partial)
+        scale = float(parity_scale(d, np.isfinite(d), control, least, spoiled=spoiled)[0])
         if np.isfinite(scale):
             scales[stat] = scale
     return scales

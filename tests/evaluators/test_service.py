@@ -155,7 +155,7 @@ def test_a_side_not_attributable_to_its_route_gets_no_result(session, status):
 
 @pytest.mark.parametrize(
     ("seeds", "want"),
-    [((None, None), {"mean_logprob": -0.5}), ((7, 7), {}), ("greedy", {})],
+    [((None, None), {"mean_logprob": -0.5, "length": 0.0}), ((7, 7), {}), ("greedy", {})],
 )
 def test_the_stamp_stores_the_pairs_parity_differences(session, seeds, want):
     # Computed once, where the pair is stamped for the gate, by the rule replay uses: the

@@ -170,6 +170,9 @@ class Generation(Base):
     # (the per-call statistic; the arrays are never stored).
     logprob_tokens: Mapped[int | None] = mapped_column(Integer)
     logprob_sum: Mapped[float | None] = mapped_column(Float)
+    # The answer's distinct word-bigram ratio (`gate.parity.text_distinct_2`), kept when
+    # retention scrubs `output`; NULL when the text was not captured whole.
+    distinct_2: Mapped[float | None] = mapped_column(Float)
     prompt: Mapped[str | None] = mapped_column(Text)
     output: Mapped[str | None] = mapped_column(Text)
     # Tool calls and other structured output, for the schema evaluator.

@@ -55,7 +55,8 @@ def recorded_pairs(scenario: Scenario | None = None, policy: Policy = POLICY) ->
 # Side fields stored on the generation as they are (sampled-output parity's inputs); the
 # answer's text is the side's `output`, from which the export computes distinct-2.
 PARITY_FIELDS = ("temperature", "top_p", "max_tokens", "seed", "finish_reason",
-                 "output_tokens", "logprob_tokens", "logprob_sum", "output")  # fmt: skip
+                 "output_tokens", "logprob_tokens", "logprob_sum", "output",
+                 "distinct_2")  # fmt: skip
 
 
 def store(session, records: list[dict], rollout_id: int | None = None) -> int:

@@ -7,10 +7,12 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
+from collectors.retention import _scrub_generations
 from gate.cli.gatecmd import with_parity
 from gate.db.enums import RolloutMode
 from gate.db.models import GateFold
 from gate.pairs.export import pair_records
+from gate.parity import answer_stats
 from gate.reports.guardrails import declared as declared_guardrails
 from gate.reports.headline import headline, reason_sentences
 from gate.reports.model import Week
@@ -20,7 +22,7 @@ from gate.stats.registry import find, kill_slots
 from gate.stats.replay import replay
 from gate.stats.rule import Code
 from gate.stats.simulate import Scenario, run_scenario
-from gate.verdicts.service import run_gate
+from gate.verdicts.service import compute, run_gate
 from tests import factories
 from tests.gate.stats.test_sql import store
 
@@ -185,3 +187,90 @@ def test_stored_pairs_reach_the_verdict_the_export_and_the_weekly_report(pg_sess
     week = next(w for w in report.rollouts if w.rollout_id == rollout.id)
     assert [row for row in week.guardrails if row[0] == "parity:mean_logprob"]
     assert "parity" in {g.id for g in declared_guardrails()}
+
+
+def speculating_llama_cpp(rows: list[dict]) -> list[dict]:
+    """Give the candidate llama.cpp's log-probabilities under n-gram speculation: one per
+    verify step, so an answer whose drafts were accepted (the longer ones) has fewer."""
+    for r in rows:
+        c = r["candidate"]
+        if c["output_tokens"] >= 40:
+            mean = c["logprob_sum"] / c["logprob_tokens"]
+            c["logprob_tokens"] = c["output_tokens"] - 8
+            c["logprob_sum"] = mean * c["logprob_tokens"]
+    return rows
+
+
+@pytest.mark.postgres
+def test_the_text_statistics_of_a_lossless_candidate_do_not_hang_on_its_logprobs(pg_session):
+    # Whether the candidate's log-probabilities cover every token depends on its answer:
+    # comparing text statistics only where they do not would compare its long answers
+    # with all of the baseline's (a lossless candidate killed as "longer").
+    rows = speculating_llama_cpp(records(1500, seed=7))
+    for i, r in enumerate(rows):
+        r["evaluated_at"] = (START + timedelta(seconds=i, milliseconds=500)).isoformat()
+    got = replay(rows, POLICY, every=50).verdict
+    assert not any(c.startswith("kill:parity") for c in got.reason_codes), got.summary
+    n = {c.metric: c.n for c in got.cells if c.segment == "all"}
+    assert n["parity:length"] == n["parity:distinct_2"] > 1000
+    rollout = factories.rollout(pg_session, policy=POLICY.model_dump(mode="json"))
+    store(pg_session, rows, rollout.id)
+    folded = run_gate(pg_session, rollout_id=rollout.id, publisher=None)
+    assert not any(c.startswith("kill:parity") for c in folded.reason_codes), folded.summary
+
+
+def with_answers(rows: list[dict], seed: int = 3) -> list[dict]:
+    """Give each sampled side an answer text, its distinct-2 computed as the collector does."""
+    rng = np.random.default_rng(seed)
+    for r in rows:
+        for side_ in (r["baseline"], r["candidate"]):
+            words = [str(w) for w in rng.integers(0, 6, side_["output_tokens"])]
+            side_["output"] = " ".join(words)
+            side_["distinct_2"] = answer_stats(words).distinct_2
+    return rows
+
+
+@pytest.mark.postgres
+def test_retention_leaves_the_exported_answers_statistics_as_the_fold_saw_them(pg_session):
+    # Retention scrubs answer texts after days; the fold stored each pair's d long before,
+    # and a replay of the export must still see the distinct-2 the fold summed.
+    rows = with_answers(records(600))
+    for i, r in enumerate(rows):
+        r["evaluated_at"] = (START + timedelta(seconds=i, milliseconds=500)).isoformat()
+    rollout = factories.rollout(pg_session, policy=POLICY.model_dump(mode="json"))
+    store(pg_session, rows, rollout.id)
+    folded = compute(pg_session, rollout=rollout, policy=POLICY)
+    later = datetime.now(UTC) + timedelta(days=30)
+    scrub, _ = _scrub_generations(later, 10_000, later)
+    assert pg_session.execute(scrub).rowcount == 2 * len(rows)
+    exported = list(pair_records(pg_session, rollout_id=rollout.id))
+    assert exported[0]["candidate"]["distinct_2"] == rows[0]["candidate"]["distinct_2"]
+    replayed = replay(exported, POLICY, every=len(exported)).verdict
+    n = {(c.metric, c.segment): c.n for c in replayed.cells if c.metric.startswith("parity")}
+    assert n == {(c.metric, c.segment): c.n for c in folded.cells if c.metric in {m for m, _ in n}}
+    assert n[("parity:distinct_2", "all")] == 400  # 600 pairs, 100 in warm-up, 100 control
+
+
+@pytest.mark.postgres
+def test_mean_logprob_is_not_tested_where_a_route_reports_them_per_verify_step(pg_session):
+    # llama.cpp's one log-prob per verify step: complete only where no draft was accepted,
+    # i.e. on the candidate's less predictable answers. Compared on those alone, a lossless
+    # candidate looked "less likely under the model" (killed 5 in 5). A warm-up that saw
+    # such answers leaves the statistic untested for the stage.
+    rows = records(1500, seed=11)
+    for i, r in enumerate(rows):
+        r["evaluated_at"] = (START + timedelta(seconds=i, milliseconds=500)).isoformat()
+        c = r["candidate"]
+        mean = c["logprob_sum"] / c["logprob_tokens"]
+        if mean > -0.9:
+            c["logprob_tokens"] = c["output_tokens"] - 8
+            c["logprob_sum"] = mean * c["logprob_tokens"]
+    got = replay(rows, POLICY, every=50).verdict
+    assert not any(c.startswith("kill:parity") for c in got.reason_codes), got.summary
+    n = {c.metric: c.n for c in got.cells if c.segment == "all"}
+    assert n["parity:mean_logprob"] == 0 and n["parity:length"] > 1000
+    rollout = factories.rollout(pg_session, policy=POLICY.model_dump(mode="json"))
+    store(pg_session, rows, rollout.id)
+    folded = compute(pg_session, rollout=rollout, policy=POLICY)
+    assert not any(c.startswith("kill:parity") for c in folded.reason_codes), folded.summary
+    assert {c.metric: c.n for c in folded.cells if c.segment == "all"}["parity:mean_logprob"] == 0
