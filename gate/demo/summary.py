@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 import numpy as np
@@ -11,6 +11,9 @@ from sqlalchemy.orm import Session
 
 from gate.db.enums import Cohort, GenerationStatus
 from gate.db.models import Evaluation, Generation
+from gate.pairs.export import pair_records
+from gate.parity import eligibility
+from gate.stats.replay import parity_side
 
 PARITY = "greedy_parity"
 
@@ -107,3 +110,30 @@ def _p(gens: list[Generation], cohort: Cohort, field: str) -> tuple[float, float
     if not values:
         return (float("nan"), float("nan"))
     return (float(np.percentile(values, 50)), float(np.percentile(values, 99)))
+
+
+@dataclass(frozen=True)
+class ParityCounts:
+    """How many sampled pairs could enter the sampled-output parity test, and why not."""
+
+    sampled: int  # pairs with a temperature on both sides
+    eligible: int
+    with_logprobs: int  # eligible pairs whose mean log-prob may be compared
+    excluded: dict[str, int]  # `gate.parity.Exclusion` value -> pairs
+
+
+def parity_counts(session: Session, *, rollout_id: int) -> ParityCounts:
+    """Return the rollout's pairs as `gate.parity.eligibility` sees them (control ones aside)."""
+    excluded: Counter[str] = Counter()
+    sampled = eligible = with_logprobs = 0
+    for record in pair_records(session, rollout_id=rollout_id):
+        sides = [parity_side(record[cohort]) for cohort in ("baseline", "candidate")]
+        if record["is_control"] or sides[0] is None or sides[1] is None:
+            continue
+        sampled += 1
+        verdict = eligibility(sides[0][0], sides[1][0])
+        eligible += verdict.eligible
+        with_logprobs += verdict.logprobs
+        if verdict.reason is not None:
+            excluded[verdict.reason.value] += 1
+    return ParityCounts(sampled, eligible, with_logprobs, dict(excluded))

@@ -164,7 +164,7 @@ class _Builder:
 
     def _parity(self, base: Record | None, cand: Record | None) -> list[float]:
         """Return the pair's answer statistics per side, NaN where it may not be compared."""
-        sides = [_parity_side(s) for s in (base, cand)]
+        sides = [parity_side(s) for s in (base, cand)]
         self.sampled = self.sampled or any(s is not None for s in sides)
         out = [np.nan] * (2 * len(STATISTICS))
         b, c = sides
@@ -224,7 +224,7 @@ class _Builder:
         return {stat: values[:, i, :] for i, stat in enumerate(STATISTICS)}
 
 
-def _parity_side(side: Record | None) -> tuple[Side, dict[str, float]] | None:
+def parity_side(side: Record | None) -> tuple[Side, dict[str, float]] | None:
     """Return a side's parity settings and statistics, or None without a temperature."""
     if side is None or side.get("temperature") is None:
         return None
