@@ -175,6 +175,11 @@ def show(result: DemoResult, console: Console) -> None:
     console.print(_quality_table(result))
     if result.parity is not None:
         console.print(_parity_table(result))
+        for stat, shift in result.parity.shifts.items():
+            console.print(
+                f"d = candidate - baseline, {stat}, all {shift.n} eligible pairs: mean "
+                f"{shift.mean:+.3f}, sd {shift.sd:.3f}, t {shift.t:+.1f}"
+            )
     unjudged = next((row.not_evaluable for row in result.rows if row.segment == "all"), 0)
     if unjudged:
         console.print(f"{unjudged} evaluation(s) not evaluable, left out of the pass rates")
