@@ -16,7 +16,6 @@ from gate.cli.common import DatabaseOption, settings_with
 from gate.db.models import Verdict
 from gate.demo.run import FAULTS, DemoOptions, DemoResult, run_demo
 from gate.demo.summary import SegmentRow
-from gate.errors import ConfigError
 from gate.reports import headline
 
 
@@ -80,11 +79,7 @@ def demo(
 ) -> None:
     """Run a plain and an n-gram speculative SmolLM2 engine, the gateway in shadow mode,
     the collectors, evaluators and the gate on SQLite; replay the built-in workload and
-    print per-segment results and the verdict.
-
-    `--sampled` tests sampled-output parity at temperature 0.8 on the transformers backend
-    (an exact sampler passes); `--fault biased-sampler` gives the candidate a deliberately
-    wrong verifier and shows the gate killing it, with the reason."""
+    print per-segment results and the verdict."""
     console = Console(width=min(Console().width, WIDTH))
     backend = _backend(backend, sampled=sampled, fault=fault)
     settings = settings_with(database_url).model_copy(
@@ -116,13 +111,15 @@ def demo(
 def _backend(backend: str, *, sampled: bool, fault: str) -> str:
     """Return the backend to run, checking the sampled-parity options against it."""
     if fault and fault not in FAULTS:
-        raise ConfigError(f"--fault must be one of {', '.join(FAULTS)}")
+        raise typer.BadParameter(f"must be one of {', '.join(FAULTS)}", param_hint="--fault")
     if not (sampled or fault):
         return backend or "llamacpp"
     if backend not in ("", "transformers"):
         # The fault lives in the transformers backend's verifier, and only it returns a
         # log-probability for every token of a speculative answer.
-        raise ConfigError("--sampled and --fault need --backend transformers")
+        raise typer.BadParameter(
+            "--sampled and --fault run on transformers only", param_hint="--backend"
+        )
     return "transformers"
 
 
