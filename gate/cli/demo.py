@@ -169,7 +169,8 @@ WIDTH = 100
 def show(result: DemoResult, console: Console) -> None:
     """Print the latency and quality tables, where the report is, then the headline."""
     console.print(_latency_table(result))
-    console.print(_quality_table(result))
+    if any(row.pass_rates or row.parity is not None for row in result.rows):
+        console.print(_quality_table(result))
     if result.parity is not None:
         console.print(_parity_table(result))
         for stat, shift in result.parity.shifts.items():
@@ -206,8 +207,8 @@ def _latency_table(result: DemoResult) -> Table:
         table.add_row(*_cells(row), end_section=row.segment == "all")
     if any(row.burst for row in result.rows):
         table.caption = (
-            "speedup '-': the answers reached the gateway in one burst (tool calls are held "
-            "back until complete), so there is no decode speed to compare"
+            "speedup '-': the answers reached the gateway in one burst (not streamed, or "
+            "tool calls held back until complete), so there is no decode speed to compare"
         )
     return table
 

@@ -21,7 +21,7 @@ from gate.db.engine import engine_from_settings, session_factory, transaction
 from gate.db.enums import PairState, RolloutMode, RolloutState, RouteRole
 from gate.db.models import Pair, Verdict
 from gate.demo.processes import EngineProcess, ServerThread, cpu_cores
-from gate.demo.sampled import parity_policy, sampled_workload
+from gate.demo.sampled import PROMPT_LOOKUP_MIN, parity_policy, sampled_workload
 from gate.demo.summary import ParityCounts, SegmentRow, parity_counts, summarise
 from gate.engines.weights import default_encoding, weights_path
 from gate.engines.workload import WorkloadItem, load_workload
@@ -184,7 +184,7 @@ def _start_engines(
         "ngram",
         "--num-speculative-tokens",
         str(options.num_speculative_tokens),
-        *FAULTS.get(options.fault or "", []),
+        *_candidate_flags(options),
     ]
     engines = {
         RouteRole.BASELINE: EngineProcess("baseline", [*common, "--cpus", pin[0]], logs),
@@ -200,6 +200,12 @@ def _start_engines(
     for role, engine in engines.items():
         console.print(f"engine {engine.name} ({role.value}) ready on {engine.base_url}")
     return engines
+
+
+def _candidate_flags(options: DemoOptions) -> list[str]:
+    """Return the candidate engine's extra flags: the sampled run's lookup, the fault."""
+    flags = ["--prompt-lookup-min", str(PROMPT_LOOKUP_MIN)] if options.parity else []
+    return [*flags, *FAULTS.get(options.fault or "", [])]
 
 
 def _register(

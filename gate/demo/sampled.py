@@ -16,6 +16,11 @@ from gate.engines.workload import CHAT_PATH, WorkloadItem
 from gate.request.fields import BODY_FIELD
 
 SEGMENT = "proofread"
+# The candidate drafts from a one-token match (n-gram sizes 1 to 3): drafts start with the
+# answer's first copied word, so a wrong verifier acts from there. With matches of 3 tokens
+# only, SmolLM2 at 0.8 has often left the text before the first draft, and the bias shows
+# less (BENCHMARKS.md).
+PROMPT_LOOKUP_MIN = 1
 TEMPERATURE = 0.8
 MAX_TOKENS = 64
 INSTRUCTION = "Proofread this sentence and output only the corrected sentence.\n\n"
