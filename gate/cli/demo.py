@@ -139,8 +139,10 @@ def as_document(result: DemoResult) -> dict[str, Any]:
 def _parity_document(result: DemoResult) -> dict[str, Any] | None:
     if result.parity is None:
         return None
-    cells = [_finite(cell) for cell in parity_cells(result.verdict)]
-    return {**asdict(result.parity), "cells": cells}
+    document: dict[str, Any] = _finite(
+        {**asdict(result.parity), "cells": parity_cells(result.verdict)}
+    )
+    return document
 
 
 def parity_cells(verdict: Verdict) -> list[dict[str, Any]]:
