@@ -114,7 +114,7 @@ def run_demo(settings: Settings, options: DemoOptions, console: Console) -> Demo
         base = gateway.start()
         console.print(f"gateway (shadow mode) on {base}; replaying {len(workload)} requests")
         mirrors = MirrorWatch(app, timeout_s=settings.mirror_deadline_s + 30)
-        _replay(base, alias, workload, mirrors, console, lambda: _running(sessions, rollout_id))
+        _replay(base, alias, workload, mirrors, console, lambda: _gate_state(sessions, rollout_id))
         _settle(sessions, rollout_id, options.settle_timeout_s, console)
         gateway.stop()  # flushes spans and drains the in-process evaluations
         started.remove(gateway)
@@ -146,10 +146,17 @@ def _policy(options: DemoOptions, workload: list[WorkloadItem]) -> dict[str, obj
     return demo_policy(sorted({w.segment for w in workload}))
 
 
-def _running(sessions: sessionmaker[Session], rollout_id: int) -> bool:
-    """Return whether the rollout still runs (the embedded periodic gate may kill it)."""
+def _gate_state(sessions: sessionmaker[Session], rollout_id: int) -> tuple[bool, str]:
+    """Return whether the rollout still runs (the embedded periodic gate judges it every
+    minute and may kill it) and its latest verdict in a few words."""
     with sessions() as session:
-        return service.get_rollout(session, rollout_id=rollout_id).state is RolloutState.RUNNING
+        state = service.get_rollout(session, rollout_id=rollout_id).state
+        verdict = session.scalars(
+            select(Verdict).where(Verdict.rollout_id == rollout_id).order_by(Verdict.id.desc())
+        ).first()
+    if verdict is None:
+        return state is RolloutState.RUNNING, "gate: not judged yet"
+    return state is RolloutState.RUNNING, f"gate: {verdict.decision.value} at {verdict.n_pairs}"
 
 
 def _finish(session: Session, rollout_id: int, bus: Publisher | None) -> None:
@@ -263,7 +270,7 @@ def _replay(
     workload: list[WorkloadItem],
     mirrors: MirrorWatch,
     console: Console,
-    running: Callable[[], bool],
+    gate: Callable[[], tuple[bool, str]],
 ) -> None:
     """Send the workload one request at a time; stop early once the gate ended the rollout."""
     columns = (
@@ -296,8 +303,9 @@ def _replay(
                     f"[yellow]a mirror call still ran {mirrors.timeout_s:.0f} s after its "
                     "request; going on[/yellow]"
                 )
-            progress.update(task, advance=1, description=f"replaying ({item.segment})")
-            if not running():
+            running, seen = gate()
+            progress.update(task, advance=1, description=f"replaying ({item.segment}; {seen})")
+            if not running:
                 done = int(progress.tasks[task].completed)
                 console.print(f"the gate ended the rollout after {done} requests; replay stopped")
                 break
