@@ -120,14 +120,17 @@ def test_biased_sampler_shifts_sampled_parity_through_gateway_collector_and_gate
     tested = cells[("parity:mean_logprob", "all")]
     # The chain worked: pairs after the warm-up entered the gate's mean log-prob test (both
     # sides carried a log-probability for every token), on the scale the warm-up fixed.
-    assert parity["with_logprobs"] >= 80 and tested["n"] >= 40, parity
-    assert tested["n"] <= parity["with_logprobs"], parity
-    # Mode-seeking, in the gate's cell and over every eligible pair. The bug moves d by about
-    # 0.3 of its sd here (BENCHMARKS.md), so with these counts a wrong sign has odds under 1
-    # in 200 for the cell and 1 in 5,000 for all pairs; a killed run has proven it.
-    assert tested["estimate"] > 0 and parity["shifts"]["mean_logprob"]["mean"] > 0, parity
-    if doc["decision"] == "kill":
+    assert 40 <= tested["n"] <= parity["with_logprobs"], parity
+    if doc["decision"] == "kill":  # the embedded gate stopped the replay: it proved a shift
         assert any(code.startswith("kill:parity:") for code in doc["reason_codes"]), doc
+        assert tested["estimate"] > 0, parity
+    else:
+        # Mode-seeking: candidate answers more likely under the model, over every eligible
+        # pair. The bug moves d by 0.25 to 0.35 of its sd on this workload (BENCHMARKS.md):
+        # with 100 eligible pairs or more a wrong sign has odds under 1 in 200 (about 1 in
+        # 500 at the usual 120).
+        assert parity["with_logprobs"] >= 100, parity
+        assert parity["shifts"]["mean_logprob"]["mean"] > 0, parity
     sessions = session_factory(make_engine(f"sqlite:///{tmp_path}/.specgate/specgate.db"))
     with sessions() as db:
         candidate = [g for g in db.scalars(select(Generation)) if g.cohort.value == "candidate"]
