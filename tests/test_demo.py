@@ -112,7 +112,7 @@ def test_biased_sampler_shifts_sampled_parity_through_gateway_collector_and_gate
     gateway asks both for logprobs, the collector stores their sums, the gate tests the
     pairs both ended naturally, and the candidate's answers are more likely under the model.
     """
-    # About 7 minutes on 2 idle cores; the deadline leaves room for a shared machine.
+    # About 10 minutes on 2 quiet cores; the deadline leaves room for a shared machine.
     doc = _demo_json(tmp_path, "--fault", "biased-sampler", "--requests", "150",
                      "--warmup-pairs", "40", timeout=2400)  # fmt: skip
     parity = doc["parity"]
