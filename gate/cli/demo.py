@@ -240,7 +240,8 @@ def _parity_table(result: DemoResult) -> Table:
     table = Table(
         title=f"sampled-output parity: {counts.eligible} of {counts.sampled} pairs eligible "
         f"({counts.with_logprobs} with logprobs); left out: {out}",
-        caption="shift: candidate minus baseline, in sd of d (warm-up); tested after warm-up",
+        caption="shift: candidate minus baseline, in sd of d (warm-up), tested after the "
+        "warm-up; length and distinct_2 only on pairs without log-probabilities",
     )
     for column in ("statistic", "segment", "pairs", "shift", "interval", "margin", "status"):
         table.add_column(column, justify="left" if column in ("statistic", "segment") else "right")
