@@ -198,9 +198,7 @@ def _start_engines(
         RouteRole.CANDIDATE: EngineProcess("ngram", [*common, *spec, "--cpus", pin[1]], logs),
     }
     started.extend(engines.values())
-    what = f"n-gram speculative, FAULT INJECTED: {options.fault}" if options.fault else "n-gram"
-    if not options.fault:
-        what += " speculative"
+    what = "n-gram speculative" + (f", FAULT INJECTED: {options.fault}" if options.fault else "")
     with console.status(f"loading {gguf.name} in two engines (plain and {what})"):
         for engine in engines.values():
             engine.wait_ready(options.engine_timeout_s)
