@@ -136,6 +136,8 @@ GOOD_PAIR = f'{{"pair_id": "a", "created_at": 1, "baseline": {SIDE}, "candidate"
         ),
         (["routes", "launch", "--route-file", "{yaml}", "--dry-run"], DATA_ERROR, "YAML"),
         (["nosuch"], USAGE, "nosuch"),
+        (["demo", "--fault", "nosuch"], USAGE, "biased-sampler"),
+        (["demo", "--fault", "biased-sampler", "--backend", "llamacpp"], USAGE, "transformers"),
     ],
 )
 def test_bad_input_files_and_options_are_one_line_with_their_code(

@@ -13,7 +13,8 @@ from rich.console import Console
 from rich.table import Table
 
 from gate.cli.common import DatabaseOption, settings_with
-from gate.demo.run import DemoOptions, DemoResult, run_demo
+from gate.db.models import Verdict
+from gate.demo.run import FAULTS, DemoOptions, DemoResult, run_demo
 from gate.demo.summary import SegmentRow
 from gate.reports import headline
 
@@ -22,7 +23,12 @@ def demo(
     requests: Annotated[
         int, typer.Option(min=1, help="How many workload requests to replay.")
     ] = 80,
-    backend: Annotated[str, typer.Option(help="llamacpp (default) or transformers.")] = "llamacpp",
+    backend: Annotated[
+        str,
+        typer.Option(
+            help="llamacpp (default) or transformers (the default with --sampled or --fault)."
+        ),
+    ] = "",
     num_speculative_tokens: Annotated[int, typer.Option(min=1, max=32)] = 8,
     parallel: Annotated[
         int,
@@ -37,6 +43,30 @@ def demo(
             "shipped Q4_1) or q4_1 (as shipped; transformers default)."
         ),
     ] = "",
+    sampled: Annotated[
+        bool,
+        typer.Option(
+            "--sampled",
+            help="Test sampled-output parity: replay copy-heavy proofreading prompts at "
+            "temperature 0.8, unseeded and not streamed, with token log-probabilities asked "
+            "from both routes and the parity guardrail on (transformers backend). An exact "
+            "sampler passes it.",
+        ),
+    ] = False,
+    fault: Annotated[
+        str,
+        typer.Option(
+            help="FAULT INJECTION (implies --sampled): 'biased-sampler' runs the candidate "
+            "with the wrong verifier --verify biased-argmax (a draft is accepted when it is "
+            "the target's argmax), to watch the gate kill it.",
+        ),
+    ] = "",
+    warmup_pairs: Annotated[
+        int,
+        typer.Option(
+            min=30, help="--sampled: warm-up pairs, which fix the scale of the parity test."
+        ),
+    ] = 50,
     as_json: Annotated[
         bool,
         typer.Option(
@@ -51,6 +81,7 @@ def demo(
     the collectors, evaluators and the gate on SQLite; replay the built-in workload and
     print per-segment results and the verdict."""
     console = Console(width=min(Console().width, WIDTH))
+    backend = _backend(backend, sampled=sampled, fault=fault)
     settings = settings_with(database_url).model_copy(
         update={"otlp_endpoint": None, "redis_url": None}
     )
@@ -60,6 +91,9 @@ def demo(
         num_speculative_tokens=num_speculative_tokens,
         parallel=parallel,
         weights=weights or None,
+        sampled=sampled,
+        fault=fault or None,
+        warmup_pairs=warmup_pairs,
     )
     try:
         result = run_demo(settings, options, console)
@@ -74,6 +108,21 @@ def demo(
     show(result, console)
 
 
+def _backend(backend: str, *, sampled: bool, fault: str) -> str:
+    """Return the backend to run, checking the sampled-parity options against it."""
+    if fault and fault not in FAULTS:
+        raise typer.BadParameter(f"must be one of {', '.join(FAULTS)}", param_hint="--fault")
+    if not (sampled or fault):
+        return backend or "llamacpp"
+    if backend not in ("", "transformers"):
+        # The fault lives in the transformers backend's verifier, and only it returns a
+        # log-probability for every token of a speculative answer.
+        raise typer.BadParameter(
+            "--sampled and --fault run on transformers only", param_hint="--backend"
+        )
+    return "transformers"
+
+
 def as_document(result: DemoResult) -> dict[str, Any]:
     """Return everything the demo shows, JSON-ready (NaN as null)."""
     return {
@@ -82,8 +131,23 @@ def as_document(result: DemoResult) -> dict[str, Any]:
         "decision": result.verdict.decision.value,
         "reason_codes": list(result.verdict.reason_codes),
         "glance": result.glance.model_dump(mode="json") if result.glance else None,
+        "parity": _parity_document(result),
         "report_dir": str(result.report_dir) if result.report_dir else None,
     }
+
+
+def _parity_document(result: DemoResult) -> dict[str, Any] | None:
+    if result.parity is None:
+        return None
+    document: dict[str, Any] = _finite(
+        {**asdict(result.parity), "cells": parity_cells(result.verdict)}
+    )
+    return document
+
+
+def parity_cells(verdict: Verdict) -> list[dict[str, Any]]:
+    """Return the verdict's sampled-output parity cells (metric `parity:<statistic>`)."""
+    return [c for c in verdict.estimates or [] if str(c.get("metric", "")).startswith("parity:")]
 
 
 def _finite(value: Any) -> Any:
@@ -107,7 +171,15 @@ WIDTH = 100
 def show(result: DemoResult, console: Console) -> None:
     """Print the latency and quality tables, where the report is, then the headline."""
     console.print(_latency_table(result))
-    console.print(_quality_table(result))
+    if any(row.pass_rates or row.parity is not None for row in result.rows):
+        console.print(_quality_table(result))
+    if result.parity is not None:
+        console.print(_parity_table(result))
+        for stat, shift in result.parity.shifts.items():
+            console.print(
+                f"d = candidate - baseline, {stat}, all {shift.n} eligible pairs: mean "
+                f"{shift.mean:+.3f}, sd {shift.sd:.3f}, t {shift.t:+.1f}"
+            )
     unjudged = next((row.not_evaluable for row in result.rows if row.segment == "all"), 0)
     if unjudged:
         console.print(f"{unjudged} evaluation(s) not evaluable, left out of the pass rates")
@@ -137,8 +209,8 @@ def _latency_table(result: DemoResult) -> Table:
         table.add_row(*_cells(row), end_section=row.segment == "all")
     if any(row.burst for row in result.rows):
         table.caption = (
-            "speedup '-': the answers reached the gateway in one burst (tool calls are held "
-            "back until complete), so there is no decode speed to compare"
+            "speedup '-': the answers reached the gateway in one burst (not streamed, or "
+            "tool calls held back until complete), so there is no decode speed to compare"
         )
     return table
 
@@ -157,6 +229,32 @@ def _quality_table(result: DemoResult) -> Table:
             *(f"{_rate(by.get('baseline'))}/{_rate(by.get('candidate'))}" for by in rates),
             "-" if row.parity is None else f"{row.parity:.0%}",
             end_section=row.segment == "all",
+        )
+    return table
+
+
+def _parity_table(result: DemoResult) -> Table:
+    counts = result.parity
+    assert counts is not None
+    out = ", ".join(f"{n} {why}" for why, n in sorted(counts.excluded.items())) or "none"
+    table = Table(
+        title=f"sampled-output parity: {counts.eligible} of {counts.sampled} pairs eligible "
+        f"({counts.with_logprobs} with logprobs); left out: {out}",
+        caption="shift: candidate minus baseline, in sd of d (warm-up), tested after the "
+        "warm-up; length and distinct_2 only on pairs without log-probabilities",
+    )
+    for column in ("statistic", "segment", "pairs", "shift", "interval", "margin", "status"):
+        table.add_column(column, justify="left" if column in ("statistic", "segment") else "right")
+    for cell in parity_cells(result.verdict):
+        estimate = cell.get("estimate")
+        table.add_row(
+            str(cell["metric"]).removeprefix("parity:"),
+            str(cell["segment"]),
+            str(cell["n"]),
+            "-" if estimate is None else f"{estimate:+.2f}",
+            "-" if estimate is None else f"[{cell['lower']:+.2f}, {cell['upper']:+.2f}]",
+            f"{cell['margin']:.2f}",
+            str(cell["status"]),
         )
     return table
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,9 +19,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from gate.db import migrate
 from gate.db.engine import engine_from_settings, session_factory, transaction
 from gate.db.enums import PairState, RolloutMode, RolloutState, RouteRole
-from gate.db.models import Evaluation, Pair, Verdict
+from gate.db.models import Pair, Verdict
 from gate.demo.processes import EngineProcess, ServerThread, cpu_cores
-from gate.demo.summary import SegmentRow, summarise
+from gate.demo.sampled import PROMPT_LOOKUP_MIN, parity_policy, sampled_workload
+from gate.demo.summary import ParityCounts, SegmentRow, parity_counts, summarise
 from gate.engines.weights import default_encoding, weights_path
 from gate.engines.workload import WorkloadItem, load_workload
 from gate.gateway.app import ProxyDispatch
@@ -37,6 +39,9 @@ from gate.settings import Settings
 from gate.verdicts.service import run_gate
 
 ACTOR = "demo"
+# Faults the demo can inject into the candidate engine: name -> its extra engine flags.
+# Fault injection only, to watch the gate catch a known bug; never a default.
+FAULTS: dict[str, list[str]] = {"biased-sampler": ["--verify", "biased-argmax"]}
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,15 @@ class DemoOptions:
     weights: str | None = None  # None: the backend's default encoding
     engine_timeout_s: float = 180.0
     settle_timeout_s: float = 180.0
+    # Sampled-output parity: the copy-heavy sampled workload, logprobs asked, parity on.
+    sampled: bool = False
+    fault: str | None = None  # a key of FAULTS, injected into the candidate engine
+    warmup_pairs: int = 50  # sampled: the pairs that fix the scale of d, tested by nothing
+
+    @property
+    def parity(self) -> bool:
+        """Return whether this run tests sampled-output parity (a fault implies it)."""
+        return self.sampled or self.fault is not None
 
 
 @dataclass(frozen=True)
@@ -58,6 +72,7 @@ class DemoResult:
     report_dir: Path | None
     # The answer at a glance of the verdict: what the demo ends with.
     glance: Glance | None = None
+    parity: ParityCounts | None = None  # sampled runs: which pairs the parity test could use
 
 
 def demo_policy(segments: list[str]) -> dict[str, object]:
@@ -79,10 +94,12 @@ def run_demo(settings: Settings, options: DemoOptions, console: Console) -> Demo
         gguf = weights_path(
             options.weights or default_encoding(options.backend), announce=console.print
         )
+    if options.parity:  # both sides asked alike, on the sampled pairs' calls only
+        settings = settings.model_copy(update={"ask_logprobs": True})
     url = settings.resolved_database_url()
     migrate.upgrade(url)
     sessions = session_factory(engine_from_settings(settings))
-    workload = load_workload(limit=options.requests)
+    workload = _workload(options)
     logs = settings.home / "demo-logs"
     logs.mkdir(parents=True, exist_ok=True)
     started: list[EngineProcess | ServerThread] = []
@@ -90,15 +107,14 @@ def run_demo(settings: Settings, options: DemoOptions, console: Console) -> Demo
         engines = _start_engines(options, gguf, logs, started, console)
         # Every state change goes through the routing service, published to the gateways.
         bus = publisher(settings, sessions)
-        segments = sorted({w.segment for w in workload})
-        rollout_id, alias = _register(sessions, engines, segments, bus)
+        rollout_id, alias = _register(sessions, engines, _policy(options, workload), bus)
         app = build_gateway_app(settings)
         gateway = ServerThread(app)
         started.append(gateway)
         base = gateway.start()
         console.print(f"gateway (shadow mode) on {base}; replaying {len(workload)} requests")
         mirrors = MirrorWatch(app, timeout_s=settings.mirror_deadline_s + 30)
-        _replay(base, alias, workload, mirrors, console)
+        _replay(base, alias, workload, mirrors, console, lambda: _gate_state(sessions, rollout_id))
         _settle(sessions, rollout_id, options.settle_timeout_s, console)
         gateway.stop()  # flushes spans and drains the in-process evaluations
         started.remove(gateway)
@@ -108,13 +124,39 @@ def run_demo(settings: Settings, options: DemoOptions, console: Console) -> Demo
             _finish(session, rollout_id, bus)
         with sessions() as session:
             rows = summarise(session, rollout_id=rollout_id)
+            parity = parity_counts(session, rollout_id=rollout_id) if options.parity else None
             rollout = service.get_rollout(session, rollout_id=rollout_id)
             look = glance.of_rollout(session, rollout=rollout, verdict=verdict)
         report = _report(sessions, settings, console)
-        return DemoResult(rollout_id, rows, verdict, report, look)
+        return DemoResult(rollout_id, rows, verdict, report, look, parity)
     finally:
         for part in reversed(started):
             part.stop()
+
+
+def _workload(options: DemoOptions) -> list[WorkloadItem]:
+    if options.parity:
+        return sampled_workload(options.requests)
+    return load_workload(limit=options.requests)
+
+
+def _policy(options: DemoOptions, workload: list[WorkloadItem]) -> dict[str, object]:
+    if options.parity:
+        return parity_policy(options.warmup_pairs)
+    return demo_policy(sorted({w.segment for w in workload}))
+
+
+def _gate_state(sessions: sessionmaker[Session], rollout_id: int) -> tuple[bool, str]:
+    """Return whether the rollout still runs (the embedded periodic gate judges it every
+    minute and may kill it) and its latest verdict in a few words."""
+    with sessions() as session:
+        state = service.get_rollout(session, rollout_id=rollout_id).state
+        verdict = session.scalars(
+            select(Verdict).where(Verdict.rollout_id == rollout_id).order_by(Verdict.id.desc())
+        ).first()
+    if verdict is None:
+        return state is RolloutState.RUNNING, "gate: not judged yet"
+    return state is RolloutState.RUNNING, f"gate: {verdict.decision.value} at {verdict.n_pairs}"
 
 
 def _finish(session: Session, rollout_id: int, bus: Publisher | None) -> None:
@@ -149,13 +191,15 @@ def _start_engines(
         "ngram",
         "--num-speculative-tokens",
         str(options.num_speculative_tokens),
+        *_candidate_flags(options),
     ]
     engines = {
         RouteRole.BASELINE: EngineProcess("baseline", [*common, "--cpus", pin[0]], logs),
         RouteRole.CANDIDATE: EngineProcess("ngram", [*common, *spec, "--cpus", pin[1]], logs),
     }
     started.extend(engines.values())
-    with console.status(f"loading {gguf.name} in two engines (plain and n-gram speculative)"):
+    what = "n-gram speculative" + (f", FAULT INJECTED: {options.fault}" if options.fault else "")
+    with console.status(f"loading {gguf.name} in two engines (plain and {what})"):
         for engine in engines.values():
             engine.wait_ready(options.engine_timeout_s)
     for role, engine in engines.items():
@@ -163,10 +207,16 @@ def _start_engines(
     return engines
 
 
+def _candidate_flags(options: DemoOptions) -> list[str]:
+    """Return the candidate engine's extra flags: the sampled run's lookup, the fault."""
+    flags = ["--prompt-lookup-min", str(PROMPT_LOOKUP_MIN)] if options.parity else []
+    return [*flags, *FAULTS.get(options.fault or "", [])]
+
+
 def _register(
     sessions: sessionmaker[Session],
     engines: dict[RouteRole, EngineProcess],
-    segments: list[str],
+    policy: dict[str, object],
     bus: Publisher | None,
 ) -> tuple[int, str]:
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
@@ -197,7 +247,7 @@ def _register(
                 candidate_route=names[RouteRole.CANDIDATE],
                 mode=RolloutMode.SHADOW,
                 sample_rate=1.0,
-                policy=demo_policy(segments),
+                policy=policy,
             ),
             actor=ACTOR,
         )
@@ -213,8 +263,14 @@ def _register(
 
 
 def _replay(
-    base: str, alias: str, workload: list[WorkloadItem], mirrors: MirrorWatch, console: Console
+    base: str,
+    alias: str,
+    workload: list[WorkloadItem],
+    mirrors: MirrorWatch,
+    console: Console,
+    gate: Callable[[], tuple[bool, str]],
 ) -> None:
+    """Send the workload one request at a time; stop early once the gate ended the rollout."""
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -226,7 +282,9 @@ def _replay(
         task = progress.add_task("replaying the workload", total=len(workload))
         rng = random.Random()  # fresh seeds: each replay an independent draw (sampled parity)
         for item in workload:
-            body = {**item.replay_body(rng), "model": alias, "stream": True}
+            # Streamed unless the workload says otherwise (the sampled one is not: the
+            # gateway asks for logprobs on non-streamed calls).
+            body = {"stream": True, **item.replay_body(rng), "model": alias}
             with client.stream(
                 "POST",
                 base + item.path,
@@ -243,7 +301,12 @@ def _replay(
                     f"[yellow]a mirror call still ran {mirrors.timeout_s:.0f} s after its "
                     "request; going on[/yellow]"
                 )
-            progress.update(task, advance=1, description=f"replaying ({item.segment})")
+            running, seen = gate()
+            progress.update(task, advance=1, description=f"replaying ({item.segment}; {seen})")
+            if not running:
+                done = int(progress.tasks[task].completed)
+                console.print(f"the gate ended the rollout after {done} requests; replay stopped")
+                break
     if failures:
         console.print(f"[yellow]{failures} requests failed at the gateway[/yellow]")
 
@@ -273,21 +336,17 @@ def _settle(
     *,
     evaluated: bool = False,
 ) -> None:
+    """Wait until no pair is open (and, `evaluated`, every closed pair's evaluations landed)."""
     deadline = time.monotonic() + timeout_s
+    waiting = Pair.state == PairState.OPEN
+    if evaluated:  # a pair no evaluator applies to is marked evaluated all the same
+        waiting = waiting | Pair.evaluated_at.is_(None)
+    query = select(func.count()).where(Pair.rollout_id == rollout_id, waiting)
     with console.status("waiting for mirrored calls, spans and evaluations to land"):
         while time.monotonic() < deadline:
             with sessions() as session:
-                open_pairs = (
-                    session.scalar(
-                        select(func.count()).where(
-                            Pair.rollout_id == rollout_id, Pair.state == PairState.OPEN
-                        )
-                    )
-                    or 0
-                )
-                done = session.scalar(select(func.count()).select_from(Evaluation)) or 0
-            if open_pairs == 0 and (done or not evaluated):
-                return
+                if not session.scalar(query):
+                    return
             time.sleep(0.5)
     console.print("[yellow]some pairs were still open; they count as dropped[/yellow]")
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
+import math
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 import numpy as np
@@ -11,6 +12,9 @@ from sqlalchemy.orm import Session
 
 from gate.db.enums import Cohort, GenerationStatus
 from gate.db.models import Evaluation, Generation
+from gate.pairs.export import pair_records
+from gate.parity import eligibility
+from gate.stats.replay import parity_side
 
 PARITY = "greedy_parity"
 
@@ -107,3 +111,60 @@ def _p(gens: list[Generation], cohort: Cohort, field: str) -> tuple[float, float
     if not values:
         return (float("nan"), float("nan"))
     return (float(np.percentile(values, 50)), float(np.percentile(values, 99)))
+
+
+@dataclass(frozen=True)
+class Shift:
+    """One statistic's paired difference d = candidate - baseline over eligible pairs."""
+
+    n: int
+    mean: float
+    sd: float
+
+    @property
+    def t(self) -> float:
+        """Return the mean over its standard error (NaN with fewer than 2 pairs)."""
+        if self.n < 2 or self.sd <= 0:
+            return float("nan")
+        return self.mean / (self.sd / math.sqrt(self.n))
+
+
+@dataclass(frozen=True)
+class ParityCounts:
+    """How many sampled pairs could enter the sampled-output parity test, why not, and d."""
+
+    sampled: int  # pairs with a temperature on both sides
+    eligible: int
+    with_logprobs: int  # eligible pairs whose mean log-prob may be compared
+    excluded: dict[str, int]  # `gate.parity.Exclusion` value -> pairs
+    # Per statistic, d over every eligible pair (warm-up included), in the statistic's units.
+    shifts: dict[str, Shift]
+
+
+def parity_counts(session: Session, *, rollout_id: int) -> ParityCounts:
+    """Return the rollout's pairs as `gate.parity.eligibility` sees them (control ones aside)."""
+    excluded: Counter[str] = Counter()
+    d: dict[str, list[float]] = defaultdict(list)
+    sampled = eligible = with_logprobs = 0
+    for record in pair_records(session, rollout_id=rollout_id):
+        sides = [parity_side(record[cohort]) for cohort in ("baseline", "candidate")]
+        if record["is_control"] or sides[0] is None or sides[1] is None:
+            continue
+        sampled += 1
+        verdict = eligibility(sides[0][0], sides[1][0])
+        if verdict.reason is not None:
+            excluded[verdict.reason.value] += 1
+            continue
+        eligible += 1
+        with_logprobs += verdict.logprobs
+        base, cand = sides[0][1], sides[1][1]
+        for stat in base.keys() & cand.keys():
+            if stat != "mean_logprob" or verdict.logprobs:
+                d[stat].append(cand[stat] - base[stat])
+    shifts = {stat: _shift(values) for stat, values in sorted(d.items())}
+    return ParityCounts(sampled, eligible, with_logprobs, dict(excluded), shifts)
+
+
+def _shift(values: list[float]) -> Shift:
+    sd = float(np.std(values, ddof=1)) if len(values) > 1 else float("nan")
+    return Shift(len(values), float(np.mean(values)), sd)

@@ -213,7 +213,7 @@ def parity_values(base: Record | None, cand: Record | None) -> list[float] | Non
     replay reads it, and the pair's stamp stores its differences for the fold
     (`gate.pairs.parity`).
     """
-    sides = [_parity_side(s) for s in (base, cand)]
+    sides = [parity_side(s) for s in (base, cand)]
     if all(s is None for s in sides):
         return None
     out = [np.nan] * (2 * len(STATISTICS))
@@ -247,11 +247,11 @@ def partial_logprobs(base: Record | None, cand: Record | None) -> bool:
     answers where drafts were accepted: which answers have them all depends on the answer,
     so a warm-up that saw one leaves mean log-prob untested (`gate.stats.cumulative`).
     """
-    sides = [_parity_side(s) for s in (base, cand)]
+    sides = [parity_side(s) for s in (base, cand)]
     return any(s is not None and s[0].has_logprobs and not s[0].logprobs_complete for s in sides)
 
 
-def _parity_side(side: Record | None) -> tuple[Side, dict[str, float]] | None:
+def parity_side(side: Record | None) -> tuple[Side, dict[str, float]] | None:
     """Return a side's parity settings and statistics, or None without a temperature."""
     if side is None or side.get("temperature") is None:
         return None

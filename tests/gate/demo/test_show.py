@@ -12,7 +12,8 @@ from gate.cli.demo import WIDTH, as_document, show
 from gate.db.base import utcnow
 from gate.db.models import Generation, Pair
 from gate.demo.run import DemoResult, demo_policy
-from gate.demo.summary import summarise
+from gate.demo.sampled import parity_policy
+from gate.demo.summary import ParityCounts, Shift, summarise
 from gate.reports import glance, headline
 from gate.rollouts.states import Action
 from gate.routing import service as routing
@@ -59,3 +60,35 @@ def test_the_demo_output_fits_100_columns_and_ends_with_the_headline(sqlite_sess
     assert document["glance"]["headline"]["sentence"] == look.headline.sentence
     assert document["reason_codes"] == list(verdict.reason_codes)
     assert {row["segment"] for row in document["rows"]} == {row.segment for row in result.rows}
+
+
+def test_a_sampled_run_shows_its_parity_cells_and_eligible_pairs_within_100_columns(
+    sqlite_session,
+):
+    db = sqlite_session
+    rollout = factories.rollout(db, name="demo", policy=parity_policy(50))
+    routing.change_state(
+        db, rollout_id=rollout.id, action=Action.START, actor="t", reason="t", publisher=None
+    )
+    verdict = run_gate(db, rollout_id=rollout.id, publisher=None)
+    verdict.estimates = [
+        {"metric": "parity:mean_logprob", "segment": "all", "n": 354, "estimate": 0.251,
+         "lower": -0.024, "upper": 0.526, "margin": 0.1, "kill_at": 0.1, "status": "unproven"},
+    ]  # fmt: skip
+    counts = ParityCounts(
+        467, 405, 405, {"censored": 62}, {"mean_logprob": Shift(405, 0.225, 0.948)}
+    )
+    look = glance.of_rollout(db, rollout=rollout, verdict=verdict)
+    result = DemoResult(rollout.id, [], verdict, None, look, counts)
+
+    console = Console(width=WIDTH, record=True, color_system=None)
+    show(result, console)
+    text = console.export_text()
+
+    assert max(len(line) for line in text.splitlines()) <= WIDTH
+    assert "405 of 467 pairs eligible" in text and "62 censored" in text
+    assert "+0.25 │ [-0.02, +0.53]" in text
+    assert "mean_logprob, all 405 eligible pairs: mean +0.225, sd 0.948, t +4.8" in text
+    document = json.loads(json.dumps(as_document(result), allow_nan=False))
+    assert document["parity"]["eligible"] == 405
+    assert document["parity"]["cells"][0]["metric"] == "parity:mean_logprob"

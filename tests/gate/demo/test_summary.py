@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gate.db.enums import Cohort
+from gate.db.enums import Cohort, PairState
 from gate.db.models import Evaluation
-from gate.demo.summary import summarise
+from gate.demo.summary import parity_counts, summarise
 from tests import factories
 
 
@@ -61,3 +61,39 @@ def test_not_evaluable_results_are_counted_not_scored(sqlite_session):
     rows = {row.segment: row for row in summarise(sqlite_session, rollout_id=rollout.id)}
     assert rows["json"].pass_rates == {"schema": {"baseline": 1.0}}
     assert rows["json"].not_evaluable == rows["all"].not_evaluable == 1
+
+
+def _sampled_pair(session, rollout_id: int, sides: dict, *, control: bool = False) -> None:
+    """A closed sampled pair; `sides`: cohort -> (finish reason, mean log-prob, tokens)."""
+    pair = factories.pair(session, rollout_id, is_control=control)
+    pair.state = PairState.COMPLETE
+    for cohort, (finish, mean, tokens) in sides.items():
+        row = factories.generation(session, pair, cohort, output="a b c d")
+        row.temperature, row.top_p, row.max_tokens, row.finish_reason = 0.8, 1.0, 64, finish
+        row.output_tokens, row.logprob_tokens, row.logprob_sum = tokens, tokens, mean * tokens
+    session.flush()
+
+
+def test_parity_counts_say_which_pairs_are_eligible_and_the_shift_of_each_statistic(
+    sqlite_session,
+):
+    rollout = factories.rollout(sqlite_session)
+    base, cand = Cohort.BASELINE, Cohort.CANDIDATE
+    for shift in (0.5, 0.3, 0.1):
+        _sampled_pair(sqlite_session, rollout.id,
+                      {base: ("stop", -1.0, 10), cand: ("stop", -1.0 + shift, 12)})  # fmt: skip
+    # The candidate ran into max_tokens: censored, out of the test whatever it says.
+    _sampled_pair(sqlite_session, rollout.id,
+                  {base: ("stop", -1.0, 10), cand: ("length", 5.0, 64)})  # fmt: skip
+    # Baseline against baseline: the control slice, not a candidate pair.
+    control = {base: ("stop", -1.0, 10), Cohort.CONTROL: ("stop", 3.0, 10)}
+    _sampled_pair(sqlite_session, rollout.id, control, control=True)
+
+    counts = parity_counts(sqlite_session, rollout_id=rollout.id)
+
+    assert (counts.sampled, counts.eligible, counts.with_logprobs) == (4, 3, 3)
+    assert counts.excluded == {"censored": 1}
+    logprob = counts.shifts["mean_logprob"]
+    assert logprob.n == 3 and abs(logprob.mean - 0.3) < 1e-9 and abs(logprob.sd - 0.2) < 1e-9
+    assert abs(logprob.t - 0.3 / (0.2 / 3**0.5)) < 1e-9
+    assert counts.shifts["length"].mean == 2.0
