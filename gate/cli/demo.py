@@ -241,7 +241,8 @@ def _parity_table(result: DemoResult) -> Table:
         title=f"sampled-output parity: {counts.eligible} of {counts.sampled} pairs eligible "
         f"({counts.with_logprobs} with logprobs); left out: {out}",
         caption="shift: candidate minus baseline, in sd of d (warm-up), tested after the "
-        "warm-up; length and distinct_2 only on pairs without log-probabilities",
+        "warm-up; length and distinct_2 on every eligible pair, mean_logprob where both "
+        "sides have complete log-probabilities",
     )
     for column in ("statistic", "segment", "pairs", "shift", "interval", "margin", "status"):
         table.add_column(column, justify="left" if column in ("statistic", "segment") else "right")
@@ -252,11 +253,21 @@ def _parity_table(result: DemoResult) -> Table:
             str(cell["segment"]),
             str(cell["n"]),
             "-" if estimate is None else f"{estimate:+.2f}",
-            "-" if estimate is None else f"[{cell['lower']:+.2f}, {cell['upper']:+.2f}]",
-            f"{cell['margin']:.2f}",
+            _bounds(cell.get("lower"), cell.get("upper")),
+            "-" if cell.get("margin") is None else f"{cell['margin']:.2f}",
             str(cell["status"]),
         )
     return table
+
+
+def _bounds(lower: float | None, upper: float | None) -> str:
+    """Return an interval as the table shows it; an unbounded side (too few pairs yet,
+    stored as null) reads as such, never as a number."""
+    if lower is None and upper is None:
+        return "too few pairs"
+    low = "-inf" if lower is None else f"{lower:+.2f}"
+    high = "+inf" if upper is None else f"{upper:+.2f}"
+    return f"[{low}, {high}]"
 
 
 def _rate(value: float | None) -> str:

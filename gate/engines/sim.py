@@ -11,7 +11,7 @@ import hashlib
 import math
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import orjson
@@ -44,8 +44,6 @@ class SimProfile:
     per_request_metrics: bool = False
     # Like an engine that cannot return log-probabilities: a request asking is a 400.
     rejects_logprobs: bool = False
-    # Like vLLM up to about 0.14: a request asking for logprobs runs without speculation.
-    drops_speculation_with_logprobs: bool = False
 
 
 @dataclass
@@ -74,11 +72,9 @@ def create_sim_app(profile: SimProfile, log: SimLog | None = None) -> Starlette:
         seen.headers.append(dict(request.headers))
         if profile.rejects_logprobs and _asks_logprobs(body):
             return _error(400, "logprobs are not supported by this engine")
-        plain = profile.drops_speculation_with_logprobs and _asks_logprobs(body)
-        serving = replace(profile, spec_tokens=0) if plain else profile
-        response = await _answer(serving, seen, body, chat=chat)
+        response = await _answer(profile, seen, body, chat=chat)
         if response.status_code == 200 and profile.failure == "none":
-            metrics.observe(_modelled(serving, body))
+            metrics.observe(_modelled(profile, body))
         return response
 
     async def models(_request: Request) -> Response:

@@ -17,7 +17,7 @@ from gate.api.deps import Services
 from gate.errors import GateError
 from gate.gateway.call import Gateway
 from gate.gateway.errors import from_gate_error, method_not_allowed
-from gate.gateway.logprobs import LogprobRoutes
+from gate.gateway.logprobs import RejectingRoutes
 from gate.gateway.metrics import GatewayMetrics, exposition
 from gate.gateway.mirror import MirrorPool
 from gate.gateway.proxy import handle
@@ -71,7 +71,7 @@ def create_gateway_app(
             metrics=gateway_metrics,
             inflight={},
             health=route_health,
-            logprob_routes=LogprobRoutes(),
+            rejecting=RejectingRoutes(),
         )
         await routing.start()
         # What exists now lives as long as the process: keep it out of the cyclic

@@ -8,8 +8,7 @@ from typing import Any
 from opentelemetry.context import Context
 from starlette.requests import Request
 
-from gate.db.enums import GenerationStatus
-from gate.gateway.logprobs import LogprobRoutes
+from gate.gateway.logprobs import RejectingRoutes
 from gate.gateway.metrics import GatewayMetrics
 from gate.gateway.mirror import MirrorPool
 from gate.gateway.observe import CallResult
@@ -34,9 +33,8 @@ class Gateway:
     metrics: GatewayMetrics
     inflight: dict[int, int]
     health: RouteHealth
-    # Routes no longer asked for logprobs: they rejected them or stop speculating when
-    # asked (this process's memory).
-    logprob_routes: LogprobRoutes = field(default_factory=LogprobRoutes)
+    # Routes that rejected the logprobs we asked for (this process's memory).
+    rejecting: RejectingRoutes = field(default_factory=RejectingRoutes)
 
 
 @dataclass
@@ -66,19 +64,15 @@ class Call:
         return self.unasked is not None
 
 
-def reached(gw: Gateway, route: RouteTarget, result: CallResult, *, asked: bool) -> None:
+def reached(gw: Gateway, route: RouteTarget, result: CallResult) -> None:
     """Feed what the gateway remembers of a route: its down state (a connection refused or
-    timed out, or an answer), whether it rejects the logprobs we ask for, and whether it
-    stops speculating when asked (`asked`: the call carried logprobs we added)."""
+    timed out, or an answer) and whether it rejects the logprobs we ask for."""
     if result.unreachable:
         gw.health.connect_failed(route.id, route.name)
     elif result.http_status is not None:
         gw.health.connected(route.id)
     if result.logprobs_rejected:
-        gw.logprob_routes.rejected(route.id, route.name, answered_without=result.http_status)
-    elif result.http_status == 200 and result.status is GenerationStatus.OK:
-        steps = result.drafts if result.drafts is not None else result.draft_tokens
-        gw.logprob_routes.answered(route.id, route.name, asked=asked, steps=steps)
+        gw.rejecting.rejected(route.id, route.name, answered_without=result.http_status)
 
 
 def request_headers(route: RouteTarget, trace_headers: dict[str, str]) -> dict[str, str]:

@@ -8,8 +8,7 @@ JSON round trip (`strip_json`), a streamed one in place, byte for byte (`strip_e
 only the values of `logprobs` members become `null`). A route that rejects `logprobs`
 (a 400 or 422 to a call that carried them only because we asked, answered once asked
 again without them) is remembered by this gateway process and no longer asked: its pairs
-have the text statistics only; so is a route seen to stop speculating when asked
-(`LogprobRoutes`).
+have the text statistics only (`RejectingRoutes`).
 
 Who asks is decided in `gate.gateway.proxy` (the rollout's policy, or
 `SPECGATE_ASK_LOGPROBS`).
@@ -192,39 +191,12 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-# Asked calls a route must answer, all without a speculative step, while its unasked calls
-# speculate, before the gateway decides it stops speculating when asked for logprobs.
-QUORUM = 5
-
-
-@dataclass
-class _Steps:
-    """What one route's answered calls said of their speculative steps."""
-
-    asked: int = 0  # asked calls that reported per-request stats or none
-    asked_speculated: bool = False  # an asked call took a speculative step
-    unasked_speculated: bool = False  # an unasked call took a speculative step
-
-
-class LogprobRoutes:
-    """Routes the gateway no longer asks for the `logprobs` it adds, remembered by this
-    process (until it restarts, not shared between replicas):
-
-    - a route that rejected them (a 400/422 answered once they were left out);
-    - a route that stops speculating when asked (vLLM up to about 0.14 silently ran such a
-      request without speculation): its first `QUORUM` asked calls took no speculative
-      step while an unasked call of the route did. Latency measured on such calls is the
-      route without speculation, so the gateway stops asking and the route's later pairs
-      use the text statistics. The rule compares calls by whether they were asked (the
-      gateway's choice, made before the call), never by their outcome alone: an n-gram
-      route drafts nothing on text without repeats, and a call that did not draft says
-      nothing by itself. Until the quorum, those few pairs make the candidate look slower,
-      never faster.
-    """
+class RejectingRoutes:
+    """Routes that rejected the `logprobs` we added: remembered by this gateway process
+    (until it restarts, not shared between replicas) and no longer asked."""
 
     def __init__(self) -> None:
         self._routes: set[int] = set()
-        self._steps: dict[int, _Steps] = {}
 
     def may_ask(self, route_id: int) -> bool:
         """Return whether the route may still be asked for log-probabilities."""
@@ -238,24 +210,3 @@ class LogprobRoutes:
         if answered and route_id not in self._routes:
             self._routes.add(route_id)
             log.warning("logprobs_rejected route=%s", name)
-
-    def answered(self, route_id: int, name: str, *, asked: bool, steps: int | None) -> None:
-        """Feed one answered call: whether we asked it for logprobs and the speculative
-        steps (or draft tokens) it reported, None where it reported none."""
-        seen = self._steps.setdefault(route_id, _Steps())
-        speculated = steps is not None and steps > 0
-        if not asked:
-            seen.unasked_speculated |= speculated
-            return
-        seen.asked += 1
-        seen.asked_speculated |= speculated
-        if self.stops_speculating(route_id) and route_id not in self._routes:
-            self._routes.add(route_id)
-            log.warning("logprobs_stop_speculation route=%s asked_calls=%d", name, seen.asked)
-
-    def stops_speculating(self, route_id: int) -> bool:
-        """Return whether the route is seen to stop speculating when asked for logprobs."""
-        seen = self._steps.get(route_id)
-        if seen is None:
-            return False
-        return seen.unasked_speculated and not seen.asked_speculated and seen.asked >= QUORUM

@@ -65,7 +65,7 @@ def _mirror(gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort) -> None
             gw.inflight[route.id] -= 1
             gw.spans.end_call(span, result, prompt=call.prompt)
             gw.metrics.observe(route.name, cohort.value, result, status=result.status.value)
-            reached(gw, route, result, asked=call.asked_logprobs)
+            reached(gw, route, result)
 
     def dropped(reason: str) -> None:
         gw.spans.dropped(call.ctx, route, cohort, call.body, parent=call.parent, reason=reason)

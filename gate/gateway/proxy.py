@@ -153,7 +153,7 @@ def _asks_logprobs(gw: Gateway, routing: RolloutRouting, body: dict[str, Any]) -
     if not logprobs.samples(body) or logprobs.left_alone(body):
         return False
     routes = (routing.baseline.id, routing.candidate.id)
-    return all(gw.logprob_routes.may_ask(route) for route in routes)
+    return all(gw.rejecting.may_ask(route) for route in routes)
 
 
 def _primary(call: Call, assignment: Assignment) -> tuple[RouteTarget, Cohort]:
@@ -354,7 +354,7 @@ def _finish(
     gw.spans.end_call(span, result, prompt=call.prompt, fallback=fallback)
     status = GenerationStatus.FALLBACK if fallback else result.status
     gw.metrics.observe(route.name, cohort.value, result, status=status.value)
-    reached(gw, route, result, asked=call.asked_logprobs)
+    reached(gw, route, result)
 
 
 def _skipped(gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort) -> None:

@@ -74,6 +74,9 @@ def test_a_sampled_run_shows_its_parity_cells_and_eligible_pairs_within_100_colu
     verdict.estimates = [
         {"metric": "parity:mean_logprob", "segment": "all", "n": 354, "estimate": 0.251,
          "lower": -0.024, "upper": 0.526, "margin": 0.1, "kill_at": 0.1, "status": "unproven"},
+        # Fewer than 20 tested pairs: the stored interval is unbounded (null), not a crash.
+        {"metric": "parity:length", "segment": "edit", "n": 12, "estimate": -0.4,
+         "lower": None, "upper": None, "margin": 0.1, "kill_at": 0.1, "status": "unproven"},
     ]  # fmt: skip
     counts = ParityCounts(
         467, 405, 405, {"censored": 62}, {"mean_logprob": Shift(405, 0.225, 0.948)}
@@ -88,6 +91,7 @@ def test_a_sampled_run_shows_its_parity_cells_and_eligible_pairs_within_100_colu
     assert max(len(line) for line in text.splitlines()) <= WIDTH
     assert "405 of 467 pairs eligible" in text and "62 censored" in text
     assert "+0.25 │ [-0.02, +0.53]" in text
+    assert "-0.40 │  too few pairs" in text
     assert "mean_logprob, all 405 eligible pairs: mean +0.225, sd 0.948, t +4.8" in text
     document = json.loads(json.dumps(as_document(result), allow_nan=False))
     assert document["parity"]["eligible"] == 405

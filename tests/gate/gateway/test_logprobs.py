@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from gate.gateway.logprobs import (
-    LogprobRoutes,
+    RejectingRoutes,
     ask,
     strip_json,
     summarise,
@@ -68,37 +68,13 @@ def test_summary_keeps_counts_and_sums_and_sees_incomplete_logprobs():
 
 
 def test_a_route_that_rejects_our_logprobs_is_not_asked_again():
-    routes = LogprobRoutes()
+    routes = RejectingRoutes()
     # Rejected again without our logprobs: the client's own request was bad.
     routes.rejected(2, "base", answered_without=400)
     routes.rejected(2, "base", answered_without=None)  # unreachable on the retry
     assert routes.may_ask(1) and routes.may_ask(2)
     routes.rejected(1, "cand", answered_without=200)  # answered without them: ours
     assert not routes.may_ask(1) and routes.may_ask(2)
-
-
-def test_a_route_that_stops_speculating_when_asked_is_not_asked_again():
-    from gate.gateway.logprobs import QUORUM
-
-    routes = LogprobRoutes()
-    # An n-gram route drafts nothing on text without repeats: asked calls without a step
-    # say nothing until an unasked call of the route shows that it speculates.
-    for _ in range(QUORUM + 2):
-        routes.answered(1, "ngram", asked=True, steps=0)
-    assert routes.may_ask(1)
-    routes.answered(1, "ngram", asked=False, steps=12)
-    routes.answered(1, "ngram", asked=True, steps=0)
-    assert not routes.may_ask(1) and routes.stops_speculating(1)
-    # One asked call that speculated clears the route for good.
-    routes.answered(2, "eagle", asked=False, steps=9)
-    routes.answered(2, "eagle", asked=True, steps=4)
-    for _ in range(QUORUM * 3):
-        routes.answered(2, "eagle", asked=True, steps=None)
-    assert routes.may_ask(2)
-    # A route that never reports steps is never taken for one that stops speculating.
-    for asked in [True, False] * QUORUM * 2:
-        routes.answered(3, "plain", asked=asked, steps=None)
-    assert routes.may_ask(3)
 
 
 def test_a_route_call_keeps_the_summary_for_the_collector():
