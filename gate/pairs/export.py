@@ -102,16 +102,17 @@ def _records(
         session.scalars(select(Generation).where(Generation.pair_id.in_([p.id for p in pairs])))
     )
     ids = [g.id for g in generations]
-    evals: dict[int, dict[str, bool]] = defaultdict(dict)
+    evals: dict[int, dict[str, bool | None]] = defaultdict(dict)
     for generation_id, name, passed in session.execute(
         select(Evaluation.generation_id, Evaluation.evaluator, Evaluation.passed).where(
             Evaluation.generation_id.in_(ids)
         )
     ):
-        if passed is None:  # not evaluable: neither a pass nor a fail
-            continue
-        # Several versions of one evaluator: it passes only if all of them passed.
-        evals[generation_id][name] = evals[generation_id].get(name, True) and passed
+        # Several versions of one evaluator: it passes only if all that were evaluable
+        # passed (the fold's bool_and); one never evaluable is kept as null, so a replay of
+        # the export sees the evaluator, as the fold does (neither a pass nor a fail).
+        before = evals[generation_id].get(name)
+        evals[generation_id][name] = passed if before is None else before and passed is not False
     feedback: dict[int, int] = {}
     for rated, thumbs in session.execute(
         select(Feedback.generation_id, Feedback.thumbs)
@@ -151,7 +152,7 @@ def _requests(session: Session, pairs: Sequence[Pair]) -> dict[uuid.UUID | None,
     }
 
 
-def _side(g: Generation, evals: dict[str, bool], thumbs: int | None) -> dict[str, Any]:
+def _side(g: Generation, evals: dict[str, bool | None], thumbs: int | None) -> dict[str, Any]:
     return {
         "ttft_s": g.ttft_s,
         "tpot_s": g.tpot_s,

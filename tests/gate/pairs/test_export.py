@@ -68,3 +68,35 @@ def test_records_with_requests_carry_the_kept_body_and_what_was_cut(session):
     assert found.cut == 1 and len(found.items) == 1
     assert found.items[0].segment == "proofread"
     assert found.items[0].engine_body == body
+
+
+def test_an_evaluator_never_evaluable_is_exported_as_null_and_versions_combine_as_the_fold(
+    session,
+):
+    """The fold sees an evaluator whose results were all not evaluable (bool_and of nulls);
+    the export keeps it as null so a replay sees it too. Evaluable versions combine as
+    bool_and: one failed version fails, null versions are neither."""
+    from gate.db.models import Evaluation
+
+    rollout = factories.rollout(session)
+    pair = factories.pair(session, rollout.id)
+    base = factories.generation(session, pair, Cohort.BASELINE)
+    cand = factories.generation(session, pair, Cohort.CANDIDATE)
+    pair.state, pair.evaluated_at = PairState.COMPLETE, utcnow()
+    session.flush()
+    results = {
+        base.id: [("task", None), ("schema", True), ("schema", None)],
+        cand.id: [("task", None), ("task", None), ("schema", None), ("schema", False)],
+    }
+    for generation_id, found in results.items():
+        for i, (name, passed) in enumerate(found):
+            session.add(
+                Evaluation(
+                    generation_id=generation_id, evaluator=name, version=str(i), passed=passed,
+                    not_evaluable=None if passed is not None else "truncated", details={},
+                )
+            )  # fmt: skip
+    session.flush()
+    (record,) = pair_records(session, rollout_id=rollout.id, stage=0)
+    assert record["baseline"]["evals"] == {"task": None, "schema": True}
+    assert record["candidate"]["evals"] == {"task": None, "schema": False}
