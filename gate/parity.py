@@ -51,9 +51,7 @@ class Side:
     seed: int | None = None
     deadline_s: float | None = None  # the gateway's limit; only a side it cut is censored
     finish_reason: str | None = None  # None: the call failed or was cut by the deadline
-    asked_logprobs: bool = False
     logprobs: tuple[float, ...] | None = None  # the emitted tokens' log-probabilities
-    spec_steps: int | None = None  # per-request speculative steps, when reported
     completion_tokens: int | None = None  # from usage; logprobs must cover every token
     # The count of log-probabilities when only the generation's summary is kept (the
     # collector stores count and sum, not the arrays); `logprobs` wins when given.
@@ -82,15 +80,12 @@ class Side:
 
 @dataclass(frozen=True)
 class Eligibility:
-    """Whether a pair enters the test, why not, and whether the candidate stopped speculating."""
+    """Whether a pair enters the test, and why not."""
 
     eligible: bool
     reason: Exclusion | None = None
     # Both sides carry complete log-probabilities: `mean_logprob` may be compared.
     logprobs: bool = False
-    # The candidate asked for logprobs and ran zero speculative steps: the route disabled
-    # speculation for it (vLLM up to ~0.14 did so silently). Keep it out of latency cells.
-    speculation_off: bool = False
 
 
 def eligibility(baseline: Side, candidate: Side, *, seeds_vary: bool = False) -> Eligibility:
@@ -100,10 +95,9 @@ def eligibility(baseline: Side, candidate: Side, *, seeds_vary: bool = False) ->
     it afresh for this request, so each side is still a draw from its route's distribution
     and the pairs independent of each other (only a fixed seed makes d a constant).
     """
-    off = bool(candidate.asked_logprobs and candidate.spec_steps == 0)
     reason = _exclusion(baseline, candidate, seeds_vary)
     both = baseline.logprobs_complete and candidate.logprobs_complete
-    return Eligibility(reason is None, reason, reason is None and both, off)
+    return Eligibility(reason is None, reason, reason is None and both)
 
 
 def _exclusion(baseline: Side, candidate: Side, seeds_vary: bool) -> Exclusion | None:

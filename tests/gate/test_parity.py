@@ -65,14 +65,6 @@ def test_logprobs_count_only_when_complete_on_both_sides():
     assert verdict.eligible and not verdict.logprobs
 
 
-def test_a_logprobs_call_without_speculative_steps_is_flagged():
-    asked = side(asked_logprobs=True, logprobs=(-1.0,), spec_steps=0)
-    assert eligibility(side(asked_logprobs=True, logprobs=(-1.0,)), asked).speculation_off
-    speculating = side(asked_logprobs=True, logprobs=(-1.0,), spec_steps=3)
-    assert not eligibility(SAMPLED, speculating).speculation_off
-    assert not eligibility(SAMPLED, side(spec_steps=0)).speculation_off  # did not ask
-
-
 def test_answer_statistics_and_differences():
     a = answer_stats(["a", "b", "a", "b", "a"], [-1.0, -2.0, -3.0, -2.0, -2.0])
     assert a == AnswerStats(length=5, distinct_2=0.5, mean_logprob=-2.0)
