@@ -65,7 +65,7 @@ def parity_policy(warmup_pairs: int) -> dict[str, object]:
     """The demo policy with sampled-output parity on: one segment, a stated warm-up.
 
     The warm-up's eligible pairs fix the scale of d (at least `min_scale_pairs` of them,
-    `gate.stats.cumulative`), so it must hold enough naturally ended pairs.
+    `gate.stats.parity_cells`), so it must hold enough naturally ended pairs.
     """
     return {
         "segments": [SEGMENT],

@@ -15,7 +15,7 @@ there; the one after it is there unless the pair was stamped within a scrape int
 (`scrape_interval_s`) of its start, or the scraper lagged. Without it the engine gauge
 cannot be interpolated and the gateway's counts stand in (`gateway`; `none` without a
 recorded request). The stamped value is final: the fold sums it
-(`gate.verdicts.slices`) and `specgate pairs export` writes it, so the gate and a replay
+(`gate.verdicts.aggregates`) and `specgate pairs export` writes it, so the gate and a replay
 of the exported records read the same loads even where a later computation would find
 the engine's scrape. Only pairs not stamped yet are computed when read (`loads_of`).
 """

@@ -1,6 +1,6 @@
 """Sampled-output parity differences, fixed once when a pair is stamped for the gate.
 
-The Postgres fold sums them (`gate.verdicts.slices`) instead of judging eligibility in
+The Postgres fold sums them (`gate.verdicts.aggregates`) instead of judging eligibility in
 SQL: they come from the side fields the export writes (`gate.pairs.export`) through the
 function replay reads them with (`gate.stats.replay.parity_values`), so eligibility has
 one definition (`gate.parity`) and both paths compare the same pairs alike.

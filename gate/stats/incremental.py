@@ -11,7 +11,7 @@ Sampled-output parity cells hold raw sums of each pair's stored difference d
 `to_stats` divides (sum z = sum d / scale, sum z^2 = sum d^2 / scale^2), as replay's z.
 The load bands (`BandSums`, pooled) hold per band of the candidate's stamped load
 (`gate.pairs.load`) the primary's clipped log-ratio (n, sum, sum of squares) and both
-routes' loads summed over the same live pairs, as `gate.stats.cumulative` builds them.
+routes' loads summed over the same live pairs, as `gate.stats.load_bands` builds them.
 
 Warm-up: the first `policy.warmup_pairs` pairs *in fold order*, not in creation order,
 so a pair's role is known when it is folded and never revisited. Replay and export use
@@ -36,8 +36,8 @@ import numpy as np
 from gate.db.enums import RolloutMode
 from gate.parity import STATISTICS
 from gate.stats.change import CollapseState, log_evalues, update
-from gate.stats.cumulative import band_labels
 from gate.stats.ids import ALL, Cell, MetricId
+from gate.stats.load_bands import band_labels
 from gate.stats.policy import Policy
 from gate.stats.registry import (
     Family,

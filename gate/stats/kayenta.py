@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import norm  # type: ignore[import-untyped]
 
-from gate.stats.cumulative import PairColumns
+from gate.stats.columns import PairColumns
 from gate.stats.sequences import BoolArray, FloatArray, IntArray
 
 Z_98 = float(norm.ppf(0.99))

@@ -5,7 +5,7 @@ unit (the pair, or the candidate's request), by which test family in each mode (
 forms in shadow, unpaired forms in canary, or none), which direction is harm, which
 segments it is tested in, whether it can kill or only gates promotion, how many shares
 of the kill budget it takes, and how its thresholds come from the policy. Replay and
-simulation (`gate.stats.cumulative`), the Postgres fold (`gate.verdicts.slices`,
+simulation (`gate.stats.cumulative`), the Postgres fold (`gate.verdicts.aggregates`,
 `gate.stats.incremental`), the decision rule (`gate.stats.rule`), the verdict, the
 weekly report and /ui all iterate `guardrails()`; a new guardrail over an existing
 source and family is one more entry in `REGISTRY`.

@@ -60,7 +60,8 @@ import orjson
 from gate.db.enums import Decision, GenerationStatus, Outcome, RolloutMode
 from gate.errors import BadRequest, InputMalformed, InputMissing
 from gate.parity import STATISTICS, Side, eligibility, side_alone
-from gate.stats.cumulative import PairColumns, at_look, looks_every, to_stats
+from gate.stats.columns import PairColumns
+from gate.stats.cumulative import at_look, looks_every, to_stats
 from gate.stats.policy import Policy, at_stage, next_stage_share
 from gate.stats.rule import Code, apply_rule
 from gate.stats.sequences import FloatArray
@@ -245,7 +246,7 @@ def partial_logprobs(base: Record | None, cand: Record | None) -> bool:
 
     A route that reports one per verify step (llama.cpp under speculation) does so on the
     answers where drafts were accepted: which answers have them all depends on the answer,
-    so a warm-up that saw one leaves mean log-prob untested (`gate.stats.cumulative`).
+    so a warm-up that saw one leaves mean log-prob untested (`gate.stats.parity_cells`).
     """
     sides = [parity_side(s) for s in (base, cand)]
     return any(s is not None and s[0].has_logprobs and not s[0].logprobs_complete for s in sides)

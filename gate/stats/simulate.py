@@ -45,7 +45,8 @@ import numpy as np
 from scipy.stats import beta as beta_dist  # type: ignore[import-untyped]
 
 from gate.db.enums import RolloutMode
-from gate.stats.cumulative import PairColumns, looks_every, to_stats
+from gate.stats.columns import PairColumns
+from gate.stats.cumulative import looks_every, to_stats
 from gate.stats.ids import UNDECLARED
 from gate.stats.kayenta import kayenta_fails
 from gate.stats.policy import Policy, at_stage, next_stage_share

@@ -18,7 +18,9 @@ from gate.pairs.watermark import fold_horizon
 from gate.stats import incremental
 from gate.stats.incremental import FoldState
 from gate.stats.policy import Policy
-from gate.verdicts import slices as sql
+from gate.verdicts.aggregates import delta
+from gate.verdicts.slices import Slice, first_keys, last_key
+from gate.verdicts.warmup import warmup
 
 
 def fold(session: Session, *, rollout_id: int, stage: int, policy: Policy) -> FoldState:
@@ -44,19 +46,19 @@ def _advance(
     policy: Policy,
     horizon: datetime,
 ) -> FoldState:
-    last = sql.last_key(session, rollout_id=rollout_id, stage=stage, horizon=horizon)
+    last = last_key(session, rollout_id=rollout_id, stage=stage, horizon=horizon)
     if last is None or (state.watermark is not None and last <= state.watermark):
         return state
-    piece = sql.Slice(rollout_id, stage, after=state.watermark, upto=last)
+    piece = Slice(rollout_id, stage, after=state.watermark, upto=last)
     needed = policy.warmup_pairs - state.warm_pairs
     if needed > 0:
         # The warm-up is the first pairs in fold order; fix its thresholds once it is full.
-        keys = sql.first_keys(session, piece, policy, needed)
+        keys = first_keys(session, piece, policy, needed)
         piece = replace(piece, warm_upto=keys[-1] if keys else None)
         if len(keys) == needed:
-            whole = sql.Slice(rollout_id, stage, after=None, upto=keys[-1], warm_upto=keys[-1])
-            state = replace(state, warmup=sql.warmup(session, whole, policy))
-    return incremental.add(state, sql.delta(session, piece, policy, state.warmup))
+            whole = Slice(rollout_id, stage, after=None, upto=keys[-1], warm_upto=keys[-1])
+            state = replace(state, warmup=warmup(session, whole, policy))
+    return incremental.add(state, delta(session, piece, policy, state.warmup))
 
 
 def _locked_row(session: Session, *, rollout_id: int, stage: int) -> GateFold:

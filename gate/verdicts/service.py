@@ -31,7 +31,7 @@ from gate.stats import incremental
 from gate.stats.policy import Policy, at_stage, load_policy, next_stage_share
 from gate.stats.replay import replay
 from gate.stats.verdict import VerdictResult, decide
-from gate.verdicts import folds, slices
+from gate.verdicts import aggregates, folds
 
 log = logging.getLogger(__name__)
 NO_PAIRS = VerdictResult(
@@ -48,7 +48,7 @@ AUTOMATIC = {Decision.KILL: Action.KILL, Decision.HOLD: Action.HOLD}
 def compute(session: Session, *, rollout: Rollout, policy: Policy) -> VerdictResult:
     """Return the verdict on the rollout's current stage (at its share of alpha_kill)."""
     # A guardrail whose statistics the fold's SQL does not build yet is judged by replay.
-    foldable = all(slices.foldable(g) for g in incremental.folded())
+    foldable = all(aggregates.foldable(g) for g in incremental.folded())
     if storage.of(session).folds_in_sql and rollout.mode is RolloutMode.SHADOW and foldable:
         state = folds.fold(session, rollout_id=rollout.id, stage=rollout.stage, policy=policy)
         if not state.pairs:

@@ -33,8 +33,8 @@ class Storage(Protocol):
     #: One writer at a time (SQLite's database lock): writers need no locks of their own,
     #: commits happen in time order, and a second writer thread would only wait.
     single_writer: bool
-    #: The verdict folds a shadow stage's new pairs into stored state in SQL
-    #: (`gate/verdicts/slices.py` is Postgres SQL); otherwise the verdict replays the stage.
+    #: The verdict folds a shadow stage's new pairs into stored state in SQL (the slice
+    #: queries of `gate/verdicts/` are Postgres SQL); otherwise the verdict replays the stage.
     folds_in_sql: bool
 
     def create_engine(self, url: str, *, echo: bool) -> Engine:

@@ -29,7 +29,8 @@ from gate.db.models import EngineSample
 from gate.pairs.export import pair_records
 from gate.pairs.load import RUNNING
 from gate.parity import answer_stats
-from gate.stats.cumulative import PairColumns, at_look, to_stats
+from gate.stats.columns import PairColumns
+from gate.stats.cumulative import at_look, to_stats
 from gate.stats.incremental import to_stats as folded_stats
 from gate.stats.policy import Policy
 from gate.stats.replay import columns, fold_order, replay

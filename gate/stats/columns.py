@@ -1,0 +1,144 @@
+"""Recorded pairs as columns, and the accumulators every cell builder shares.
+
+`PairColumns` holds pairs as arrays with leading axes (runs, pairs) or (pairs,); `Context`
+is what a guardrail's cell builder reads from them; `Acc` takes cumulative sums per segment
+at the looks, and `mean` and the `Builder`s turn masked columns into one cell's statistics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from gate.stats.policy import Policy
+from gate.stats.rule import CellStats
+from gate.stats.sequences import (
+    LOG_RATIO_CLIP,
+    BoolArray,
+    FloatArray,
+    IntArray,
+    MeanStats,
+    TwoMeans,
+)
+
+BASE, CAND = 0, 1
+
+
+@dataclass(frozen=True)
+class PairColumns:
+    """Pairs as arrays; a trailing axis of 2 is (baseline, candidate).
+
+    Latencies are NaN where a side has none; `failed` marks error/timeout/fallback;
+    `evals` hold 1 for fail, 0 for pass, NaN for not scored; `acceptance` is the
+    candidate's accepted/draft tokens (NaN without drafts); `feedback` 1 for thumbs-down,
+    0 for other ratings, NaN for none; `mismatch` the greedy-parity failure of the pair's
+    second side (NaN when not a greedy pair). Control pairs (baseline vs baseline) feed
+    only the greedy control rate. `dropped` pairs were never completed or are not
+    attributable; `cancelled` marks sides the client gave up on (such a pair is dropped
+    too; None: no cancels), read only by the canary cancel rate.
+    """
+
+    segment: IntArray
+    created_s: FloatArray
+    is_control: BoolArray
+    dropped: BoolArray
+    ttft: FloatArray
+    tpot: FloatArray
+    e2e: FloatArray
+    failed: BoolArray
+    acceptance: FloatArray
+    evals: dict[str, FloatArray] = field(default_factory=dict)
+    feedback: FloatArray | None = None
+    mismatch: FloatArray | None = None
+    cancelled: BoolArray | None = None
+    # Each route's running requests at the pair's start (NaN: unknown; None: no loads).
+    load: FloatArray | None = None
+    # Sampled-output parity: answer statistic -> its value per side, NaN where the pair is
+    # not eligible (`gate.parity.eligibility`) or the side lacks it (None: no such data).
+    parity: dict[str, FloatArray] | None = None
+    # Per pair: a sampled side's log-probabilities do not cover its answer (with `parity`).
+    partial_logprobs: BoolArray | None = None
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every cell builder reads: the columns, the policy and the pairs' roles."""
+
+    cols: PairColumns
+    policy: Policy
+    warm: BoolArray
+    live: BoolArray
+    share: float
+
+    @property
+    def both_ok(self) -> BoolArray:
+        return np.asarray(self.live & ~self.cols.failed.any(axis=-1))
+
+    @property
+    def served(self) -> BoolArray:
+        return served(self.cols, self.live)
+
+
+def served(cols: PairColumns, live: BoolArray) -> BoolArray:
+    """Return which cohort served each live canary pair (unpaired: one side per pair).
+
+    A candidate call that fell back is the candidate's route failure; the baseline call
+    that rescued it answered the candidate's request, so it is no baseline sample.
+    """
+    answered = ~np.isnan(cols.e2e) | cols.failed
+    rescue = answered[..., CAND]
+    base = answered[..., BASE] & ~rescue
+    return np.asarray(live[..., None] & np.stack([base, answered[..., CAND]], axis=-1))
+
+
+class Acc:
+    """Cumulative sums per segment, sampled at the looks."""
+
+    def __init__(self, segment: IntArray, n_segments: int, looks: IntArray) -> None:
+        self.onehot = [segment == s for s in range(n_segments)]
+        self.starts = np.concatenate([[0], looks[:-1]])
+        self.end = int(looks[-1])
+
+    def __call__(self, values: npt.NDArray[Any], seg: int | None) -> FloatArray:
+        picked = values if seg is None else np.where(self.onehot[seg], values, 0)
+        # Sum each block between looks, then accumulate blocks: cheaper than a full cumsum.
+        blocks = np.add.reduceat(picked[..., : self.end], self.starts, axis=-1, dtype=np.float64)
+        return np.asarray(np.cumsum(blocks, axis=-1), dtype=np.float64)
+
+
+def mean(acc: Acc, valid: BoolArray, x: FloatArray, seg: int | None) -> MeanStats:
+    """Return the cumulative count, sum and sum of squares of `x` where `valid`."""
+    x = np.where(valid, x, 0.0)
+    return MeanStats(acc(valid, seg), acc(x, seg), acc(x * x, seg))
+
+
+Builder = Callable[[Acc, int | None], CellStats]
+
+
+def mean_builder(valid: BoolArray, x: FloatArray) -> Builder:
+    """Return a builder of the mean of `x` where `valid`."""
+    return lambda acc, seg: mean(acc, valid, x, seg)
+
+
+def two_means_builder(valid: BoolArray, x: FloatArray) -> Builder:
+    """Return a builder of each side's mean of `x` where `valid` (unpaired)."""
+
+    def build(acc: Acc, seg: int | None) -> CellStats:
+        sides = [mean(acc, valid[..., i], x[..., i], seg) for i in (BASE, CAND)]
+        return TwoMeans(*sides)
+
+    return build
+
+
+def log_ratio(x: FloatArray) -> FloatArray:
+    """Return each pair's clipped log(candidate / baseline)."""
+    # Missing or non-positive latencies give NaN: the pair is left out of the mean.
+    positive = (x > 0).all(axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.log(x[..., CAND] / x[..., BASE])
+    clipped = np.clip(ratio, -LOG_RATIO_CLIP, LOG_RATIO_CLIP)
+    return np.asarray(np.where(positive, clipped, np.nan), dtype=np.float64)
