@@ -152,6 +152,29 @@ class ParityGuardrail(_Model):
     min_scale_pairs: int = Field(20, ge=2)
 
 
+class ExactnessGuardrail(_Model):
+    """Per-token exactness (temperature > 0): each candidate token tested as a draw from
+    the target's distribution, read from the call's `top_logprobs` (`gate.exactness`).
+
+    Killed when a deviation beyond `margin_tv` of per-token total variation is proven;
+    promotion needs every bin set's deviation proven within `promote_tv` once the
+    candidate's tokens were tested. The baseline's own tokens (asked on `control_share`
+    of sampled pairs) run the same test as a data-quality alarm, never a kill.
+    `logprobs_mode` says what the engines report: `raw` (vLLM's default: the model at
+    temperature 1; the request's settings are applied here) or `processed` (vLLM
+    `--logprobs-mode processed_logprobs`: the sampling distribution itself). A candidate
+    that is lossy by design (typical acceptance, relaxed verification) is declared with
+    `lossy: true`: the test is then reported, never killed on."""
+
+    enabled: bool = True
+    margin_tv: float = Field(0.005, gt=0.0, lt=0.5)
+    promote_tv: float = Field(0.02, gt=0.0, lt=0.5)
+    top_logprobs: int = Field(20, ge=1, le=20)
+    control_share: float = Field(0.1, ge=0.0, le=1.0)
+    logprobs_mode: Literal["raw", "processed"] = "raw"
+    lossy: bool = False
+
+
 class Guardrails(_Model):
     """Every guardrail of the gate."""
 
@@ -167,6 +190,7 @@ class Guardrails(_Model):
     acceptance: AcceptanceGuardrail = AcceptanceGuardrail()
     load_bands: LoadBands = LoadBands()
     output_parity: ParityGuardrail = ParityGuardrail()
+    exactness: ExactnessGuardrail = ExactnessGuardrail()
 
 
 class Policy(_Model):
@@ -391,6 +415,14 @@ guardrails:
     enabled: true       # statistic (mean log-prob, length, distinct-2), two-sided; the
     margin_sd: 0.1      # control slice's shift is an alarm, never a kill
     min_scale_pairs: 20 # warm-up pairs with d needed to fix its sd (control first)
+  exactness:            # sampled candidate tokens tested one by one against the target's
+    enabled: true       # distribution from top_logprobs (probability integral transform)
+    margin_tv: 0.005    # killed when per-token total variation beyond this is proven
+    promote_tv: 0.02    # promotion: every bin set proven within this
+    top_logprobs: 20    # alternatives asked per token (candidate calls, control share)
+    control_share: 0.1  # share of sampled pairs whose baseline call is asked (the alarm)
+    logprobs_mode: raw  # raw (vLLM default, T=1 values) | processed (sampling distribution)
+    lossy: false        # lossy by design: report the test, never kill on it
   load_bands:           # the primary gain per band of the candidate's running requests
     enabled: true       # (promotion only: no kill share; the verdict lists the bands)
     edges: [2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0]  # band edges, running requests
