@@ -47,32 +47,43 @@ SETS: tuple[tuple[int, int], ...] = tuple(
 TESTS = 2 * len(SETS) + 1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class TokenBins:
-    """Summed exactness statistics of some calls; fields broadcast on leading axes.
+    """Summed exactness statistics of some calls.
 
-    `n` tested tokens, `cut` impossible tokens, `bins` the fractional shares per bin
-    (last axis `BINS`).
+    `n` tested tokens, `cut` impossible tokens, `bins` the fractional shares, one value
+    (or array, broadcasting with `n` over runs and looks) per bin: a tuple, so that every
+    generic helper that indexes or adds cells field by field treats each bin as a cell's
+    number.
     """
 
     n: Num
     cut: Num
-    bins: FloatArray
+    bins: tuple[Num, ...]
 
     @classmethod
     def empty(cls) -> TokenBins:
         """Return the statistics of no calls."""
-        return cls(0.0, 0.0, np.zeros(BINS))
+        return cls(0.0, 0.0, (0.0,) * BINS)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TokenBins):
+            return NotImplemented
+        mine, theirs = (self.n, self.cut, *self.bins), (other.n, other.cut, *other.bins)
+        return all(np.array_equal(a, b) for a, b in zip(mine, theirs, strict=True))
+
+    def __hash__(self) -> int:
+        return hash((float(np.sum(self.n)), float(np.sum(self.cut))))
 
 
 def _set_counts(stats: TokenBins) -> tuple[FloatArray, FloatArray]:
-    """Return each set's summed shares (last axis: `SETS`) and the token counts."""
-    bins = np.asarray(stats.bins, dtype=np.float64)
-    cum = np.concatenate([np.zeros((*bins.shape[:-1], 1)), np.cumsum(bins, axis=-1)], axis=-1)
+    """Return each set's summed shares (first axis: `SETS`) and the token counts."""
+    bins = np.stack(np.broadcast_arrays(*(as_array(b) for b in stats.bins))).astype(np.float64)
+    cum = np.concatenate([np.zeros((1, *bins.shape[1:])), np.cumsum(bins, axis=0)], axis=0)
     first = np.asarray([i for i, _ in SETS])
     end = np.asarray([j for _, j in SETS])
-    n = as_array(stats.n)
-    return cum[..., end] - cum[..., first], np.asarray(n, dtype=np.float64)
+    n = np.broadcast_to(as_array(stats.n), bins.shape[1:])
+    return cum[end] - cum[first], np.asarray(n, dtype=np.float64)
 
 
 def _widths() -> FloatArray:
@@ -85,7 +96,7 @@ def harmful(stats: TokenBins, margin: float, alpha: float) -> BoolArray:
     shares, n = _set_counts(stats)
     out = _cut_beyond(stats, margin, each)
     for s, width in enumerate(_widths()):
-        counts = _counts(n, shares[..., s])
+        counts = _counts(n, shares[s])
         if width + margin < 1.0:
             out = out | bet_rejects([0.0, 1.0], counts, width + margin, each, above=True)
         if width - margin > 0.0:
@@ -99,7 +110,7 @@ def inside(stats: TokenBins, margin: float, alpha: float) -> BoolArray:
     shares, n = _set_counts(stats)
     out = _cut_below(stats, margin, each)
     for s, width in enumerate(_widths()):
-        counts = _counts(n, shares[..., s])
+        counts = _counts(n, shares[s])
         if width + margin < 1.0:
             out = out & bet_rejects([0.0, 1.0], counts, width + margin, each, above=False)
         if width - margin > 0.0:
@@ -150,13 +161,13 @@ def deviation(stats: TokenBins, alpha: float) -> Deviation:
         estimate and upper end, where the set lies, and which way it moved.
     """
     shares, n = _set_counts(stats)
-    widths = _widths()
-    safe = np.maximum(n, 1.0)[..., None]
+    widths = _widths().reshape(-1, *([1] * n.ndim))
+    safe = np.maximum(n, 1.0)
     dev = shares / safe - widths
     z = np.abs(dev) / np.sqrt(widths * (1.0 - widths) / safe)
-    best = np.argmax(z, axis=-1)
-    pick = np.take_along_axis(shares, best[..., None], axis=-1)[..., 0]
-    width = widths[best]
+    best = np.argmax(z, axis=0)
+    pick = np.take_along_axis(shares, best[None, ...], axis=0)[0]
+    width = _widths()[best]
     each = alpha / TESTS
     counts = _counts(n, pick)
     lower = bet_bound([0.0, 1.0], counts, each, lower=True) - width
@@ -170,13 +181,9 @@ def deviation(stats: TokenBins, alpha: float) -> Deviation:
     return Deviation(Interval(np.abs(estimate), low, high), first, end, more)
 
 
-def explain(d: Deviation) -> str:
-    """Return the verdict's sentence for a proven deviation (scalar statistics)."""
-    got = d.interval
-    where = f"u in [{float(d.first):.2f}, {float(d.end):.2f}]"
-    way = "more" if bool(d.more) else "less"
+def explain(estimate: float, lower: float, upper: float) -> str:
+    """Return the verdict's sentence for a proven deviation."""
     return (
         "the candidate's tokens are not distributed as the target's: per-token TV "
-        f"≈ {float(got.estimate):.3f} [{float(got.lower):.3f}, {float(got.upper):.3f}] "
-        f"(tokens at {where} of the target's distribution come {way} often than it gives)"
+        f"≈ {estimate:.3f} [{lower:.3f}, {upper:.3f}]"
     )
