@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Connection
 
-from collectors.normalise import Normalised, engine_facts
+from collectors.normalise import Normalised, NormaliseError, engine_facts
 from gate.db.rows import ENGINE_FIELDS, EngineFacts, NewGeneration
 from gate.db.storage import Storage
 
@@ -72,11 +72,16 @@ def _stored_facts(conn: Connection, storage: Storage, wanted: set[Key]) -> list[
     if not wanted:
         return []
     trace_ids = sorted({trace_id for trace_id, _ in wanted})
-    return [
-        engine_facts(trace_id, parent, attributes)
-        for trace_id, parent, attributes in storage.vllm_spans(conn, trace_ids)
-        if (trace_id, parent) in wanted
-    ]
+    facts = []
+    for trace_id, parent, attributes in storage.vllm_spans(conn, trace_ids):
+        if (trace_id, parent) not in wanted:
+            continue
+        try:
+            facts.append(engine_facts(trace_id, parent, attributes))
+        except NormaliseError:
+            # Counted as skipped when it landed; it must not fail the generation's batch.
+            continue
+    return facts
 
 
 def _fact_key(fact: EngineFacts) -> Key:

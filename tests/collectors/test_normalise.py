@@ -129,6 +129,17 @@ def test_vllm_facts_join_whichever_span_arrives_first_on_sqlite(
 
 
 @pytest.mark.postgres
+def test_a_stored_vllm_span_breaking_the_contract_does_not_fail_its_generation(pg_engine, pg_ids):
+    store = SpanStore(pg_engine, pair_deadline_s=300)
+    spans = gateway_spans(pg_ids)
+    spans[3].attributes[a.VLLM_QUEUE] = "soon"
+    assert store.write(spans[3:]).normalise_skipped == 1  # kept raw, and counted
+    landed = store.write(spans[:3])
+    assert len(landed.generation_ids) == 2 and landed.normalise_skipped == 0
+    assert queue_of(pg_engine) == {"baseline": None, "candidate": None}
+
+
+@pytest.mark.postgres
 def test_engine_facts_do_not_overwrite_what_the_gateway_measured(pg_engine, pg_ids):
     spans = gateway_spans(pg_ids)
     spans[2].attributes[a.QUEUE_S] = 0.5
