@@ -44,7 +44,14 @@ def test_biased_argmax_verifier_emits_the_mode_more_often():
     observed, p = frequencies(biased_argmax_verify, 0, seed=11)
     assert chisquare(observed, p * DRAWS).pvalue < 1e-12
     assert observed[0] == DRAWS  # an argmax draft is always kept
-    assert set(VERIFIERS) == {"exact", "biased-argmax"}
+    assert set(VERIFIERS) == {
+        "exact",
+        "biased-argmax",
+        "redraw",
+        "accept-t1",
+        "ignore-top-p",
+        "accept-bf16",
+    }
 
 
 class Toy:
