@@ -163,6 +163,7 @@ class Sampler:
 
 
 LOGPROBS_MODES = ("raw", "processed")
+LOGPROB_FLOOR = -9999.0
 
 
 @dataclass
@@ -196,7 +197,9 @@ class TokenLogprobs:
             ]
         if self.entries is None:
             self.entries = []
-        self.entries.append((token, float(logp[token]), best))
+        # A token the sampling distribution cuts (a lossy verifier's) has log 0 = -inf, which
+        # JSON cannot carry: floor it where vLLM's OpenAI server does.
+        self.entries.append((token, max(float(logp[token]), LOGPROB_FLOOR), best))
 
     def _logp(self, row: Any) -> Any:
         if self.mode == "raw" or self.temperature <= 0.0:
