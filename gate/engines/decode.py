@@ -72,18 +72,16 @@ def exact_verify(torch: Any, probs: Any, draft: int, generator: Any) -> Choice:
 
 
 def biased_argmax_verify(torch: Any, probs: Any, draft: int, generator: Any) -> Choice:
-    """Fault injection: accept `draft` when it is the argmax, else sample p (mode-seeking)."""
+    """Fault injection: accept `draft` when it is the argmax, else sample p (mlxcel #902)."""
     if draft == int(torch.argmax(probs)):
         return draft, True
     return int(torch.multinomial(probs, 1, generator=generator)), False
 
 
 def redraw_verify(torch: Any, probs: Any, draft: int, generator: Any) -> Choice:
-    """Fault injection: keep `draft` if it equals a sample of p, else emit a second sample.
-
-    The equality rule of mlx-swift-lm #459 is exact for a point-mass draft only when the
-    compared sample is the one emitted; drawing afresh gives the draft a second chance.
-    """
+    """Fault injection: keep a draft equal to a sample of p, else draw anew (mlx-swift-lm #459)."""
+    # That equality rule is exact for a point-mass draft only when the compared sample is
+    # the one emitted; drawing afresh gives the draft a second chance.
     if int(torch.multinomial(probs, 1, generator=generator)) == draft:
         return draft, True
     token = int(torch.multinomial(probs, 1, generator=generator))
