@@ -96,7 +96,10 @@ def parse_request(body: dict[str, Any], *, chat: bool, default_max_tokens: int) 
 
 
 def _logprobs(body: dict[str, Any], *, chat: bool) -> dict[str, Any]:
-    """Chat: `logprobs` true and `top_logprobs` 0-20; completions: `logprobs` 0-5 (the top n)."""
+    """Chat: `logprobs` true and `top_logprobs` 0-20; completions: `logprobs` 0-20 (the top n).
+
+    OpenAI caps completions at 5; 20 is vLLM's default `max_logprobs` for both.
+    """
     value = body.get("logprobs")
     if value is None or value is False:
         return {}
@@ -107,8 +110,8 @@ def _logprobs(body: dict[str, Any], *, chat: bool) -> dict[str, Any]:
         if not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= 20:
             raise BadRequest("'top_logprobs' must be an integer in [0, 20]")
         return {"logprobs": True, "top_logprobs": top}
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 5:
-        raise BadRequest("'logprobs' must be an integer in [0, 5]")
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 20:
+        raise BadRequest("'logprobs' must be an integer in [0, 20]")
     return {"logprobs": True, "top_logprobs": value}
 
 
