@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gate.engines.base import Emit, GenRequest, Outcome
+from gate.engines.base import CacheUse, Emit, GenRequest, Outcome
 from gate.engines.decode import VERIFIERS, Sampler, TokenLogprobs, decode_steps
 from gate.engines.model import TRANSFORMERS_INSTALL, require
 from gate.engines.ngram import NgramDrafter
@@ -52,6 +52,7 @@ class TransformersBackend:
         )
         self.model = model.eval()
         self.context = int(getattr(model.config, "max_position_embeddings", 2048))
+        self.cache = CacheUse(self.context)
         self.eos = _eos_ids(self.tokenizer, model)
 
     def with_spec(self, spec: NgramConfig | None, verify: str = "exact") -> TransformersBackend:
@@ -60,6 +61,7 @@ class TransformersBackend:
             raise ValueError(f"verify must be one of {', '.join(VERIFIERS)}")
         twin = copy.copy(self)
         twin.spec, twin.verify = spec, verify
+        twin.cache = CacheUse(self.context)  # its own requests, in its own engine
         return twin
 
     def prompt_ids(self, request: GenRequest) -> list[int]:
@@ -99,7 +101,17 @@ class TransformersBackend:
         text = _Text(self.tokenizer, request.stop)
         tokens: list[int] = []
         entries = None if recorder is None else _Entries(self.tokenizer, recorder, tokens)
-        finish = _consume(steps, tokens, text, self.eos, request.max_tokens, emit, entries)
+        key = id(tokens)
+
+        def held(delta: dict[str, Any]) -> bool:
+            self.cache.hold(key, len(prompt) + len(tokens))
+            return emit(delta)
+
+        self.cache.hold(key, len(prompt))
+        try:
+            finish = _consume(steps, tokens, text, self.eos, request.max_tokens, held, entries)
+        finally:
+            self.cache.release(key)
         outcome = Outcome(text.final, [], finish, len(prompt), len(tokens), stats)
         if entries is not None:
             outcome.logprobs = entries.all()
