@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -14,7 +15,9 @@ from gate.engines.decode import Sampler, decode_steps
 from gate.engines.ngram import NgramDrafter
 from gate.engines.server import create_engine_app
 from gate.engines.spec import NgramConfig, SpecStats
+from tests.gate.engines.conftest import kv_cache_usage, streamed
 from tests.servers import serving
+from tests.waits import wait_until
 
 SPEC = NgramConfig(num_speculative_tokens=8, prompt_lookup_min=2, prompt_lookup_max=3)
 PROMPTS = [
@@ -159,3 +162,25 @@ def test_fault_injected_verifier_is_never_the_default(backend):
     assert backend.with_spec(SPEC, "biased-argmax").verify == "biased-argmax"
     with pytest.raises(ValueError, match="verify must be one of"):
         backend.with_spec(SPEC, "argmax")
+
+
+def test_the_kv_cache_gauge_follows_the_running_request(engines, backend):
+    # The prompt and the tokens decoded so far, out of the model's context; freed at the end.
+    body = {
+        "messages": [{"role": "user", "content": PROMPTS[1]}],
+        "max_tokens": 24,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    url = engines["plain"]
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(streamed, url, body)
+        seen = []
+        while not running.done():
+            seen.append(kv_cache_usage(url) or 0.0)
+        usage = running.result()
+    held = [round(value * backend.context) for value in seen if value > 0]
+    assert held, seen
+    assert usage["prompt_tokens"] <= min(held) <= max(held) <= usage["total_tokens"]
+    assert wait_until(lambda: kv_cache_usage(url) == 0.0, 10)
