@@ -68,7 +68,11 @@ def engine(
         str, typer.Option(help="Pin the process to these CPUs, e.g. '0' or '0,1'.")
     ] = "",
     ctx_size: Annotated[
-        int, typer.Option(help="smollm2 llamacpp: context length (per slot).")
+        int,
+        typer.Option(
+            help="smollm2 llamacpp: context length (per slot); sim: its modelled KV cache "
+            "(positions)."
+        ),
     ] = 4096,
     parallel: Annotated[
         int,
@@ -117,6 +121,7 @@ def engine(
                 spec_tokens=num_speculative_tokens,
                 acceptance=acceptance,
                 failure=_failure(failure),
+                kv_positions=ctx_size,
             ),
         )
         return

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gate.engines.base import Emit, GenRequest, Outcome
+from gate.engines.base import CacheUse, Emit, GenRequest, Outcome
 from gate.engines.decode import (
     LOGPROBS_MODES,
     VERIFIERS,
@@ -66,6 +66,7 @@ class TransformersBackend:
         )
         self.model = model.eval()
         self.context = int(getattr(model.config, "max_position_embeddings", 2048))
+        self.cache = CacheUse(self.context)
         self.eos = _eos_ids(self.tokenizer, model)
 
     def with_spec(
@@ -75,6 +76,7 @@ class TransformersBackend:
         _check(verify, logprobs_mode)
         twin = copy.copy(self)
         twin.spec, twin.verify, twin.logprobs_mode = spec, verify, logprobs_mode
+        twin.cache = CacheUse(self.context)  # its own requests, in its own engine
         return twin
 
     def prompt_ids(self, request: GenRequest) -> list[int]:
@@ -114,7 +116,17 @@ class TransformersBackend:
         text = _Text(self.tokenizer, request.stop)
         tokens: list[int] = []
         entries = None if recorder is None else _Entries(self.tokenizer, recorder, tokens)
-        finish = _consume(steps, tokens, text, self.eos, request.max_tokens, emit, entries)
+        key = id(tokens)
+
+        def held(delta: dict[str, Any]) -> bool:
+            self.cache.hold(key, len(prompt) + len(tokens))
+            return emit(delta)
+
+        self.cache.hold(key, len(prompt))
+        try:
+            finish = _consume(steps, tokens, text, self.eos, request.max_tokens, held, entries)
+        finally:
+            self.cache.release(key)
         outcome = Outcome(text.final, [], finish, len(prompt), len(tokens), stats)
         if entries is not None:
             outcome.logprobs = entries.all()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -15,7 +16,9 @@ from gate.engines.decode import Sampler, decode_steps
 from gate.engines.ngram import NgramDrafter
 from gate.engines.server import create_engine_app
 from gate.engines.spec import NgramConfig, SpecStats
+from tests.gate.engines.conftest import kv_cache_usage, streamed
 from tests.servers import serving
+from tests.waits import wait_until
 
 SPEC = NgramConfig(num_speculative_tokens=8, prompt_lookup_min=2, prompt_lookup_max=3)
 PROMPTS = [
@@ -246,3 +249,25 @@ def test_fault_injected_verifier_is_never_the_default(backend):
     assert backend.logprobs_mode == backend.with_spec(SPEC).logprobs_mode == "raw"
     with pytest.raises(ValueError, match="logprobs_mode must be one of"):
         backend.with_spec(SPEC, logprobs_mode="raw_logprobs")
+
+
+def test_the_kv_cache_gauge_follows_the_running_request(engines, backend):
+    # The prompt and the tokens decoded so far, out of the model's context; freed at the end.
+    body = {
+        "messages": [{"role": "user", "content": PROMPTS[1]}],
+        "max_tokens": 24,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    url = engines["plain"]
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(streamed, url, body)
+        seen = []
+        while not running.done():
+            seen.append(kv_cache_usage(url) or 0.0)
+        usage = running.result()
+    held = [round(value * backend.context) for value in seen if value > 0]
+    assert held, seen
+    assert usage["prompt_tokens"] <= min(held) <= max(held) <= usage["total_tokens"]
+    assert wait_until(lambda: kv_cache_usage(url) == 0.0, 10)
