@@ -60,7 +60,14 @@ def judged(db: Session) -> dict[str, int]:
 
 
 def judge(
-    db: Session, *, name: str, pairs: int, candidate: seed.Arm, policy: dict, start: datetime
+    db: Session,
+    *,
+    name: str,
+    pairs: int,
+    candidate: seed.Arm,
+    policy: dict,
+    start: datetime,
+    segments: tuple[str, ...] = seed.SEGMENTS,
 ) -> int:
     """Seed one running rollout's evaluated pairs, run the gate once on it, return its id."""
     rollout = factories.rollout(db, name=name, policy=policy)
@@ -69,7 +76,7 @@ def judge(
     )
     seed.traffic(
         db, rollout.id, start=start, hours=0.75, pairs=pairs,
-        baseline=BASELINE, candidate=candidate, seed=7,
+        baseline=BASELINE, candidate=candidate, seed=7, segments=segments,
     )  # fmt: skip
     # The seeded pairs are complete and evaluated, as the sweeper would leave them.
     db.execute(
