@@ -93,7 +93,7 @@ def compute_weekly(session: Session, week: Week) -> WeeklyReport:
         for e in queries.state_changes(session, window, actions=("kill",))
         if e.to_state == "killed"
     ]
-    regressions, improvements = findings.compare(weeks, previous=str(before))
+    regressions, improvements = findings.compare(weeks)
     return WeeklyReport(week, weeks, regressions, improvements, verdicts, kills)
 
 
