@@ -175,7 +175,7 @@
       share.title = `${percent(r.sample_rate)} of requests sampled: ${r.exposure}`;
       row.append(cell, el("td", r.stage_label || `${r.stage + 1}`), share);
       row.append(el("td", `${r.baseline_route} → ${r.candidate_route}`));
-      row.append(verdictCell(r.latest_verdict, r.headline), actionsCell(r));
+      row.append(verdictCell(r.latest_verdict, r.verdict_words || r.headline), actionsCell(r));
       body.append(row);
     }
   }

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from gate.audit import GATE_ACTOR
 from gate.db.enums import RolloutMode
 from gate.rollouts.exposure import Exposure, percent
 
@@ -49,6 +50,10 @@ def act_of(event: Any, *, stages: int) -> Act | None:
     what = _promoted_to(event.details or {}, stages) if decision == "promote" else ""
     reason = _clip(event.reason or "")
     why = f', because "{reason}"' if reason else ", with no reason given"
+    if event.actor == GATE_ACTOR:
+        # The gate's reason is its verdict's raw summary: the view that follows says it in
+        # words, with the headline's numbers.
+        why = " on its verdict"
     sentence = f"{words}: {what}by {_who(event.actor)} at {at:%Y-%m-%d %H:%M} UTC{why}"
     return Act(
         action=event.action,
@@ -80,7 +85,7 @@ def _promoted_to(details: dict[str, Any], stages: int) -> str:
 
 
 def _who(actor: str) -> str:
-    return "the gate" if actor == "gate" else actor
+    return "the gate" if actor == GATE_ACTOR else actor
 
 
 def _clip(text: str) -> str:

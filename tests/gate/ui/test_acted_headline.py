@@ -88,6 +88,10 @@ def test_an_operators_kill_leads_every_headline(browser_page, advisory, pg_commi
     assert view in shown
     table = httpx.get(f"{base}/v1/dashboard/rollouts", headers=bearer(tokens["read"])).json()
     assert table[0]["headline"] == head["sentence"]
+    # The table's verdict column keeps the gate's view; its state column says who killed.
+    assert table[0]["verdict_words"] == head["verdict_sentence"]
+    expect(row.locator(".verdict")).to_contain_text("the candidate fails more often")
+    expect(row.locator(".state-reason")).to_have_text(REASON)
 
     cli = subprocess.run(
         [sys.executable, "-m", "gate", "rollout", "show", str(rollout_id),
