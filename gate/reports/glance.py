@@ -39,14 +39,21 @@ class Glance(BaseModel):
 
 
 def of_rollout(
-    session: Session, *, rollout: Rollout, verdict: Verdict | None, now: datetime | None = None
+    session: Session,
+    *,
+    rollout: Rollout,
+    verdict: Verdict | None,
+    now: datetime | None = None,
+    acts_until: datetime | None = None,
 ) -> Glance:
     """Return the glance of `rollout` as of `verdict` (None: not judged yet), led by the
-    kill, hold or promote that put the rollout where it was at `now`, if any."""
+    kill, hold or promote that put the rollout where it was (at `acts_until`, if given)."""
     policy = load_policy(rollout.policy)
     pairs, first = queries.stage_pace(session, rollout_id=rollout.id, stage=rollout.stage)
     until = now or utcnow()
-    change = repository.last_change(session, rollout.id, until=until)
+    # Only a report's week bounds the audit trail: a live glance takes the newest change,
+    # whatever the clocks of the hosts that recorded it.
+    change = repository.last_change(session, rollout.id, until=acts_until)
     exposure = exposure_of(rollout)
     act = words.act_of(change, stages=len(exposure.stages))
     # A promote's next step is only news while the rollout can still be promoted.

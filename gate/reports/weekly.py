@@ -105,7 +105,9 @@ def _glance(
     if not mine:
         return None
     newest = max(mine, key=lambda v: (v.created_at, v.id))
-    return glance.of_rollout(session, rollout=rollout, verdict=newest, now=min(until, utcnow()))
+    return glance.of_rollout(
+        session, rollout=rollout, verdict=newest, now=min(until, utcnow()), acts_until=until
+    )
 
 
 def write_weekly(report: WeeklyReport, out_dir: Path) -> None:

@@ -294,3 +294,16 @@ def test_a_recorded_rehearsal_shows_its_curve_beside_the_load_bands(seeded, tmp_
     plot = tmp_path / f"rehearsal-{ids['slow']}.png"
     assert png_size(plot) == (WIDTH_PX, HEIGHT_PX)
     assert f'src="{plot.name}"' in (tmp_path / "report.html").read_text()
+
+
+def test_a_weeks_headline_leads_with_that_weeks_kill_not_a_later_resume(seeded, tmp_path):
+    db, _records, ids = seeded
+    seed.act(db, ids["fast"], Action.RESUME, WEEK.end + timedelta(days=3), "fixed")
+    report = build_weekly(db, "2026-W40", out_dir=tmp_path)
+    at = WEEK.start + timedelta(days=2, hours=3)
+    fast = report.summary()["headlines"]["fast"]
+    assert fast.startswith(
+        f'Killed: by key:ops at {at:%Y-%m-%d %H:%M} UTC, because "acceptance collapsed in code". '
+        "The gate's latest view: Kill"
+    ), fast
+    assert report.summary()["headlines"]["slow"].startswith("Continue")
