@@ -7,13 +7,16 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
 import openai
+import pytest
 from sqlalchemy import select
 
 from gate.db import migrate
+from gate.db.base import utcnow
 from gate.db.engine import make_engine, session_factory
 from gate.db.enums import Cohort, Decision, GenerationStatus, RolloutMode, RolloutState
 from gate.db.models import AuditEvent, Generation, Verdict
@@ -21,6 +24,8 @@ from gate.engines.sim import SimProfile, create_sim_app
 from gate.rollouts import service
 from gate.rollouts.states import Action
 from gate.routing.health import ROUTE_DOWN
+from gate.verdicts import availability
+from gate.verdicts.service import run_gate
 from tests import factories
 from tests.gate.api.test_processes import specgate_serve
 from tests.servers import closed_port, serving
@@ -133,3 +138,38 @@ def test_a_down_candidate_fails_the_failure_guardrail(tmp_path):
     assert verdict.decision is Decision.KILL and kill.actor == "gate"
     assert "kill:failures:all" in verdict.reason_codes, verdict.reason_codes
     assert "hold:dropped_share" not in verdict.reason_codes
+
+
+def skipped_since(db: Any, rollout_id: int, start: datetime, seconds: list[float]) -> None:
+    """Store candidate calls skipped as down, `seconds` after `start`."""
+    for s in seconds:
+        db.add(
+            Generation(
+                rollout_id=rollout_id,
+                cohort=Cohort.CANDIDATE,
+                status=GenerationStatus.ERROR,
+                error=ROUTE_DOWN,
+                started_at=start + timedelta(seconds=s),
+            )
+        )
+    db.flush()
+
+
+@pytest.mark.parametrize("store", ["sqlite_session", "pg_session"])
+def test_down_time_counts_from_the_candidate_s_last_answer(request, store):
+    db = request.getfixturevalue(store)
+    rollout = factories.rollout(db, policy=POLICY)
+    service.transition(db, rollout_id=rollout.id, action=Action.START, actor="t", reason="t")
+    start = utcnow() - timedelta(hours=1)
+    skipped_since(db, rollout.id, start, [0, 100])  # an old outage, then it answered
+    pair = factories.pair(db, rollout.id)
+    factories.generation(db, pair, Cohort.CANDIDATE).started_at = start + timedelta(seconds=200)
+    skipped_since(db, rollout.id, start, [300, 450, 590])
+    down = availability.outage(db, rollout_id=rollout.id)
+    assert down is not None and down.skipped == 3 and down.down_s == pytest.approx(290)
+    assert run_gate(db, rollout_id=rollout.id, publisher=None).decision is Decision.CONTINUE
+    skipped_since(db, rollout.id, start, [610])  # 310 s down: past the default 300 s
+    verdict = run_gate(db, rollout_id=rollout.id, publisher=None)
+    assert verdict.reason_codes == ["kill:candidate_down"]
+    assert "has not answered for 5 min: the gateway skipped 4 call(s)" in verdict.summary
+    assert service.get_rollout(db, rollout_id=rollout.id).state is RolloutState.KILLED
