@@ -101,10 +101,14 @@ def gate_kill(sessions: Any, rollout_id: int) -> tuple[Verdict, AuditEvent]:
     return verdict, kill
 
 
-def test_a_candidate_down_beyond_the_policy_s_limit_is_killed_in_words(tmp_path):
+@pytest.mark.parametrize(
+    ("mode", "status"),
+    [(RolloutMode.SHADOW, GenerationStatus.ERROR), (RolloutMode.CANARY, GenerationStatus.FALLBACK)],
+)
+def test_a_candidate_down_beyond_the_policy_s_limit_is_killed_in_words(tmp_path, mode, status):
     # Warm-up far away: only the time can kill here (pairs alone would say continue).
     policy = {"warmup_pairs": 100_000, "max_candidate_down_s": 2.0}
-    with down_candidate(tmp_path, policy) as (gateway, sessions, rollout_id):
+    with down_candidate(tmp_path, policy, mode) as (gateway, sessions, rollout_id):
         with traffic(gateway) as sent:
             assert wait_until(lambda: killed(sessions, rollout_id), timeout=60), sent
         metrics = httpx.get(gateway + "/metrics").text
@@ -123,7 +127,7 @@ def test_a_candidate_down_beyond_the_policy_s_limit_is_killed_in_words(tmp_path)
             )
         ).all()
     # The skipped calls are the candidate's route failures, never `dropped`.
-    assert skipped and {g.status for g in skipped} == {GenerationStatus.ERROR}
+    assert skipped and {g.status for g in skipped} == {status}
 
 
 def test_a_down_candidate_fails_the_failure_guardrail(tmp_path):
