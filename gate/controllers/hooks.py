@@ -175,9 +175,8 @@ def _event(session: Session, rollout: Rollout, actor: str, payload: FlaggerPaylo
         action="controller.event",
         reason=redact(f"Flagger {kind} (Canary phase {payload.phase or 'none'}): {message}"),
         rollout_id=rollout.id,
-        from_state=rollout.state.value,
-        to_state=rollout.state.value,
-        details={"phase": payload.phase[:64], "event_type": kind},
+        # No state: an event is never the reason of the rollout's state (`last_change`).
+        details={"phase": payload.phase[:64], "event_type": kind, "state": rollout.state.value},
     )
     return Answer(True, "recorded: an event never changes the rollout")
 

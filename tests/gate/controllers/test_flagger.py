@@ -13,6 +13,7 @@ from sqlalchemy import select
 
 from gate.db.enums import RolloutState
 from gate.db.models import AuditEvent, ControllerLink, Rollout
+from gate.rollouts import repository
 from tests.gate.controllers.harness import FlaggerCanary, manifest
 from tests.servers import closed_port
 
@@ -133,6 +134,9 @@ def test_the_revision_after_a_rollback_is_not_killed_by_flaggers_events(specgate
         "Flagger Warning (Canary phase Failed): Canary failed! Scaling down vllm-llama-8b.llm",
     ]
     assert {e.rollout_id for e in rows if e.action == "controller.event"} == {specgate.rollout_id}
+    with specgate.sessions() as db:  # what `rollout show` and /ui give as the state's reason
+        last = repository.last_change(db, specgate.rollout_id)
+    assert last is not None and last.action == "kill" and last.reason == "revision A regressed"
 
 
 def test_a_wrong_token_is_refused_and_never_rolls_back(specgate):
