@@ -210,6 +210,9 @@ class Policy(_Model):
     warmup_pairs: int = Field(200, ge=1)
     max_duration_s: float = Field(259_200.0, gt=0.0)
     max_dropped_share: float = Field(0.05, gt=0.0, le=1.0)
+    # A candidate route skipped as down (refusing connections) for longer than this is
+    # killed: it cannot answer, whatever the pairs say (`kill:candidate_down`).
+    max_candidate_down_s: float = Field(300.0, gt=0.0)
     max_cohort_imbalance: float = Field(0.10, gt=0.0)
     auto_kill: bool = True
     # How the task evaluator contains the code it runs. `unsafe-local` (no namespaces,
@@ -437,6 +440,8 @@ min_duration_s: 1800.0  # and 30 minutes, to cover load swings
 warmup_pairs: 200       # excluded from tests; fixes tail thresholds and acceptance level
 max_duration_s: 259200.0  # hold after 72 hours without a decision
 max_dropped_share: 0.05 # hold when more than 5% of pairs were dropped
+max_candidate_down_s: 300.0  # kill when the candidate route is down (refusing
+                        # connections, its calls skipped) for longer than 5 minutes
 max_cohort_imbalance: 0.1  # hold when a cohort's share is 10% off its expected share
 auto_kill: true         # a kill verdict flips the kill switch
 sandbox: bwrap          # how the task evaluator contains code: bwrap | unsafe-local

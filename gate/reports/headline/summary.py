@@ -186,7 +186,15 @@ def _kill_causes(facts: Facts, policy: Policy, lines: list[Line]) -> list[tuple[
     if collapsed:
         where = "" if collapsed == [ALL] else f" on {', '.join(collapsed)}"
         found.append(("acceptance", f"draft acceptance collapsed{where}"))
-    return sorted(found, key=lambda x: CAUSES.index(x[0]) if x[0] in CAUSES else len(CAUSES))
+    reasons = map(parse_reason, facts.reason_codes)
+    down = [("availability", _lower(plain_reason(r, policy))) for r in reasons
+            if r.what == "candidate_down"]  # fmt: skip
+    ranked = sorted(found, key=lambda x: CAUSES.index(x[0]) if x[0] in CAUSES else len(CAUSES))
+    return down + ranked
+
+
+def _lower(sentence: str) -> str:
+    return sentence[:1].lower() + sentence[1:].rstrip(".")
 
 
 def _cause(line: Line) -> str:
