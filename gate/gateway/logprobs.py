@@ -15,7 +15,7 @@ only because we asked, answered once asked again without them) is remembered by 
 gateway process and no longer asked: its pairs have the text statistics only
 (`RejectingRoutes`).
 
-Who asks is decided in `gate.gateway.proxy` (the rollout's policy, or
+Who asks is decided in `gate.gateway.asks` (the rollout's policy, or
 `SPECGATE_ASK_LOGPROBS`).
 """
 

@@ -19,14 +19,14 @@ from starlette.responses import Response
 
 from gate.db.enums import Cohort, GenerationStatus
 from gate.errors import BadRequest, GateError, NotFound
-from gate.gateway import logprobs
+from gate.gateway import asks, logprobs
 from gate.gateway.call import Call, Gateway, end_span, reached, request_headers
 from gate.gateway.inputs import split_inputs
 from gate.gateway.intake import read_json_body, segment_of, tenant_of
 from gate.gateway.mirroring import schedule_mirrors
 from gate.gateway.observe import CallResult
 from gate.gateway.responses import ClientGone, EventStreamResponse, unless_disconnected
-from gate.gateway.sampling import Assignment, assign, sticky_key, unit_hash
+from gate.gateway.sampling import Assignment, assign, sticky_key
 from gate.gateway.spans import CallContext
 from gate.gateway.upstream import (
     FIRST_BYTE_TIMEOUT,
@@ -39,7 +39,7 @@ from gate.gateway.upstream import (
 from gate.request import segments
 from gate.rollouts.states import Primary
 from gate.routing.health import ROUTE_DOWN
-from gate.routing.snapshot import RolloutRouting, RouteTarget
+from gate.routing.snapshot import RouteTarget
 
 
 def new_id() -> str:
@@ -113,7 +113,7 @@ async def _prepare(
         upstream = {**upstream, "stream_options": {**(options or {}), "include_usage": True}}
     capture = assignment.sampled and gw.settings.capture_content
     unasked = payload = candidate_payload = None
-    asked = _asked(gw, routing, upstream, key) if assignment.sampled else None
+    asked = asks.asked(gw, routing, upstream, key) if assignment.sampled else None
     if asked is not None:
         unasked = encode(upstream)
         baseline, candidate = asked
@@ -146,43 +146,6 @@ async def _prepare(
         candidate_payload=candidate_payload,
     )
     return call, assignment, declared.inputs
-
-
-def _asked(
-    gw: Gateway, routing: RolloutRouting, body: dict[str, Any], key: bytes
-) -> tuple[dict[str, Any] | None, dict[str, Any] | None] | None:
-    """Return the bodies asking a sampled pair's (baseline, candidate) calls for the
-    logprobs the policy reads (None: a side sends the client's body), or None when
-    neither side asks. Parity asks both sides for the sampled tokens' own; exactness asks
-    the candidate for `top_logprobs`, and the baseline on the policy's control share of
-    pairs (by the request's sticky hash, so a request is asked the same way every time)."""
-    if not _may_ask(gw, routing, body):
-        return None
-    parity = gw.settings.ask_logprobs == "on" or routing.parity
-    exactness = routing.exactness
-    top = exactness.top_logprobs if exactness is not None else None
-    control = exactness is not None and (
-        unit_hash(routing.rollout_id, key, b"exactness") < exactness.control_share
-    )
-    candidate = logprobs.ask(body, top=top) if top or parity else None
-    baseline = logprobs.ask(body, top=top if control else None) if control or parity else None
-    if candidate is None and baseline is None:
-        return None
-    # Asked alike, the two sides send one payload.
-    return baseline, (None if candidate == baseline else candidate)
-
-
-def _may_ask(gw: Gateway, routing: RolloutRouting, body: dict[str, Any]) -> bool:
-    """Whether a sampled pair's calls may ask for logprobs the client did not: at
-    temperature > 0, where the client's request says nothing of them and can make a pair
-    the statistics read (no fixed seed, one answer), where the setting is not off, and
-    where neither route has rejected them."""
-    if gw.settings.ask_logprobs == "off" or not logprobs.samples(body):
-        return False
-    if logprobs.left_alone(body) or not logprobs.pairable(body):
-        return False
-    routes = (routing.baseline.id, routing.candidate.id)
-    return all(gw.rejecting.may_ask(route) for route in routes)
 
 
 def _primary(call: Call, assignment: Assignment) -> tuple[RouteTarget, Cohort]:
