@@ -135,7 +135,7 @@ def build_pmi(options: Mapping[str, Any] | bool) -> PmiScorer:
 
 def pmi_inputs(messages: Sequence[Mapping[str, Any]], sources: Sequence[str]) -> tuple[str, str]:
     """Return (context, prompt): the evidence, and the conversation without the evidence."""
-    from evaluators.base import message_text
+    from gate.request.messages import message_text
 
     speaker = {"user": "User", "assistant": "Assistant"}
     turns = [

@@ -100,7 +100,24 @@ class EvaluatorSettings(BaseModel):
     )
 
 
-class Settings(BaseSettings, GatewaySettings, CollectorSettings, GateSettings, EvaluatorSettings):
+class LogSettings(BaseSettings):
+    """The logging section, also read on its own: `gate.logs` sets logging up before a
+    command builds its `Settings`."""
+
+    model_config = SettingsConfigDict(env_prefix="SPECGATE_", env_file=None, extra="ignore")
+
+    log_level: str = "INFO"
+    log_format: Literal["text", "json"] = Field(
+        "text", description="Log lines as `key=value` text or one JSON object per line."
+    )
+
+    @field_validator("log_format", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
+
+class Settings(LogSettings, GatewaySettings, CollectorSettings, GateSettings, EvaluatorSettings):
     """Everything a specgate process is configured with (`SPECGATE_*` variables).
 
     One object per process, built once and passed down. The sections it derives from name
@@ -121,10 +138,6 @@ class Settings(BaseSettings, GatewaySettings, CollectorSettings, GateSettings, E
     )
     secret_key: SecretStr = Field(
         SecretStr("specgate-dev-secret"), description="Server secret for API key HMACs."
-    )
-    log_level: str = "INFO"
-    log_format: Literal["text", "json"] = Field(
-        "text", description="Log lines as `key=value` text or one JSON object per line."
     )
 
     # Content capture: prompts and outputs are kept only for sampled pairs and bounded.
