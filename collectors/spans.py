@@ -12,7 +12,7 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 # Span kinds and status codes use the OTLP wire numbering (the SDK's SpanKind is off by one).
 KIND_UNSPECIFIED, KIND_INTERNAL, KIND_SERVER, KIND_CLIENT = 0, 1, 2, 3
-STATUS_UNSET, STATUS_OK, STATUS_ERROR = 0, 1, 2
+STATUS_ERROR = 2
 
 # Column limits of the `spans` table; longer values are cut rather than failing the batch.
 MAX_NAME = 256

@@ -68,10 +68,6 @@ class PmiScorer:
     def _ids(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def claim_pmi(self, context: str, prompt: str, claims: Sequence[str]) -> list[float]:
-        """Return each claim's mean per-token PMI with `context` (claims in answer order)."""
-        return [sum(gains) / len(gains) for gains in self.token_pmi(context, prompt, claims)]
-
     def token_pmi(self, context: str, prompt: str, claims: Sequence[str]) -> list[list[float]]:
         """Return each claim's per-token PMI with `context` (claims without tokens left out)."""
         pieces = [self._ids((" " if i else "") + c.strip()) for i, c in enumerate(claims)]

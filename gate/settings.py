@@ -166,15 +166,8 @@ class Settings(LogSettings, GatewaySettings, CollectorSettings, GateSettings, Ev
 
     @field_validator("ask_logprobs", mode="before")
     @classmethod
-    def _on_off(cls, value: object) -> object:
-        # The switch was a boolean before `auto`: true and false still mean on and off.
-        words = {"true": "on", "1": "on", "yes": "on", "false": "off", "0": "off", "no": "off"}
-        if isinstance(value, bool):
-            return "on" if value else "off"
-        if not isinstance(value, str):
-            return value
-        word = value.strip().lower()
-        return words.get(word, word)
+    def _word(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
 
     def resolved_database_url(self) -> str:
         """Return the database URL, defaulting to the embedded SQLite file."""

@@ -90,10 +90,6 @@ class EvaluatorGuardrails(_Model):
     overrides: dict[str, RateGuardrail] = Field(default_factory=dict)
     slots: int = Field(4, ge=1)
 
-    def for_name(self, name: str) -> RateGuardrail:
-        """Return the guardrail for evaluator `name`."""
-        return self.overrides.get(name, self.default)
-
 
 class GreedyGuardrail(RateGuardrail):
     """Greedy-pair mismatch in excess of the baseline-vs-baseline control slice."""
