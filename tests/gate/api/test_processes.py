@@ -18,8 +18,6 @@ from gate.db import migrate
 from gate.db.engine import make_engine, session_factory
 from gate.engines.sim import SimLog, SimProfile, create_sim_app
 from gate.keys.service import create_key
-from gate.rollouts import service
-from gate.rollouts.states import Action
 from tests import factories
 from tests.conftest import create_database, drop_database
 from tests.servers import TcpProxy, closed_port, serving, span_sink
@@ -190,16 +188,13 @@ def test_a_kill_through_the_api_stops_mirroring_in_two_gateways(tmp_path, redis_
         cand_url = stack.enter_context(serving(create_sim_app(SimProfile(), candidate)))
         factory = session_factory(make_engine(url))
         with factory() as db, db.begin():
-            rollout = factories.rollout(
+            rollout = factories.running_rollout(
                 db,
                 name="smol",
                 base_url=base_url + "/v1",
                 candidate_url=cand_url + "/v1",
                 sample_rate=1.0,
                 policy={"stages": [100]},
-            )
-            service.transition(
-                db, rollout_id=rollout.id, action=Action.START, actor="t", reason="t"
             )
         token = admin_token(url)
         env = {

@@ -63,10 +63,7 @@ def running_rollout(tmp_path):
     migrate.upgrade(f"sqlite:///{tmp_path}/r.db")
     factory = sessionmaker(engine, expire_on_commit=False)
     with factory() as session, session.begin():
-        rollout = factories.rollout(session)
-        service.transition(
-            session, rollout_id=rollout.id, action=Action.START, actor="t", reason="t"
-        )
+        rollout = factories.running_rollout(session)
     yield factory, rollout.id
     engine.dispose()
 
