@@ -58,7 +58,8 @@ def store_scrape(session: Session, route_id: int, current: scraper.Snapshot, now
 
 
 def previous_snapshot(session: Session, route_id: int) -> scraper.Snapshot | None:
-    """Return the per-series cumulative counters of the route's latest stored scrape, if any."""
+    """Return the per-series cumulative counters and creation times of the route's latest
+    stored scrape, if any."""
     counters = list(scraper.SERIES_COUNTERS)
     latest = session.scalar(
         select(func.max(EngineSample.scraped_at)).where(
@@ -71,13 +72,16 @@ def previous_snapshot(session: Session, route_id: int) -> scraper.Snapshot | Non
         select(EngineSample.metric, EngineSample.labels, EngineSample.value).where(
             EngineSample.route_id == route_id,
             EngineSample.scraped_at == latest,
-            EngineSample.metric.in_(counters),
+            EngineSample.metric.in_([*counters, *scraper.CREATED_METRICS]),
         )
     )
     snapshot = scraper.Snapshot()
     for metric, labels, value in rows:
-        key = (metric.removesuffix(scraper.SERIES), tuple(sorted(labels.items())))
-        snapshot.series[key] = value
+        key_labels = tuple(sorted(labels.items()))
+        if metric in scraper.CREATED_METRICS:
+            snapshot.created[(metric.removesuffix(scraper.CREATED), key_labels)] = value
+        else:
+            snapshot.series[(metric.removesuffix(scraper.SERIES), key_labels)] = value
     return snapshot
 
 

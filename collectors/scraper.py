@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Literal
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -26,6 +27,9 @@ WINDOW = "_window"  # suffix of values computed over the last scrape interval
 # included): window deltas are taken per series, then summed, so that one engine restarting
 # among several reads as a reset of that engine rather than a bend in the sum.
 SERIES = "_series"
+# Suffix of a family's creation timestamp per exposed series (prometheus_client's
+# `_created`): a new one means the engine restarted, even if every value rose since.
+CREATED = "_created"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,16 +74,28 @@ SOURCES: dict[str, Source] = {
 KEPT_LABELS = frozenset({"position", "finished_reason"})
 COUNTERS = frozenset(source.canonical for source in SOURCES.values() if source.kind == "counter")
 SERIES_COUNTERS = frozenset(name + SERIES for name in COUNTERS)
+# Families that expose `_created`, by exposed name (counters without `_total`): their
+# canonical names, a histogram's without its `_sum` / `_count` part.
+_FAMILIES = {
+    **{
+        name: source.canonical
+        for name, source in SOURCES.items()
+        if source.kind == "counter" and name.rsplit("_", 1)[0] not in _HISTOGRAMS
+    },
+    **_HISTOGRAMS,
+}
+CREATED_METRICS = frozenset(name + CREATED for name in _FAMILIES.values())
 
 
 @dataclass(slots=True)
 class Snapshot:
     """Canonical values of one scrape: counters (cumulative, summed over engines), the same
-    counters per exposed series, and gauges."""
+    counters per exposed series, gauges, and families' creation times per exposed series."""
 
     counters: dict[SeriesKey, float] = field(default_factory=dict)
     gauges: dict[SeriesKey, float] = field(default_factory=dict)
     series: dict[SeriesKey, float] = field(default_factory=dict)
+    created: dict[SeriesKey, float] = field(default_factory=dict)
 
 
 def parse(text: str) -> Snapshot:
@@ -88,11 +104,16 @@ def parse(text: str) -> Snapshot:
     series: dict[SeriesKey, float] = defaultdict(float)
     gauges: dict[SeriesKey, list[float]] = defaultdict(list)
     combine: dict[SeriesKey, str] = {}
+    created: dict[SeriesKey, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             name = sample.name
-            if name.endswith("_created"):
-                continue  # prometheus_client's creation timestamps, not values
+            if name.endswith(CREATED):
+                # prometheus_client's creation timestamps: when a series began, not values.
+                canonical = _FAMILIES.get(name.removesuffix(CREATED))
+                if canonical is not None:
+                    created[(canonical, tuple(sorted(sample.labels.items())))] = sample.value
+                continue
             source = SOURCES.get(name.removesuffix("_total"))
             if source is None:
                 continue
@@ -107,6 +128,7 @@ def parse(text: str) -> Snapshot:
         counters=dict(counters),
         gauges={key: _combine(values, combine[key]) for key, values in gauges.items()},
         series=dict(series),
+        created=created,
     )
 
 
@@ -119,22 +141,36 @@ def _combine(values: list[float], how: str) -> float:
     return sum(values) / len(values) if how == "mean" else sum(values)
 
 
-def counter_delta(previous: float | None, current: float) -> float | None:
-    """Return the increase over a window; a counter that went down restarted from zero."""
-    if previous is None:
-        return None
-    return current if current < previous else current - previous
+def engine_of(labels: Labels) -> Labels:
+    """Return the labels naming the engine that exposes a series (`engine`, `model_name`)."""
+    return tuple((name, value) for name, value in labels if name not in KEPT_LABELS)
 
 
-def deltas(
-    previous: Mapping[SeriesKey, float], current: Mapping[SeriesKey, float]
-) -> dict[SeriesKey, float]:
-    """Return increases per exposed series seen in both scrapes, summed over engines."""
+def restarted(previous: Snapshot, current: Snapshot) -> set[Labels]:
+    """Return the engines that restarted between two scrapes: a counter of theirs went
+    down, or a series of theirs has a new creation time."""
+    went_down = (
+        key for key, value in current.series.items() if value < previous.series.get(key, value)
+    )
+    recreated = (
+        key for key, stamp in current.created.items() if stamp != previous.created.get(key, stamp)
+    )
+    return {engine_of(labels) for _, labels in chain(went_down, recreated)}
+
+
+def deltas(previous: Snapshot, current: Snapshot) -> dict[SeriesKey, float]:
+    """Return increases per exposed series, summed over engines."""
+    # A restart is the engine's, not one series': a histogram's `_count` can fall while its
+    # `_sum` rises, and a mean of the one's increase over the other's would be neither
+    # window's. Every series of a restarted engine begins again from zero.
+    fresh = restarted(previous, current)
     out: dict[SeriesKey, float] = defaultdict(float)
-    for (name, labels), value in current.items():
-        delta = counter_delta(previous.get((name, labels)), value)
-        if delta is not None:
-            out[(name, kept(labels))] += delta
+    for (name, labels), value in current.series.items():
+        before = previous.series.get((name, labels))
+        if engine_of(labels) in fresh:
+            out[(name, kept(labels))] += value
+        elif before is not None:
+            out[(name, kept(labels))] += value - before
     return dict(out)
 
 
@@ -163,13 +199,16 @@ def derived(window: Mapping[SeriesKey, float]) -> dict[SeriesKey, float]:
 
 def window_samples(previous: Snapshot | None, current: Snapshot) -> dict[SeriesKey, float]:
     """Return every value to store for this scrape: cumulative (summed and per series),
-    gauges, window deltas and derived values."""
+    gauges, creation times, window deltas and derived values."""
     out = dict(current.counters)
     out.update(current.gauges)
     out.update({(name + SERIES, labels): value for (name, labels), value in current.series.items()})
+    out.update(
+        {(name + CREATED, labels): stamp for (name, labels), stamp in current.created.items()}
+    )
     if previous is None or not previous.series:
         return out
-    window = deltas(previous.series, current.series)
+    window = deltas(previous, current)
     for key in ((SPEC_DRAFTS, ()), (SPEC_DRAFT_TOKENS, ()), (SPEC_ACCEPTED_TOKENS, ())):
         if key in window:
             out[(key[0] + WINDOW, ())] = window[key]

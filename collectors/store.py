@@ -75,11 +75,19 @@ class SpanStore:
         self.storage = storage.of(engine)
 
     def write(self, rows: Sequence[SpanRow], *, normalise_rows: bool = True) -> Landed:
-        """Store `rows` in one transaction; raise on failure (nothing is then stored)."""
+        """Store `rows` in one transaction, then join vLLM spans to generations; raise on
+        failure (nothing is stored, or the batch is but its join is not: either way the
+        batch is retried or spooled, and writing it again is idempotent)."""
         with self.engine.connect() as conn:
             try:
                 with conn.begin():
-                    return self._write(conn, rows, normalise_rows)
+                    landed, pending = self._write(conn, rows, normalise_rows)
+                if pending:
+                    # Only once the batch is committed can the join see a concurrent
+                    # batch's rows that committed first (`collectors.landing`).
+                    with conn.begin():
+                        landing.join(conn, self.storage, pending)
+                return landed
             except Exception as exc:
                 # A raw COPY failure bypasses SQLAlchemy's disconnect detection; and after
                 # a failover a pooled connection may still point at the demoted node.
@@ -87,7 +95,9 @@ class SpanStore:
                     conn.invalidate()
                 raise
 
-    def _write(self, conn: Connection, rows: Sequence[SpanRow], normalise_rows: bool) -> Landed:
+    def _write(
+        self, conn: Connection, rows: Sequence[SpanRow], normalise_rows: bool
+    ) -> tuple[Landed, landing.PendingJoin]:
         received_at = utcnow()
         stored, normalised = list(rows), None
         if normalise_rows:
@@ -97,11 +107,11 @@ class SpanStore:
         new = self.storage.insert_spans(conn, stored, received_at)
         landed = Landed(spans_new=new, spans_duplicate=len(rows) - new)
         if normalised is None:
-            return landed
-        generations = landing.land(conn, self.storage, normalised)
+            return landed, landing.PendingJoin()
+        generations, pending = landing.land(conn, self.storage, normalised)
         landed.generation_ids = [generation[0] for generation in generations]
         # Pairs a new generation or a pair span landed in: where gate/pairs should look.
         pair_ids = {pair_id for _, pair_id, _, _ in generations if pair_id is not None}
         landed.pair_ids = sorted(pair_ids | {pair["id"] for pair in normalised.pairs}, key=str)
         landed.normalise_skipped = normalised.skipped
-        return landed
+        return landed, pending

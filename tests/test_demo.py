@@ -89,7 +89,7 @@ def test_demo_output_fits_100_columns_and_ends_with_the_headline(tmp_path):
     assert shown, result.stdout[-3000:]
     head, rest = shown[-1]
     first = max(i for i, line in enumerate(lines) if line.startswith("verdict: "))
-    assert lines[first].startswith(f"verdict: {head.decision.upper()}: ")
+    assert lines[first].startswith(f"verdict: {head.decision_words.upper()}: ")
     assert first >= len(lines) - len(rest) - 4  # the sentence takes a few wrapped lines
 
 

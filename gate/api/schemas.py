@@ -10,6 +10,7 @@ from typing import Annotated, Any, Generic, TypeVar
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from gate.db.enums import Cohort, Decision, GenerationStatus, PairState, RolloutMode, RolloutState
+from gate.rollouts.schemas import POLICY, PolicyDict
 
 T = TypeVar("T")
 
@@ -134,7 +135,7 @@ class RolloutPatch(BaseModel):
     # strict: a JSON true, false or "0.3" is a 422, never a rate.
     sample_rate: float | None = Field(None, ge=0.0, le=1.0, strict=True)
     mode: RolloutMode | None = None
-    policy: dict[str, Any] | None = None
+    policy: PolicyDict | None = Field(None, description=POLICY)
 
 
 class KillAll(BaseModel):

@@ -46,16 +46,33 @@ def engine(
         str,
         typer.Option(
             help="smollm2 transformers ngram: the draft verifier. 'exact' (speculative "
-            "sampling). FAULT INJECTION, for testing rollouts only: 'biased-argmax' accepts a "
-            "draft at temperature > 0 exactly when it is the target's argmax (mode-seeking)."
+            "sampling). FAULT INJECTION, for testing rollouts only, each after a public bug "
+            "report: 'biased-argmax' accepts a draft at temperature > 0 exactly when it is the "
+            "target's argmax (mode-seeking); 'redraw' keeps a draft equal to a sample of the "
+            "target, else emits a second sample (subtle); 'accept-t1' accepts at temperature 1 "
+            "whatever the request said; 'ignore-top-p' verifies without the request's top_p; "
+            "'accept-bf16' accepts from bf16-rounded logits (tiny)."
         ),
     ] = "exact",
+    logprobs_mode: Annotated[
+        str,
+        typer.Option(
+            help="smollm2 transformers: what `logprobs` / `top_logprobs` report. 'raw' "
+            "(vLLM's raw_logprobs): log-softmax of the logits at temperature 1. 'processed' "
+            "(processed_logprobs): the log of the distribution the request samples from, "
+            "after temperature and top_p (cut tokens left out of the top lists)."
+        ),
+    ] = "raw",
     threads: Annotated[int, typer.Option(help="smollm2: CPU threads.")] = 1,
     cpus: Annotated[
         str, typer.Option(help="Pin the process to these CPUs, e.g. '0' or '0,1'.")
     ] = "",
     ctx_size: Annotated[
-        int, typer.Option(help="smollm2 llamacpp: context length (per slot).")
+        int,
+        typer.Option(
+            help="smollm2 llamacpp: context length (per slot); sim: its modelled KV cache "
+            "(positions)."
+        ),
     ] = 4096,
     parallel: Annotated[
         int,
@@ -104,6 +121,7 @@ def engine(
                 spec_tokens=num_speculative_tokens,
                 acceptance=acceptance,
                 failure=_failure(failure),
+                kv_positions=ctx_size,
             ),
         )
         return
@@ -120,12 +138,15 @@ def engine(
         weights=weights or None,
         announce=typer.echo,
         verify=verify,
+        logprobs_mode=logprobs_mode,
     )
     name = served_model_name or SERVED_NAME
     mode = f"ngram k={spec.num_speculative_tokens}" if spec else "plain"
     mode += f", {parallel} slots" if parallel > 1 else ""
     if verify != "exact":
         mode += f", FAULT INJECTION: verify={verify}"
+    if logprobs_mode != "raw":
+        mode += f", logprobs {logprobs_mode}"
     typer.echo(f"specgate engine ({name}, {backend}, {mode}) on http://{host}:{port}/v1")
     app = create_engine_app(lambda: loaded, model=name)
     uvicorn.run(

@@ -120,6 +120,8 @@ def _replay_json(result: ReplayResult) -> dict[str, Any]:
         "reason_codes": list(result.verdict.reason_codes),
         "summary": result.verdict.summary,
         "estimates": result.verdict.estimates(),
+        # Per band of the candidate's load, as the verdicts API shows them (`bands`).
+        "bands": result.verdict.band_rows(),
     }
 
 

@@ -6,9 +6,11 @@ import asyncio
 import json
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
+import httpx
 import typer
 
 from gate.cli.common import DatabaseOption, cli_actor, cli_transaction, settings_with
@@ -19,7 +21,7 @@ from gate.rehearse import report, service
 from gate.rehearse.analysis import ALL, Decision, decide
 from gate.rehearse.runner import Route
 from gate.rehearse.schemas import RehearsalIn
-from gate.rehearse.sweep import Plan, levels_up_to, rehearse
+from gate.rehearse.sweep import Plan, check_routes, levels_up_to, rehearse
 from gate.rehearse.workload import load
 from gate.rollouts import service as rollouts
 from gate.settings import Settings
@@ -73,27 +75,36 @@ def rehearse_command(
     rollout: Annotated[
         int, typer.Option(help="Record the summary as this rollout's rehearsal (0: do not).")
     ] = 0,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print the summary (rehearsal.json) on stdout, and only it."),
+    ] = False,
     database_url: DatabaseOption = None,
 ) -> None:
     """Replay a workload against two routes at rising concurrency; find where speculation
     stops paying.
 
-    Routes run in alternating blocks, never at once. Exit 0 pays at --at, 1 does not,
-    2 could not tell (or --at above the sweep, or no --at given), 4 error."""
+    Routes run in alternating blocks, never at once; each block holds the level's
+    concurrency while it measures, and the summary gives the concurrency each route was
+    actually held at. Exit 0 pays at --at, 1 does not, 2 could not tell (or --at above
+    the sweep, or no --at given), 4 error (one line on stderr)."""
     # One progress line per round on stderr, not one log line per request.
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    say = typer.echo if not as_json else _say
     try:
         recording = _recording(rollout, database_url)
         code, summary = _rehearse(
-            (Route("baseline", baseline.rstrip("/"), model or None),
-             Route("candidate", candidate.rstrip("/"), model or None)),
+            (Route("baseline", _url("--baseline", baseline), model or None),
+             Route("candidate", _url("--candidate", candidate), model or None)),
             workload, segment or [], max_tokens, max_concurrency, at,
             Plan(levels=[], budget_s=parse_duration(budget), min_requests=min_requests,
                  max_requests=max_requests, precision=precision, timeout_s=timeout),
-            out,
+            out, say,
         )  # fmt: skip
         if recording is not None:
-            _record(recording, rollout, summary)
+            say(_record(recording, rollout, summary))
+        if as_json:
+            typer.echo(json.dumps(summary, indent=2))
     except GateError as exc:
         _error(exc.message)
     except Exception as exc:  # the pipeline must see 4, never a traceback's 1
@@ -110,9 +121,11 @@ def _rehearse(
     at: int,
     plan: Plan,
     out: Path,
+    say: Callable[[str], None],
 ) -> tuple[int, dict[str, Any]]:
     _check(top, at, plan)
     found = load(path, segments=_segments(segments), max_tokens=max_tokens or None)
+    asyncio.run(check_routes(routes, plan.timeout_s))  # an unreachable route: one line, no plan
     levels = levels_up_to(top)
     plan = Plan(**{**vars(plan), "levels": levels})
     skipped = f", {found.cut} skipped with a cut prompt" if found.cut else ""
@@ -131,9 +144,9 @@ def _rehearse(
     (out / "rehearsal.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "rehearsal.md").write_text(report.markdown(summary, at=at, decision=summary["decision"]))
     report.plot(summary, out / "rehearsal.png")
-    typer.echo(f"crossover: {summary['crossover'][ALL]['text']}")
-    typer.echo(f"at concurrency {at}: {summary['decision']}" if at else summary["decision"])
-    typer.echo(f"written: {out}/rehearsal.json, rehearsal.md, rehearsal.png")
+    say(f"crossover: {summary['crossover'][ALL]['text']}")
+    say(f"at concurrency {at}: {summary['decision']}" if at else summary["decision"])
+    say(f"written: {out}/rehearsal.json, rehearsal.md, rehearsal.png")
     return int(decision), summary
 
 
@@ -150,13 +163,24 @@ def _recording(rollout_id: int, database_url: str | None) -> Settings | None:
     return settings
 
 
-def _record(settings: Settings, rollout_id: int, summary: dict[str, Any]) -> None:
+def _record(settings: Settings, rollout_id: int, summary: dict[str, Any]) -> str:
     with cli_transaction(settings) as db:
         service.record(
             db, rollout_id=rollout_id, rehearsal=RehearsalIn.model_validate(summary),
             actor=cli_actor(),
         )  # fmt: skip
-    typer.echo(f"recorded as rollout {rollout_id}'s rehearsal")
+    return f"recorded as rollout {rollout_id}'s rehearsal"
+
+
+def _url(option: str, given: str) -> str:
+    """Return an http(s) base URL without its trailing slash, or refuse it in one line."""
+    try:
+        url = httpx.URL(given)
+    except httpx.InvalidURL as exc:
+        raise ConfigError(f"{option} {given!r} is not a URL ({exc})") from None
+    if url.scheme not in ("http", "https") or not url.host:
+        raise ConfigError(f"{option} {given!r} is not an http(s) URL (http://HOST:PORT/v1)")
+    return given.rstrip("/")
 
 
 def _check(top: int, at: int, plan: Plan) -> None:

@@ -3,6 +3,14 @@
 Flagger reads any 2xx as "go on", except for `rollback`, where 2xx means "roll back now":
 so `rollback` answers 2xx only when the rollout is killed in specgate. Every answer other
 than 2xx names why, so a waiting canary shows the reason in Flagger's events.
+
+Flagger's own rollback reaches specgate through `post-rollout`, which Flagger calls with
+phase Failed only at the end of a rollback of the revision under analysis. The `event`
+hook never changes a rollout: Flagger sends each Kubernetes Event with the Canary's phase
+at that moment (`CallEventWebhook` reads `Status.Phase`), so after a rollback the next
+revision's first events ("Confirm-rollout check ... passed") still say Failed. An event's
+phase is the Canary's state, not a verdict on this revision; warnings are kept in the
+audit trail as `controller.event`.
 """
 
 from __future__ import annotations
@@ -29,6 +37,8 @@ from gate.routing.pubsub import Publisher
 PROMOTED_BY = "promoted by "
 # Returns None when the route answers, else why not.
 Probe = Callable[[Route], str | None]
+# Flagger's `eventType` of a Kubernetes Warning event (corev1.EventTypeWarning).
+EVENT_WARNING = "Warning"
 
 
 class FlaggerHook(StrEnum):
@@ -140,22 +150,35 @@ def _report(
     publisher: Publisher | None,
 ) -> Answer:
     actor = flagger_actor(payload)
+    if hook is FlaggerHook.EVENT:
+        return _event(session, rollout, actor, payload)
     if payload.phase == "Failed":
-        message = str(payload.metadata.get("eventMessage", ""))[:500]
-        _act(
-            session,
-            rollout,
-            Action.KILL,
-            actor,
-            f"Flagger {hook.value}: Failed {message}".strip(),
-            publisher,
-        )
-        return Answer(True, "killed: Flagger reported the canary failed")
-    if hook is FlaggerHook.POST_ROLLOUT and payload.phase == "Succeeded":
+        _act(session, rollout, Action.KILL, actor, "Flagger post-rollout: Failed", publisher)
+        return Answer(True, "killed: Flagger rolled the canary back")
+    if payload.phase == "Succeeded":
         reason = "Flagger post-rollout: Succeeded"
         promoted = _finish(session, rollout, ControllerKind.FLAGGER, actor, reason, publisher)
         return Answer(True, promoted)
     return Answer(True, f"recorded phase {payload.phase or 'none'}")
+
+
+def _event(session: Session, rollout: Rollout, actor: str, payload: FlaggerPayload) -> Answer:
+    # Normal events (a check passed, an iteration advanced) come every interval: the hook
+    # call is their check-in. Warnings (halts, rollbacks) are what a person looks for.
+    kind = str(payload.metadata.get("eventType", ""))[:16]
+    if kind != EVENT_WARNING:
+        return Answer(True, "noted: an event never changes the rollout")
+    message = str(payload.metadata.get("eventMessage", ""))[:500]
+    audit.record(
+        session,
+        actor=redact(actor),
+        action="controller.event",
+        reason=redact(f"Flagger {kind} (Canary phase {payload.phase or 'none'}): {message}"),
+        rollout_id=rollout.id,
+        # No state: an event is never the reason of the rollout's state (`last_change`).
+        details={"phase": payload.phase[:64], "event_type": kind, "state": rollout.state.value},
+    )
+    return Answer(True, "recorded: an event never changes the rollout")
 
 
 def _finish(

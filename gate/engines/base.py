@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -54,12 +55,44 @@ class Outcome:
     logprobs: list[dict[str, Any]] | None = None
 
 
+class CacheUse:
+    """The KV-cache positions the running requests hold, out of the engine's capacity.
+
+    vLLM's `vllm:kv_cache_usage_perc` is the share of its KV-cache blocks in use, 0 to 1.
+    The local engines have no paged blocks: their capacity is their context (`slots` times
+    the context of one slot), and a running request holds its prompt plus the tokens it
+    has generated so far (as of its latest delta). A finished request holds nothing: its
+    slot is reused, as vLLM counts a finished request's cached blocks as free.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(1, capacity)
+        self._held: dict[int, int] = {}
+        self._lock = threading.Lock()  # requests decode in worker threads
+
+    def hold(self, request: int, positions: int) -> None:
+        """Record that request `request` (any unique key) now holds `positions`."""
+        with self._lock:
+            self._held[request] = positions
+
+    def release(self, request: int) -> None:
+        """Free what request `request` held."""
+        with self._lock:
+            self._held.pop(request, None)
+
+    def share(self) -> float:
+        """Return the share of the capacity held now, 0 to 1."""
+        with self._lock:
+            return min(1.0, sum(self._held.values()) / self.capacity)
+
+
 class Backend(Protocol):
     """A model that generates for `slots` requests at a time (each call blocks its thread)."""
 
     name: str
     spec: NgramConfig | None
     slots: int
+    cache: CacheUse  # kept by `generate` as it decodes
 
     def generate(self, request: GenRequest, emit: Emit) -> Outcome:
         """Generate, calling `emit` with each delta; stop early when it returns False."""
@@ -96,7 +129,10 @@ def parse_request(body: dict[str, Any], *, chat: bool, default_max_tokens: int) 
 
 
 def _logprobs(body: dict[str, Any], *, chat: bool) -> dict[str, Any]:
-    """Chat: `logprobs` true and `top_logprobs` 0-20; completions: `logprobs` 0-5 (the top n)."""
+    """Chat: `logprobs` true and `top_logprobs` 0-20; completions: `logprobs` 0-20 (the top n).
+
+    OpenAI caps completions at 5; 20 is vLLM's default `max_logprobs` for both.
+    """
     value = body.get("logprobs")
     if value is None or value is False:
         return {}
@@ -107,8 +143,8 @@ def _logprobs(body: dict[str, Any], *, chat: bool) -> dict[str, Any]:
         if not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= 20:
             raise BadRequest("'top_logprobs' must be an integer in [0, 20]")
         return {"logprobs": True, "top_logprobs": top}
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 5:
-        raise BadRequest("'logprobs' must be an integer in [0, 5]")
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 20:
+        raise BadRequest("'logprobs' must be an integer in [0, 20]")
     return {"logprobs": True, "top_logprobs": value}
 
 

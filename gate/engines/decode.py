@@ -7,12 +7,17 @@ argmax. Sampling accepts draft d with probability p(d) and otherwise samples fro
 removed, which is exact speculative sampling for a draft that puts all its mass on d, so the
 output distribution is the plain one's. Rejected positions are cut from the cache.
 
-The verifier is a pure function of the target's distribution, the draft and a generator
-(`VERIFIERS`), and the loop (`speculate`) takes any forward function, so the parity
+The verifier is a pure function of one position (`Position`: the target's logits row, the
+request's temperature and top_p, and the sampling distribution they give), the draft and a
+generator (`VERIFIERS`), and the loop (`speculate`) takes any forward function, so the parity
 simulation (`bench/parity_sim.py`) runs these very functions on synthetic distributions.
-`biased-argmax` is a deliberately wrong verifier, a fault-injection tool for testing
-rollouts: at temperature > 0 it accepts a draft exactly when it is the target's argmax,
-which keeps acceptance high and shifts answers towards the mode. Never a default.
+Every verifier but `exact` is deliberately wrong, a fault-injection tool for testing rollouts
+modelled on a public bug report (FIELD_NOTES.md), never a default: `biased-argmax` keeps a
+draft exactly when it is the argmax (mode-seeking, gross); `redraw` gives the draft a second
+chance (subtle: it moves mass towards likely drafts); `accept-t1` and `accept-bf16` compute
+the acceptance probability from a slightly different distribution (smaller still);
+`ignore-top-p` samples outside the request's nucleus (nothing when top_p is 1).
+`gate.engines.verify_tv` gives each one's exact output distribution at a position.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from gate.engines.spec import SpecStats
 
 # (token, accepted): the token at one position and whether it is the draft, accepted.
 Choice = tuple[int, bool]
-Verifier = Callable[[Any, Any, int, Any], Choice]
+Verifier = Callable[[Any, "Position", int, Any], Choice]
 # Runs tokens through the model on top of what it has seen; returns one logits row each.
 Forward = Callable[[list[int]], Any]
 # Keep the first n positions the model has seen (drop rejected drafts).
@@ -47,6 +52,16 @@ def target_probs(torch: Any, logits: Any, temperature: float, top_p: float) -> A
     return probs
 
 
+@dataclass(frozen=True)
+class Position:
+    """One drafted position: the target's logits row, the request's sampling, and `probs`."""
+
+    logits: Any
+    temperature: float
+    top_p: float
+    probs: Any  # target_probs(logits, temperature, top_p): what an exact sampler draws from
+
+
 def exact_verify(torch: Any, probs: Any, draft: int, generator: Any) -> Choice:
     """Accept `draft` with probability p(draft), else sample p without it (exact, point draft)."""
     if float(torch.rand((), generator=generator)) < float(probs[draft]):
@@ -57,13 +72,70 @@ def exact_verify(torch: Any, probs: Any, draft: int, generator: Any) -> Choice:
 
 
 def biased_argmax_verify(torch: Any, probs: Any, draft: int, generator: Any) -> Choice:
-    """Fault injection: accept `draft` when it is the argmax, else sample p (mode-seeking)."""
+    """Fault injection: accept `draft` when it is the argmax, else sample p (mlxcel #902)."""
     if draft == int(torch.argmax(probs)):
         return draft, True
     return int(torch.multinomial(probs, 1, generator=generator)), False
 
 
-VERIFIERS: dict[str, Verifier] = {"exact": exact_verify, "biased-argmax": biased_argmax_verify}
+def redraw_verify(torch: Any, probs: Any, draft: int, generator: Any) -> Choice:
+    """Fault injection: keep a draft equal to a sample of p, else draw anew (mlx-swift-lm #459)."""
+    # That equality rule is exact for a point-mass draft only when the compared sample is
+    # the one emitted; drawing afresh gives the draft a second chance.
+    if int(torch.multinomial(probs, 1, generator=generator)) == draft:
+        return draft, True
+    token = int(torch.multinomial(probs, 1, generator=generator))
+    return token, token == draft
+
+
+def accept_t1_verify(torch: Any, at: Position, draft: int, generator: Any) -> Choice:
+    """Fault injection: accept at temperature 1 whatever the request said (lattice #388)."""
+    accept = target_probs(torch, at.logits, 1.0, at.top_p)
+    return _accept_or_residual(torch, accept, at.probs, draft, generator)
+
+
+def accept_bf16_verify(torch: Any, at: Position, draft: int, generator: Any) -> Choice:
+    """Fault injection: accept from bf16-rounded logits, resample in fp64 (DeepSpec #31)."""
+    accept = target_probs(torch, at.logits.bfloat16(), at.temperature, at.top_p)
+    return _accept_or_residual(torch, accept, at.probs, draft, generator)
+
+
+def ignore_top_p_verify(torch: Any, at: Position, draft: int, generator: Any) -> Choice:
+    """Fault injection: verify as if top_p were 1, a setting not passed on (cf. dflash #74)."""
+    untruncated = target_probs(torch, at.logits, at.temperature, 1.0)
+    return exact_verify(torch, untruncated, draft, generator)
+
+
+def _accept_or_residual(torch: Any, accept: Any, probs: Any, draft: int, generator: Any) -> Choice:
+    """Accept `draft` with probability accept[draft], else sample `probs` without it."""
+    if float(torch.rand((), generator=generator)) < float(accept[draft]):
+        return draft, True
+    residual = probs.clone()
+    residual[draft] = 0.0
+    if float(residual.sum()) <= 0.0:  # p is a point mass on the draft: nothing else to emit
+        return draft, True
+    return int(torch.multinomial(residual / residual.sum(), 1, generator=generator)), False
+
+
+def _on_probs(verify: Callable[[Any, Any, int, Any], Choice]) -> Verifier:
+    """Adapt a verifier of the sampling distribution alone to the `Position` signature."""
+
+    def verifier(torch: Any, at: Position, draft: int, generator: Any) -> Choice:
+        return verify(torch, at.probs, draft, generator)
+
+    verifier.__doc__ = verify.__doc__
+    return verifier
+
+
+# Everything but "exact" is fault injection, chosen only by the explicit `--verify` flag.
+VERIFIERS: dict[str, Verifier] = {
+    "exact": _on_probs(exact_verify),
+    "biased-argmax": _on_probs(biased_argmax_verify),
+    "redraw": _on_probs(redraw_verify),
+    "accept-t1": accept_t1_verify,
+    "ignore-top-p": ignore_top_p_verify,
+    "accept-bf16": accept_bf16_verify,
+}
 
 
 @dataclass
@@ -83,28 +155,54 @@ class Sampler:
             return token, token == draft
         probs = target_probs(self.torch, logits, self.temperature, self.top_p)
         if draft is not None:
-            return VERIFIERS[self.verify](self.torch, probs, draft, self.generator)
+            at = Position(logits, self.temperature, self.top_p, probs)
+            return VERIFIERS[self.verify](self.torch, at, draft, self.generator)
         return int(self.torch.multinomial(probs, 1, generator=self.generator)), False
+
+
+LOGPROBS_MODES = ("raw", "processed")
+LOGPROB_FLOOR = -9999.0
 
 
 @dataclass
 class TokenLogprobs:
-    """Collects each emitted token's log-probability under the target (raw logits, T = 1)."""
+    """Collects each emitted token's log-probability and the `top` most likely alternatives.
+
+    `raw` (vLLM's raw_logprobs): log_softmax of the target's logits at temperature 1.
+    `processed` (vLLM's processed_logprobs): the log of the distribution the sampler draws
+    from, after the request's temperature and top_p (`target_probs`); tokens top_p cuts are
+    -inf and left out of the top lists. Greedy requests use temperature 1 and no top_p cut, as
+    vLLM's greedy path returns logprobs before temperature and top_p.
+    """
 
     torch: Any
     top: int = 0
     entries: list[tuple[int, float, list[tuple[int, float]]]] | None = None
+    mode: str = "raw"
+    temperature: float = 1.0
+    top_p: float = 1.0
 
     def record(self, row: Any, token: int) -> None:
         """Note `token`'s log-probability in `row`, with the `top` most likely alternatives."""
-        logp = self.torch.log_softmax(row.double(), dim=-1)
+        logp = self._logp(row)
         best: list[tuple[int, float]] = []
         if self.top:
-            values, ids = self.torch.topk(logp, self.top)
-            best = [(int(i), float(v)) for v, i in zip(values, ids, strict=True)]
+            values, ids = self.torch.topk(logp, min(self.top, logp.shape[-1]))
+            best = [
+                (int(i), float(v))
+                for v, i in zip(values, ids, strict=True)
+                if float(v) > float("-inf")
+            ]
         if self.entries is None:
             self.entries = []
-        self.entries.append((token, float(logp[token]), best))
+        # A token the sampling distribution cuts (a lossy verifier's) has log 0 = -inf, which
+        # JSON cannot carry: floor it where vLLM's OpenAI server does.
+        self.entries.append((token, max(float(logp[token]), LOGPROB_FLOOR), best))
+
+    def _logp(self, row: Any) -> Any:
+        if self.mode == "raw" or self.temperature <= 0.0:
+            return self.torch.log_softmax(row.double(), dim=-1)
+        return self.torch.log(target_probs(self.torch, row, self.temperature, self.top_p))
 
 
 def decode_steps(

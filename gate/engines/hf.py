@@ -3,7 +3,9 @@
 The GGUF is dequantised into a Hugging Face Llama model, and decoding is written out by
 hand (`gate.engines.decode`) so the plain and the speculative runs differ only by the draft:
 their greedy outputs are the same token for token. Structured output (`response_format`) is
-not enforced here; llama.cpp's grammar does that on the default backend.
+not enforced here; llama.cpp's grammar does that on the default backend. Every emitted token,
+an accepted draft too, gets one `logprobs` entry: `raw` from the logits at temperature 1, or
+`processed` from the distribution the request samples (`--logprobs-mode`, as vLLM's).
 """
 
 from __future__ import annotations
@@ -13,8 +15,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gate.engines.base import Emit, GenRequest, Outcome
-from gate.engines.decode import VERIFIERS, Sampler, TokenLogprobs, decode_steps
+from gate.engines.base import CacheUse, Emit, GenRequest, Outcome
+from gate.engines.decode import (
+    LOGPROBS_MODES,
+    VERIFIERS,
+    Sampler,
+    TokenLogprobs,
+    decode_steps,
+)
 from gate.engines.model import TRANSFORMERS_INSTALL, require
 from gate.engines.ngram import NgramDrafter
 from gate.engines.spec import NgramConfig, SpecStats
@@ -28,12 +36,18 @@ class TransformersBackend:
     slots = 1
 
     def __init__(
-        self, gguf: Path, *, spec: NgramConfig | None, threads: int = 1, verify: str = "exact"
+        self,
+        gguf: Path,
+        *,
+        spec: NgramConfig | None,
+        threads: int = 1,
+        verify: str = "exact",
+        logprobs_mode: str = "raw",
     ) -> None:
-        if verify not in VERIFIERS:
-            raise ValueError(f"verify must be one of {', '.join(VERIFIERS)}")
-        # Fault injection only: a wrong verifier (`biased-argmax`) is never a default.
+        _check(verify, logprobs_mode)
+        # Fault injection only: a wrong verifier (`biased-argmax`, ...) is never a default.
         self.verify = verify
+        self.logprobs_mode = logprobs_mode
         # Everything comes from the local GGUF; never reach for a model hub.
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -52,14 +66,17 @@ class TransformersBackend:
         )
         self.model = model.eval()
         self.context = int(getattr(model.config, "max_position_embeddings", 2048))
+        self.cache = CacheUse(self.context)
         self.eos = _eos_ids(self.tokenizer, model)
 
-    def with_spec(self, spec: NgramConfig | None, verify: str = "exact") -> TransformersBackend:
-        """Return a backend sharing these weights with another speculative setting."""
-        if verify not in VERIFIERS:
-            raise ValueError(f"verify must be one of {', '.join(VERIFIERS)}")
+    def with_spec(
+        self, spec: NgramConfig | None, verify: str = "exact", logprobs_mode: str = "raw"
+    ) -> TransformersBackend:
+        """Return a backend sharing these weights with other speculative and logprobs settings."""
+        _check(verify, logprobs_mode)
         twin = copy.copy(self)
-        twin.spec, twin.verify = spec, verify
+        twin.spec, twin.verify, twin.logprobs_mode = spec, verify, logprobs_mode
+        twin.cache = CacheUse(self.context)  # its own requests, in its own engine
         return twin
 
     def prompt_ids(self, request: GenRequest) -> list[int]:
@@ -84,7 +101,7 @@ class TransformersBackend:
             drafter = NgramDrafter(
                 prompt, n_min=spec.prompt_lookup_min, n_max=spec.prompt_lookup_max
             )
-        recorder = TokenLogprobs(self.torch, request.top_logprobs) if request.logprobs else None
+        recorder = self._recorder(request)
         steps = decode_steps(
             self.model,
             self.torch,
@@ -99,11 +116,32 @@ class TransformersBackend:
         text = _Text(self.tokenizer, request.stop)
         tokens: list[int] = []
         entries = None if recorder is None else _Entries(self.tokenizer, recorder, tokens)
-        finish = _consume(steps, tokens, text, self.eos, request.max_tokens, emit, entries)
+        key = id(tokens)
+
+        def held(delta: dict[str, Any]) -> bool:
+            self.cache.hold(key, len(prompt) + len(tokens))
+            return emit(delta)
+
+        self.cache.hold(key, len(prompt))
+        try:
+            finish = _consume(steps, tokens, text, self.eos, request.max_tokens, held, entries)
+        finally:
+            self.cache.release(key)
         outcome = Outcome(text.final, [], finish, len(prompt), len(tokens), stats)
         if entries is not None:
             outcome.logprobs = entries.all()
         return outcome
+
+    def _recorder(self, request: GenRequest) -> TokenLogprobs | None:
+        if not request.logprobs:
+            return None
+        return TokenLogprobs(
+            self.torch,
+            request.top_logprobs,
+            mode=self.logprobs_mode,
+            temperature=request.temperature,
+            top_p=request.top_p,
+        )
 
     def _sampler(self, request: GenRequest) -> Sampler:
         generator = None
@@ -114,6 +152,13 @@ class TransformersBackend:
             else:
                 generator.manual_seed(request.seed)
         return Sampler(self.torch, request.temperature, request.top_p, generator, self.verify)
+
+
+def _check(verify: str, logprobs_mode: str) -> None:
+    if verify not in VERIFIERS:
+        raise ValueError(f"verify must be one of {', '.join(VERIFIERS)}")
+    if logprobs_mode not in LOGPROBS_MODES:
+        raise ValueError(f"logprobs_mode must be one of {', '.join(LOGPROBS_MODES)}")
 
 
 class _Entries:

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from gate.engines.base import Emit, GenRequest, Outcome
+from gate.engines.base import CacheUse, Emit, GenRequest, Outcome
 from gate.engines.model import LLAMACPP_INSTALL, require
 from gate.engines.spec import NgramConfig, SpecStats
 from gate.errors import GateError
@@ -47,6 +48,7 @@ class LlamaCppBackend:
         xllamacpp = require("xllamacpp", LLAMACPP_INSTALL)
         self.spec = spec
         self.slots = parallel
+        self.cache = CacheUse(ctx_size * parallel)
         params = xllamacpp.CommonParams()
         params.model.path = str(gguf)
         params.n_ctx = ctx_size * parallel  # llama.cpp splits the context across its slots
@@ -67,13 +69,17 @@ class LlamaCppBackend:
         counted = self.spec is not None and self.slots == 1
         before = self._counters() if counted else {}
         state = _StreamState(emit, top=request.top_logprobs if request.logprobs else None)
+        state.held = lambda positions: self.cache.hold(id(state), positions)
         body = _body(request)
         handle = (
             self._server.handle_chat_completions
             if request.chat
             else self._server.handle_completions
         )
-        result = handle(body, state.on_chunk)
+        try:
+            result = handle(body, state.on_chunk)
+        finally:
+            self.cache.release(id(state))
         if isinstance(result, dict) and "error" in result:
             raise GateError(str(result["error"].get("message", result["error"])), status_code=400)
         if state.error is not None:
@@ -129,6 +135,7 @@ class _StreamState:
         self.accepted = 0
         self.cancelled = False
         self.error: str | None = None
+        self.held: Callable[[int], None] = lambda _positions: None
 
     def on_chunk(self, chunk: Any) -> bool:
         """Handle one chunk; return True to make llama.cpp stop."""
@@ -145,6 +152,8 @@ class _StreamState:
         if isinstance(timings, dict):
             self.drafted = int(timings.get("draft_n", 0))
             self.accepted = int(timings.get("draft_n_accepted", 0))
+            # The slot's sequence: prompt (cached and evaluated) and the tokens so far.
+            self.held(sum(int(timings.get(k, 0)) for k in ("cache_n", "prompt_n", "predicted_n")))
         return self.cancelled
 
     def _choice(self, choice: dict[str, Any]) -> None:
@@ -191,6 +200,8 @@ def _body(request: GenRequest) -> dict[str, Any]:
         "top_p": request.top_p,
         "stream": True,
         "stream_options": {"include_usage": True},
+        # Timings on every chunk, not only the last: the KV-cache gauge follows them.
+        "timings_per_token": True,
         # Reusing a cached prefix changes the prefill's batch shapes, hence numerics: two
         # identical greedy requests must decode alike.
         "cache_prompt": False,

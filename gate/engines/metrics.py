@@ -9,6 +9,7 @@ positions 0..k-1.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -52,7 +53,14 @@ class Finished:
 class EngineMetrics:
     """One engine's registry: request latencies, outcomes and speculative counters."""
 
-    def __init__(self, model_name: str, *, spec_tokens: int = 0, backend: str = "") -> None:
+    def __init__(
+        self,
+        model_name: str,
+        *,
+        spec_tokens: int = 0,
+        backend: str = "",
+        cache_usage: Callable[[], float] = lambda: 0.0,
+    ) -> None:
         self.registry = CollectorRegistry()
         self.spec_tokens = spec_tokens
         labels = (model_name, "0")
@@ -88,6 +96,15 @@ class EngineMetrics:
         self.running = gauge.labels(*labels)
         gauge = Gauge("vllm:num_requests_waiting", "Requests waiting.", LABELS, registry=reg)
         self.waiting = gauge.labels(*labels)
+        # Read at each scrape: the share of the engine's KV-cache positions that running
+        # requests hold (`gate.engines.base.CacheUse`), 0 to 1 as vLLM's.
+        gauge = Gauge(
+            "vllm:kv_cache_usage_perc",
+            "KV-cache usage: the share of cache positions running requests hold (1: full).",
+            LABELS,
+            registry=reg,
+        )
+        gauge.labels(*labels).set_function(cache_usage)
         info = Gauge(
             "specgate_engine_info",
             "The local engine's backend and speculation.",

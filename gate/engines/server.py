@@ -41,7 +41,9 @@ class EngineService:
         self.model = model
         self.default_max_tokens = default_max_tokens
         k = backend.spec.num_speculative_tokens if backend.spec else 0
-        self.metrics = EngineMetrics(model, spec_tokens=k, backend=backend.name)
+        self.metrics = EngineMetrics(
+            model, spec_tokens=k, backend=backend.name, cache_usage=backend.cache.share
+        )
         self._slots = asyncio.Semaphore(backend.slots)
         self._tasks: set[asyncio.Task[Outcome]] = set()
 

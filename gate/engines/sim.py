@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from gate.engines.base import CacheUse
 from gate.engines.metrics import CONTENT_TYPE, EngineMetrics, Finished
 from gate.engines.spec import SpecStats
 
@@ -44,6 +45,9 @@ class SimProfile:
     per_request_metrics: bool = False
     # Like an engine that cannot return log-probabilities: a request asking is a 400.
     rejects_logprobs: bool = False
+    # The modelled KV cache, in positions: each answer being sent holds its prompt and the
+    # tokens sent so far (`vllm:kv_cache_usage_perc`).
+    kv_positions: int = 4096
 
 
 @dataclass
@@ -58,7 +62,13 @@ class SimLog:
 def create_sim_app(profile: SimProfile, log: SimLog | None = None) -> Starlette:
     """Build the synthetic engine's ASGI app."""
     seen = log if log is not None else SimLog()
-    metrics = EngineMetrics(profile.model, spec_tokens=max(0, profile.spec_tokens), backend="sim")
+    cache = CacheUse(profile.kv_positions)
+    metrics = EngineMetrics(
+        profile.model,
+        spec_tokens=max(0, profile.spec_tokens),
+        backend="sim",
+        cache_usage=cache.share,
+    )
 
     async def completion(request: Request) -> Response:
         chat = request.url.path.endswith("/chat/completions")
@@ -72,7 +82,7 @@ def create_sim_app(profile: SimProfile, log: SimLog | None = None) -> Starlette:
         seen.headers.append(dict(request.headers))
         if profile.rejects_logprobs and _asks_logprobs(body):
             return _error(400, "logprobs are not supported by this engine")
-        response = await _answer(profile, seen, body, chat=chat)
+        response = await _answer(profile, seen, body, chat=chat, cache=cache)
         if response.status_code == 200 and profile.failure == "none":
             metrics.observe(_modelled(profile, body))
         return response
@@ -94,7 +104,7 @@ def create_sim_app(profile: SimProfile, log: SimLog | None = None) -> Starlette:
 
 
 async def _answer(
-    profile: SimProfile, log: SimLog, body: dict[str, Any], *, chat: bool
+    profile: SimProfile, log: SimLog, body: dict[str, Any], *, chat: bool, cache: CacheUse
 ) -> Response:
     if profile.failure == "status500":
         return _error(500, "simulated engine failure")
@@ -105,11 +115,15 @@ async def _answer(
     words = _words(body, _max_tokens(body, profile.tokens))
     prompt = orjson.dumps([body.get("messages"), body.get("prompt"), body.get("seed")])
     ident = "sim-" + hashlib.sha256(prompt).hexdigest()[:24]
+    held = _Held(cache, _usage(body, [])["prompt_tokens"])
     if body.get("stream"):
-        return StreamingResponse(
-            _stream(profile, log, body, words, ident, chat=chat), media_type="text/event-stream"
-        )
-    await asyncio.sleep(profile.ttft_s + profile.token_interval_s * max(0, len(words) - 1))
+        stream = _stream(profile, log, body, words, ident, chat=chat, held=held)
+        return StreamingResponse(stream, media_type="text/event-stream")
+    held.sent(0)  # nothing is sent before the whole answer
+    try:
+        await asyncio.sleep(profile.ttft_s + profile.token_interval_s * max(0, len(words) - 1))
+    finally:
+        held.release()
     return Response(
         orjson.dumps(_whole(profile, body, words, ident, chat=chat)), media_type="application/json"
     )
@@ -228,6 +242,22 @@ def _metrics(profile: SimProfile, tokens: int) -> dict[str, Any]:
     return metrics
 
 
+@dataclass
+class _Held:
+    """One streamed answer's hold on the modelled KV cache."""
+
+    cache: CacheUse
+    prompt: int
+
+    def sent(self, tokens: int) -> None:
+        """Hold the prompt and the `tokens` sent so far."""
+        self.cache.hold(id(self), self.prompt + tokens)
+
+    def release(self) -> None:
+        """Free it all: the answer has ended."""
+        self.cache.release(id(self))
+
+
 async def _stream(
     profile: SimProfile,
     log: SimLog,
@@ -236,14 +266,17 @@ async def _stream(
     ident: str,
     *,
     chat: bool,
+    held: _Held,
 ) -> AsyncIterator[bytes]:
     created = int(time.time())
     kind = "chat.completion.chunk" if chat else "text_completion"
     options = body.get("stream_options")
     usage_asked = isinstance(options, dict) and bool(options.get("include_usage"))
     try:
+        held.sent(0)
         await asyncio.sleep(profile.ttft_s)
         for i, word in enumerate(words):
+            held.sent(i + 1)
             if i and profile.token_interval_s:
                 await asyncio.sleep(profile.token_interval_s)
             if profile.failure == "broken_stream" and i == len(words) // 2:
@@ -286,6 +319,8 @@ async def _stream(
     except (asyncio.CancelledError, GeneratorExit):
         log.cancelled += 1
         raise
+    finally:
+        held.release()
 
 
 def _error(status: int, message: str) -> Response:

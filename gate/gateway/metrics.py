@@ -54,7 +54,7 @@ class GatewayMetrics:
         self.mirror_dropped = Counter(
             "specgate_gateway_mirror_dropped",
             "Mirror calls never made: the pool was full, they could not start in time,"
-            " or the candidate route was down.",
+            " or the rollout stopped mirroring (a down candidate's are route failures).",
             ["rollout"],
             registry=r,
         )

@@ -31,7 +31,7 @@ def _mirror(gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort) -> None
             if not (plan.control_slice if cohort is Cohort.CONTROL else plan.mirror):
                 dropped("the rollout stopped mirroring before the call started")
             elif cohort is Cohort.CANDIDATE and not gw.health.admit(route.id):
-                dropped(ROUTE_DOWN)  # the baseline (control) is never skipped
+                down()  # the baseline (control) is never skipped
             else:
                 await call_route(waited_s)
         finally:
@@ -70,6 +70,13 @@ def _mirror(gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort) -> None
     def dropped(reason: str) -> None:
         gw.spans.dropped(call.ctx, route, cohort, call.body, parent=call.parent, reason=reason)
         gw.metrics.mirror_dropped.labels(str(call.routing.rollout_id)).inc()
+
+    def down() -> None:
+        # A candidate that cannot answer is failing: the call counts against it, like the
+        # refused probe before it (not dropped, and not the mirror pool's doing).
+        result = CallResult().fail(GenerationStatus.ERROR, ROUTE_DOWN)
+        gw.spans.not_called(call.ctx, route, cohort, call.body, parent=call.parent, result=result)
+        gw.metrics.observe(route.name, cohort.value, result, status=result.status.value)
 
     def not_started(reason: str) -> None:
         gw.metrics.mirror_inflight.dec()

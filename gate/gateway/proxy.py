@@ -69,7 +69,7 @@ async def handle(gw: Gateway, request: Request, endpoint: str) -> Response | Eve
     canary = cohort is Cohort.CANDIDATE and call.plan.primary is Primary.SPLIT
     if canary and not gw.health.admit(route.id):
         # A canary whose route refuses connections (scaled to zero) is not called: the
-        # baseline serves, and the skipped call counts as dropped, not as a failure.
+        # baseline serves, and the skipped call is the candidate's failure (a fallback).
         _skipped(gw, call, route, cohort)
         route, cohort, canary = call.routing.baseline, Cohort.BASELINE, False
     if call.stream:
@@ -358,10 +358,12 @@ def _finish(
 
 
 def _skipped(gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort) -> None:
-    """Record a canary call not made because its route is down."""
-    gw.spans.dropped(call.ctx, route, cohort, call.body, parent=call.parent, reason=ROUTE_DOWN)
-    result = CallResult().fail(GenerationStatus.DROPPED, ROUTE_DOWN)
-    gw.metrics.observe(route.name, cohort.value, result, status=result.status.value)
+    """Record a canary call not made because its route is down: it fell back."""
+    result = CallResult().fail(GenerationStatus.ERROR, ROUTE_DOWN)
+    gw.spans.not_called(
+        call.ctx, route, cohort, call.body, parent=call.parent, result=result, fallback=True
+    )
+    gw.metrics.observe(route.name, cohort.value, result, status=GenerationStatus.FALLBACK.value)
 
 
 def _reply_or_error(reply: JsonReply | None, result: CallResult) -> Response:

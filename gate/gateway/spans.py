@@ -162,10 +162,24 @@ class SpanEmitter:
         parent: Context | None,
         reason: str,
     ) -> None:
-        """Record a call that was never made (pool saturated, route down), so the gate sees it."""
-        span, _ = self.start_call(ctx, route, cohort, body, parent=parent)
+        """Record a call the gateway never made (pool saturated, rollout stopped)."""
         result = CallResult().fail(GenerationStatus.DROPPED, reason)
-        self.end_call(span, result, prompt=None)
+        self.not_called(ctx, route, cohort, body, parent=parent, result=result)
+
+    def not_called(
+        self,
+        ctx: CallContext,
+        route: RouteTarget,
+        cohort: Cohort,
+        body: Mapping[str, Any],
+        *,
+        parent: Context | None,
+        result: CallResult,
+        fallback: bool = False,
+    ) -> None:
+        """Record a call that was never made with its outcome, so the gate sees it."""
+        span, _ = self.start_call(ctx, route, cohort, body, parent=parent)
+        self.end_call(span, result, prompt=None, fallback=fallback)
 
     def _bounded(self, text: str) -> str:
         return self._redact(text)[: self._max_chars]

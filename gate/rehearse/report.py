@@ -58,17 +58,24 @@ def _level(routes: tuple[Route, Route], level: Level, segments: list[str]) -> di
             "baseline": _route(base),
             "candidate": _route(cand),
         }
-    walls = {r.name: sum(b.wall_s for b in level.blocks if b.route == r.name) for r in routes}
+    roles = list(zip(("baseline", "candidate"), routes, strict=True))
     return {
         "concurrency": level.concurrency,
         "stopped": level.stop,
         "elapsed_s": round(level.elapsed_s, 1),
-        "tokens_per_s": {
-            role: round(_tokens(level.samples(r.name)) / walls[r.name], 2) if walls[r.name] else 0
-            for role, r in zip(("baseline", "candidate"), routes, strict=True)
-        },
+        # The requests in flight, time-averaged over the windows each route was measured in.
+        "concurrency_reached": {role: round(level.reached(r.name), 2) for role, r in roles},
+        "tokens_per_s": {role: _throughput(level, r.name) for role, r in roles},
         "segments": by_segment,
     }
+
+
+def _throughput(level: Level, route: str) -> float:
+    """Return output tokens per second at the held load: by Little's law, requests in
+    flight over their mean latency, times tokens per request."""
+    samples = level.samples(route)
+    seconds = sum(s.e2e_s for s in samples)
+    return round(level.reached(route) * _tokens(samples) / seconds, 2) if seconds else 0.0
 
 
 def _route(samples: list[Sample]) -> dict[str, Any]:
@@ -105,21 +112,25 @@ def markdown(summary: dict[str, Any], *, at: int | None, decision: str) -> str:
     ]
     for segment, cross in summary["crossover"].items():
         lines += ["", f"## {segment}", "", "| concurrency | speedup | 95 % interval | call | "
-                  "baseline / candidate e2e p50 (s) | TTFT p50 (s) | TPOT p50 (ms) | acceptance "
-                  "| errors |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+                  "in flight | baseline / candidate e2e p50 (s) | TTFT p50 (s) | TPOT p50 (ms) | "
+                  "acceptance | errors |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for row in summary["levels"]:
-            lines.append(_row(row["concurrency"], row["segments"][segment]))
+            lines.append(_row(row, row["segments"][segment]))
         lines += ["", f"Crossover: {cross['text']}."]
     return "\n".join(lines) + "\n"
 
 
-def _row(concurrency: int, cell: dict[str, Any]) -> str:
+def _row(row: dict[str, Any], cell: dict[str, Any]) -> str:
     b, c = cell["baseline"], cell["candidate"]
+    held = row.get("concurrency_reached") or {}
+    flight = " / ".join(
+        f"{held[role]:.1f}" if role in held else "—" for role in ("baseline", "candidate")
+    )
     interval = "n/a" if cell["interval"] is None else "[{:.2f}, {:.2f}]".format(*cell["interval"])
     speed = "n/a" if cell["speedup"] is None else f"{cell['speedup']:.2f}"
     acc = "—" if c["acceptance"] is None else f"{c['acceptance']:.2f}"
     return (
-        f"| {concurrency} | {speed} | {interval} | {cell['call'] or 'n/a'} | "
+        f"| {row['concurrency']} | {speed} | {interval} | {cell['call'] or 'n/a'} | {flight} | "
         f"{_p(b, 'e2e_s')} / {_p(c, 'e2e_s')} | {_p(b, 'ttft_s')} / {_p(c, 'ttft_s')} | "
         f"{_p(b, 'tpot_s', 1000)} / {_p(c, 'tpot_s', 1000)} | {acc} | "
         f"{b['errors']} / {c['errors']} |"

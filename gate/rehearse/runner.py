@@ -1,5 +1,13 @@
 """Closed-loop load against one route: `concurrency` workers, each sending its next request
 as soon as the previous one ended, every request streamed and timed on arrival of its chunks.
+
+A block holds its concurrency for as long as it measures: each worker's first request
+warms the route up, unmeasured; then the workers take the block's measured requests; and
+while the last of those are still running, the workers that are done keep the load up with
+further unmeasured requests. A block that simply drained would serve its slowest requests
+at a falling load, flattering whichever route is hurt more by load. The block ends once
+those unmeasured requests have ended too (not cancelled: an engine frees an abandoned
+request only some time later, and the other route's next block must find this one idle).
 """
 
 from __future__ import annotations
@@ -8,7 +16,7 @@ import asyncio
 import itertools
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -48,12 +56,36 @@ class Sample:
 
 @dataclass(frozen=True)
 class Block:
-    """One block of requests to one route at one concurrency."""
+    """One block of requests to one route at one concurrency.
+
+    The measurement window runs from `start` (`time.perf_counter()`), the first measured
+    request's start, for `wall_s`, to the last one's end; `busy_s` is the request-seconds
+    in flight meanwhile (measured or not), so `busy_s / wall_s` is the concurrency the
+    route was actually held at while it was measured.
+    """
 
     route: str
     concurrency: int
     wall_s: float
     samples: list[Sample]
+    busy_s: float = 0.0
+    start: float = 0.0
+
+
+@dataclass
+class _Flight:
+    """When each request of a block was in flight, and which of them were measured."""
+
+    spans: list[tuple[float, float]] = field(default_factory=list)
+    measured: list[tuple[float, float]] = field(default_factory=list)
+
+    def window(self) -> tuple[float, float]:
+        """Return the measured requests' first start and last end."""
+        return min(s for s, _ in self.measured), max(e for _, e in self.measured)
+
+    def busy_s(self, start: float, end: float) -> float:
+        """Return the request-seconds in flight between `start` and `end`."""
+        return sum(max(0.0, min(e, end) - max(s, start)) for s, e in self.spans)
 
 
 def cycle(items: list[WorkloadItem]) -> Iterator[WorkloadItem]:
@@ -84,18 +116,40 @@ async def run_block(
     concurrency: int,
     count: int,
     timeout_s: float,
+    filler: Iterator[WorkloadItem] | None = None,
 ) -> Block:
-    """Send `count` requests with `concurrency` always in flight; return their samples."""
+    """Measure the next `count` requests with `concurrency` held in flight throughout.
+
+    With `filler`, each worker first sends one unmeasured request from it, and workers
+    with nothing left to measure send more until the measured ones have all ended.
+    """
     todo = itertools.islice(requests, count)
     samples: list[Sample] = []
+    flight = _Flight()
+    done = asyncio.Event()
 
-    async def worker() -> None:
+    async def timed(item: WorkloadItem, *, measured: bool) -> Sample:
+        start = time.perf_counter()
+        sample = await measure(client, route, item, timeout_s=timeout_s)
+        span = (start, time.perf_counter())
+        flight.spans.append(span)
+        if measured:
+            flight.measured.append(span)
+        return sample
+
+    async def worker() -> None:  # ends once nothing measured is left running
+        if filler is not None:
+            await timed(next(filler), measured=False)
         for item in todo:  # the iterator is shared: each worker takes the next request
-            samples.append(await measure(client, route, item, timeout_s=timeout_s))
+            samples.append(await timed(item, measured=True))
+            if len(samples) == count:
+                done.set()
+        while filler is not None and not done.is_set():
+            await timed(next(filler), measured=False)
 
-    start = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return Block(route.name, concurrency, time.perf_counter() - start, samples)
+    start, end = flight.window()
+    return Block(route.name, concurrency, end - start, samples, flight.busy_s(start, end), start)
 
 
 async def measure(

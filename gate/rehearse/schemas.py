@@ -73,8 +73,14 @@ class RehearsalIn(BaseModel):
     run_at: datetime | None = None
     routes: RoutesIn
     workload: WorkloadIn
-    levels: list[LevelIn] = Field(min_length=1, max_length=64)
-    crossover: dict[str, CrossoverIn]
+    levels: list[LevelIn] = Field(
+        min_length=1, max_length=64, description="By concurrency, rising without repeats (422)."
+    )
+    crossover: dict[str, CrossoverIn] = Field(
+        description="Per segment, where the candidate stops winning; it must name `all`, and "
+        "each level's segments must be exactly the crossover's (422 otherwise).",
+        json_schema_extra={"required": [ALL]},
+    )
     at: int | None = Field(None, ge=1)
     decision: str = Field("no --at given", min_length=1, max_length=32)
 

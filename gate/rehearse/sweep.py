@@ -1,6 +1,8 @@
 """The sweep: for each concurrency level, blocks of requests to the baseline and the
 candidate in turn (never both at once), until the level's speedup is precise enough, its
-request cap is reached, or its share of the time budget is spent.
+request cap is reached, or its share of the time budget is spent. Each block holds the
+level's concurrency while it measures (`gate.rehearse.runner.run_block`), and the level
+reports the concurrency each route was actually held at.
 """
 
 from __future__ import annotations
@@ -45,6 +47,12 @@ class Level:
         """Return one route's samples at this level."""
         return [s for b in self.blocks if b.route == route for s in b.samples]
 
+    def reached(self, route: str) -> float:
+        """Return the requests one route had in flight on average while it was measured."""
+        blocks = [b for b in self.blocks if b.route == route]
+        wall = sum(b.wall_s for b in blocks)
+        return sum(b.busy_s for b in blocks) / wall if wall else 0.0
+
 
 def levels_up_to(top: int) -> list[int]:
     """Return 1, 2, 4, … up to `top` (and `top` itself when it is not a power of two)."""
@@ -52,6 +60,13 @@ def levels_up_to(top: int) -> list[int]:
     while out[-1] * 2 <= top:
         out.append(out[-1] * 2)
     return out if out[-1] == top else [*out, top]
+
+
+async def check_routes(routes: tuple[Route, ...], timeout_s: float) -> None:
+    """Fail with one line unless every route answers `GET /models`."""
+    async with httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=10)) as client:
+        for route in routes:
+            await check_reachable(client, route)
 
 
 async def rehearse(
@@ -86,15 +101,18 @@ async def _level(
     progress: Callable[[str], None],
 ) -> Level:
     level = Level(concurrency)
-    # Each route starts from the same request, so both see the same mix of prompts.
+    # Each route starts from the same request, so both see the same mix of prompts; the
+    # unmeasured requests that hold the load come from a stream of their own.
     streams = {route.name: cycle(items) for route in routes}
+    fillers = {route.name: cycle(items) for route in routes}
     count = max(concurrency * plan.block_per_worker, 2)
     start = time.monotonic()
     while level.stop is None:
         for route in routes:
             block = await run_block(client, route, streams[route.name],
                                     concurrency=concurrency, count=count,
-                                    timeout_s=plan.timeout_s)  # fmt: skip
+                                    timeout_s=plan.timeout_s,
+                                    filler=fillers[route.name])  # fmt: skip
             level.blocks.append(block)
         level.elapsed_s = time.monotonic() - start
         level.stop = _stop(level, routes, plan, share_s)
@@ -121,7 +139,8 @@ def _line(level: Level, routes: tuple[Route, Route]) -> str:
     value = speedup(base, cand)
     shown = f"{value.estimate:.2f} [{value.low:.2f}, {value.high:.2f}]" if value else "n/a"
     state = f"stopped ({level.stop})" if level.stop else "running"
+    held = "/".join(f"{level.reached(r.name):.1f}" for r in routes)
     return (
         f"concurrency {level.concurrency}: {len(base)}+{len(cand)} requests in "
-        f"{level.elapsed_s:.0f} s, speedup {shown}, {state}"
+        f"{level.elapsed_s:.0f} s, in flight {held}, speedup {shown}, {state}"
     )

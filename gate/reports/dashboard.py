@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from evaluators.registry import code_sandbox
 from gate.db.enums import Cohort, Decision, GenerationStatus, Outcome, RolloutState
-from gate.db.models import Generation, Route, Verdict
+from gate.db.models import Generation, Rollout, Route, Verdict
 from gate.reports import glance, headline, queries
 from gate.reports.intervals import wilson
 from gate.rollouts import repository
@@ -52,8 +52,11 @@ class RolloutRow(BaseModel):
     baseline_route: str
     candidate_route: str
     latest_verdict: VerdictBrief | None
-    # The answer at a glance, in one sentence (the same words as the glance endpoint's).
+    # The answer at a glance, in one sentence (the same words as the glance endpoint's):
+    # led by a kill, hold or promote when someone acted, then the gate's view.
     headline: str = ""
+    # The gate's latest view alone (the verdict's sentence), for the verdict column.
+    verdict_words: str = ""
     # How the task evaluator contains code: `/ui` flags `unsafe-local` next to the mode.
     sandbox: str | None = None
     # Why the rollout is in its state: the reason of the change that put it there (a hold
@@ -164,11 +167,7 @@ def overview(session: Session) -> list[RolloutRow]:
                 candidate_route=names.get(r.candidate_route_id, ""),
                 latest_verdict=_brief(verdict) if verdict else None,
                 # The headline answers for the stage shown, so only that stage's verdict.
-                headline=glance.of_rollout(
-                    session,
-                    rollout=r,
-                    verdict=verdict if verdict and verdict.stage == r.stage else None,
-                ).headline.sentence,
+                **_words(session, r, verdict if verdict and verdict.stage == r.stage else None),
                 sandbox=code_sandbox(r.policy),
                 state_reason=change.reason
                 if (change := repository.last_change(session, r.id))
@@ -176,6 +175,11 @@ def overview(session: Session) -> list[RolloutRow]:
             )
         )
     return rows
+
+
+def _words(session: Session, rollout: Rollout, verdict: Verdict | None) -> dict[str, str]:
+    head = glance.of_rollout(session, rollout=rollout, verdict=verdict).headline
+    return {"headline": head.sentence, "verdict_words": head.verdict_sentence}
 
 
 def first_seen(session: Session, *, rollout_id: int) -> datetime | None:

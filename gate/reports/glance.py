@@ -8,12 +8,15 @@ from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
 from gate.db.base import utcnow
+from gate.db.enums import RolloutState
 from gate.db.models import Rollout, Verdict
 from gate.rehearse import repository as rehearsals
 from gate.reports import headline as words
 from gate.reports import queries
 from gate.reports.guardrails import band_row
 from gate.reports.rehearsal import RehearsalView, view
+from gate.rollouts import repository
+from gate.rollouts.exposure import exposure_of
 from gate.stats.policy import load_policy
 
 # What a rollout without a verdict reads as: the gate has not judged any pair yet.
@@ -36,12 +39,26 @@ class Glance(BaseModel):
 
 
 def of_rollout(
-    session: Session, *, rollout: Rollout, verdict: Verdict | None, now: datetime | None = None
+    session: Session,
+    *,
+    rollout: Rollout,
+    verdict: Verdict | None,
+    now: datetime | None = None,
+    acts_until: datetime | None = None,
 ) -> Glance:
-    """Return the glance of `rollout` as of `verdict` (None: not judged yet)."""
+    """Return the glance of `rollout` as of `verdict` (None: not judged yet), led by the
+    kill, hold or promote that put the rollout where it was (at `acts_until`, if given)."""
     policy = load_policy(rollout.policy)
     pairs, first = queries.stage_pace(session, rollout_id=rollout.id, stage=rollout.stage)
     until = now or utcnow()
+    # Only a report's week bounds the audit trail: a live glance takes the newest change,
+    # whatever the clocks of the hosts that recorded it.
+    change = repository.last_change(session, rollout.id, until=acts_until)
+    exposure = exposure_of(rollout)
+    act = words.act_of(change, stages=len(exposure.stages))
+    # A promote's next step is only news while the rollout can still be promoted.
+    running = rollout.state is RolloutState.RUNNING
+    promote_next = words.promotion_next(exposure) if running else None
     elapsed = (until - first).total_seconds() if first is not None else 0.0
     pace = words.Pace(pairs=pairs, elapsed_s=max(0.0, elapsed))
     source = verdict if verdict is not None else NO_VERDICT
@@ -51,7 +68,9 @@ def of_rollout(
         verdict_id=verdict.id if verdict else None,
         verdict_at=verdict.created_at if verdict else None,
         stage=rollout.stage,
-        headline=words.headline(source, policy=policy, pace=pace),
+        headline=words.headline(
+            source, policy=policy, pace=pace, act=act, promote_next=promote_next
+        ),
         grid=words.grid(source, policy=policy),
         bands=[band_row(b) for b in (verdict.bands or [] if verdict else [])],
         rehearsal=view(rehearsed) if rehearsed else None,

@@ -14,6 +14,8 @@ from pydantic import BaseModel
 
 from gate.db.enums import RolloutMode
 from gate.db.models import Verdict
+from gate.reports.headline.cells import format_estimate, format_interval
+from gate.reports.headline.facts import Cell
 from gate.stats.ids import ALL
 from gate.stats.registry import Family, guardrails, metric_id
 
@@ -109,8 +111,8 @@ def band_row(band: dict[str, Any]) -> list[str]:
 
 
 def _interval(cell: dict[str, Any]) -> str:
-    est, lo, hi = cell.get("estimate"), cell.get("lower"), cell.get("upper")
-    if est is None:
+    # The headline's words and rounding: one number per fact on every surface.
+    read = Cell.from_json(cell)
+    if read.estimate is None:
         return "no data"
-    bounds = ", ".join("-inf" if v is None else f"{v:.4g}" for v in (lo, hi))
-    return f"{est:.4g} [{bounds}]"
+    return f"{format_estimate(read)} [{format_interval(read)}]"

@@ -193,13 +193,17 @@ class RolloutWeek:
 
 @dataclass(frozen=True)
 class Finding:
-    """A regression or improvement, in words and in numbers."""
+    """A guardrail the gate proved harmful or better, as the headline says it."""
 
     rollout: str
     metric: str
+    # `all` (pooled over segments), or the segments it was proven in.
+    segment: str
     text: str
-    value: float
-    reference: float | None
+    estimate: str
+    interval: str
+    # The pairs behind the test.
+    n: int
 
 
 @dataclass(frozen=True)

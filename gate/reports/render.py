@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from html import escape
 
+from gate.audit import GATE_ACTOR
 from gate.reports import guardrails, headline
 from gate.reports.model import DECISIONS, Event, Finding, RolloutWeek, WeeklyReport
 
@@ -21,12 +22,14 @@ def _pct(value: float | None) -> str:
 
 def _intro(report: WeeklyReport) -> str:
     week = report.week
-    early = _too_early(report)
     return (
         f"{week.start:%a %Y-%m-%d} to {week.end:%a %Y-%m-%d} (UTC), compared with "
         f"{week.previous()}. {len(report.rollouts)} rollout(s) active, "
-        f"{len(report.regressions)} regression(s), {len(report.kills)} kill(s)."
-        + (f" Not enough data to call: {'; '.join(early)}." if early else "")
+        f"{len(report.regressions)} regression(s), {len(report.improvements)} "
+        f"improvement(s), {len(_too_early(report))} too early to call, "
+        f"{len(report.kills)} kill(s). Regressions and improvements are what the gate's "
+        "newest verdict of the week proved, in the headline's numbers; the tables below "
+        "describe the week and test nothing."
     )
 
 
@@ -45,11 +48,15 @@ def _too_early(report: WeeklyReport) -> list[str]:
     return out
 
 
-def _regressions(report: WeeklyReport) -> list[str]:
-    """Return the regressions, then the rollouts too young to call (never a bare 'none')."""
-    found = [_finding(f) for f in report.regressions]
-    lead = "not enough data to call" if found else "none found, but not enough data to call"
-    return found + [f"{lead} {item}" for item in _too_early(report)]
+def _sections(report: WeeklyReport) -> list[tuple[str, list[str]]]:
+    """Return the findings' sections: each title's count is its number of bullets."""
+    early = _too_early(report)
+    return [
+        (f"Regressions ({len(report.regressions)})", [_finding(f) for f in report.regressions]),
+        (f"Not enough data to call ({len(early)})", early),
+        (f"Improvements ({len(report.improvements)})", [_finding(f) for f in report.improvements]),
+        (f"Kills ({len(report.kills)})", [_event(e) for e in report.kills]),
+    ]
 
 
 def _finding(f: Finding) -> str:
@@ -57,7 +64,11 @@ def _finding(f: Finding) -> str:
 
 
 def _event(e: Event) -> str:
-    # The gate's reason is its whole summary; the rollout's headline below says it in words.
+    if e.actor == GATE_ACTOR:
+        # The gate's reason is its raw summary, numbers in another rounding: the rollout's
+        # headline below says the same in the report's one set of numbers.
+        why = ": on its verdict (the rollout's headline below says why)"
+        return f"{e.at:%a %Y-%m-%d %H:%M} UTC {e.rollout} killed by the gate{why}"
     reason = e.reason if len(e.reason or "") <= 200 else e.reason[:199] + "…"
     why = f": {reason}" if reason else ""
     return f"{e.at:%a %Y-%m-%d %H:%M} UTC {e.rollout} killed by {e.actor}{why}"
@@ -101,25 +112,20 @@ def _acceptance_table(week: RolloutWeek, previous: str) -> Table:
 
 
 def _quality_table(week: RolloutWeek) -> Table:
+    # Pass rates per arm only: the gap between the arms is the gate's tested number, said
+    # once, in the headline's quality lines (a second statistic here would disagree).
     rows = []
     for q in week.current.quality:
-        d = q.delta
-        delta = (
-            NONE
-            if d is None
-            else (f"{d.estimate * 100:+.1f} pts ({d.low * 100:+.1f} to {d.high * 100:+.1f})")
-        )
         unjudged = ", ".join(f"{c} {n}" for c, n in sorted(q.not_evaluable.items()) if n)
         rows.append(
             [
                 q.evaluator,
                 f"{_pct(q.baseline.rate)} of {q.baseline.n}",
                 f"{_pct(q.candidate.rate)} of {q.candidate.n}",
-                delta,
                 unjudged or "0",
             ]
         )
-    headers = ["evaluator", "baseline pass", "candidate pass", "delta (95% CI)", "not evaluable"]
+    headers = ["evaluator", "baseline pass", "candidate pass", "not evaluable"]
     return headers, rows
 
 
@@ -127,7 +133,7 @@ _TITLES = (
     "Latency per cohort",
     "Latency per segment (medians)",
     "Acceptance per segment",
-    "Quality per evaluator",
+    "Quality per evaluator (every call of the week; the gap is in the quality lines above)",
     "Every declared guardrail, pooled over segments (newest verdict)",
     "Speedup per load band of the candidate (newest verdict; running requests)",
 )
@@ -247,12 +253,9 @@ def markdown(report: WeeklyReport) -> str:
     """Render the Markdown summary: regressions first."""
     previous = str(report.week.previous())
     lines = [f"# specgate weekly report {report.week}", "", _intro(report), ""]
-    lines += [f"## Regressions ({len(report.regressions)})", ""]
-    lines += [*_md_list(_regressions(report)), ""]
-    lines += [f"## Improvements ({len(report.improvements)})", ""]
-    lines += [*_md_list([_finding(f) for f in report.improvements]), ""]
-    lines += [f"## Kills ({len(report.kills)})", "", *_md_list([_event(e) for e in report.kills])]
-    lines += ["", "## Verdicts", "", *_md_table(_verdict_table(report))]
+    for title, items in _sections(report):
+        lines += [f"## {title}", "", *_md_list(items), ""]
+    lines += ["## Verdicts", "", *_md_table(_verdict_table(report))]
     for week in report.rollouts:
         lines += [f"## {week.name} ({week.alias}), now {week.state}", ""]
         lines += [_weak_sandbox(week), ""] if _weak_sandbox(week) else []
@@ -297,12 +300,12 @@ def html(report: WeeklyReport) -> str:
         f"<!doctype html><html lang='en'><head><meta charset='utf-8'>"
         f"<title>specgate weekly report {report.week}</title><style>{_STYLE}</style></head><body>",
         f"<h1>specgate weekly report {report.week}</h1><p>{escape(_intro(report))}</p>",
-        f"<h2>Regressions ({len(report.regressions)})</h2><div class='regressions'>"
-        + _html_list(_regressions(report))
-        + "</div>",
-        f"<h2>Improvements ({len(report.improvements)})</h2>"
-        + _html_list([_finding(f) for f in report.improvements]),
-        f"<h2>Kills ({len(report.kills)})</h2>" + _html_list([_event(e) for e in report.kills]),
+        *(
+            f"<h2>{escape(title)}</h2><div class='{title.split()[0].lower()}'>"
+            + _html_list(items)
+            + "</div>"
+            for title, items in _sections(report)
+        ),
         "<h2>Verdicts</h2>" + _html_table(_verdict_table(report)),
         _img("verdicts.png", "verdicts and kills of the week"),
     ]

@@ -93,7 +93,7 @@ def compute_weekly(session: Session, week: Week) -> WeeklyReport:
         for e in queries.state_changes(session, window, actions=("kill",))
         if e.to_state == "killed"
     ]
-    regressions, improvements = findings.compare(weeks, previous=str(before))
+    regressions, improvements = findings.compare(weeks)
     return WeeklyReport(week, weeks, regressions, improvements, verdicts, kills)
 
 
@@ -105,7 +105,9 @@ def _glance(
     if not mine:
         return None
     newest = max(mine, key=lambda v: (v.created_at, v.id))
-    return glance.of_rollout(session, rollout=rollout, verdict=newest, now=min(until, utcnow()))
+    return glance.of_rollout(
+        session, rollout=rollout, verdict=newest, now=min(until, utcnow()), acts_until=until
+    )
 
 
 def write_weekly(report: WeeklyReport, out_dir: Path) -> None:

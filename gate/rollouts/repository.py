@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -51,11 +52,14 @@ def get_rollout_by_name(session: Session, name: str) -> Rollout | None:
     return session.scalars(select(Rollout).where(Rollout.name == name)).one_or_none()
 
 
-def last_change(session: Session, rollout_id: int) -> AuditEvent | None:
-    """Return the audit event that put the rollout in its current state."""
+def last_change(
+    session: Session, rollout_id: int, *, until: datetime | None = None
+) -> AuditEvent | None:
+    """Return the audit event that put the rollout in its current state (or its state at
+    `until`: the last change before it)."""
+    where = [AuditEvent.rollout_id == rollout_id, AuditEvent.to_state.is_not(None)]
+    if until is not None:
+        where.append(AuditEvent.created_at <= until)
     return session.scalars(
-        select(AuditEvent)
-        .where(AuditEvent.rollout_id == rollout_id, AuditEvent.to_state.is_not(None))
-        .order_by(AuditEvent.id.desc())
-        .limit(1)
+        select(AuditEvent).where(*where).order_by(AuditEvent.id.desc()).limit(1)
     ).first()

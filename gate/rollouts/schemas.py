@@ -2,12 +2,43 @@
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, HttpUrl, field_validator
+from pydantic import BaseModel, Field, GetJsonSchemaHandler, HttpUrl, field_validator
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from gate.db.enums import RolloutMode, RouteRole
 from gate.routing.credentials import DEFAULT_HEADER, HEADER_PATTERN, SOURCE_PATTERN, check_header
+from gate.stats.policy import Policy
+
+# Postgres text and JSON cannot hold U+0000: refused here (422), and the schema says so.
+NO_NUL = r"^[^\x00]*$"
+SPEC_CONFIG = (
+    "The route's speculative settings as given, any JSON object; its keys and strings must "
+    "not contain U+0000 and its numbers must be finite (no database stores either): 422."
+)
+POLICY = (
+    "The gate policy; fields left out take their defaults, an unknown one is refused. Beyond "
+    "this schema (422): stages rise strictly within (0, 100], segments are unique and exclude "
+    "'all' and 'undeclared', segment_floors name declared segments, and the evaluators named "
+    "exist and take the options given."
+)
+
+
+class _AsPolicy:
+    """Publish a mapping as the `Policy` model's own JSON Schema (its parts as components)."""
+
+    def __get_pydantic_json_schema__(
+        self, _schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return handler(Policy.__pydantic_core_schema__)
+
+
+# The gate policy as the caller gave it (kept so: the defaults apply when it is read),
+# checked by `gate.rollouts.service.check_policy`.
+PolicyDict = Annotated[dict[str, Any], _AsPolicy()]
 
 
 class RouteAuth(BaseModel):
@@ -27,26 +58,47 @@ class RouteAuth(BaseModel):
 class RouteIn(BaseModel):
     """A route: one OpenAI-compatible endpoint serving one model configuration."""
 
-    name: str = Field(min_length=1, max_length=128)
+    name: str = Field(min_length=1, max_length=128, pattern=NO_NUL)
     base_url: HttpUrl
-    model: str = Field(min_length=1, max_length=256)
+    model: str = Field(min_length=1, max_length=256, pattern=NO_NUL)
     role: RouteRole
     metrics_url: HttpUrl | None = None
-    spec_method: str | None = Field(None, max_length=32)
+    spec_method: str | None = Field(None, max_length=32, pattern=NO_NUL)
     spec_tokens: int | None = Field(None, ge=1, le=64)
-    draft_model: str | None = Field(None, max_length=256)
-    spec_config: dict[str, Any] = Field(default_factory=dict)
+    draft_model: str | None = Field(None, max_length=256, pattern=NO_NUL)
+    spec_config: dict[str, Any] = Field(default_factory=dict, description=SPEC_CONFIG)
     # "Authorization: Bearer <secret>" (or the raw secret under another header).
     auth: RouteAuth | None = None
+
+    @field_validator("spec_config")
+    @classmethod
+    def _storable(cls, config: dict[str, Any]) -> dict[str, Any]:
+        _check_storable(config)
+        return config
 
 
 class RolloutIn(BaseModel):
     """A rollout of a candidate route beside a baseline route, under one model alias."""
 
-    name: str = Field(min_length=1, max_length=128)
-    alias: str = Field(min_length=1, max_length=256)
-    baseline_route: str
-    candidate_route: str
+    name: str = Field(min_length=1, max_length=128, pattern=NO_NUL)
+    alias: str = Field(min_length=1, max_length=256, pattern=NO_NUL)
+    baseline_route: str = Field(pattern=NO_NUL)
+    candidate_route: str = Field(pattern=NO_NUL)
     mode: RolloutMode = RolloutMode.SHADOW
     sample_rate: float = Field(0.1, ge=0.0, le=1.0, strict=True)
-    policy: dict[str, Any] = Field(default_factory=dict)
+    policy: PolicyDict = Field(default_factory=dict, description=POLICY)
+
+
+def _check_storable(value: Any) -> None:
+    """Refuse a NUL in a key or string, or a number that is not finite, at any depth."""
+    if isinstance(value, str) and "\x00" in value:
+        raise ValueError("keys and strings must not contain U+0000")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"numbers must be finite, not {value}")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_storable(key)
+            _check_storable(item)
+    elif isinstance(value, list):
+        for item in value:
+            _check_storable(item)

@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+# The error of a candidate call skipped while its route is down: a route failure (the
+# candidate cannot answer), and what the gate's down-time check looks for.
 ROUTE_DOWN = "candidate route down"
 
 Clock = Callable[[], float]

@@ -62,6 +62,10 @@ class PairColumns:
     parity: dict[str, FloatArray] | None = None
     # Per pair: a sampled side's log-probabilities do not cover its answer (with `parity`).
     partial_logprobs: BoolArray | None = None
+    # Per-token exactness: per side, (tested tokens, cut tokens, the BINS bin shares) as
+    # stored (`gate.exactness.TokenFit`), on a trailing axis after the sides; NaN where a
+    # side carried none (None: no side of any pair did).
+    exactness: FloatArray | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,8 @@ class Context:
     warm: BoolArray
     live: BoolArray
     share: float
+    # Canary mode: each pair has the one side that served it (unpaired forms).
+    canary: bool = False
 
     @property
     def both_ok(self) -> BoolArray:

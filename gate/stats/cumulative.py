@@ -25,6 +25,7 @@ import numpy as np
 from gate.db.enums import RolloutMode
 from gate.stats.change import log_evalues
 from gate.stats.columns import BASE, CAND, Acc, Context, PairColumns
+from gate.stats.exactness_cells import exactness_control
 from gate.stats.guardrail_cells import BUILDERS
 from gate.stats.ids import ALL, UNDECLARED, Cell
 from gate.stats.load_bands import bands
@@ -65,13 +66,14 @@ def to_stats(
     acc = Acc(cols.segment, len(policy.segments), looks)
     cells: dict[tuple[str, str], CellStats] = {}
     seg_index = {name: i for i, name in enumerate(policy.segments)}
-    ctx = Context(cols, policy, warm, live, candidate_share)
+    ctx = Context(cols, policy, warm, live, candidate_share, mode is RolloutMode.CANARY)
     for g in tested(mode):
         build = BUILDERS[(g.source, g.family(mode))]
         for metric, builder in build(ctx, g).items():
             for name in g.segments(policy):
                 cells[Cell(metric, name)] = builder(acc, seg_index.get(name))
     control = parity_control(ctx, acc) if mode is RolloutMode.SHADOW else {}
+    control = {**control, **exactness_control(ctx, acc)}
     counted = acc(live, None)
     cohorts = None
     if mode is RolloutMode.CANARY:

@@ -24,6 +24,7 @@ from gate.stats.columns import (
     mean_builder,
     two_means_builder,
 )
+from gate.stats.exactness_cells import candidate_tokens
 from gate.stats.ids import MetricId
 from gate.stats.parity_cells import cohort_parity, paired_parity
 from gate.stats.policy import Policy
@@ -246,4 +247,5 @@ BUILDERS: dict[tuple[Source, Family | None], BuildCells] = {
     (Source.ACCEPTANCE, Family.MEAN_FLOOR): _acceptance,
     (Source.PARITY, Family.PAIRED_MEAN): paired_parity,
     (Source.PARITY, Family.UNPAIRED_MEANS): cohort_parity,
+    (Source.EXACTNESS, Family.TOKEN_PIT): candidate_tokens,
 }

@@ -58,6 +58,8 @@ class ReasonKind(StrEnum):
     WARMUP = "warmup"
     KILL = "kill"
     COLLAPSE = "kill:acceptance_collapse"
+    # The candidate route was down (its calls skipped) beyond the policy's limit.
+    CANDIDATE_DOWN = "kill:candidate_down"
     # Sampled-output parity shifted on the control slice (baseline vs baseline): the data
     # cannot be trusted (routes' settings, seeds, censoring), never a kill.
     CONTROL_PARITY = "alarm:control_parity"

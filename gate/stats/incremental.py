@@ -36,6 +36,7 @@ import numpy as np
 from gate.db.enums import RolloutMode
 from gate.parity import STATISTICS
 from gate.stats.change import CollapseState, log_evalues, update
+from gate.stats.exactness import TokenBins
 from gate.stats.ids import ALL, Cell, MetricId
 from gate.stats.load_bands import band_labels
 from gate.stats.policy import Policy
@@ -54,8 +55,8 @@ from gate.stats.sequences import CountStats, FloatArray, MeanStats, PairedCounts
 # Bump when what a fold stores changes meaning: stored states then refold from scratch.
 # 2: pooled and undeclared collapse detectors; 3: sampled-output parity; 4: load bands;
 # 5: parity's text statistics on every eligible pair, no mean log-prob scale after partial
-# log-probabilities.
-FOLD_VERSION = 5
+# log-probabilities; 6: per-token exactness.
+FOLD_VERSION = 6
 # The bucket of pairs whose segment the policy does not declare ("all" is never declared).
 POOLED_ONLY = ALL
 Key = tuple[datetime, uuid.UUID]
@@ -173,8 +174,9 @@ class FoldState:
     # Evaluator -> bucket -> paired counts, both-failed ties left out (see `Bucket`).
     evaluators: Mapping[str, Mapping[str, PairedCounts]] = field(default_factory=dict)
     collapse: Mapping[str, CollapseState] = field(default_factory=dict)
-    # The control slice's parity cells by metric, pooled, raw sums of d (see `Bucket`).
-    control: Mapping[str, MeanStats] = field(default_factory=dict)
+    # Control cells by metric, pooled: the control slice's parity sums of d (see
+    # `Bucket`), and the baseline's own tokens' exactness (`TokenBins`).
+    control: Mapping[str, CellStats] = field(default_factory=dict)
     # The load bands' sums, one per band of `guardrails.load_bands.edges` (pooled).
     bands: tuple[BandSums, ...] = ()
 
@@ -192,7 +194,7 @@ class Delta:
     evaluators: Mapping[str, Mapping[str, PairedCounts]]
     # Live pairs' acceptance rates per declared segment, in fold order.
     acceptance: Mapping[str, FloatArray]
-    control: Mapping[str, MeanStats] = field(default_factory=dict)
+    control: Mapping[str, CellStats] = field(default_factory=dict)
     bands: tuple[BandSums, ...] = ()
 
 
@@ -216,7 +218,15 @@ def policy_key(policy: Policy) -> str:
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
+def plus(a: T, b: T) -> T:
+    """Return the sum of two additive statistics (dataclasses field by field)."""
+    return _plus(a, b)
+
+
 def _plus(a: T, b: T) -> T:
+    if isinstance(a, tuple):  # per-bin sums (exactness): bin by bin
+        assert isinstance(b, tuple)
+        return tuple(_plus(x, y) for x, y in zip(a, b, strict=True))  # type: ignore[return-value]
     if is_dataclass(a) and not isinstance(a, type):
         values = {f.name: _plus(getattr(a, f.name), getattr(b, f.name)) for f in fields(a)}
         return type(a)(**values)
@@ -271,7 +281,7 @@ def to_stats(state: FoldState, policy: Policy, *, next_share: float | None = 1.0
     cells: dict[tuple[str, str], CellStats] = {}
     for segment in (ALL, *policy.segments):
         b = pooled if segment == ALL else state.buckets.get(segment, Bucket())
-        cells.update(_cells(state, b, segment, seen=pooled.cells))
+        cells.update(_cells(state, policy, b, segment, seen=pooled.cells))
     enabled = policy.guardrails.acceptance.enabled
     collapse = {
         s: state.collapse.get(s, CollapseState()).max_log_sr for s in collapse_segments(policy)
@@ -285,10 +295,15 @@ def to_stats(state: FoldState, policy: Policy, *, next_share: float | None = 1.0
         warmed_up=state.pairs > policy.warmup_pairs,
         collapse=collapse if enabled else {},
         control={
-            Cell(metric_id(m), ALL): in_sd(c, _scale(state, m)) for m, c in state.control.items()
+            Cell(metric_id(m), ALL): _control_cell(state, m, c) for m, c in state.control.items()
         },
         bands=_bands(state, policy, next_share),
     )
+
+
+def _control_cell(state: FoldState, metric: str, raw: CellStats) -> CellStats:
+    """Return a control cell as the rule reads it (parity's sums of d in sd)."""
+    return in_sd(raw, _scale(state, metric)) if isinstance(raw, MeanStats) else raw
 
 
 def _bands(state: FoldState, policy: Policy, next_share: float | None) -> BandStats | None:
@@ -341,17 +356,24 @@ def zero(family: Family | None) -> CellStats:
         return _PAIRED
     if family is Family.TWO_RATES:
         return TwoCounts(_COUNT, _COUNT)
+    if family is Family.TOKEN_PIT:
+        return TokenBins.empty()
     return _MEAN
 
 
 def _cells(
-    state: FoldState, b: Bucket, segment: str, *, seen: Mapping[str, CellStats]
+    state: FoldState, policy: Policy, b: Bucket, segment: str, *, seen: Mapping[str, CellStats]
 ) -> dict[tuple[str, str], CellStats]:
     cells: dict[tuple[str, str], CellStats] = {}
     for g in folded():
+        if segment not in g.segments(policy):
+            continue  # a pooled guardrail has no per-segment cells, as in replay
         for metric in metrics(g):
             raw = b.cells.get(metric, zero(g.shadow))
-            if g.source is not Source.PARITY:
+            if g.source is Source.EXACTNESS:
+                if metric in seen:  # no side of a folded pair tested: no cell, as in replay
+                    cells[Cell(metric, segment)] = raw
+            elif g.source is not Source.PARITY:
                 cells[Cell(metric, segment)] = raw
             elif metric in seen:  # no folded pair sampled: no cells, as in replay
                 assert isinstance(raw, MeanStats), metric
@@ -368,6 +390,9 @@ def dump(value: Any) -> Any:
     if isinstance(value, Bucket):
         parts = {"live": value.live, "dropped": value.dropped, "both_failed": value.both_failed}
         return {**parts, "cells": dump(value.cells)}
+    if isinstance(value, TokenBins):
+        bins = [float(b) for b in value.bins]
+        return {"n": float(value.n), "cut": float(value.cut), "bins": bins}
     if is_dataclass(value) and not isinstance(value, type):
         return dump(asdict(value))
     if isinstance(value, Mapping):
@@ -400,6 +425,8 @@ def load_buckets(doc: Mapping[str, Any] | None) -> dict[str, Bucket]:
 
 def _load_cell(family: Family | None, raw: Mapping[str, Any]) -> CellStats:
     kind = type(zero(family))
+    if kind is TokenBins:
+        return _load_bins(raw)
     if kind is TwoCounts:
         return TwoCounts(*(CountStats(**_numbers(raw[side])) for side in ("baseline", "candidate")))
     return kind(**_numbers(raw))  # type: ignore[arg-type]
@@ -421,9 +448,16 @@ def load_collapse(doc: Mapping[str, Any] | None) -> dict[str, CollapseState]:
     }
 
 
-def load_control(doc: Mapping[str, Any] | None) -> dict[str, MeanStats]:
-    """Return the control slice's parity cells from their `dump`."""
-    return {metric: MeanStats(**_numbers(raw)) for metric, raw in (doc or {}).items()}
+def load_control(doc: Mapping[str, Any] | None) -> dict[str, CellStats]:
+    """Return the control cells from their `dump`."""
+    return {
+        metric: _load_bins(raw) if "bins" in raw else MeanStats(**_numbers(raw))
+        for metric, raw in (doc or {}).items()
+    }
+
+
+def _load_bins(raw: Mapping[str, Any]) -> TokenBins:
+    return TokenBins(float(raw["n"]), float(raw["cut"]), tuple(float(b) for b in raw["bins"]))
 
 
 def load_bands(doc: list[Any] | None) -> tuple[BandSums, ...]:

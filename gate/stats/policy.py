@@ -151,6 +151,29 @@ class ParityGuardrail(_Model):
     min_scale_pairs: int = Field(20, ge=2)
 
 
+class ExactnessGuardrail(_Model):
+    """Per-token exactness (temperature > 0): each candidate token tested as a draw from
+    the target's distribution, read from the call's `top_logprobs` (`gate.exactness`).
+
+    Killed when a deviation beyond `margin_tv` of per-token total variation is proven;
+    promotion needs every bin set's deviation proven within `promote_tv` once the
+    candidate's tokens were tested. The baseline's own tokens (asked on `control_share`
+    of sampled pairs) run the same test as a data-quality alarm, never a kill.
+    `logprobs_mode` says what the engines report: `raw` (vLLM's default: the model at
+    temperature 1; the request's settings are applied here) or `processed` (vLLM
+    `--logprobs-mode processed_logprobs`: the sampling distribution itself). A candidate
+    that is lossy by design (typical acceptance, relaxed verification) is declared with
+    `lossy: true`: the test is then reported, never killed on."""
+
+    enabled: bool = True
+    margin_tv: float = Field(0.005, gt=0.0, lt=0.5)
+    promote_tv: float = Field(0.02, gt=0.0, lt=0.5)
+    top_logprobs: int = Field(20, ge=1, le=20)
+    control_share: float = Field(0.1, ge=0.0, le=1.0)
+    logprobs_mode: Literal["raw", "processed"] = "raw"
+    lossy: bool = False
+
+
 class Guardrails(_Model):
     """Every guardrail of the gate."""
 
@@ -166,6 +189,7 @@ class Guardrails(_Model):
     acceptance: AcceptanceGuardrail = AcceptanceGuardrail()
     load_bands: LoadBands = LoadBands()
     output_parity: ParityGuardrail = ParityGuardrail()
+    exactness: ExactnessGuardrail = ExactnessGuardrail()
 
 
 class Policy(_Model):
@@ -185,6 +209,9 @@ class Policy(_Model):
     warmup_pairs: int = Field(200, ge=1)
     max_duration_s: float = Field(259_200.0, gt=0.0)
     max_dropped_share: float = Field(0.05, gt=0.0, le=1.0)
+    # A candidate route skipped as down (refusing connections) for longer than this is
+    # killed: it cannot answer, whatever the pairs say (`kill:candidate_down`).
+    max_candidate_down_s: float = Field(300.0, gt=0.0)
     max_cohort_imbalance: float = Field(0.10, gt=0.0)
     auto_kill: bool = True
     # How the task evaluator contains the code it runs. `unsafe-local` (no namespaces,
@@ -390,6 +417,14 @@ guardrails:
     enabled: true       # statistic (mean log-prob, length, distinct-2), two-sided; the
     margin_sd: 0.1      # control slice's shift is an alarm, never a kill
     min_scale_pairs: 20 # warm-up pairs with d needed to fix its sd (control first)
+  exactness:            # sampled candidate tokens tested one by one against the target's
+    enabled: true       # distribution from top_logprobs (probability integral transform)
+    margin_tv: 0.005    # killed when per-token total variation beyond this is proven
+    promote_tv: 0.02    # promotion: every bin set proven within this
+    top_logprobs: 20    # alternatives asked per token (candidate calls, control share)
+    control_share: 0.1  # share of sampled pairs whose baseline call is asked (the alarm)
+    logprobs_mode: raw  # raw (vLLM default, T=1 values) | processed (sampling distribution)
+    lossy: false        # lossy by design: report the test, never kill on it
   load_bands:           # the primary gain per band of the candidate's running requests
     enabled: true       # (promotion only: no kill share; the verdict lists the bands)
     edges: [2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0]  # band edges, running requests
@@ -404,6 +439,8 @@ min_duration_s: 1800.0  # and 30 minutes, to cover load swings
 warmup_pairs: 200       # excluded from tests; fixes tail thresholds and acceptance level
 max_duration_s: 259200.0  # hold after 72 hours without a decision
 max_dropped_share: 0.05 # hold when more than 5% of pairs were dropped
+max_candidate_down_s: 300.0  # kill when the candidate route is down (refusing
+                        # connections, its calls skipped) for longer than 5 minutes
 max_cohort_imbalance: 0.1  # hold when a cohort's share is 10% off its expected share
 auto_kill: true         # a kill verdict flips the kill switch
 sandbox: bwrap          # how the task evaluator contains code: bwrap | unsafe-local

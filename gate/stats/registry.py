@@ -42,6 +42,7 @@ class Source(StrEnum):
     ACCEPTANCE = "acceptance"  # the candidate's accepted / drafted tokens
     PARITY = "parity"  # per-answer statistics of sampled outputs (gate.parity)
     LOAD = "load"  # each route's running requests at the pair's start (gate.pairs.load)
+    EXACTNESS = "exactness"  # the candidate's per-token PIT bin sums (gate.exactness)
 
 
 class Family(StrEnum):
@@ -58,6 +59,7 @@ class Family(StrEnum):
     PAIRED_MEAN = "paired_mean"  # MeanStats of a per-pair statistic d, two-sided
     UNPAIRED_MEANS = "unpaired_means"  # TwoMeans of a per-answer statistic per cohort
     BAND = "band"  # the primary gain per band of the candidate's load (promotion only)
+    TOKEN_PIT = "token_pit"  # TokenBins: one-sample per-token test (gate.stats.exactness)
 
 
 class Unit(StrEnum):
@@ -199,6 +201,16 @@ def _parity(policy: Policy, segment: str) -> Rule | None:
     return Rule(kill_at=margin, margin=margin, required=False, two_sided=True)
 
 
+def _exactness(policy: Policy, segment: str) -> Rule | None:
+    g = policy.guardrails.exactness
+    if not g.enabled:
+        return None
+    # Lossy by design: reported, never killed on. Not required: only sampled calls with
+    # top_logprobs are tested; once some are, promotion needs them proven inside.
+    kill_at = math.inf if g.lossy else g.margin_tv
+    return Rule(kill_at=kill_at, margin=g.promote_tv, required=False)
+
+
 def collapse_segments(policy: Policy) -> list[str]:
     """Return the collapse detectors: per declared segment, pooled, and undeclared pooled."""
     return [*policy.segments, ALL, UNDECLARED]
@@ -260,6 +272,12 @@ REGISTRY: list[Guardrail] = [
               Source.PARITY, Unit.PAIR, Family.PAIRED_MEAN, Family.UNPAIRED_MEANS,
               _parity, harm=Harm.EITHER, slots=lambda p, seen: len(STATISTICS),
               control_alarm=True),
+    # Per-token exactness (issue 36): the candidate's tokens, one sample, pooled over
+    # segments (a lossy sampler anywhere moves the pooled bins; one kill share). The
+    # baseline's own tokens run the same test as a data-quality alarm.
+    Guardrail("exactness", "per-token exactness: candidate tokens as draws from the target",
+              Source.EXACTNESS, Unit.REQUEST, Family.TOKEN_PIT, Family.TOKEN_PIT,
+              _exactness, scope=Scope.POOLED, control_alarm=True),
 ]  # fmt: skip
 
 

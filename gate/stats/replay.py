@@ -42,6 +42,14 @@ One JSON object per line, one line per pair, in fold order (below):
   of the answer). A pair enters only when `gate.parity.eligibility` admits it (sampled,
   same settings, no shared seed, both sides ended naturally); mean log-prob only when
   both sides' counts cover every output token.
+* per-token exactness (optional): side `exactness`, the call's sums as
+  `gate.exactness.TokenFit.as_dict` writes them, `{"n": tested tokens, "cut": tokens the
+  request's settings make impossible, "skipped": positions not tested, "bins": [20
+  fractional shares of the probability-integral-transform bins, summing to n]}`, or null
+  when the call carried no `top_logprobs`. `gate.exactness.exactness_fields` computes it
+  from any call's OpenAI-format `logprobs` object and its sampling settings, so calls
+  recorded by any tool can be replayed. The candidate's sides are tested; the baseline's
+  are the control (a data-quality alarm).
 * canary mode: each pair has one side (the cohort that served it), the other is null.
 """
 
@@ -59,6 +67,7 @@ import orjson
 
 from gate.db.enums import Decision, GenerationStatus, Outcome, RolloutMode
 from gate.errors import BadRequest, InputMalformed, InputMissing
+from gate.exactness import BINS, TokenFit
 from gate.parity import STATISTICS, Side, eligibility, side_alone
 from gate.stats.columns import PairColumns
 from gate.stats.cumulative import at_look, looks_every, to_stats
@@ -127,6 +136,8 @@ class _Builder:
         self.parity: list[list[float]] = []  # per pair: STATISTICS x (baseline, candidate)
         self.partial: list[bool] = []  # per pair: a side's log-probabilities fall short
         self.sampled = False
+        self.exact: list[list[float]] = []  # per pair and side: n, cut, bins (NaN: none)
+        self.tested = False
 
     def add(self, n: int, record: Record) -> None:
         rows = self.rows
@@ -159,6 +170,10 @@ class _Builder:
                 # has a cell and a kill slot), as in the fold, which sees its result rows.
                 self.evals.append((n, k, name, passed if passed is None else bool(passed)))
         rows["dropped"].append(dropped)
+        for side in (base, cand):
+            fit = exactness_of(side)
+            self.tested = self.tested or fit is not None
+            self.exact.append(_NO_FIT if fit is None else [fit.tokens, fit.cut, *fit.bins])
         values = parity_values(base, cand)
         self.sampled = self.sampled or values is not None
         self.parity.append(values or [np.nan] * (2 * len(STATISTICS)))
@@ -199,11 +214,29 @@ class _Builder:
             load=np.asarray(rows["load"], dtype=np.float64).reshape(n, 2),
             parity=self._parity_columns(n) if self.sampled else None,
             partial_logprobs=np.asarray(self.partial, dtype=bool) if self.sampled else None,
+            exactness=self._exact_columns(n) if self.tested else None,
         )
+
+    def _exact_columns(self, n: int) -> FloatArray:
+        return np.asarray(self.exact, dtype=np.float64).reshape(n, 2, 2 + BINS)
 
     def _parity_columns(self, n: int) -> dict[str, FloatArray]:
         values = np.asarray(self.parity, dtype=np.float64).reshape(n, len(STATISTICS), 2)
         return {stat: values[:, i, :] for i, stat in enumerate(STATISTICS)}
+
+
+_NO_FIT = [np.nan] * (2 + BINS)
+
+
+def exactness_of(side: Record | None) -> TokenFit | None:
+    """Return a side's per-token exactness sums (None: not tested); 400 when malformed."""
+    raw = None if side is None else side.get("exactness")
+    if raw is None:
+        return None
+    try:
+        return TokenFit.from_dict(raw)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise InputMalformed(f"a side's exactness is malformed: {exc}") from None
 
 
 def parity_values(base: Record | None, cand: Record | None) -> list[float] | None:

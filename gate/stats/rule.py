@@ -30,6 +30,7 @@ from enum import IntEnum
 import numpy as np
 
 from gate.db.enums import RolloutMode
+from gate.stats import exactness
 from gate.stats.betting import (
     below,
     bet_rejects,
@@ -39,6 +40,7 @@ from gate.stats.betting import (
     exceeds,
     two_proportion_interval,
 )
+from gate.stats.exactness import TokenBins
 from gate.stats.ids import ALL, EVAL_PREFIX, MetricId
 
 __all__ = ["EVAL_PREFIX", "Code", "GateStats", "LookFlags", "apply_rule"]
@@ -81,7 +83,7 @@ ACCEPTANCE = MetricId("acceptance")
 # Trust checks (dropped share, imbalance) wait for this many pairs.
 TRUST_MIN_PAIRS = 100
 
-CellStats = MeanStats | PairedCounts | TwoMeans | TwoCounts | CohortCounts
+CellStats = MeanStats | PairedCounts | TwoMeans | TwoCounts | CohortCounts | TokenBins
 
 
 class Code(IntEnum):
@@ -168,6 +170,8 @@ def harm_interval(
     values in [0, 1] (exact). A two-sided rule's interval has each bound at half the kill
     level (the shift may go either way).
     """
+    if isinstance(stats, TokenBins):
+        return exactness.deviation(stats, alpha_kill).interval
     if rule.two_sided:
         alpha_promote = alpha_kill = alpha_kill / 2
     if isinstance(stats, MeanStats) and rule.floor is not None:
@@ -192,14 +196,20 @@ def cell_n(stats: CellStats) -> FloatArray:
     """Return the number of observations behind a cell (the candidate's, if unpaired)."""
     if isinstance(stats, TwoMeans | TwoCounts):
         return np.asarray(stats.candidate.n, dtype=np.float64)
-    if isinstance(stats, CohortCounts):
-        return np.asarray(stats.n, dtype=np.float64)
     return np.asarray(stats.n, dtype=np.float64)
 
 
 def _check(
     stats: CellStats, rule: Rule, *, alpha_kill: float, alpha_promote: float, n_opt: float
 ) -> tuple[BoolArray, BoolArray]:
+    if isinstance(stats, TokenBins):
+        kill = rule.kill_at
+        harmful = (
+            exactness.harmful(stats, kill, alpha_kill)
+            if np.isfinite(kill)
+            else np.zeros(np.shape(stats.n), dtype=bool)
+        )
+        return harmful, exactness.inside(stats, rule.margin, alpha_promote)
     if rule.two_sided:
         return _two_sided(
             stats, rule, alpha_kill=alpha_kill, alpha_promote=alpha_promote, n_opt=n_opt

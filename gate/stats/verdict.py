@@ -11,10 +11,11 @@ import numpy as np
 
 from gate.db.enums import Decision
 from gate.parity import explain
+from gate.stats import exactness
 from gate.stats.betting import diff_interval
 from gate.stats.ids import ALL, Cell, Reason, ReasonKind
 from gate.stats.policy import Policy
-from gate.stats.registry import Family, Harm, Rule, find, metric_id, rule_for
+from gate.stats.registry import Family, Harm, Rule, Source, find, metric_id, rule_for
 from gate.stats.rule import (
     Code,
     GateStats,
@@ -291,6 +292,9 @@ def _describe(cell: CellResult) -> str:
         return f"{g.id} {cell.estimate:.2f} (floor {cell.kill_at:.2f})"
     if cell.estimate is None:
         return f"{cell.metric} no data"
+    if g is not None and g.source is Source.EXACTNESS:
+        words = exactness.explain(cell.estimate, cell.lower, cell.upper)
+        return f"{words} (margin {cell.kill_at:.3f})"
     if g is not None and g.harm is Harm.EITHER:
         # Sampled-output parity: which statistic moved, which way, in sd of d.
         part = metric_id(cell.metric).part or cell.metric

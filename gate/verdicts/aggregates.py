@@ -10,13 +10,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import reduce
 from typing import Any
 
 import numpy as np
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+from gate.exactness import BINS
 from gate.parity import STATISTICS
+from gate.stats.exactness import TokenBins
 from gate.stats.ids import ALL, UNDECLARED
 from gate.stats.incremental import (
     POOLED_ONLY,
@@ -27,6 +30,7 @@ from gate.stats.incremental import (
     WarmUp,
     folded,
     metrics,
+    plus,
 )
 from gate.stats.policy import Policy
 from gate.stats.registry import Family, Guardrail, Source, collapse_segments
@@ -107,6 +111,8 @@ def _part(g: Guardrail, alias: str, warm: WarmUp | None) -> _Part:
         return _Part([], _ACCEPTANCE.replace("{a}", alias), {})
     if g.source is Source.PARITY:
         return _Part(*_parity(alias), {})
+    if g.source is Source.EXACTNESS:
+        return _Part([], _exactness(alias), {})
     raise AssertionError(f"not foldable: {g.id}")
 
 
@@ -128,6 +134,33 @@ def _parity(alias: str) -> tuple[list[str], str]:
                 f"coalesce(sum({d} * {d}) FILTER (WHERE {valid}), 0) AS {key}_ss"
             )
     return columns, ",\n  ".join(sums)
+
+
+# The tested calls, as replay reads them (`gate.stats.exactness_cells`): the candidate's
+# side of live pairs that did not fail; the control, every baseline call past warm-up.
+_EXACT_SIDES = (("c", "live AND NOT c_failed"), ("b", "NOT warm AND NOT dropped AND NOT b_failed"))
+
+
+def _exactness(alias: str) -> str:
+    """Return the sums of each side's stored exactness statistics (`TokenFit`)."""
+    # Any side of any pair tested: replay's cells exist from then on (warm-up included).
+    sums = [f"count(*) FILTER (WHERE b_exact IS NOT NULL OR c_exact IS NOT NULL) AS {alias}_any"]
+    for side, valid in _EXACT_SIDES:
+        column = f"{side}_exact"
+        parts = [("n", f"{column} ->> 'n'"), ("cut", f"{column} ->> 'cut'")]
+        parts += [(f"b{b}", f"{column} -> 'bins' ->> {b}") for b in range(BINS)]
+        name = f"{alias}_{side}"
+        sums += [
+            f"coalesce(sum(CAST({expr} AS float)) FILTER (WHERE {valid}), 0) AS {name}_{key}"
+            for key, expr in parts
+        ]
+    return ",\n  ".join(sums)
+
+
+def _token_bins(row: Any, alias: str, side: str) -> TokenBins:
+    key = f"{alias}_{side}"
+    bins = tuple(float(row[f"{key}_b{b}"]) for b in range(BINS))
+    return TokenBins(float(row[f"{key}_n"]), float(row[f"{key}_cut"]), bins)
 
 
 def _bands(policy: Policy) -> _Part:
@@ -181,6 +214,7 @@ _FOLDABLE = {
     (Source.ACCEPTANCE, Family.MEAN_FLOOR),
     (Source.GREEDY, Family.TWO_RATES),  # from the evaluator query
     (Source.PARITY, Family.PAIRED_MEAN),
+    (Source.EXACTNESS, Family.TOKEN_PIT),
 }
 
 
@@ -273,10 +307,15 @@ def delta(session: Session, piece: Slice, policy: Policy, warm: WarmUp | None) -
     )
 
 
-def _control(rows: Any, main: dict[str, Guardrail]) -> dict[str, MeanStats]:
-    """Return the slice's control parity cells, pooled over its buckets (once sampled)."""
-    out: dict[str, MeanStats] = {}
+def _control(rows: Any, main: dict[str, Guardrail]) -> dict[str, CellStats]:
+    """Return the slice's control cells, pooled over its buckets: parity's (once sampled)
+    and the baseline's own tokens' exactness (once a call was tested)."""
+    out: dict[str, CellStats] = {}
     for alias, g in main.items():
+        if g.source is Source.EXACTNESS:
+            if any(row[f"{alias}_any"] for row in rows):
+                out[g.id] = reduce(plus, (_token_bins(row, alias, "b") for row in rows))
+            continue
         if g.source is not Source.PARITY or not any(row[f"{alias}_sampled"] for row in rows):
             continue
         for i, metric in enumerate(metrics(g)):
@@ -316,6 +355,10 @@ def _bucket(row: Any, main: dict[str, Guardrail]) -> Bucket:
     for alias, g in main.items():
         if g.source is Source.PARITY:
             cells.update(_parity_cells(row, alias, g))
+            continue
+        if g.source is Source.EXACTNESS:
+            if row[f"{alias}_any"]:
+                cells[g.id] = _token_bins(row, alias, "c")
             continue
         family = g.shadow
         counts = family in (Family.PAIRED_DIFFERENCE, Family.EXCEEDANCE)

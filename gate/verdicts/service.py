@@ -31,7 +31,7 @@ from gate.stats import incremental
 from gate.stats.policy import Policy, at_stage, load_policy, next_stage_share
 from gate.stats.replay import replay
 from gate.stats.verdict import VerdictResult, decide
-from gate.verdicts import aggregates, folds
+from gate.verdicts import aggregates, availability, folds
 
 log = logging.getLogger(__name__)
 NO_PAIRS = VerdictResult(
@@ -46,7 +46,13 @@ AUTOMATIC = {Decision.KILL: Action.KILL, Decision.HOLD: Action.HOLD}
 
 
 def compute(session: Session, *, rollout: Rollout, policy: Policy) -> VerdictResult:
-    """Return the verdict on the rollout's current stage (at its share of alpha_kill)."""
+    """Return the verdict on the rollout's current stage, its candidate's down time included."""
+    result = _pairs_verdict(session, rollout=rollout, policy=policy)
+    return availability.judge(result, policy, availability.outage(session, rollout_id=rollout.id))
+
+
+def _pairs_verdict(session: Session, *, rollout: Rollout, policy: Policy) -> VerdictResult:
+    """Return the pairs' verdict on the rollout's current stage (at its share of alpha_kill)."""
     # A guardrail whose statistics the fold's SQL does not build yet is judged by replay.
     foldable = all(aggregates.foldable(g) for g in incremental.folded())
     if storage.of(session).folds_in_sql and rollout.mode is RolloutMode.SHADOW and foldable:

@@ -67,6 +67,12 @@ class Slice:
 # the pair (the data-quality line); a route failure fails every metric of its side.
 _UNATTRIBUTABLE = sql_statuses(Outcome.NOT_ATTRIBUTABLE)
 _ROUTE_FAILURE = sql_statuses(Outcome.ROUTE_FAILURE)
+def _exact(side: str) -> str:
+    # A side's exactness sums (`gate.exactness.TokenFit`); a JSON null is none.
+    column = f"{side}.exactness"
+    return f"CASE WHEN jsonb_typeof({column}) = 'object' THEN {column} END AS {side}_exact"
+
+
 _STAGE = "rollout_id = :rollout AND stage = :stage"
 _RANGE = (
     "(evaluated_at, id) > (:after_at, :after_id) AND (evaluated_at, id) <= (:upto_at, :upto_id)"
@@ -87,7 +93,7 @@ WITH p AS (
          b.status IN ({_ROUTE_FAILURE}) AS b_failed,
          c.status IN ({_ROUTE_FAILURE}) AS c_failed,
          b.ttft_s AS b_ttft, c.ttft_s AS c_ttft, b.tpot_s AS b_tpot, c.tpot_s AS c_tpot,
-         b.e2e_s AS b_e2e, c.e2e_s AS c_e2e,
+         b.e2e_s AS b_e2e, c.e2e_s AS c_e2e, {_exact("b")}, {_exact("c")},
          CASE WHEN NOT p.is_control AND c.spec_draft_tokens > 0 THEN
            least(coalesce(c.spec_accepted_tokens, 0)::float / c.spec_draft_tokens, 1.0) END AS acc
   FROM p

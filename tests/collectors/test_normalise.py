@@ -103,15 +103,40 @@ def queue_of(engine: Engine) -> dict[str, float | None]:
     return {cohort: g.queue_s for cohort, g in generations.items()}
 
 
-@pytest.mark.postgres
-@pytest.mark.parametrize("vllm_first", [True, False], ids=["vllm-first", "gateway-first"])
-def test_vllm_facts_join_whichever_span_arrives_first(pg_engine, pg_ids, vllm_first):
-    store = SpanStore(pg_engine, pair_deadline_s=300)
-    spans = gateway_spans(pg_ids)
+def check_vllm_facts_join(engine: Engine, ids: Ids, vllm_first: bool) -> None:
+    store = SpanStore(engine, pair_deadline_s=300)
+    spans = gateway_spans(ids)
     vllm, gateway = spans[3:], spans[:3]
     for batch in (vllm, gateway) if vllm_first else (gateway, vllm):
         store.write(batch)
-    assert queue_of(pg_engine) == {"baseline": None, "candidate": 0.004}
+    assert queue_of(engine) == {"baseline": None, "candidate": 0.004}
+    for batch in (vllm, gateway):  # a retried delivery joins again, to the same values
+        store.write(batch)
+    assert queue_of(engine) == {"baseline": None, "candidate": 0.004}
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("vllm_first", [True, False], ids=["vllm-first", "gateway-first"])
+def test_vllm_facts_join_whichever_span_arrives_first(pg_engine, pg_ids, vllm_first):
+    check_vllm_facts_join(pg_engine, pg_ids, vllm_first)
+
+
+@pytest.mark.parametrize("vllm_first", [True, False], ids=["vllm-first", "gateway-first"])
+def test_vllm_facts_join_whichever_span_arrives_first_on_sqlite(
+    sqlite_engine, sqlite_ids, vllm_first
+):
+    check_vllm_facts_join(sqlite_engine, sqlite_ids, vllm_first)
+
+
+@pytest.mark.postgres
+def test_a_stored_vllm_span_breaking_the_contract_does_not_fail_its_generation(pg_engine, pg_ids):
+    store = SpanStore(pg_engine, pair_deadline_s=300)
+    spans = gateway_spans(pg_ids)
+    spans[3].attributes[a.VLLM_QUEUE] = "soon"
+    assert store.write(spans[3:]).normalise_skipped == 1  # kept raw, and counted
+    landed = store.write(spans[:3])
+    assert len(landed.generation_ids) == 2 and landed.normalise_skipped == 0
+    assert queue_of(pg_engine) == {"baseline": None, "candidate": None}
 
 
 @pytest.mark.postgres

@@ -112,7 +112,8 @@ def test_a_counter_that_goes_down_restarted():
     values = scraper.window_samples(scraper.parse(SECOND), scraper.parse(restarted))
     assert values[("spec_drafts_window", ())] == 30  # the new value is the window's increase
     assert values[("spec_acceptance_rate_window", ())] == pytest.approx(60 / 120)
-    assert scraper.counter_delta(None, 5.0) is None and scraper.counter_delta(5.0, 5.0) == 0
+    # A histogram's `_count` and `_sum` begin again together (here both went down).
+    assert values[("ttft_seconds_mean_window", ())] == pytest.approx(0.8 / 4)
 
 
 def spec_window(first: str, second: str) -> tuple[float, float]:
@@ -134,6 +135,30 @@ def test_a_reset_hidden_by_another_engines_growth_is_still_a_reset():
     after = vllm_text({"0": (900, 3600, 1650, [900]), "1": (20, 80, 10, [10])})
     tokens, rate = spec_window(before, after)
     assert tokens == 3200 + 80 and rate == pytest.approx((1500 + 10) / (3200 + 80))
+
+
+def test_one_counter_going_down_restarts_every_series_of_its_engine():
+    before = vllm_text({"0": (100, 400, 150, [90])})
+    # Engine 0 restarted: its drafts went down, its draft and accepted tokens went up.
+    after = vllm_text({"0": (30, 420, 160, [100])})
+    tokens, rate = spec_window(before, after)
+    assert tokens == 420 and rate == pytest.approx(160 / 420)
+
+
+def test_a_new_created_time_is_a_restart_and_a_first_seen_series_is_not():
+    before = vllm_text({"0": (100, 400, 150, [90])})
+    after = vllm_text({"0": (130, 520, 200, [110])})
+    assert spec_window(before, after) == (120, pytest.approx(50 / 120))
+    # A finish reason seen for the first time brings its own `_created`: no restart.
+    first_seen = (
+        'vllm:request_success_created{engine="0",finished_reason="abort",model_name="llama"}'
+    )
+    assert spec_window(before, after + f"{first_seen} 1.9e9\n") == (120, pytest.approx(50 / 120))
+    restarted = after.replace(
+        '_created{engine="0",model_name="llama"} 1.76e9',
+        '_created{engine="0",model_name="llama"} 1.77e9',
+    )
+    assert spec_window(before, restarted) == (520, pytest.approx(200 / 520))
 
 
 def test_sglang_and_tensorrt_llm_map_to_the_same_names():

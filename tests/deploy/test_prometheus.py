@@ -23,6 +23,7 @@ ALERTS = {
     "SpecgateProcessAbsent",
     "SpecgateVerdictsStale",
     "SpecgatePubsubDisconnected",
+    "SpecgateRouteDown",
 }
 # Series Prometheus makes itself for every scrape target.
 PROMETHEUS_SERIES = {"up"}

@@ -34,12 +34,19 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-cache",
 }
 AssetName = Annotated[str, PathParam(max_length=64)]
+RolloutId = Annotated[int, PathParam(ge=1, le=2**31 - 1)]
 
 
 @router.get("/ui", response_class=FileResponse)
 def page() -> Response:
     """Serve the dashboard page."""
     return FileResponse(STATIC / "index.html", media_type="text/html", headers=SECURITY_HEADERS)
+
+
+@router.get("/ui/rollouts/{rollout_id}", response_class=FileResponse)
+def rollout_page(rollout_id: RolloutId) -> Response:
+    """Serve one rollout's page: the same page, which reads the rollout from its path."""
+    return page()
 
 
 @router.get("/ui/", response_class=RedirectResponse)

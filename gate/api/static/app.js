@@ -10,8 +10,11 @@
     continue: "#2563eb", hold: "#d97706", promote: "#16a34a", kill: "#b91c1c",
   };
   const $ = (id) => document.getElementById(id);
+  // `/ui/rollouts/ID` is one rollout's page: the same page, narrowed to that rollout.
+  const PAGE = /^\/ui\/rollouts\/(\d+)$/.exec(window.location.pathname);
   const state = {
-    key: sessionStorage.getItem(STORAGE_KEY), rollouts: [], selected: null,
+    key: sessionStorage.getItem(STORAGE_KEY), rollouts: [],
+    selected: PAGE ? Number(PAGE[1]) : null, only: PAGE ? Number(PAGE[1]) : null,
     charts: {}, kill: null, timer: null, range: { min: 0, max: 0 }, me: null,
     // Each load takes a ticket; only the newest ticket may render, so a slow answer that
     // was asked before a kill can never paint the old state over the new one.
@@ -80,12 +83,13 @@
   function signOut() {
     sessionStorage.removeItem(STORAGE_KEY);
     state.key = null;
-    state.selected = null;
+    state.selected = state.only;
     state.me = null;
     clearInterval(state.timer);
     Object.values(state.charts).forEach((chart) => chart.destroy());
     state.charts = {};
     $("detail").hidden = true;
+    $("answer").hidden = true;
     status("");
     showApp(false);
   }
@@ -126,11 +130,19 @@
   // so the table's verdict never lags what the charts show.
   async function loadRollouts() {
     const ticket = ++state.tickets.rollouts;
-    const rollouts = await api("/v1/dashboard/rollouts");
+    const rollouts = mine(await api("/v1/dashboard/rollouts"));
     if (ticket !== state.tickets.rollouts) return;
     if (state.selected === null && rollouts.length > 0) state.selected = rollouts[0].id;
     if (state.selected === null) { state.rollouts = rollouts; renderRollouts(); return; }
     await loadDetail(rollouts);
+  }
+
+  // On one rollout's page, the table lists that rollout only.
+  function mine(rollouts) {
+    if (state.only === null) return rollouts;
+    const found = rollouts.filter((r) => r.id === state.only);
+    if (!found.length) status(`No rollout ${state.only}`);
+    return found;
   }
 
   function renderRollouts() {
@@ -143,7 +155,12 @@
       const mode = el("td", r.mode);
       // Code tests run with weaker isolation only when the policy names it: say so.
       if (r.sandbox === "unsafe-local") mode.append(" ", el("span", "sandbox: unsafe-local", "badge warn"));
-      row.append(el("td", r.id), el("td", r.name), el("td", r.alias), mode);
+      const name = el("td");
+      const link = el("a", r.name, "rollout-link");
+      link.href = `/ui/rollouts/${r.id}`;
+      link.title = `Open rollout ${r.name}'s own page`;
+      name.append(link);
+      row.append(el("td", r.id), name, el("td", r.alias), mode);
       const cell = el("td");
       cell.append(el("span", r.state, `badge state ${r.state}`));
       // Why it is held or killed (e.g. "promoted by argo-rollouts: ..."): the audited reason.
@@ -158,7 +175,7 @@
       share.title = `${percent(r.sample_rate)} of requests sampled: ${r.exposure}`;
       row.append(cell, el("td", r.stage_label || `${r.stage + 1}`), share);
       row.append(el("td", `${r.baseline_route} → ${r.candidate_route}`));
-      row.append(verdictCell(r.latest_verdict, r.headline), actionsCell(r));
+      row.append(verdictCell(r.latest_verdict, r.verdict_words || r.headline), actionsCell(r));
       body.append(row);
     }
   }
@@ -440,7 +457,7 @@
     const [data, glance, fresh] = await Promise.all([
       api(`/v1/rollouts/${id}/dashboard${query}`),
       api(`/v1/rollouts/${id}/glance`),
-      rollouts ? Promise.resolve(rollouts) : api("/v1/dashboard/rollouts"),
+      rollouts ? Promise.resolve(rollouts) : api("/v1/dashboard/rollouts").then(mine),
     ]);
     if (ticket !== state.tickets.detail) return;
     state.rollouts = fresh;
@@ -449,7 +466,12 @@
     state.range = { min: Date.parse(data.since), max: Date.parse(data.until) };
     const rollout = state.rollouts.find((r) => r.id === id);
     $("detail").hidden = false;
+    $("answer").hidden = false;
     $("detail-title").textContent = `Rollout ${rollout ? rollout.name : id}`;
+    $("rollout-page").hidden = state.only !== null;
+    $("rollout-page").textContent = "this rollout's own page";
+    $("rollout-page").href = `/ui/rollouts/${id}`;
+    $("all-rollouts").hidden = state.only === null;
     $("detail-note").textContent = `${when(data.since)} to ${when(data.until)} · buckets of ${Math.round(data.bucket_s / 60)} min · ${data.latency.reduce((n, p) => n + p.n, 0)} successful calls`;
     latencyChart("chart-ttft", data.latency, "ttft");
     latencyChart("chart-tpot", data.latency, "tpot");
@@ -467,7 +489,7 @@
     const head = glance.headline;
     const line = $("headline");
     line.replaceChildren(el("span", head.decision_words, `badge ${head.decision}`), " ",
-      el("span", head.sentence.slice(head.sentence.indexOf(":") + 1).trim()));
+      el("span", head.sentence.slice(head.sentence.indexOf(":") + 1).trim(), "sentence"));
     line.dataset.decision = head.decision;
     line.dataset.rollout = String(glance.rollout_id);
     const empty = head.lines.filter((item) => item.status === "no_data").map((item) => item.label);
@@ -623,7 +645,8 @@
         td.dataset.segment = cell.segment;
         td.style.borderLeft = `6px solid ${cell.colour}`;
         if (cell.status === "no_data") td.textContent = "no data";
-        else td.append(el("div", cell.estimate, "estimate"), el("div", cell.interval, "hint"));
+        // A bound never wraps away from its unit ("−34" / "%"): only around "to".
+        else td.append(el("div", cell.estimate, "estimate"), el("div", cell.interval.replace(/ (%|pts)/g, "\u00a0$1"), "hint"));
         td.title = `${cell.status_words}; ${cell.n} pairs`;
         td.addEventListener("click", () => {
           $("cell-evidence").textContent = `${row.label} in ${cell.segment}: ${cell.status_words}. `

@@ -112,10 +112,15 @@ class PostgresStorage:
         names = ", ".join(_FACT_TYPES)
         arrays = ", ".join(f"%b::{kind}[]" for kind in _FACT_TYPES.values())
         fields = ", ".join(f"{name} = COALESCE(g.{name}, v.{name})" for name in ENGINE_FIELDS)
+        # Only rows the facts complete: a join run twice (both sides of a race, a replayed
+        # batch) writes no second row version, and a waiting run re-checks this and skips.
+        gains = " OR ".join(
+            f"(g.{name} IS NULL AND v.{name} IS NOT NULL)" for name in ENGINE_FIELDS
+        )
         with pg_copy.cursor(conn) as cursor:
             cursor.execute(
                 f"UPDATE generations AS g SET {fields} FROM unnest({arrays}) AS v({names}) "
-                "WHERE g.trace_id = v.trace_id AND g.span_id = v.parent_span_id",
+                f"WHERE g.trace_id = v.trace_id AND g.span_id = v.parent_span_id AND ({gains})",
                 [_column(facts, name, kind) for name, kind in _FACT_TYPES.items()],
             )
 

@@ -125,10 +125,14 @@ class SqliteStorage:
         values = {
             name: func.coalesce(table.c[name], bindparam(f"b_{name}")) for name in ENGINE_FIELDS
         }
+        gains = [
+            table.c[name].is_(None) & bindparam(f"b_{name}").is_not(None) for name in ENGINE_FIELDS
+        ]
         statement = (
             update(table)
             .where(table.c.trace_id == bindparam("b_trace_id"))
             .where(table.c.span_id == bindparam("b_parent_span_id"))
+            .where(or_(*gains))  # only rows the facts complete: a second join writes nothing
             .values(values)
         )
         conn.execute(statement, [{f"b_{k}": v for k, v in fact.items()} for fact in facts])

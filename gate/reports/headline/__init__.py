@@ -6,6 +6,7 @@ gate stores it (decision, reason codes, per-cell estimates as JSON) plus the rol
 policy and its pace; nothing here queries. Reason codes are parsed in `reasons` and
 nowhere else (`parse_reason`), so the words can follow the gate's codes in one place.
 
+- `acts`: a kill, hold or promote from the audit trail, which the headline leads with;
 - `facts`: the stored verdict and the stage's pace, read into typed cells;
 - `cells`: one cell in words (name, family, status, estimate, interval);
 - `reasons`: reason codes parsed and said in sentences;
@@ -16,6 +17,7 @@ nowhere else (`parse_reason`), so the words can follow the gate's codes in one p
 - `text`: the headline and grid as terminal lines and Markdown.
 """
 
+from gate.reports.headline.acts import Act, act_of, promotion_next
 from gate.reports.headline.cells import (
     FAMILIES,
     LABELS,
@@ -69,6 +71,7 @@ __all__ = [
     "STATUS_COLOURS",
     "STATUS_WORDS",
     "TAIL_ORDER",
+    "Act",
     "Cell",
     "Facts",
     "Grid",
@@ -80,6 +83,7 @@ __all__ = [
     "Pace",
     "Reason",
     "Status",
+    "act_of",
     "call_words",
     "cell_status",
     "family",
@@ -91,6 +95,7 @@ __all__ = [
     "markdown",
     "parity_sentences",
     "parse_reason",
+    "promotion_next",
     "reason_sentences",
     "rehearsal_answer",
     "rehearsal_crossover",

@@ -96,6 +96,7 @@ def plain_reason(r: Reason, policy: Policy | None) -> str:
     minimum = f" ({policy.min_pairs:,})" if policy else ""
     duration = f" ({format_duration(policy.min_duration_s)})" if policy else ""
     warm = f" ({policy.warmup_pairs:,} pairs)" if policy else ""
+    down = f" ({format_duration(policy.max_candidate_down_s)})" if policy else ""
     primary = label(policy.primary.metric) if policy else "primary latency"
     words = {
         "warmup": f"Warming up{warm}: no test runs until warm-up ends.",
@@ -106,6 +107,10 @@ def plain_reason(r: Reason, policy: Policy | None) -> str:
         "dropped_share": "Too many pairs were dropped to trust the comparison.",
         "cohort_imbalance": "The cohorts' shares are off their expected split.",
         "max_duration": "No decision within the maximum duration.",
+        "candidate_down": (
+            "The candidate route did not answer (down, its calls skipped) for longer than"
+            f" the policy allows{down}."
+        ),
         "load_untested": (
             f"The {primary} gain is proven only at loads well below what promotion brings"
             " to the candidate; promotion waits for evidence nearer that load."

@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from gate.reports.headline.acts import Act
 from gate.reports.headline.cells import (
     STATUS_COLOURS,
     STATUS_WORDS,
@@ -55,6 +56,8 @@ class Line(BaseModel):
 class Headline(BaseModel):
     """The answer at a glance for one rollout."""
 
+    # What the headline leads with: the act that put the rollout where it is, if someone
+    # killed, held or promoted it; else the gate's newest verdict.
     decision: str
     decision_words: str
     sentence: str
@@ -67,10 +70,24 @@ class Headline(BaseModel):
     n_pairs: int
     # Evaluated pairs of the stage so far, warm-up included (None: pace unknown).
     pairs_seen: int | None = None
+    # The kill, hold or promote the headline leads with (None: it leads with the verdict).
+    act: Act | None = None
+    # The gate's latest view: its verdict's decision and sentence, whatever the lead.
+    verdict_decision: str = ""
+    verdict_sentence: str = ""
 
 
-def headline(verdict: Any, *, policy: Policy, pace: Pace | None = None) -> Headline:
-    """Return the headline of a stored verdict (a row, a result or its JSON)."""
+def headline(
+    verdict: Any,
+    *,
+    policy: Policy,
+    pace: Pace | None = None,
+    act: Act | None = None,
+    promote_next: str | None = None,
+) -> Headline:
+    """Return the headline of a stored verdict (a row, a result or its JSON), led by `act`
+    when someone killed, held or promoted the rollout; `promote_next` says what a promote
+    would do (the next stage's share, or all of the traffic)."""
     facts = Facts.of(verdict)
     lines = [_line(c, policy) for c in ordered(facts.cells) if c.segment == ALL]
     needs = pairs_needed(facts, policy, pace)
@@ -80,10 +97,17 @@ def headline(verdict: Any, *, policy: Policy, pace: Pace | None = None) -> Headl
     if goal == "promotion" and pace is not None:
         left = policy.min_duration_s - pace.elapsed_s  # promotion also waits for the clock
         seconds = max(seconds or 0.0, left) if left > 0 else seconds
+    view = _sentence(facts, policy, lines, needs, seconds, pace)
+    if facts.decision == "promote" and promote_next:
+        view = f"{view.rstrip('.')}; {promote_next}."
+    words = DECISION_WORDS.get(facts.decision, facts.decision.title())
     return Headline(
-        decision=facts.decision,
-        decision_words=DECISION_WORDS.get(facts.decision, facts.decision.title()),
-        sentence=_sentence(facts, policy, lines, needs, seconds, pace),
+        decision=act.decision if act else facts.decision,
+        decision_words=act.words if act else words,
+        sentence=f"{act.sentence}. The gate's latest view: {view}" if act else view,
+        act=act,
+        verdict_decision=facts.decision,
+        verdict_sentence=view,
         lines=lines,
         reasons=reason_sentences(facts.reason_codes, policy) + parity_sentences(facts.cells),
         reason_codes=list(facts.reason_codes),
@@ -162,7 +186,15 @@ def _kill_causes(facts: Facts, policy: Policy, lines: list[Line]) -> list[tuple[
     if collapsed:
         where = "" if collapsed == [ALL] else f" on {', '.join(collapsed)}"
         found.append(("acceptance", f"draft acceptance collapsed{where}"))
-    return sorted(found, key=lambda x: CAUSES.index(x[0]) if x[0] in CAUSES else len(CAUSES))
+    reasons = map(parse_reason, facts.reason_codes)
+    down = [("availability", _lower(plain_reason(r, policy))) for r in reasons
+            if r.what == "candidate_down"]  # fmt: skip
+    ranked = sorted(found, key=lambda x: CAUSES.index(x[0]) if x[0] in CAUSES else len(CAUSES))
+    return down + ranked
+
+
+def _lower(sentence: str) -> str:
+    return sentence[:1].lower() + sentence[1:].rstrip(".")
 
 
 def _cause(line: Line) -> str:

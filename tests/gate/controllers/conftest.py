@@ -48,16 +48,29 @@ class Specgate:
     def auth(self, scope: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.keys[scope]}"}
 
-    def link(self, controller: str, **extra: object) -> dict[str, object]:
+    def link(
+        self, controller: str, rollout_id: int | None = None, **extra: object
+    ) -> dict[str, object]:
         body = {"controller": controller, "poll_interval_s": 60, **extra}
         if controller == "argo-rollouts":
             body.setdefault("analysis_key", ANALYSIS_KEY)
         response = self.client.post(
-            f"/v1/rollouts/{self.rollout_id}/controller", json=body, headers=self.auth("admin")
+            f"/v1/rollouts/{rollout_id or self.rollout_id}/controller",
+            json=body,
+            headers=self.auth("admin"),
         )
         assert response.status_code == 200, response.text
         answer: dict[str, object] = response.json()
         return answer
+
+    def next_revision(self, name: str) -> int:
+        """Create the rollout of the controller's next revision (same routes' engine)."""
+        with self.sessions() as db, db.begin():
+            first = service.get_rollout(db, rollout_id=self.rollout_id)
+            url = first.candidate_route.base_url
+            return factories.rollout(
+                db, name=name, policy=POLICY, base_url=url, candidate_url=url
+            ).id
 
     def start(self) -> None:
         with self.sessions() as db, db.begin():
@@ -91,9 +104,9 @@ class Specgate:
         """Whether the gateways' routing (as they load it) sends anything to the candidate."""
         return db_loader(self.sessions)().by_alias[NAME].plan.candidate_traffic
 
-    def state(self) -> RolloutState:
+    def state(self, rollout_id: int | None = None) -> RolloutState:
         with self.sessions() as db:
-            return service.get_rollout(db, rollout_id=self.rollout_id).state
+            return service.get_rollout(db, rollout_id=rollout_id or self.rollout_id).state
 
 
 @pytest.fixture

@@ -10,12 +10,17 @@ is Successful, or, with consecutiveSuccessLimit in force, Failed (failureLimit -
 Inconclusive. An inline analysis step: Successful -> next step, Failed/Error -> abort,
 Inconclusive -> pause.
 
-Flagger (blue/green, kubernetes provider), one scheduler pass per interval: confirm-rollout
-gates the start; while progressing or waiting, a 2xx `rollback` hook rolls back; failed
-checks >= threshold roll back; the first pass runs pre-rollout, later ones the `rollout`
-hooks (a non-2xx is a failed check); after `iterations` passes, confirm-promotion must
-answer 2xx, else Flagger waits; promotion and rollback end with post-rollout hooks (phase
-Succeeded or Failed). The harness reads every setting from the shipped manifests.
+Flagger (blue/green, kubernetes provider), one scheduler pass per interval, after
+fluxcd/flagger `pkg/controller/scheduler.go` and `scheduler_hooks.go`: confirm-rollout gates
+a revision's start and is sent the Canary's phase (Failed after a rollback); once it passes,
+the pass ends with the Canary Progressing; while progressing or waiting, a 2xx `rollback`
+hook rolls back; failed checks >= threshold roll back; the first pass runs pre-rollout,
+later ones the `rollout` hooks (a non-2xx is a failed check); after `iterations` passes,
+confirm-promotion must answer 2xx, else Flagger waits; promotion and rollback end with
+post-rollout hooks (phase Succeeded or Failed). Every Kubernetes Event Flagger records on
+the way also goes to the `event` hooks, with the Canary's phase when it was recorded
+(`events.go`, `CallEventWebhook`): "Confirm-rollout check ... passed" of a revision after a
+rollback carries phase Failed. The harness reads every setting from the shipped manifests.
 """
 
 from __future__ import annotations
@@ -152,7 +157,7 @@ def rollout_outcome(phase: str) -> str:
 
 @dataclass
 class FlaggerCanary:
-    """A Canary's analysis loop and the webhooks it calls."""
+    """A Canary's analysis loop, the webhooks it calls and the Events it sends."""
 
     spec: dict[str, Any]
     base: str
@@ -161,59 +166,117 @@ class FlaggerCanary:
     failed_checks: int = 0
     iterations: int = 0
     started: bool = False
+    # A new revision was applied while the Canary is Failed or Succeeded.
+    revision: bool = False
     calls: list[tuple[str, int]] = field(default_factory=list)
+    events: list[tuple[str, str, int]] = field(default_factory=list)
 
     @property
     def analysis(self) -> dict[str, Any]:
         return dict(self.spec["spec"]["analysis"])
 
+    @property
+    def target(self) -> str:
+        meta = self.spec["metadata"]
+        return f"{meta['name']}.{meta['namespace']}"
+
+    def hook_name(self, kind: str) -> str:
+        return next(h["name"] for h in self.analysis["webhooks"] if h["type"] == kind)
+
     def call(self, kind: str, phase: str | None = None) -> bool:
         """POST every webhook of `kind`; True when all answered 2xx."""
         ok = True
         for hook in (h for h in self.analysis["webhooks"] if h["type"] == kind):
-            payload = {
-                "name": self.spec["metadata"]["name"],
-                "namespace": self.spec["metadata"]["namespace"],
-                "phase": phase or self.phase,
-                "checksum": "abc123",
-                "metadata": hook.get("metadata", {}),
-            }
-            try:
-                status = self.client.post(
-                    hook["url"].replace(IN_CLUSTER, self.base), json=payload
-                ).status_code
-            except httpx.HTTPError:
-                status = 0
+            status = self._post(hook, phase or self.phase, hook.get("metadata", {}))
             self.calls.append((kind, status))
             ok = ok and 200 <= status < 300
         return ok
 
+    def emit(self, message: str, *, warning: bool = False, phase: str | None = None) -> None:
+        """Send an Event to the `event` hooks, with the Canary's phase (or the copy's)."""
+        kind = "Warning" if warning else "Normal"
+        for hook in (h for h in self.analysis["webhooks"] if h["type"] == "event"):
+            metadata = {"eventMessage": message, "eventType": kind, "timestamp": "0"}
+            metadata |= {k: v for k, v in hook.get("metadata", {}).items() if k not in metadata}
+            status = self._post(hook, phase or self.phase, metadata)
+            self.events.append((phase or self.phase, message, status))
+
+    def new_revision(self, token: str, rollout: str) -> None:
+        """Apply a new revision, its webhooks rendered for a new specgate rollout and token."""
+        for hook in self.analysis["webhooks"]:
+            hook["url"] = hook["url"].rsplit("/", 1)[0] + "/" + token
+            hook.setdefault("metadata", {})["rollout"] = rollout
+        self.revision, self.started, self.failed_checks, self.iterations = True, False, 0, 0
+
     def tick(self) -> str:
         """One scheduler pass; return the phase."""
-        if self.phase in ("Succeeded", "Failed"):
+        if self.phase in ("Succeeded", "Failed") and not self.revision:
             return self.phase
-        if self.phase in ("Initializing", "Waiting"):
-            if not self.call("confirm-rollout"):
-                self.phase = "Waiting"
-                return self.phase
-            self.phase = "Progressing"
+        if self.revision or self.phase in ("Initializing", "Waiting"):
+            return self._confirm_rollout()
         if self.call("rollback"):
+            self.emit(f"Rollback check {self.hook_name('rollback')} passed", warning=True)
+            self.emit(f"Rolling back {self.target} manual webhook invoked", warning=True)
             return self._end("Failed")
+        self.emit(f"Rollback hook {self.hook_name('rollback')} not signaling a rollback")
         if self.failed_checks >= int(self.analysis["threshold"]):
+            self.emit(
+                f"Rolling back {self.target} failed checks threshold reached {self.failed_checks}",
+                warning=True,
+            )
             return self._end("Failed")
-        if not self.call("rollout" if self.started else "pre-rollout"):
+        if not self._check():
             self.failed_checks += 1
             return self.phase
         self.started = True
         if self.iterations < int(self.analysis["iterations"]):
             self.iterations += 1
+            self.emit(f"Advance {self.target} canary iteration {self.iterations}")
             return self.phase
         if not self.call("confirm-promotion"):
-            self.phase = "WaitingPromotion"
+            if self.phase != "WaitingPromotion":
+                self.phase = "WaitingPromotion"
+                self.emit(f"Halt {self.target} advancement waiting for promotion", warning=True)
             return self.phase
         return self._end("Succeeded")
 
+    def _confirm_rollout(self) -> str:
+        # Flagger sends confirm-rollout the Canary's phase: Failed after a rollback.
+        if not self.call("confirm-rollout"):
+            if self.phase != "Waiting":
+                self.phase = "Waiting"
+                self.emit(f"Halt {self.target} advancement waiting for approval", warning=True)
+            return self.phase
+        self.emit(f"Confirm-rollout check {self.hook_name('confirm-rollout')} passed")
+        self.emit(f"New revision detected! Scaling up {self.target}", phase="Progressing")
+        self.phase, self.revision = "Progressing", False
+        return self.phase
+
+    def _check(self) -> bool:
+        """Run pre-rollout on the first pass, else the `rollout` hooks."""
+        kind = "rollout" if self.started else "pre-rollout"
+        if self.call(kind):
+            return True
+        what = "external" if self.started else "pre-rollout"
+        self.emit(
+            f"Halt {self.target} advancement {what} check {self.hook_name(kind)} failed",
+            warning=True,
+        )
+        return False
+
     def _end(self, phase: str) -> str:
+        if phase == "Failed":
+            self.emit(f"Canary failed! Scaling down {self.target}", warning=True, phase=phase)
         self.phase = phase
         self.call("post-rollout", phase)
         return phase
+
+    def _post(self, hook: dict[str, Any], phase: str, metadata: dict[str, Any]) -> int:
+        meta = self.spec["metadata"]
+        payload = {"name": meta["name"], "namespace": meta["namespace"], "phase": phase,
+                   "checksum": "abc123", "metadata": metadata}  # fmt: skip
+        try:
+            url = hook["url"].replace(IN_CLUSTER, self.base)
+            return self.client.post(url, json=payload).status_code
+        except httpx.HTTPError:
+            return 0

@@ -13,6 +13,7 @@ from sqlalchemy import select
 
 from gate.db.enums import RolloutState
 from gate.db.models import AuditEvent, ControllerLink, Rollout
+from gate.rollouts import repository
 from tests.gate.controllers.harness import FlaggerCanary, manifest
 from tests.servers import closed_port
 
@@ -100,6 +101,44 @@ def test_flaggers_own_rollback_kills_the_rollout_in_specgate(specgate):
     assert kill.actor == "flagger:llm/vllm-llama-8b" and "Failed" in kill.reason
 
 
+def test_the_revision_after_a_rollback_is_not_killed_by_flaggers_events(specgate):
+    """After a rollback the Canary stays Failed, and Flagger sends the next revision's first
+    Events with that phase: the Canary's state, not a verdict on the new revision."""
+    flagger = canary(specgate, str(specgate.link("flagger")["hook_token"]))
+    begin(flagger)
+    specgate.kill("revision A regressed")
+    assert flagger.tick() == "Failed"  # rollback 200, "Canary failed!", post-rollout Failed
+    name = "llama-8b-eagle3-b"
+    second = specgate.next_revision(name)
+    flagger.new_revision(str(specgate.link("flagger", second)["hook_token"]), name)
+    assert flagger.tick() == "Progressing"
+    assert flagger.calls[-1] == ("confirm-rollout", 200)
+    passed = "Confirm-rollout check specgate-confirm-rollout passed"
+    assert ("Failed", passed, 200) in flagger.events  # Flagger's phase: the old revision's
+    for _ in range(4):
+        assert flagger.tick() == "Progressing"
+    assert specgate.state(second) is RolloutState.RUNNING  # pre-rollout started it
+    assert specgate.state() is RolloutState.KILLED
+    with specgate.sessions() as db:
+        rows = db.scalars(select(AuditEvent).order_by(AuditEvent.id)).all()
+    actor = "flagger:llm/vllm-llama-8b"
+    of_second = [(e.action, e.actor) for e in rows if e.rollout_id == second]
+    assert of_second[-2:] == [("controller.link", "key:admin"), ("start", actor)]
+    kills = [(e.rollout_id, e.actor, e.reason) for e in rows if e.action == "kill"]
+    assert kills == [(specgate.rollout_id, "key:operate", "revision A regressed")]
+    warnings = [e.reason for e in rows if e.action == "controller.event"]
+    assert warnings == [
+        "Flagger Warning (Canary phase Progressing): Rollback check specgate-rollback passed",
+        "Flagger Warning (Canary phase Progressing): Rolling back vllm-llama-8b.llm manual"
+        " webhook invoked",
+        "Flagger Warning (Canary phase Failed): Canary failed! Scaling down vllm-llama-8b.llm",
+    ]
+    assert {e.rollout_id for e in rows if e.action == "controller.event"} == {specgate.rollout_id}
+    with specgate.sessions() as db:  # what `rollout show` and /ui give as the state's reason
+        last = repository.last_change(db, specgate.rollout_id)
+    assert last is not None and last.action == "kill" and last.reason == "revision A regressed"
+
+
 def test_a_wrong_token_is_refused_and_never_rolls_back(specgate):
     specgate.link("flagger")
     flagger = canary(specgate, "sgh_not-the-token-at-all")
@@ -165,11 +204,12 @@ def test_pre_rollout_waits_for_the_canary_service_to_answer(specgate):
     token = str(specgate.link("flagger")["hook_token"])
     flagger = canary(specgate, token)
     assert flagger.tick() == "Progressing"  # confirm-rollout needs only the baseline
+    assert flagger.tick() == "Progressing"
     assert flagger.calls[-1] == ("pre-rollout", 409) and flagger.failed_checks == 1
     assert specgate.state() is RolloutState.PENDING  # no mirroring to a canary that is not up
 
 
-def test_a_token_quoted_in_flaggers_event_message_is_never_stored(specgate):
+def test_a_token_quoted_in_a_flagger_warning_is_never_stored(specgate):
     token = str(specgate.link("flagger")["hook_token"])
     flagger = canary(specgate, token)
     begin(flagger)
@@ -189,11 +229,11 @@ def test_a_token_quoted_in_flaggers_event_message_is_never_stored(specgate):
     }
     answer = specgate.client.post(f"/v1/hooks/flagger/event/{token}", json=payload)
     assert answer.status_code == 200, answer.text
-    assert specgate.state() is RolloutState.KILLED
+    assert specgate.state() is RolloutState.RUNNING  # an event never changes the rollout
     with specgate.sessions() as db:
-        kill = db.scalars(select(AuditEvent).where(AuditEvent.action == "kill")).one()
+        event = db.scalars(select(AuditEvent).where(AuditEvent.action == "controller.event")).one()
         stored = " ".join(
             e.actor + e.reason + str(e.details) for e in db.scalars(select(AuditEvent))
         )
-    assert "webhook failed" in kill.reason and "/v1/hooks/flagger/rollout/***" in kill.reason
+    assert "webhook failed" in event.reason and "/v1/hooks/flagger/rollout/***" in event.reason
     assert token not in stored and token[4:] not in stored

@@ -7,6 +7,7 @@ never skip, so CI cannot pass without having run them.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gate.engines.model import (
     LLAMACPP_INSTALL,
@@ -76,6 +78,26 @@ def start_engine(*args: str) -> tuple[subprocess.Popen[bytes], str]:
             time.sleep(0.1)
     process.kill()
     pytest.fail(f"engine {args} did not start in 60 s", pytrace=False)
+
+
+def kv_cache_usage(url: str) -> float | None:
+    """Return the engine's `vllm:kv_cache_usage_perc` gauge, None when it has none."""
+    for family in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=5).text):
+        if family.name == "vllm:kv_cache_usage_perc":
+            assert family.type == "gauge"
+            (sample,) = family.samples
+            return sample.value
+    return None
+
+
+def streamed(url: str, body: dict) -> dict:
+    """Stream one chat completion; return its usage."""
+    usage: dict = {}
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=30) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: {"):
+                usage = json.loads(line[6:]).get("usage") or usage
+    return usage
 
 
 def stop_engine(process: subprocess.Popen[bytes]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -10,6 +11,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from evaluators.base import GenerationView
 from evaluators.parity import GreedyParityEvaluator
+from tests.gate.engines.conftest import kv_cache_usage, streamed
+from tests.waits import wait_until
 
 PASSAGE = (
     "The meeting have been moved to Thursday afternoon becuase the conference room is "
@@ -195,3 +198,28 @@ def test_logprobs_as_llamacpp_reports_them(llamacpp_engines):
     columns = completion["choices"][0]["logprobs"]
     assert len(columns["tokens"]) == len(columns["token_logprobs"]) == 4
     assert "".join(columns["tokens"]) == completion["choices"][0]["text"]
+
+
+def test_the_kv_cache_gauge_holds_the_running_request_and_frees_it(llamacpp_engines):
+    # The Compose CPU profile's KV-cache panel reads vLLM's gauge from these engines: the
+    # prompt and the tokens generated so far of the running request, out of the slot's
+    # 4096-position context (the engine's default --ctx-size).
+    url = llamacpp_engines["plain"]
+    body = {
+        "messages": [{"role": "user", "content": PROMPTS[0]}],
+        "max_tokens": 48,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    assert kv_cache_usage(url) == 0.0
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(streamed, url, body)
+        seen = []
+        while not running.done():
+            seen.append(kv_cache_usage(url) or 0.0)
+        usage = running.result()
+    held = [value * 4096 for value in seen if value > 0]
+    assert held, seen
+    assert usage["prompt_tokens"] <= round(min(held)) <= round(max(held)) <= usage["total_tokens"]
+    assert wait_until(lambda: kv_cache_usage(url) == 0.0, 10)

@@ -174,6 +174,8 @@ def test_missing_model_names_the_install_command(monkeypatch):
         (["--speculative", "ngram", "--prompt-lookup-min", "5"], "prompt-lookup"),
         (["--model", "gpt"], "--model"),
         (["--gguf", "/nonexistent/model.gguf"], "--gguf /nonexistent/model.gguf: no such file"),
+        (["--logprobs-mode", "processed"], "processed needs --backend transformers"),
+        (["--backend", "transformers", "--verify", "accept-t1"], "needs --backend transformers"),
     ],
 )
 def test_engine_cli_refuses_bad_flags_in_one_line(args, message):
@@ -197,10 +199,12 @@ def test_logprobs_requests_in_both_openai_shapes():
     assert not parse_request({**chat, "logprobs": False}, chat=True, default_max_tokens=8).logprobs
     legacy = parse_request({"prompt": "x", "logprobs": 2}, chat=False, default_max_tokens=8)
     assert (legacy.logprobs, legacy.top_logprobs) == (True, 2)
+    wide = parse_request({"prompt": "x", "logprobs": 20}, chat=False, default_max_tokens=8)
+    assert wide.top_logprobs == 20  # vLLM's max_logprobs, as chat's top_logprobs
     for body, chat_shape, message in [
         ({**chat, "logprobs": 1}, True, "'logprobs' must be a boolean"),
         ({**chat, "logprobs": True, "top_logprobs": 21}, True, "top_logprobs"),
-        ({"prompt": "x", "logprobs": 6}, False, r"\[0, 5\]"),
+        ({"prompt": "x", "logprobs": 21}, False, r"\[0, 20\]"),
     ]:
         with pytest.raises(BadRequest, match=message):
             parse_request(body, chat=chat_shape, default_max_tokens=8)
@@ -216,3 +220,14 @@ def test_the_fault_injecting_verifier_needs_explicit_transformers_ngram():
         build_backend("llamacpp", spec=spec, verify="biased-argmax")
     with pytest.raises(ConfigError, match="needs --backend transformers with ngram"):
         build_backend("transformers", spec=None, verify="biased-argmax")
+    with pytest.raises(ConfigError, match="needs --backend transformers with ngram"):
+        build_backend("transformers", spec=None, verify="redraw")
+
+
+def test_processed_logprobs_are_a_transformers_mode():
+    from gate.engines.local import build_backend
+
+    with pytest.raises(ConfigError, match="--logprobs-mode must be one of raw, processed"):
+        build_backend("transformers", spec=None, logprobs_mode="processed_logprobs")
+    with pytest.raises(ConfigError, match="processed needs --backend transformers"):
+        build_backend("llamacpp", spec=None, logprobs_mode="processed")

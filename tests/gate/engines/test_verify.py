@@ -9,6 +9,7 @@ import pytest
 from scipy.stats import chisquare  # type: ignore[import-untyped]
 
 from gate.engines.decode import (
+    LOGPROB_FLOOR,
     VERIFIERS,
     Sampler,
     TokenLogprobs,
@@ -44,7 +45,14 @@ def test_biased_argmax_verifier_emits_the_mode_more_often():
     observed, p = frequencies(biased_argmax_verify, 0, seed=11)
     assert chisquare(observed, p * DRAWS).pvalue < 1e-12
     assert observed[0] == DRAWS  # an argmax draft is always kept
-    assert set(VERIFIERS) == {"exact", "biased-argmax"}
+    assert set(VERIFIERS) == {
+        "exact",
+        "biased-argmax",
+        "redraw",
+        "accept-t1",
+        "ignore-top-p",
+        "accept-bf16",
+    }
 
 
 class Toy:
@@ -102,3 +110,36 @@ def test_the_decode_loop_keeps_the_plain_distribution_only_with_the_exact_verifi
     assert chisquare(exact, p * exact.sum()).pvalue > 0.01
     biased = second_tokens("biased-argmax", seed=5)
     assert chisquare(biased, p * biased.sum()).pvalue < 1e-6
+
+
+def test_processed_logprobs_are_the_sampling_distribution_of_the_row():
+    row = torch.tensor(LOGITS)
+    raw, processed = TokenLogprobs(torch, 3), TokenLogprobs(torch, 6, mode="processed")
+    processed.temperature, processed.top_p = 0.8, 0.9
+    raw.record(row, 2)
+    processed.record(row, 2)
+    assert raw.entries is not None and processed.entries is not None
+    assert raw.entries[0][1] == pytest.approx(float(torch.log_softmax(row.double(), -1)[2]))
+    kept = target_probs(torch, row, 0.8, 0.9)
+    token, logprob, best = processed.entries[0]
+    assert token == 2 and logprob == pytest.approx(float(torch.log(kept[2])))
+    # Only the tokens top_p keeps are listed, however many were asked for.
+    assert [t for t, _ in best] == [t for t in range(len(LOGITS)) if kept[t] > 0]
+    assert sum(np.exp(lp) for _, lp in best) == pytest.approx(1.0)
+    # Inside the nucleus the ratios are those of softmax(logits / T).
+    tempered = torch.log_softmax(row.double() / 0.8, -1)
+    assert best[0][1] - best[1][1] == pytest.approx(float(tempered[0] - tempered[1]))
+
+
+def test_a_token_the_distribution_cuts_gets_the_floor_not_minus_infinity():
+    processed = TokenLogprobs(torch, 2, mode="processed", temperature=0.8, top_p=0.5)
+    processed.record(torch.tensor(LOGITS), 5)
+    assert processed.entries is not None
+    assert processed.entries[0][1] == LOGPROB_FLOOR == -9999.0
+    # Greedy requests report the logits at temperature 1 (vLLM's greedy path).
+    greedy = TokenLogprobs(torch, 2, mode="processed", temperature=0.0, top_p=0.5)
+    greedy.record(torch.tensor(LOGITS), 5)
+    assert greedy.entries is not None
+    assert greedy.entries[0][1] == pytest.approx(
+        float(torch.log_softmax(torch.tensor(LOGITS).double(), -1)[5])
+    )

@@ -1,5 +1,6 @@
-"""A candidate route that refuses connections (a canary scaled to zero) is down: skipped
-and recorded as dropped, probed once per back-off, and used again once it answers."""
+"""A candidate route that refuses connections (a canary scaled to zero) is down: skipped,
+each skipped call recorded as the candidate's route failure (it cannot answer), probed once
+per back-off, and used again once it answers."""
 
 from __future__ import annotations
 
@@ -74,10 +75,19 @@ def candidate_appears(port: int) -> Iterator[tuple[TcpProxy, SimLog]]:
             proxy.close()
 
 
-def route_down_gauge(stack: Stack) -> str:
+def metric(stack: Stack, series: str) -> str:
     lines = httpx.get(stack.url + "/metrics").text.splitlines()
-    gauge = 'specgate_gateway_route_down{route="spec"}'
-    return next(line for line in lines if line.startswith(gauge))
+    return next(line for line in lines if line.startswith(series))
+
+
+def route_down_gauge(stack: Stack) -> str:
+    return metric(stack, 'specgate_gateway_route_down{route="spec"}')
+
+
+def skipped_errors(stack: Stack) -> set[str]:
+    """The errors of the candidate's calls the gateway skipped (every one but the probes)."""
+    spans = sorted(stack.spans("candidate"), key=lambda s: s.start_time)
+    return {s.attributes[A.ERROR] for s in spans[1:]}
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
@@ -88,12 +98,16 @@ def test_a_down_shadow_candidate_is_skipped_then_probed_back(tmp_path, stream):
         for n in range(1, 21):
             ask(stack, stream=stream)
             assert wait_until(lambda n=n: len(stack.spans("candidate")) == n)
-        # One connection refused, then nothing is sent: the rest are dropped, not failures.
-        assert statuses(stack) == ["error"] + ["dropped"] * 19
-        dropped = [s for s in stack.spans("candidate") if s.attributes[A.STATUS] == "dropped"]
-        assert {s.attributes[A.ERROR] for s in dropped} == {ROUTE_DOWN}
+        # One connection refused, then nothing is sent: the candidate cannot answer, so each
+        # skipped call is its route failure (never `dropped`, never the mirror pool's).
+        assert statuses(stack) == ["error"] * 20 and skipped_errors(stack) == {ROUTE_DOWN}
         assert {s.attributes[A.STATUS] for s in stack.spans("baseline")} == {"ok"}
         assert route_down_gauge(stack).endswith(" 1.0")
+        calls = 'specgate_gateway_route_calls_total{cohort="candidate",route="spec",status="error"}'
+        assert metric(stack, calls).endswith(" 20.0")
+        assert (
+            "specgate_gateway_mirror_dropped_total{" not in httpx.get(stack.url + "/metrics").text
+        )
         detail = httpx.get(stack.url + "/healthz").json()["routes_down"]
         assert detail["spec"]["failures"] == 1 and detail["spec"]["probe_in_s"] == 5.0
 
@@ -102,7 +116,7 @@ def test_a_down_shadow_candidate_is_skipped_then_probed_back(tmp_path, stream):
                 ask(stack, stream=stream)
                 assert wait_until(lambda n=n: len(stack.spans("candidate")) == n)
             assert listener.accepted == 0 and log.bodies == []
-            assert statuses(stack)[20:] == ["dropped"] * 10
+            assert statuses(stack)[20:] == ["error"] * 10
 
             clock.now += 5.0  # the back-off ends: the next mirror is the probe
             for n in range(31, 36):
@@ -124,10 +138,9 @@ def test_a_down_canary_candidate_is_served_by_the_baseline(tmp_path, stream):
         for n in range(1, 21):
             ask(stack, stream=stream)
             assert wait_until(lambda n=n: len(stack.spans("candidate")) == n)
-        # The first call found the route refusing (it fell back); the rest never tried it.
-        assert statuses(stack) == ["fallback"] + ["dropped"] * 19
-        dropped = [s for s in stack.spans("candidate") if s.attributes[A.STATUS] == "dropped"]
-        assert {s.attributes[A.ERROR] for s in dropped} == {ROUTE_DOWN}
+        # The first call found the route refusing (it fell back); the rest never tried it,
+        # and fell back too: the baseline served each, as the candidate could not.
+        assert statuses(stack) == ["fallback"] * 20 and skipped_errors(stack) == {ROUTE_DOWN}
         assert len(stack.baseline_log.bodies) == 20
         assert wait_until(lambda: len(stack.spans("baseline")) == 20)
         assert {s.attributes[A.STATUS] for s in stack.spans("baseline")} == {"ok"}
@@ -214,7 +227,7 @@ def test_a_candidate_that_times_out_connecting_is_down_too(tmp_path):
         for n in range(1, 6):
             ask(stack, stream=False)
             assert wait_until(lambda n=n: len(stack.spans("candidate")) == n)
-        assert statuses(stack) == ["timeout"] + ["dropped"] * 4
+        assert statuses(stack) == ["timeout"] + ["error"] * 4
 
 
 def test_the_baseline_is_never_skipped(tmp_path):

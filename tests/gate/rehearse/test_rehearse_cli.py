@@ -4,6 +4,7 @@ exit codes a deploy pipeline reads, the files it writes, and one clear line for 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 
 import orjson
@@ -234,3 +235,47 @@ def test_an_unknown_rollout_is_refused_before_the_sweep(capsys, sqlite_url, work
     )  # fmt: skip
     assert code == 4 and out == ""
     assert err.strip() == "specgate rehearse: error: rollout 987 not found"
+
+
+def specgate(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run the real `specgate rehearse` in a process of its own."""
+    command = [sys.executable, "-m", "gate", "rehearse", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.mark.parametrize(
+    ("url", "needle"),
+    [
+        ("closed", "is unreachable (connection refused or no such host)"),
+        ("http://[::1/v1", "--candidate 'http://[::1/v1' is not a URL"),
+        ("localhost:8000/v1", "--candidate 'localhost:8000/v1' is not an http(s) URL"),
+    ],
+    ids=["refused", "malformed", "no-scheme"],
+)
+def test_a_bad_url_prints_exactly_one_line_on_stderr(workload, url, needle):
+    url = f"http://127.0.0.1:{closed_port()}/v1" if url == "closed" else url
+    with serving(engine_app(Engine(gap_s=0.001))) as base:
+        done = specgate("--baseline", f"{base}/v1", "--candidate", url, "--workload", str(workload))
+    assert done.returncode == 4 and done.stdout == ""
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("specgate rehearse: error: ") and needle in line, line
+
+
+def test_json_prints_the_summary_on_stdout(tmp_path, workload):
+    with (
+        serving(engine_app(Engine(gap_s=0.01))) as base,
+        serving(engine_app(Engine(gap_s=0.004))) as cand,
+    ):
+        done = specgate(
+            "--baseline", f"{base}/v1", "--candidate", f"{cand}/v1", "--workload", str(workload),
+            "--out", str(tmp_path / "out"), "--max", "2", "--at", "2", "--json", *FAST,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)  # stdout is the summary and nothing else
+    assert summary == json.loads((tmp_path / "out" / "rehearsal.json").read_text())
+    assert summary["decision"] == "pays" and summary["at"] == 2
+    for level in summary["levels"]:
+        reached = level["concurrency_reached"]
+        assert set(reached) == {"baseline", "candidate"}
+        assert all(0 < value <= level["concurrency"] for value in reached.values())
+    assert "concurrency 2:" in done.stderr  # progress stays on stderr

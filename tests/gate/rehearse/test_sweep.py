@@ -16,11 +16,11 @@ from tests.servers import serving
 ITEMS = parse_jsonl('{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 6}\n' * 3)
 
 
-def sweep(plan: Plan, baseline: Engine, candidate: Engine):
+def sweep(plan: Plan, baseline: Engine, candidate: Engine, items=ITEMS):
     lines: list[str] = []
     with serving(engine_app(baseline)) as base, serving(engine_app(candidate)) as cand:
         routes = (Route("baseline", f"{base}/v1"), Route("candidate", f"{cand}/v1"))
-        levels = asyncio.run(rehearse(routes, ITEMS, plan, lines.append))
+        levels = asyncio.run(rehearse(routes, items, plan, lines.append))
     return levels, lines
 
 
@@ -61,3 +61,24 @@ def test_the_routes_run_in_alternating_blocks_never_at_once(concurrency):
     sweep(plan, baseline, candidate)
     assert max(baseline.seen) == max(candidate.seen) == concurrency  # load was real
     assert set(baseline.peer_seen) == set(candidate.peer_seen) == {0}
+
+
+@pytest.mark.parametrize("concurrency", [4, 16])
+def test_a_level_holds_its_concurrency_at_the_upstream_and_reports_it(concurrency):
+    # Answers of 2 to 30 tokens: a block that drained its last requests would leave the
+    # upstream serving fewer than the level for the long answers' tails.
+    lines = [f'{{"messages": [{{"role": "user", "content": "q{n}"}}], "max_tokens": {n}}}'
+             for n in range(2, 31, 4)]  # fmt: skip
+    items = parse_jsonl("\n".join(lines) + "\n")
+    baseline = Engine(gap_s=0.02, by_max_tokens=True)
+    candidate = Engine(gap_s=0.015, by_max_tokens=True)
+    plan = Plan(levels=[concurrency], budget_s=120, min_requests=16, max_requests=64,
+                precision=1.0)  # fmt: skip
+    (level,), _ = sweep(plan, baseline, candidate, items)
+    for route, engine in (("baseline", baseline), ("candidate", candidate)):
+        # Measured at the upstream (the same clock: it runs in this process): the requests
+        # it had in flight, time-averaged over the windows in which the route was measured.
+        windows = [(b.start, b.start + b.wall_s) for b in level.blocks if b.route == route]
+        # (What falls short is each worker's gap between one answer and its next request.)
+        assert concurrency * 0.95 <= engine.average(windows) <= concurrency
+        assert level.reached(route) == pytest.approx(engine.average(windows), rel=0.03)

@@ -4,6 +4,7 @@ tokens grows with the requests it is serving at once, as a busy engine's does.""
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 
 import orjson
@@ -27,6 +28,22 @@ class Engine:
     inflight: int = 0
     peer: Engine | None = None  # the other route: its in-flight count at each arrival
     peer_seen: list[int] = field(default_factory=list)
+    by_max_tokens: bool = False  # answer each request's max_tokens tokens, not `tokens`
+    # (time, requests in flight from then on), one entry per change
+    timeline: list[tuple[float, int]] = field(default_factory=list)
+
+    def change(self, by: int) -> None:
+        """Move the in-flight count and note when."""
+        self.inflight += by
+        self.timeline.append((time.perf_counter(), self.inflight))
+
+    def average(self, windows: list[tuple[float, float]]) -> float:
+        """Return the time-averaged requests in flight within `windows` (start, end)."""
+        area = 0.0
+        for (start, count), (end, _) in zip(self.timeline, self.timeline[1:], strict=False):
+            for low, high in windows:
+                area += count * max(0.0, min(end, high) - max(start, low))
+        return area / sum(high - low for low, high in windows)
 
 
 def engine_app(engine: Engine) -> Starlette:
@@ -36,13 +53,14 @@ def engine_app(engine: Engine) -> Starlette:
         return JSONResponse({"object": "list", "data": [{"id": "m", "object": "model"}]})
 
     async def chat(request: Request) -> Response:
-        await request.json()
+        body = await request.json()
         if engine.fail:
             return JSONResponse({"error": {"message": "boom"}}, status_code=500)
-        engine.inflight += 1
+        engine.change(+1)
         engine.seen.append(engine.inflight)
         engine.peer_seen.append(engine.peer.inflight if engine.peer else 0)
-        return StreamingResponse(_stream(engine), media_type="text/event-stream")
+        tokens = int(body["max_tokens"]) if engine.by_max_tokens else engine.tokens
+        return StreamingResponse(_stream(engine, tokens), media_type="text/event-stream")
 
     return Starlette(
         routes=[
@@ -52,17 +70,17 @@ def engine_app(engine: Engine) -> Starlette:
     )
 
 
-async def _stream(engine: Engine):  # type: ignore[no-untyped-def]
+async def _stream(engine: Engine, tokens: int):  # type: ignore[no-untyped-def]
     try:
-        for _ in range(engine.tokens):
+        for _ in range(tokens):
             await asyncio.sleep(engine.gap_s + engine.per_request_s * (engine.inflight - 1))
             yield _sse({"choices": [{"index": 0, "delta": {"content": "tok "}}]})
         spec = {"num_draft_tokens": engine.drafted, "num_accepted_draft_tokens": engine.accepted}
-        usage = {"completion_tokens": engine.tokens, "prompt_tokens": 3}
+        usage = {"completion_tokens": tokens, "prompt_tokens": 3}
         yield _sse({"choices": [], "usage": usage, "metrics": {"speculative_decoding": spec}})
         yield b"data: [DONE]\n\n"
     finally:
-        engine.inflight -= 1
+        engine.change(-1)
 
 
 def _sse(body: dict) -> bytes:

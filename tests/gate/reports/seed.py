@@ -59,6 +59,7 @@ def traffic(
     baseline: Arm,
     candidate: Arm,
     seed: int,
+    segments: tuple[str, ...] = SEGMENTS,
 ) -> list[Record]:
     """Add `pairs` pairs spread over [start, start + hours), both arms answered."""
     rng = np.random.default_rng(seed)
@@ -66,7 +67,7 @@ def traffic(
     rows: list[Generation] = []
     for _ in range(pairs):
         at = start + timedelta(seconds=float(rng.uniform(0, hours * 3600)))
-        segment = SEGMENTS[int(rng.integers(len(SEGMENTS)))]
+        segment = segments[int(rng.integers(len(segments)))]
         pair = Pair(
             id=uuid.uuid4(),
             rollout_id=rollout_id,

@@ -129,6 +129,17 @@ def test_a_kill_sentence_names_a_collapse_and_a_segment_harm_beside_a_pooled_one
     assert "TPOT" in head.sentence or "more" in head.sentence
 
 
+def test_a_kill_for_a_down_candidate_says_so_first():
+    verdict = {"decision": "kill", "n_pairs": 40, "reason_codes": ["kill:candidate_down"],
+               "estimates": [cell("failures", estimate=0.9, lower=0.8, upper=1.0,
+                                  kill_at=0.0, margin=0.015, status="harmful")]}  # fmt: skip
+    head = words.headline(verdict, policy=POLICY)
+    assert head.sentence.startswith(
+        "Kill: the candidate route did not answer (down, its calls skipped) for longer than"
+        " the policy allows (5 min); the candidate fails more often"
+    ), head.sentence
+
+
 def test_rollout_show_prints_the_headline_and_json(pg_committing, pg_url):
     with pg_committing() as db, db.begin():
         ids = glance_seed.judged(db)

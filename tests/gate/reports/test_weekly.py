@@ -186,28 +186,20 @@ def test_a_rollout_whose_code_ran_without_the_sandbox_says_so(seeded, tmp_path):
     assert "unsafe-local" in (tmp_path / "report.html").read_text()
 
 
-def test_regressions_come_first_and_name_what_got_worse(seeded, tmp_path):
+def test_changes_the_gate_did_not_test_are_described_not_claimed(seeded, tmp_path):
     db, _records, _ids = seeded
     report = build_weekly(db, "2026-W40", out_dir=tmp_path)
-    worse = {(f.rollout, f.metric) for f in report.regressions}
-    assert {
-        ("slow", "ttft_p50_ratio"),
-        ("slow", "acceptance:code"),
-        ("slow", "quality:schema"),
-        ("slow", "failures"),
-    } <= worse
-    assert not any(f.rollout == "fast" for f in report.regressions)
-    same = [f for f in report.regressions + report.improvements if f.metric.startswith("tpot")]
-    assert not [f for f in same if f.rollout == "slow"], "equal TPOT arms: noise is not news"
-    ttft = next(f for f in report.regressions if f.metric == "ttft_p50_ratio")
-    assert ttft.reference is not None and ttft.reference < 1.05
-    assert f"in {BEFORE})" in ttft.text
-    assert ("slow", "acceptance:chat") not in worse, "an unchanged segment is no regression"
-    better = {(f.rollout, f.metric) for f in report.improvements}
-    assert {("fast", "ttft_p50_ratio"), ("fast", "tpot_p50_ratio")} <= better
+    # The seeded verdicts carry no cells: the gate proved nothing, so nothing is claimed,
+    # however slow or fast the week's calls look (the tables still show them).
+    assert report.regressions == [] and report.improvements == []
     md = (tmp_path / "report.md").read_text()
-    assert md.index("## Regressions") < md.index("## Improvements") < md.index("## Kills")
-    assert "acceptance in segment code" in md and "fast killed by key:ops" in md
+    assert "## Regressions (0)" in md and "## Improvements (0)" in md
+    order = ["## Regressions", "## Not enough data to call", "## Improvements", "## Kills"]
+    assert [md.index(title) for title in order] == sorted(md.index(title) for title in order)
+    slow = md.split("## slow")[1].split("## fast")[0]
+    acceptance = slow.split("### Acceptance per segment")[1].split("###")[0]
+    assert "| code |" in acceptance, "the week's acceptance drop is still shown"
+    assert "fast killed by key:ops: acceptance collapsed in code" in md
     html = (tmp_path / "report.html").read_text()
     assert html.index("Regressions") < html.index("Improvements")
 
@@ -302,3 +294,16 @@ def test_a_recorded_rehearsal_shows_its_curve_beside_the_load_bands(seeded, tmp_
     plot = tmp_path / f"rehearsal-{ids['slow']}.png"
     assert png_size(plot) == (WIDTH_PX, HEIGHT_PX)
     assert f'src="{plot.name}"' in (tmp_path / "report.html").read_text()
+
+
+def test_a_weeks_headline_leads_with_that_weeks_kill_not_a_later_resume(seeded, tmp_path):
+    db, _records, ids = seeded
+    seed.act(db, ids["fast"], Action.RESUME, WEEK.end + timedelta(days=3), "fixed")
+    report = build_weekly(db, "2026-W40", out_dir=tmp_path)
+    at = WEEK.start + timedelta(days=2, hours=3)
+    fast = report.summary()["headlines"]["fast"]
+    assert fast.startswith(
+        f'Killed: by key:ops at {at:%Y-%m-%d %H:%M} UTC, because "acceptance collapsed in code". '
+        "The gate's latest view: Kill"
+    ), fast
+    assert report.summary()["headlines"]["slow"].startswith("Continue")

@@ -65,3 +65,21 @@ def test_simulate_prints_rates_with_intervals():
     assert lo <= rate <= hi and rate >= 0.9
     unknown = runner.invoke(app, ["simulate", "--scenario", "nope"])
     assert isinstance(unknown.exception, ConfigError)
+
+
+def test_replay_json_shows_the_load_bands_as_the_verdict_does(tmp_path):
+    # Pairs that carry each route's load: the backtest shows the gain per band of the
+    # candidate's load, in the shape the verdicts API gives (`VerdictOut.bands`).
+    policy = Policy()
+    scenario = Scenario("banded", 1500, baseline_load=64.0, share=0.25, gain_at=(0.2, 0.2))
+    cols = draw_pairs(scenario, policy, 1, np.random.default_rng(4))
+    path = tmp_path / "pairs.jsonl"
+    path.write_bytes(b"\n".join(orjson.dumps(r) for r in to_records(cols, policy)))
+    result = runner.invoke(app, ["replay", "--pairs", str(path), "--every", "1500", "--json"])
+    assert result.exit_code == 0, result.output
+    bands = json.loads(result.output)["bands"]
+    assert bands and sum(band["n"] for band in bands) > 1000
+    expected = {"band", "n", "ratio", "lower", "upper", "candidate_load", "baseline_load"}
+    assert expected <= set(bands[0])
+    proven = [band for band in bands if band["proven"]]  # an unbounded upper end is null
+    assert proven and all(b["lower"] <= b["ratio"] <= b["upper"] < 1 for b in proven)

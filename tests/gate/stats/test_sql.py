@@ -93,6 +93,7 @@ def store(session, records: list[dict], rollout_id: int | None = None) -> int:
                     "spec_accepted_tokens": side["accepted_tokens"],
                     "trace_id": uuid.uuid4().hex, "span_id": uuid.uuid4().hex[:16],
                     **{key: side.get(key) for key in PARITY_FIELDS},
+                    "exactness": side.get("exactness"),
                 }
             )  # fmt: skip
             side_evals.append(side["evals"])
@@ -131,7 +132,10 @@ def _own_id(record: dict) -> uuid.UUID:
 def as_floats(value: object, prefix: str = "") -> dict[str, float]:
     """Flatten a statistics dataclass into {"field.subfield": value}."""
     if not hasattr(value, "__dataclass_fields__"):
-        return {prefix: float(np.asarray(value))}
+        array = np.asarray(value, dtype=np.float64)
+        if array.ndim:  # per-bin sums (exactness): one entry a bin
+            return {f"{prefix}{i}": float(v) for i, v in enumerate(array.ravel())}
+        return {prefix: float(array)}
     out: dict[str, float] = {}
     for name in value.__dataclass_fields__:
         out.update(as_floats(getattr(value, name), f"{prefix}{name}."))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import numpy as np
 from sqlalchemy import update
@@ -53,28 +53,42 @@ BASELINE = seed.Arm(fail=0.0)
 def judged(db: Session) -> dict[str, int]:
     """Seed each kind of rollout, run the gate once on it, return the rollout ids."""
     start = utcnow() - timedelta(minutes=50)
-    ids = {}
-    for name, (pairs, candidate, policy) in KINDS.items():
-        rollout = factories.rollout(db, name=name, policy=policy)
-        routing.change_state(
-            db, rollout_id=rollout.id, action=Action.START, actor="t", reason="t", publisher=None
-        )
-        seed.traffic(
-            db, rollout.id, start=start, hours=0.75, pairs=pairs,
-            baseline=BASELINE, candidate=candidate, seed=7,
-        )  # fmt: skip
-        # The seeded pairs are complete and evaluated, as the sweeper would leave them.
-        db.execute(
-            update(Generation)
-            .where(Generation.rollout_id == rollout.id)
-            .values(e2e_s=Generation.ttft_s + 40 * Generation.tpot_s)
-        )
-        db.execute(
-            update(Pair).where(Pair.rollout_id == rollout.id).values(evaluated_at=Pair.created_at)
-        )
-        run_gate(db, rollout_id=rollout.id, publisher=None)
-        ids[name] = rollout.id
-    return ids
+    return {
+        name: judge(db, name=name, pairs=pairs, candidate=candidate, policy=policy, start=start)
+        for name, (pairs, candidate, policy) in KINDS.items()
+    }
+
+
+def judge(
+    db: Session,
+    *,
+    name: str,
+    pairs: int,
+    candidate: seed.Arm,
+    policy: dict,
+    start: datetime,
+    segments: tuple[str, ...] = seed.SEGMENTS,
+) -> int:
+    """Seed one running rollout's evaluated pairs, run the gate once on it, return its id."""
+    rollout = factories.rollout(db, name=name, policy=policy)
+    routing.change_state(
+        db, rollout_id=rollout.id, action=Action.START, actor="t", reason="t", publisher=None
+    )
+    seed.traffic(
+        db, rollout.id, start=start, hours=0.75, pairs=pairs,
+        baseline=BASELINE, candidate=candidate, seed=7, segments=segments,
+    )  # fmt: skip
+    # The seeded pairs are complete and evaluated, as the sweeper would leave them.
+    db.execute(
+        update(Generation)
+        .where(Generation.rollout_id == rollout.id)
+        .values(e2e_s=Generation.ttft_s + 40 * Generation.tpot_s)
+    )
+    db.execute(
+        update(Pair).where(Pair.rollout_id == rollout.id).values(evaluated_at=Pair.created_at)
+    )
+    run_gate(db, rollout_id=rollout.id, publisher=None)
+    return rollout.id
 
 
 def banded(db: Session, *, name: str = "banded") -> int:

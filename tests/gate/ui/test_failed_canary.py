@@ -153,8 +153,8 @@ def test_every_surface_says_a_failing_candidate_is_worse(
         report = build_weekly(db, Week.containing(utcnow()), out_dir=tmp_path)
     worse = {f.metric for f in report.regressions}
     better = {f.metric for f in report.improvements}
-    assert {"failures", "quality:groundedness"} <= worse
-    assert not any(m.startswith("quality:") for m in better), report.improvements
+    assert {"failures", "eval:groundedness"} <= worse
+    assert not any(m.startswith("eval:") for m in better), report.improvements
     (week,) = report.rollouts
     quality = {q.evaluator: q for q in week.current.quality}
     assert quality["groundedness"].candidate.rate == 0.0

@@ -2,7 +2,8 @@
 
 Random streams of pairs: both modes, declared and undeclared segments, control pairs,
 missing sides, every side status (ok, error, timeout, fallback, dropped, cancelled),
-evaluators passing, failing or not evaluable, greedy pairs, acceptance, sampled sides
+evaluators passing, failing or not evaluable, greedy pairs, acceptance, per-token
+exactness sums on some sides (the candidate's tested, the baseline's the control), sampled sides
 (eligible or not: greedy, other limits, a shared seed, cut, logprobs on one side only or
 incomplete), each route's load at the pair's start (known or not, on a band edge or
 between). For every
@@ -26,6 +27,7 @@ from hypothesis import strategies as st
 
 from gate.db.enums import RolloutMode
 from gate.db.models import EngineSample
+from gate.exactness import BINS
 from gate.pairs.export import pair_records
 from gate.pairs.load import RUNNING
 from gate.parity import answer_stats
@@ -53,6 +55,13 @@ _names = itertools.count()
 _ids = itertools.count()  # the pairs of every example share one session's table
 
 latency = st.one_of(st.none(), st.floats(0.001, 30.0))
+# A call's per-token exactness sums (`gate.exactness.TokenFit.as_dict`), lossy or not.
+exactness = st.builds(
+    lambda n, cut, bins: {"n": n, "cut": cut, "skipped": 0, "bins": bins},
+    st.integers(0, 80),
+    st.integers(0, 3),
+    st.lists(st.floats(0.0, 6.0), min_size=BINS, max_size=BINS),
+)
 side = st.fixed_dictionaries(
     {
         "ttft_s": latency,
@@ -65,6 +74,7 @@ side = st.fixed_dictionaries(
         ),
         "draft_tokens": st.sampled_from([0, 10, 100]),
         "accepted_tokens": st.integers(0, 120),
+        "exactness": st.one_of(st.none(), st.none(), exactness),
     }
 )
 # Sampled-output parity's side fields; `words` become the answer (`output`), from which

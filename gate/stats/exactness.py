@@ -1,0 +1,189 @@
+"""The per-token exactness test: is the candidate's every token a draw from the target?
+
+Each tested token contributes its fractional shares of `BINS` equal bins of [0, 1] (its
+probability-integral-transform interval, `gate.exactness`). Under an exact sampler the
+expected share of any union A of bins is |A| given the past, whatever the past was; so
+for each interval of bins A and each direction, the mixture of constant bets of
+`gate.stats.betting` on the shares against |A| is a test supermartingale (the shares of a
+token lie in [0, 1], and log(1 + lam (x - m)) is concave in x, so the capital from
+the summed shares is a lower bound of the capital from the tokens one by one: exact from
+sums alone). Tokens within an answer need no independence: only the conditional
+expectation given the past enters.
+
+The null is "per-token total variation at most `margin`" (real engines are exact only up
+to numerics): a token whose sampling distribution is within total variation d of the
+reported one moves any set's expected share by at most d, so each test bets against
+|A| +- margin. A token the settings cut (`cut`) is impossible under an exact sampler;
+its rate is tested against `margin` too. Every set, direction and the cut rate take an
+equal share of the level (a union bound), so the whole test errs with probability at most
+alpha at any number of looks.
+
+What a proven shift means: the tokens' mean per-token total variation is at least the
+proven deviation of the most deviant set (each token's TV bounds its own set deviation,
+and the mean of those bounds the pooled one). It is a lower bound: deviations of
+different positions can cancel in the pooled bins, so the test cannot see every lossy
+sampler; it sees those that move mass towards or away from the likely tokens, as the
+sampling bugs of public reports do.
+
+Promotion: every set's deviation is proven within +- `promote_tv` (each at the promotion
+level's share), or there is no data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gate.exactness import BINS
+from gate.stats.betting import bet_bound, bet_rejects
+from gate.stats.sequences import BoolArray, FloatArray, Interval, Num, as_array
+
+# Every interval of consecutive bins but the whole of [0, 1]: (first bin, end bin).
+SETS: tuple[tuple[int, int], ...] = tuple(
+    (i, j) for i in range(BINS) for j in range(i + 1, BINS + 1) if (i, j) != (0, BINS)
+)
+# Tests that share the level: two directions per set, and the cut rate.
+TESTS = 2 * len(SETS) + 1
+
+
+@dataclass(frozen=True, eq=False)
+class TokenBins:
+    """Summed exactness statistics of some calls.
+
+    `n` tested tokens, `cut` impossible tokens, `bins` the fractional shares, one value
+    (or array, broadcasting with `n` over runs and looks) per bin: a tuple, so that every
+    generic helper that indexes or adds cells field by field treats each bin as a cell's
+    number.
+    """
+
+    n: Num
+    cut: Num
+    bins: tuple[Num, ...]
+
+    @classmethod
+    def empty(cls) -> TokenBins:
+        """Return the statistics of no calls."""
+        return cls(0.0, 0.0, (0.0,) * BINS)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TokenBins):
+            return NotImplemented
+        mine, theirs = (self.n, self.cut, *self.bins), (other.n, other.cut, *other.bins)
+        return all(np.array_equal(a, b) for a, b in zip(mine, theirs, strict=True))
+
+    def __hash__(self) -> int:
+        return hash((float(np.sum(self.n)), float(np.sum(self.cut))))
+
+
+def _set_counts(stats: TokenBins) -> tuple[FloatArray, FloatArray]:
+    """Return each set's summed shares (first axis: `SETS`) and the token counts."""
+    bins = np.stack(np.broadcast_arrays(*(as_array(b) for b in stats.bins))).astype(np.float64)
+    cum = np.concatenate([np.zeros((1, *bins.shape[1:])), np.cumsum(bins, axis=0)], axis=0)
+    first = np.asarray([i for i, _ in SETS])
+    end = np.asarray([j for _, j in SETS])
+    n = np.broadcast_to(as_array(stats.n), bins.shape[1:])
+    return cum[end] - cum[first], np.asarray(n, dtype=np.float64)
+
+
+def _widths() -> FloatArray:
+    return np.asarray([(j - i) / BINS for i, j in SETS], dtype=np.float64)
+
+
+def harmful(stats: TokenBins, margin: float, alpha: float) -> BoolArray:
+    """Return whether a deviation beyond `margin` is proven, at total level `alpha`."""
+    each = alpha / TESTS
+    shares, n = _set_counts(stats)
+    out = _cut_beyond(stats, margin, each)
+    for s, width in enumerate(_widths()):
+        counts = _counts(n, shares[s])
+        if width + margin < 1.0:
+            out = out | bet_rejects([0.0, 1.0], counts, width + margin, each, above=True)
+        if width - margin > 0.0:
+            out = out | bet_rejects([0.0, 1.0], counts, width - margin, each, above=False)
+    return np.asarray(out)
+
+
+def inside(stats: TokenBins, margin: float, alpha: float) -> BoolArray:
+    """Return whether every set's deviation is proven within `margin` (or no tokens)."""
+    each = alpha / TESTS
+    shares, n = _set_counts(stats)
+    out = _cut_below(stats, margin, each)
+    for s, width in enumerate(_widths()):
+        counts = _counts(n, shares[s])
+        if width + margin < 1.0:
+            out = out & bet_rejects([0.0, 1.0], counts, width + margin, each, above=False)
+        if width - margin > 0.0:
+            out = out & bet_rejects([0.0, 1.0], counts, width - margin, each, above=True)
+    return np.asarray(out | (n + as_array(stats.cut) <= 0))
+
+
+def _counts(n: FloatArray, share: FloatArray) -> list[Num]:
+    share = np.clip(share, 0.0, np.maximum(n, 0.0))
+    return [np.maximum(n - share, 0.0), share]
+
+
+def _cut_beyond(stats: TokenBins, margin: float, alpha: float) -> BoolArray:
+    total = as_array(stats.n) + as_array(stats.cut)
+    counts = _counts(total, as_array(stats.cut))
+    if not 0.0 < margin < 1.0:
+        return np.zeros(np.shape(total), dtype=bool)
+    return bet_rejects([0.0, 1.0], counts, margin, alpha, above=True)
+
+
+def _cut_below(stats: TokenBins, margin: float, alpha: float) -> BoolArray:
+    total = as_array(stats.n) + as_array(stats.cut)
+    counts = _counts(total, as_array(stats.cut))
+    if not 0.0 < margin < 1.0:
+        return np.ones(np.shape(total), dtype=bool)
+    return bet_rejects([0.0, 1.0], counts, margin, alpha, above=False)
+
+
+@dataclass(frozen=True)
+class Deviation:
+    """The most deviant set and its deviation's interval (the verdict's words)."""
+
+    interval: Interval  # |share - width| of that set: estimate, lower, upper
+    first: FloatArray  # the set's bins, as [first / BINS, end / BINS] of [0, 1]
+    end: FloatArray
+    more: BoolArray  # tokens fall there more often than the target gives them
+
+
+def deviation(stats: TokenBins, alpha: float) -> Deviation:
+    """Return the most deviant set (by z-score) with its deviation's interval.
+
+    Args:
+        stats: the summed statistics (leading axes broadcast).
+        alpha: the total level; each bound uses this test's share (alpha / `TESTS`).
+
+    Returns:
+        The lower bound on the mean per-token total variation that the set shows, its
+        estimate and upper end, where the set lies, and which way it moved.
+    """
+    shares, n = _set_counts(stats)
+    widths = _widths().reshape(-1, *([1] * n.ndim))
+    safe = np.maximum(n, 1.0)
+    dev = shares / safe - widths
+    z = np.abs(dev) / np.sqrt(widths * (1.0 - widths) / safe)
+    best = np.argmax(z, axis=0)
+    pick = np.take_along_axis(shares, best[None, ...], axis=0)[0]
+    width = _widths()[best]
+    each = alpha / TESTS
+    counts = _counts(n, pick)
+    lower = bet_bound([0.0, 1.0], counts, each, lower=True) - width
+    upper = bet_bound([0.0, 1.0], counts, each, lower=False) - width
+    estimate = np.where(n > 0, pick / np.maximum(n, 1.0) - width, np.nan)
+    more = estimate > 0
+    low = np.where(more, np.maximum(lower, 0.0), np.maximum(-upper, 0.0))
+    high = np.where(more, upper, -lower)
+    first = np.asarray([i for i, _ in SETS])[best] / BINS
+    end = np.asarray([j for _, j in SETS])[best] / BINS
+    return Deviation(Interval(np.abs(estimate), low, high), first, end, more)
+
+
+def explain(estimate: float, lower: float, upper: float) -> str:
+    """Return the verdict's sentence for a proven deviation."""
+    return (
+        "the candidate's tokens are not distributed as the target's: per-token TV "
+        f"≈ {estimate:.3f} [{lower:.3f}, {upper:.3f}]"
+    )
