@@ -41,12 +41,13 @@ from gate.db.engine import make_engine, session_factory
 from gate.db.enums import RolloutState
 from gate.db.models import Rollout
 from gate.pairs.parity import differences
-from gate.stats.policy import load_policy
+from gate.stats.policy import DEFAULT_SEGMENTS, load_policy
 from gate.stats.verdict import VerdictResult
 from gate.verdicts.service import compute
 from tests import factories
 
-SEGMENTS = ["code", "json", "rag", "chat", "creative"]
+SEGMENTS = DEFAULT_SEGMENTS
+N_SEGMENTS = len(SEGMENTS)
 
 
 def load(
@@ -81,7 +82,7 @@ def load(
             for i, pair_id in enumerate(ids):
                 at = created[i]
                 evaluated = stamped or at + timedelta(milliseconds=int(lag_ms[i]))
-                segment = SEGMENTS[(first + i) % 5]
+                segment = SEGMENTS[(first + i) % N_SEGMENTS]
                 d = json.dumps(differences(*sides[i]))
                 copy.write_row(
                     (pair_id, rollout_id, 0, "complete", False, segment, at,
@@ -98,8 +99,8 @@ def load(
                     tpot = 0.02 * shared[i] * (0.8 if side else 1.0)
                     copy.write_row(
                         (2 * (first + i) + side + 1, rollout_id, pair_id, cohort,
-                         SEGMENTS[(first + i) % 5], "ok", 0.1 * shared[i], tpot, 0.1 + 64 * tpot,
-                         40 * side, 30 * side, True, created[i],
+                         SEGMENTS[(first + i) % N_SEGMENTS], "ok", 0.1 * shared[i], tpot,
+                         0.1 + 64 * tpot, 40 * side, 30 * side, True, created[i],
                          *(sides[i][side][k] for k in PARITY))
                     )  # fmt: skip
         with cur.copy(

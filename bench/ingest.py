@@ -21,6 +21,7 @@ thread keeps one export in flight, as the SDK's BatchSpanProcessor does per expo
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import http.client
 import json
 import os
@@ -45,10 +46,10 @@ from sqlalchemy.orm import Session
 
 from collectors.normalise import generation_row, pair_rows
 from collectors.otlp import decode_protobuf
-from collectors.spans import SpanRow
 from gate.db import migrate
 from gate.db.enums import RolloutMode, RouteRole
 from gate.db.models import Generation, Pair, RequestRecord, Rollout, Route, SpanRecord
+from gate.db.rows import SpanRow
 from gate.telemetry import attributes as a
 
 DUPLICATE_EVERY = 20  # every 20th export is re-sent unchanged (5% duplicates)
@@ -230,8 +231,7 @@ def row_by_row(url: str, body: bytes, offsets: Offsets, seconds: float) -> dict[
             "spans_per_s": handled / elapsed}  # fmt: skip
 
 
-SPAN_FIELDS = ("trace_id", "span_id", "parent_span_id", "name", "kind", "service", "start_time",
-               "end_time", "status_code", "status_message", "attributes", "resource")  # fmt: skip
+SPAN_FIELDS = tuple(field.name for field in dataclasses.fields(SpanRow))
 
 
 def insert_one(session: Session, row: SpanRow) -> bool:

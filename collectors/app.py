@@ -13,8 +13,8 @@ from prometheus_client import CollectorRegistry
 from collectors.pipeline import Pipeline, open_pipeline
 from collectors.receipt import Receipt, Settled
 from collectors.receiver import Acknowledge, create_router
-from collectors.spans import SpanRow
 from collectors.writer import LandedCallback
+from gate.db.rows import SpanRow
 from gate.settings import CollectorSettings, Settings
 from gate.telemetry import prometheus
 

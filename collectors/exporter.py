@@ -12,7 +12,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from collectors.extra import Extra, event_extra, link_extra, scope_extra, span_extra
-from collectors.spans import MAX_NAME, SpanRow, from_unix_nano, service_of
+from collectors.spans import MAX_NAME, from_unix_nano, service_of
+from gate.db.rows import SpanRow
 
 # OTLP `SpanFlags`: whether the parent's remoteness is known, and whether it is remote.
 _HAS_IS_REMOTE, _IS_REMOTE = 0x100, 0x200

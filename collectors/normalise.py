@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from collectors.spans import STATUS_ERROR, SpanRow
+from collectors.spans import STATUS_ERROR
 from gate.db.enums import Cohort, GenerationStatus, PairState
-from gate.db.rows import ENGINE_FIELDS, EngineFacts, GenerationRow, PairRow, RequestRow
+from gate.db.rows import ENGINE_FIELDS, EngineFacts, GenerationRow, PairRow, RequestRow, SpanRow
 from gate.exactness import TokenFit
 from gate.parity import text_distinct_2
 from gate.telemetry import attributes as a

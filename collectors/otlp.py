@@ -21,13 +21,8 @@ from collectors.extra import (
     scope_extra,
     span_extra,
 )
-from collectors.spans import (
-    MAX_NAME,
-    SpanRow,
-    from_unix_nano,
-    service_of,
-    valid_ids,
-)
+from collectors.spans import MAX_NAME, from_unix_nano, service_of, valid_ids
+from gate.db.rows import SpanRow
 
 
 class MalformedPayload(ValueError):

@@ -9,7 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 from collectors.extra import Extra, event_extra, link_extra, scope_extra, span_extra
-from collectors.spans import MAX_NAME, SpanRow, from_unix_nano, service_of, valid_ids
+from collectors.spans import MAX_NAME, from_unix_nano, service_of, valid_ids
+from gate.db.rows import SpanRow
 
 _KINDS = {
     "SPAN_KIND_UNSPECIFIED": 0,

@@ -18,7 +18,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from collectors.otlp import Decoded, MalformedPayload, decode_json, decode_protobuf
 from collectors.receipt import Receipt, Settled
-from collectors.spans import SpanRow
+from gate.db.rows import SpanRow
 
 log = logging.getLogger(__name__)
 

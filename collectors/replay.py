@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 from collectors import spool as spool_io
 from collectors.metrics import CollectorMetrics
-from collectors.spans import SpanRow
 from collectors.spool import Segment, Spool
+from gate.db.rows import SpanRow
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from collectors.receipt import Receipt
-from collectors.spans import SpanRow
+from gate.db.rows import SpanRow
 
 
 @dataclass(slots=True)

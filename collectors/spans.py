@@ -1,57 +1,24 @@
-"""The flat span row every input (OTLP, the SDK exporter, the spool) is converted to."""
+"""Helpers for the flat span row (`gate.db.rows.SpanRow`) every input (OTLP, the SDK
+exporter, the spool) is converted to: ids, times, column limits, NUL scrubbing."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+from gate.db.rows import SpanRow
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 # Span kinds and status codes use the OTLP wire numbering (the SDK's SpanKind is off by one).
 KIND_UNSPECIFIED, KIND_INTERNAL, KIND_SERVER, KIND_CLIENT = 0, 1, 2, 3
-STATUS_UNSET, STATUS_OK, STATUS_ERROR = 0, 1, 2
+STATUS_ERROR = 2
 
 # Column limits of the `spans` table; longer values are cut rather than failing the batch.
 MAX_NAME = 256
 MAX_SERVICE = 128
 # Set by the collector on a span it had to remove NUL characters from: how many.
 NUL_REMOVED = "specgate.collector.nul_removed"
-
-
-@dataclass(slots=True)
-class SpanRow:
-    """One span as the `spans` table stores it: hex ids, UTC times, plain-dict attributes."""
-
-    trace_id: str
-    span_id: str
-    parent_span_id: str | None
-    name: str
-    kind: int
-    start_time: datetime
-    end_time: datetime
-    status_code: int
-    status_message: str | None
-    attributes: dict[str, Any]
-    resource: dict[str, Any]
-    service: str | None
-    # OTLP fields beyond the columns (scope, trace state, flags, events, links): see
-    # `collectors.extra`.
-    extra: dict[str, Any] | None = None
-
-    def with_attributes(self, attributes: dict[str, Any]) -> SpanRow:
-        """Return a copy holding `attributes` (built directly: `dataclasses.replace` costs
-        six times as much, on every normalised span)."""
-        return SpanRow(
-            self.trace_id, self.span_id, self.parent_span_id, self.name, self.kind,
-            self.start_time, self.end_time, self.status_code, self.status_message,
-            attributes, self.resource, self.service, self.extra,
-        )  # fmt: skip
-
-    @property
-    def key(self) -> tuple[str, str]:
-        """Return the idempotency key (trace id, span id)."""
-        return (self.trace_id, self.span_id)
 
 
 def from_unix_nano(nanos: int) -> datetime:

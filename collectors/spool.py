@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from collectors.spans import SpanRow, from_unix_nano, to_unix_nano
+from collectors.spans import from_unix_nano, to_unix_nano
+from gate.db.rows import SpanRow
 from gate.errors import ConfigError
 
 log = logging.getLogger(__name__)

@@ -13,9 +13,9 @@ from sqlalchemy import exc as sa_exc
 
 from collectors import landing
 from collectors.normalise import normalise
-from collectors.spans import SpanRow
 from gate.db import storage
 from gate.db.base import utcnow
+from gate.db.rows import SpanRow
 
 # SQLSTATE classes that blame the values written, not the database: 22 data exception (too
 # long, out of range, bad encoding), 23 integrity constraint violation, 54 program limit

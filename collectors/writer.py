@@ -15,9 +15,10 @@ from collectors.metrics import CollectorMetrics
 from collectors.receipt import Receipt, Settled
 from collectors.replay import SpoolReplay
 from collectors.span_queue import Batch, SpanQueue
-from collectors.spans import SpanRow, scrub
+from collectors.spans import scrub
 from collectors.spool import Spool
 from collectors.store import Landed, SpanStore, is_conflict, is_data_error
+from gate.db.rows import SpanRow
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,6 @@ and can run in any process (Celery worker, benchmark, test).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -117,19 +116,6 @@ class RequestView:
         """Return the sampling temperature the client asked for, if it said."""
         value = self.body.get("temperature")
         return float(value) if isinstance(value, int | float) else None
-
-
-def message_text(message: Mapping[str, Any]) -> str:
-    """Return the text of a chat message whose content is a string or a list of parts."""
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [p.get("text", "") for p in content if isinstance(p, Mapping)]
-        return "\n".join(p for p in parts if isinstance(p, str))
-    if content is None:
-        return ""
-    return json.dumps(content, sort_keys=True)
 
 
 class Evaluator(Protocol):

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from evaluators.base import EvalResult, GenerationView, RequestView, message_text
+from evaluators.base import EvalResult, GenerationView, RequestView
 from evaluators.claims import (
     Claim,
     ClaimSupport,
@@ -40,6 +40,7 @@ from evaluators.grounding_score import (
     calibrated_score,
     task_kind,
 )
+from gate.request.messages import message_text
 
 
 class PmiFeatures(Protocol):

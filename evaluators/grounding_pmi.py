@@ -68,10 +68,6 @@ class PmiScorer:
     def _ids(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def claim_pmi(self, context: str, prompt: str, claims: Sequence[str]) -> list[float]:
-        """Return each claim's mean per-token PMI with `context` (claims in answer order)."""
-        return [sum(gains) / len(gains) for gains in self.token_pmi(context, prompt, claims)]
-
     def token_pmi(self, context: str, prompt: str, claims: Sequence[str]) -> list[list[float]]:
         """Return each claim's per-token PMI with `context` (claims without tokens left out)."""
         pieces = [self._ids((" " if i else "") + c.strip()) for i, c in enumerate(claims)]
@@ -135,7 +131,7 @@ def build_pmi(options: Mapping[str, Any] | bool) -> PmiScorer:
 
 def pmi_inputs(messages: Sequence[Mapping[str, Any]], sources: Sequence[str]) -> tuple[str, str]:
     """Return (context, prompt): the evidence, and the conversation without the evidence."""
-    from evaluators.base import message_text
+    from gate.request.messages import message_text
 
     speaker = {"user": "User", "assistant": "Assistant"}
     turns = [

@@ -15,8 +15,9 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from evaluators.base import RequestView, message_text
+from evaluators.base import RequestView
 from evaluators.claims import Claim, ClaimSupport, ContextIndex
+from gate.request.messages import message_text
 
 TASK_KINDS = ("qa", "summary", "dialogue")
 FEATURES = (

@@ -1,4 +1,5 @@
-"""Reachability checks of the database and Redis, for readiness and `specgate status`."""
+"""Reachability checks of the database and Redis, for readiness and `specgate status`, and
+the gateway's liveness body."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from sqlalchemy import Engine
 
 from gate.db.engine import check_connection, mask_url
 from gate.errors import DatabaseUnavailable
+from gate.routing.health import RouteHealth
+from gate.routing.sync import RoutingState
 
 
 @dataclass(frozen=True)
@@ -39,3 +42,13 @@ def redis_health(url: str | None, *, timeout_s: float = 1.0) -> ComponentHealth:
     finally:
         client.close()
     return ComponentHealth("redis", True, mask_url(url))
+
+
+def gateway_liveness(routing: RoutingState, routes: RouteHealth | None) -> dict[str, object]:
+    """Return a gateway's `/healthz` body: stale routing, pub/sub, and routes marked down."""
+    return {
+        "status": "ok",
+        "routing_stale": routing.is_stale(),
+        "pubsub_connected": routing.pubsub_connected,
+        "routes_down": routes.detail() if routes is not None else {},
+    }

@@ -3,8 +3,8 @@
 Every event is one line: an event name and `key=value` fields (STYLE.md). `text` writes
 them as they are after a UTC timestamp, the level and the logger; `json` writes one
 object per line with the same facts, the fields parsed out. `SPECGATE_LOG_LEVEL` and
-`SPECGATE_LOG_FORMAT` choose, in every process: `serve`, `collect` and its workers,
-`worker`, `engine`, `demo`.
+`SPECGATE_LOG_FORMAT`, read as settings (`gate.settings.LogSettings`), choose in every
+process: `serve`, `collect` and its workers, `worker`, `engine`, `demo`.
 """
 
 from __future__ import annotations
@@ -12,10 +12,13 @@ from __future__ import annotations
 import json
 import logging
 import logging.config
-import os
 import re
 from datetime import UTC, datetime
 from typing import Any
+
+from pydantic import ValidationError
+
+from gate.settings import LogSettings
 
 FORMATS = ("text", "json")
 _FIELD = re.compile(r"""([A-Za-z_][\w.]*)=('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|\S+)""")
@@ -25,8 +28,7 @@ def configure(level: str | None = None, fmt: str | None = None) -> None:
     """Send every logger's records to stderr in one format, at one level (default: env)."""
     logging.config.dictConfig(dict_config(level, fmt))
     logging.captureWarnings(True)
-    level = (level or os.environ.get("SPECGATE_LOG_LEVEL") or "INFO").upper()
-    fmt = (fmt or os.environ.get("SPECGATE_LOG_FORMAT") or "text").lower()
+    level, fmt = chosen(level, fmt)
     log = logging.getLogger(__name__)
     if not isinstance(logging.getLevelName(level), int):
         log.warning("logging_misconfigured log_level=%r using=INFO", level)
@@ -37,9 +39,8 @@ def configure(level: str | None = None, fmt: str | None = None) -> None:
 def dict_config(level: str | None = None, fmt: str | None = None) -> dict[str, Any]:
     """Return the `logging.config.dictConfig` of `configure`; uvicorn takes it as its
     `log_config`, and applies it again in each worker process it spawns."""
-    name = (level or os.environ.get("SPECGATE_LOG_LEVEL") or "INFO").upper()
-    chosen = (fmt or os.environ.get("SPECGATE_LOG_FORMAT") or "text").lower()
-    formatter = JsonFormatter if chosen == "json" else TextFormatter
+    name, picked = chosen(level, fmt)
+    formatter = JsonFormatter if picked == "json" else TextFormatter
     return {
         "version": 1,
         "disable_existing_loggers": False,
@@ -65,6 +66,18 @@ def dict_config(level: str | None = None, fmt: str | None = None) -> dict[str, A
             "level": name if isinstance(logging.getLevelName(name), int) else "INFO",
         },
     }
+
+
+def chosen(level: str | None = None, fmt: str | None = None) -> tuple[str, str]:
+    """Return the level and format: the arguments, else the settings' (`LogSettings`)."""
+    try:
+        settings = LogSettings()
+        setting: str = settings.log_format
+    except ValidationError as exc:
+        # A format the settings refuse is returned as given: `configure` warns, writes text.
+        settings = LogSettings(log_format="text")
+        setting = str(exc.errors()[0]["input"])
+    return (level or settings.log_level).upper(), (fmt or setting).lower()
 
 
 def _timestamp(record: logging.LogRecord) -> str:

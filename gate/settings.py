@@ -100,7 +100,24 @@ class EvaluatorSettings(BaseModel):
     )
 
 
-class Settings(BaseSettings, GatewaySettings, CollectorSettings, GateSettings, EvaluatorSettings):
+class LogSettings(BaseSettings):
+    """The logging section, also read on its own: `gate.logs` sets logging up before a
+    command builds its `Settings`."""
+
+    model_config = SettingsConfigDict(env_prefix="SPECGATE_", env_file=None, extra="ignore")
+
+    log_level: str = "INFO"
+    log_format: Literal["text", "json"] = Field(
+        "text", description="Log lines as `key=value` text or one JSON object per line."
+    )
+
+    @field_validator("log_format", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
+
+class Settings(LogSettings, GatewaySettings, CollectorSettings, GateSettings, EvaluatorSettings):
     """Everything a specgate process is configured with (`SPECGATE_*` variables).
 
     One object per process, built once and passed down. The sections it derives from name
@@ -121,10 +138,6 @@ class Settings(BaseSettings, GatewaySettings, CollectorSettings, GateSettings, E
     )
     secret_key: SecretStr = Field(
         SecretStr("specgate-dev-secret"), description="Server secret for API key HMACs."
-    )
-    log_level: str = "INFO"
-    log_format: Literal["text", "json"] = Field(
-        "text", description="Log lines as `key=value` text or one JSON object per line."
     )
 
     # Content capture: prompts and outputs are kept only for sampled pairs and bounded.
@@ -154,15 +167,8 @@ class Settings(BaseSettings, GatewaySettings, CollectorSettings, GateSettings, E
 
     @field_validator("ask_logprobs", mode="before")
     @classmethod
-    def _on_off(cls, value: object) -> object:
-        # The switch was a boolean before `auto`: true and false still mean on and off.
-        words = {"true": "on", "1": "on", "yes": "on", "false": "off", "0": "off", "no": "off"}
-        if isinstance(value, bool):
-            return "on" if value else "off"
-        if not isinstance(value, str):
-            return value
-        word = value.strip().lower()
-        return words.get(word, word)
+    def _word(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
 
     def resolved_database_url(self) -> str:
         """Return the database URL, defaulting to the embedded SQLite file."""

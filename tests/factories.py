@@ -14,6 +14,7 @@ from gate.db.enums import Cohort, GenerationStatus, RolloutMode, RouteRole
 from gate.db.models import Evaluation, Generation, Pair, Rollout
 from gate.rollouts import service
 from gate.rollouts.schemas import RolloutIn, RouteIn
+from gate.rollouts.states import Action
 
 
 def rollout(
@@ -43,6 +44,13 @@ def rollout(
         policy=policy or {},
     )
     return service.create_rollout(session, spec=spec, actor="test")
+
+
+def running_rollout(session: Session, **kw: Any) -> Rollout:
+    """Return a rollout (as `rollout` makes it) started: routed, mirrored, judged."""
+    made = rollout(session, **kw)
+    service.transition(session, rollout_id=made.id, action=Action.START, actor="t", reason="t")
+    return made
 
 
 def pair(

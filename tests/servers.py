@@ -129,3 +129,14 @@ class TcpProxy:
         for sock in (source, sink):
             with suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
+
+
+def control_api(services: Any) -> Any:
+    """Return the control API alone, as the gateway mounts it (OpenAPI at /docs)."""
+    from fastapi import FastAPI
+
+    from gate.api.app import install_control_api
+
+    app = FastAPI(title="specgate control API", version="1")
+    install_control_api(app, services)
+    return app

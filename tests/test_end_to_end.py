@@ -15,8 +15,6 @@ from gate.db.engine import make_engine, session_factory
 from gate.db.enums import Cohort, PairState
 from gate.db.models import Evaluation, Generation, Pair, RequestRecord
 from gate.engines.sim import SimProfile, create_sim_app
-from gate.rollouts import service
-from gate.rollouts.states import Action
 from tests import factories
 from tests.gate.api.test_processes import specgate_serve
 from tests.servers import serving
@@ -32,16 +30,13 @@ def test_traffic_becomes_pairs_generations_and_evaluations(tmp_path):
             serving(create_sim_app(SimProfile(tokens=12, spec_tokens=4, acceptance=0.6)))
         )
         with sessions() as db, db.begin():
-            rollout = factories.rollout(
+            factories.running_rollout(
                 db,
                 name="smol",
                 base_url=base + "/v1",
                 candidate_url=cand + "/v1",
                 sample_rate=1.0,
                 policy={"stages": [100]},
-            )
-            service.transition(
-                db, rollout_id=rollout.id, action=Action.START, actor="t", reason="t"
             )
         gateway = stack.enter_context(
             specgate_serve(

@@ -123,7 +123,10 @@ def layout_rows() -> dict[str, str]:
     rows = {}
     for line in table.splitlines()[2:]:
         folder, owns = (cell.strip() for cell in line.strip("|").split("|", 1))
-        rows[folder.strip("`").rstrip("/")] = owns
+        name = folder.strip("`").rstrip("/")
+        # A second row for a folder would pass a dict silently and say two things.
+        assert name not in rows, f"README's layout table has two rows for {folder}"
+        rows[name] = owns
     return rows
 
 

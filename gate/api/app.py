@@ -1,4 +1,4 @@
-"""Assemble the control API, standalone or inside the gateway app."""
+"""Assemble the control API inside the gateway app."""
 
 from __future__ import annotations
 
@@ -28,10 +28,3 @@ def install_control_api(app: FastAPI, services: Services) -> None:
     app.add_middleware(BodyLimit, max_bytes=services.settings.control_body_max_bytes)
     for module in (rollouts, rehearsals, controllers, browse, misc, dashboard, reports, ui):
         app.include_router(module.router, responses=problems.RESPONSES)
-
-
-def create_api_app(services: Services) -> FastAPI:
-    """Build a standalone control API app (OpenAPI at /docs)."""
-    app = FastAPI(title="specgate control API", version="1")
-    install_control_api(app, services)
-    return app

@@ -7,6 +7,7 @@ scipy or matplotlib.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from importlib import import_module
 from typing import Any
@@ -31,8 +32,8 @@ class Lazy:
 COMMANDS: dict[str, Lazy] = {
     "demo": Lazy(
         "gate.cli.demo:demo",
-        "Run a plain and an n-gram speculative SmolLM2 engine, the gateway in shadow mode,\n"
-        "the collectors, evaluators and the gate on SQLite; replay the built-in workload and\n"
+        "Run a plain and an n-gram speculative SmolLM2 engine, the gateway in shadow mode, "
+        "the collectors, evaluators and the gate on SQLite; replay the built-in workload and "
         "print per-segment results and the verdict.",
     ),
     "status": Lazy(
@@ -49,7 +50,7 @@ COMMANDS: dict[str, Lazy] = {
     ),
     "rehearse": Lazy(
         "gate.cli.rehearse:rehearse_command",
-        "Replay a workload against two routes at rising concurrency; find where speculation\n"
+        "Replay a workload against two routes at rising concurrency; find where speculation "
         "stops paying.",
     ),
     "collect": Lazy(
@@ -71,6 +72,31 @@ COMMANDS: dict[str, Lazy] = {
 }
 
 
+def sentences(text: str | None) -> str | None:
+    """Return help text with each paragraph on one line, for the terminal to wrap."""
+    if not text:
+        return text
+    # Docstrings break lines at 100 columns; left in, they break sentences on screen.
+    shown, cut, hidden = inspect.cleandoc(text).partition("\f")
+    paragraphs = [
+        p if p.startswith("\b") else " ".join(line.strip() for line in p.splitlines())
+        for p in shown.split("\n\n")
+    ]
+    return "\n\n".join(paragraphs) + cut + hidden
+
+
+def unwrapped(command: Any) -> Any:
+    """Return a click command with its help, its parameters' and its subcommands' unwrapped."""
+    command.help = sentences(command.help)
+    command.short_help = sentences(command.short_help)
+    for param in command.params:
+        if hasattr(param, "help"):  # options and Typer's arguments
+            param.help = sentences(param.help)
+    for sub in getattr(command, "commands", {}).values():
+        unwrapped(sub)
+    return command
+
+
 def load_command(name: str) -> Any:
     """Import one command's module and return it as a click command."""
     lazy = COMMANDS[name]
@@ -81,7 +107,7 @@ def load_command(name: str) -> Any:
         parent.add_typer(target, name=name, help=lazy.help)
     else:
         parent.command(name)(target)
-    return typer.main.get_group(parent).commands[name]
+    return unwrapped(typer.main.get_group(parent).commands[name])
 
 
 class LazyGroup(TyperGroup):

@@ -8,30 +8,29 @@ from typing import Annotated
 
 import httpx
 import typer
-from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.table import Table
 
+from collectors import scraper
 from gate.errors import BadRequest
 from gate.stats.advisor import PositionAcceptance, advise
 
-DRAFTS = "vllm:spec_decode_num_drafts"
-PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos"
+# The exposed names the advice reads: those the scraper maps to these canonical counters.
+_READ = (scraper.SPEC_DRAFTS, scraper.SPEC_ACCEPTED_PER_POS)
+EXPOSED = sorted(name for name, src in scraper.SOURCES.items() if src.canonical in _READ)
 
 
 def position_acceptance(exposition: str) -> PositionAcceptance:
-    """Sum vLLM's draft and per-position accepted counters over engines and models."""
-    drafts = 0.0
+    """Sum the draft and per-position accepted counters over engines and models."""
+    counters = scraper.parse(exposition).counters
+    drafts = counters.get((scraper.SPEC_DRAFTS, ()), 0.0)
     by_position: dict[int, float] = defaultdict(float)
-    for family in text_string_to_metric_families(exposition):
-        for sample in family.samples:
-            if sample.name == DRAFTS + "_total":
-                drafts += sample.value
-            elif sample.name == PER_POSITION + "_total":
-                by_position[int(sample.labels.get("position", "0"))] += sample.value
+    for (name, labels), value in counters.items():
+        if name == scraper.SPEC_ACCEPTED_PER_POS:
+            by_position[int(dict(labels).get("position", "0"))] += value
     if drafts <= 0 or not by_position:
         raise BadRequest(
-            f"no speculative counters ({DRAFTS}, {PER_POSITION}) in the exposition: is the "
+            f"no speculative counters ({', '.join(EXPOSED)}) in the exposition: is the "
             "engine speculating, and has it served requests?"
         )
     accepted = tuple(int(by_position[p]) for p in sorted(by_position))

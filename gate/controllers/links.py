@@ -12,8 +12,6 @@ a controller held), since it proves the controller is back and still driving.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import secrets
 from collections.abc import Sequence
 from datetime import timedelta
@@ -26,6 +24,7 @@ from gate.db.base import utcnow
 from gate.db.enums import RolloutState
 from gate.db.models import ApiKey, ControllerKind, ControllerLink, Rollout
 from gate.errors import BadRequest, Unauthorized
+from gate.keys.service import digest
 from gate.rollouts import repository
 from gate.rollouts import service as rollouts
 from gate.rollouts.states import Action
@@ -34,11 +33,6 @@ from gate.routing.pubsub import Publisher
 
 TOKEN_PREFIX = "sgh_"
 WATCH_ACTOR = "specgate:controller-watch"
-
-
-def token_digest(secret_key: str, token: str) -> str:
-    """Return the stored form of a hook token."""
-    return hmac.new(secret_key.encode(), token.encode(), hashlib.sha256).hexdigest()
 
 
 def link_rollout(
@@ -63,7 +57,7 @@ def link_rollout(
     link.poll_interval_s = poll_interval_s
     link.missed_polls = missed_polls
     link.analysis_key = analysis_key
-    link.token_hash = token_digest(secret_key, token) if token else None
+    link.token_hash = digest(secret_key, token) if token else None
     # Silence is counted from the first check-in after the (re)link, never from an older one.
     link.created_at, link.last_polled_at = utcnow(), None
     session.add(link)
@@ -99,9 +93,9 @@ def _check_analysis_key(session: Session, controller: ControllerKind, name: str 
 
 def by_token(session: Session, *, token: str, secret_key: str) -> ControllerLink:
     """Return the link a hook token belongs to, or raise Unauthorized."""
-    digest = token_digest(secret_key, token)
+    hashed = digest(secret_key, token)
     link = session.scalars(
-        select(ControllerLink).where(ControllerLink.token_hash == digest)
+        select(ControllerLink).where(ControllerLink.token_hash == hashed)
     ).first()
     if link is None:
         raise Unauthorized("unknown hook token")

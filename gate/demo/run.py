@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Protocol
 
 import httpx
 import orjson
@@ -42,6 +43,13 @@ ACTOR = "demo"
 # Faults the demo can inject into the candidate engine: name -> its extra engine flags.
 # Fault injection only, to watch the gate catch a known bug; never a default.
 FAULTS: dict[str, list[str]] = {"biased-sampler": ["--verify", "biased-argmax"]}
+
+
+class Engine(Protocol):
+    """What registering a route needs of an engine: where it answers."""
+
+    @property
+    def base_url(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -95,7 +103,7 @@ def run_demo(settings: Settings, options: DemoOptions, console: Console) -> Demo
             options.weights or default_encoding(options.backend), announce=console.print
         )
     if options.parity:  # both sides asked alike, on the sampled pairs' calls only
-        settings = settings.model_copy(update={"ask_logprobs": True})
+        settings = settings.model_copy(update={"ask_logprobs": "on"})
     url = settings.resolved_database_url()
     migrate.upgrade(url)
     sessions = session_factory(engine_from_settings(settings))
@@ -107,7 +115,7 @@ def run_demo(settings: Settings, options: DemoOptions, console: Console) -> Demo
         engines = _start_engines(options, gguf, logs, started, console)
         # Every state change goes through the routing service, published to the gateways.
         bus = publisher(settings, sessions)
-        rollout_id, alias = _register(sessions, engines, _policy(options, workload), bus)
+        rollout_id, alias = _register(sessions, engines, options, _policy(options, workload), bus)
         app = build_gateway_app(settings)
         gateway = ServerThread(app)
         started.append(gateway)
@@ -215,7 +223,8 @@ def _candidate_flags(options: DemoOptions) -> list[str]:
 
 def _register(
     sessions: sessionmaker[Session],
-    engines: dict[RouteRole, EngineProcess],
+    engines: Mapping[RouteRole, Engine],
+    options: DemoOptions,
     policy: dict[str, object],
     bus: Publisher | None,
 ) -> tuple[int, str]:
@@ -233,7 +242,7 @@ def _register(
                     role=role,
                     metrics_url=engine.base_url[:-3] + "/metrics",
                     spec_method="ngram" if is_spec else None,
-                    spec_tokens=8 if is_spec else None,
+                    spec_tokens=options.num_speculative_tokens if is_spec else None,
                     spec_config={"provider": "llama.cpp"},
                 ),
                 actor=ACTOR,

@@ -25,6 +25,7 @@ from gate.gateway.mirror import MirrorPool
 from gate.gateway.proxy import handle
 from gate.gateway.spans import Redactor, SpanEmitter
 from gate.gateway.transports import create_transport
+from gate.health import gateway_liveness
 from gate.routing.health import RouteHealth
 from gate.routing.sync import RoutingState
 from gate.settings import Settings
@@ -131,12 +132,7 @@ def create_gateway_app(
 
         @app.get("/healthz")
         async def healthz() -> dict[str, object]:
-            return {
-                "status": "ok",
-                "routing_stale": routing.is_stale(),
-                "pubsub_connected": routing.pubsub_connected,
-                "routes_down": route_health.detail(),
-            }
+            return gateway_liveness(routing, route_health)
 
     return ProxyDispatch(app)
 

@@ -36,7 +36,7 @@ from gate.gateway.upstream import (
     encode,
     open_stream,
 )
-from gate.request import segments
+from gate.request.messages import prompt_text
 from gate.rollouts.states import Primary
 from gate.routing.health import ROUTE_DOWN
 from gate.routing.snapshot import RouteTarget
@@ -141,7 +141,7 @@ async def _prepare(
         strip_usage=stream and not wants_usage,
         ctx=ctx,
         parent=extract(request.headers),
-        prompt=segments.prompt_text(upstream) if capture else None,
+        prompt=prompt_text(upstream) if capture else None,
         unasked=unasked,
         candidate_payload=candidate_payload,
     )

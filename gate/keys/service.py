@@ -64,7 +64,7 @@ def parse_scopes(values: Sequence[str]) -> frozenset[Scope]:
 
 
 def digest(secret_key: str, secret: str) -> str:
-    """Return the stored form of a key's secret."""
+    """Return the stored form of a secret (an API key's, a hook token): its HMAC-SHA256."""
     return hmac.new(secret_key.encode(), secret.encode(), hashlib.sha256).hexdigest()
 
 

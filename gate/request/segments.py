@@ -6,8 +6,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from gate.request.messages import message_text, prompt_text
+
 SEGMENT_HEADER = "x-specgate-segment"
-SEGMENTS = ("json", "rag", "code", "creative", "chat")
 _CODE = re.compile(
     r"```|\bdef \w+\(|\bclass \w+[:(]|\bfunction \w+\(|#include|\bimport \w+|=>|;\s*$",
     re.MULTILINE,
@@ -28,7 +29,7 @@ def classify(body: Mapping[str, Any], inputs: Mapping[str, Any]) -> str:
         return "json"
     if inputs.get("context") or len(_system_text(body)) >= LONG_SYSTEM_CONTEXT:
         return "rag"
-    if _CODE.search(_prompt_text(body)):
+    if _CODE.search(prompt_text(body)):
         return "code"
     temperature = body.get("temperature")
     if isinstance(temperature, int | float) and temperature >= CREATIVE_TEMPERATURE:
@@ -41,31 +42,9 @@ def valid_override(value: str) -> bool:
     return bool(_SEGMENT_NAME.match(value))
 
 
-def prompt_text(body: Mapping[str, Any]) -> str:
-    """Return the prompt as plain text (chat messages joined, or the completion prompt)."""
-    return _prompt_text(body)
-
-
 def _system_text(body: Mapping[str, Any]) -> str:
     return "\n".join(
-        _content(m)
+        message_text(m)
         for m in body.get("messages") or []
         if isinstance(m, dict) and m.get("role") == "system"
     )
-
-
-def _prompt_text(body: Mapping[str, Any]) -> str:
-    messages = body.get("messages")
-    if isinstance(messages, list):
-        return "\n".join(_content(m) for m in messages if isinstance(m, dict))
-    prompt = body.get("prompt")
-    if isinstance(prompt, list):
-        return "\n".join(str(p) for p in prompt)
-    return str(prompt or "")
-
-
-def _content(message: Mapping[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, list):
-        return "\n".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
-    return str(content or "")

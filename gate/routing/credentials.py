@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +42,6 @@ RESERVED_HEADERS = frozenset(
         "baggage",
     }
 )
-_SOURCE = re.compile(SOURCE_PATTERN)
 
 
 class CredentialError(GateError):
@@ -51,13 +49,6 @@ class CredentialError(GateError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, status_code=502)
-
-
-def parse_source(source: str) -> str:
-    """Return a credential source if it is `env:NAME` or `file:/absolute/path`."""
-    if not _SOURCE.match(source):
-        raise ValueError("a credential source is env:NAME or file:/absolute/path")
-    return source
 
 
 def read_secret(source: str, secrets_dir: Path = DEFAULT_SECRETS_DIR) -> str:

@@ -86,8 +86,3 @@ def update(state: CollapseState, log_e: FloatArray) -> CollapseState:
 def log_threshold(horizon: int, alpha: float) -> float:
     """Return the alarm level log(T / alpha) for a false-alarm budget over T requests."""
     return float(np.log(horizon / alpha))
-
-
-def alarmed(state: CollapseState, horizon: int, alpha: float) -> bool:
-    """Return whether the detector has crossed its alarm level at any time so far."""
-    return state.max_log_sr >= log_threshold(horizon, alpha)

@@ -86,6 +86,24 @@ class Reason:
     cell: Cell | None = None
     segment: str | None = None
 
+    @classmethod
+    def from_code(cls, code: str) -> Reason | None:
+        """Return the reason a stored code renders (the inverse of `code`); None: unknown."""
+        for kind in _LONGEST_FIRST:
+            if code == kind.value:
+                return None if kind in _CELL_KINDS | _SEGMENT_KINDS else cls(kind)
+            rest = code.removeprefix(f"{kind.value}:")
+            if rest == code or not rest:
+                continue
+            if kind in _CELL_KINDS:
+                metric, _, segment = rest.rpartition(":")
+                if not metric or not segment:
+                    return None
+                guardrail, _, part = metric.partition(":")
+                return cls(kind, Cell(MetricId(guardrail, part or None), segment))
+            return cls(kind, segment=rest) if kind in _SEGMENT_KINDS else None
+        return None
+
     @property
     def code(self) -> str:
         """Return the stable reason code (`kill:<metric>:<segment>`, `hold:dropped_share`)."""
@@ -107,3 +125,11 @@ class Reason:
         if self.cell is not None:
             return f"{head}:{self.cell.metric}:{self.cell.segment}"
         return f"{head}:{self.segment}" if self.segment is not None else head
+
+
+# What a code carries after its head: a cell (`kill:<metric>:<segment>`), or a segment or
+# statistic (`kill:acceptance_collapse:<segment>`, `alarm:control_parity:<statistic>`).
+_CELL_KINDS = frozenset({ReasonKind.KILL, ReasonKind.UNPROVEN})
+_SEGMENT_KINDS = frozenset({ReasonKind.COLLAPSE, ReasonKind.CONTROL_PARITY})
+# `kill:acceptance_collapse:chat` is a collapse, not a kill of metric `acceptance_collapse`.
+_LONGEST_FIRST = sorted(ReasonKind, key=lambda kind: len(kind.value), reverse=True)

@@ -44,6 +44,9 @@ class _Model(BaseModel):
 
 Share = Annotated[float, Field(ge=0.0, le=1.0)]
 SegmentName = Annotated[str, Field(pattern=r"^[a-z0-9_.:-]{1,64}$")]
+# The prompt classes `gate.request.segments.classify` assigns, each tested on its own by
+# default: the one list of them.
+DEFAULT_SEGMENTS = ("code", "json", "rag", "chat", "creative")
 
 
 class Primary(_Model):
@@ -86,10 +89,6 @@ class EvaluatorGuardrails(_Model):
     default: RateGuardrail = RateGuardrail(margin=0.03, kill_at=0.0)
     overrides: dict[str, RateGuardrail] = Field(default_factory=dict)
     slots: int = Field(4, ge=1)
-
-    def for_name(self, name: str) -> RateGuardrail:
-        """Return the guardrail for evaluator `name`."""
-        return self.overrides.get(name, self.default)
 
 
 class GreedyGuardrail(RateGuardrail):
@@ -201,7 +200,7 @@ class Policy(_Model):
     primary: Primary = Primary()
     guardrails: Guardrails = Guardrails()
     segments: list[SegmentName] = Field(
-        default_factory=lambda: ["code", "json", "rag", "chat", "creative"], min_length=1
+        default_factory=lambda: list(DEFAULT_SEGMENTS), min_length=1
     )
     segment_margin_factor: float = Field(2.5, ge=1.0)
     stages: list[float] = Field(default_factory=lambda: [1.0, 5.0, 25.0, 100.0], min_length=1)

@@ -322,16 +322,6 @@ def _count_reasons(
             reasons[name] = reasons.get(name, 0) + fired
 
 
-def format_row(out: Outcomes, within: int | None = None) -> str:
-    """Return one table row: kills, promotions and holds with 95% CP intervals."""
-    cells = []
-    for code in (Code.KILL, Code.PROMOTE, Code.HOLD):
-        rate, lo, hi = out.rate(code, within)
-        cells.append(f"{code.name.lower()} {rate:.4f} [{lo:.4f}, {hi:.4f}]")
-    horizon = within or out.scenario.pairs
-    return f"{out.scenario.name:<28} runs {out.runs}  within {horizon:>6}  " + "  ".join(cells)
-
-
 def to_records(cols: PairColumns, policy: Policy, run: int = 0) -> list[dict[str, Any]]:
     """Return one simulated run as pair records in the replay JSONL schema."""
     start = 1_750_000_000.0

@@ -1,4 +1,5 @@
-"""The Celery app: Redis broker when configured, eager in-process for the embedded default.
+"""The Celery app, on the Redis broker (without Redis, evaluations run in-process instead:
+`gate.pairs.runner`, and the embedded loop runs the job table: `gate.periodic`).
 
 Delivery is at least once: tasks ack late, a worker lost mid-task gives its message back
 (immediately when a pool child dies, after the visibility timeout when the whole worker
@@ -16,6 +17,7 @@ from celery import Celery
 from celery.schedules import crontab
 
 from evaluators.sandbox import configure_from
+from gate.errors import ConfigError
 from gate.periodic import JOBS, Period, Weekly
 from gate.settings import Settings
 from gate.worker.runtime import QUEUE, set_runtime_settings
@@ -29,7 +31,9 @@ TIME_LIMIT_S = 300
 
 
 def make_celery(settings: Settings, *, visibility_timeout_s: float = 3600.0) -> Celery:
-    """Build the app; without a Redis URL tasks run eagerly in the calling process."""
+    """Build the app on the settings' Redis broker."""
+    if not settings.redis_url:
+        raise ConfigError("the Celery app needs SPECGATE_REDIS_URL")
     set_runtime_settings(settings)
     configure_from(settings)
     # The tasks are registered (shared) when `gate.worker.tasks` is imported, above.
@@ -47,18 +51,15 @@ def make_celery(settings: Settings, *, visibility_timeout_s: float = 3600.0) -> 
         broker_connection_retry_on_startup=True,
         beat_schedule=beat_schedule(settings),
     )
-    if settings.redis_url:
-        # A message whose worker died comes back once the timeout passes; sweep for
-        # such messages often enough that a low timeout (tests) takes effect quickly.
-        sweep = max(1.0, min(10.0, visibility_timeout_s / 2))
-        app.conf.broker_url = settings.redis_url
-        app.conf.broker_transport_options = {
-            "visibility_timeout": visibility_timeout_s,
-            "unacked_restore_interval": sweep,
-            "unacked_restore_throttle": 1,
-        }
-    else:
-        app.conf.update(broker_url="memory://", task_always_eager=True, task_eager_propagates=True)
+    # A message whose worker died comes back once the timeout passes; sweep for such
+    # messages often enough that a low timeout (tests) takes effect quickly.
+    sweep = max(1.0, min(10.0, visibility_timeout_s / 2))
+    app.conf.broker_url = settings.redis_url
+    app.conf.broker_transport_options = {
+        "visibility_timeout": visibility_timeout_s,
+        "unacked_restore_interval": sweep,
+        "unacked_restore_throttle": 1,
+    }
     return app
 
 

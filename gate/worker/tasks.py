@@ -39,12 +39,8 @@ def evaluate_pair_task(pair_id: str) -> int:
 
 
 def enqueue_pair_evaluation(app: Celery, pair_id: uuid.UUID) -> None:
-    """Queue (or, eagerly, run) the evaluation of a pair; call after its rows commit."""
-    if app.conf.task_always_eager:
-        # send_task bypasses eager mode, so run the registered task in this process.
-        app.tasks[EVALUATE_PAIR].apply(args=[str(pair_id)]).get()
-    else:
-        app.send_task(EVALUATE_PAIR, args=[str(pair_id)], queue=QUEUE)
+    """Queue the evaluation of a pair; call after its rows commit."""
+    app.send_task(EVALUATE_PAIR, args=[str(pair_id)], queue=QUEUE)
 
 
 def enqueue_pairs(app: Celery, pair_ids: Sequence[uuid.UUID]) -> None:

@@ -10,9 +10,10 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.orm import Session
 
-from collectors.spans import KIND_CLIENT, KIND_INTERNAL, KIND_SERVER, SpanRow
+from collectors.spans import KIND_CLIENT, KIND_INTERNAL, KIND_SERVER
 from gate.db.enums import RolloutMode, RolloutState, RouteRole
 from gate.db.models import Rollout, Route
+from gate.db.rows import SpanRow
 from gate.telemetry import attributes as a
 
 START = datetime(2026, 11, 20, 12, 0, 0, tzinfo=UTC)

@@ -15,6 +15,7 @@ from gate.db.models import Generation, SpanRecord
 from gate.settings import load_settings
 from tests.collectors.factory import gateway_spans
 from tests.servers import TcpProxy
+from tests.waits import wait_until
 
 pytestmark = pytest.mark.postgres
 
@@ -36,25 +37,31 @@ def test_spans_survive_a_database_outage_and_land_exactly_once(pg_url, pg_engine
     batches = [gateway_spans(pg_ids) + gateway_spans(pg_ids) for _ in range(150)]
     sent = {row.key for batch in batches for row in batch}
 
+    halfway, cut = threading.Event(), threading.Event()
+
     def stream() -> None:
         for number, batch in enumerate(batches):
+            if number == len(batches) // 2:
+                halfway.set()
+                cut.wait(30)  # the second half is sent while the database is away
             pipeline.writer.enqueue(batch)
             if number % 10 == 0:
                 pipeline.writer.enqueue(batches[number // 2])  # a retried export: duplicates
             time.sleep(0.01)
 
+    def counted(name: str) -> float:
+        return registry.get_sample_value(f"specgate_collector_{name}_total") or 0.0
+
     sender = threading.Thread(target=stream)
     sender.start()
-    time.sleep(0.4)
+    assert halfway.wait(30) and wait_until(lambda: counted("spans_written") > 0)
     proxy.cut()
-    time.sleep(0.8)
-    assert not pipeline.writer.database_up
+    cut.set()
+    assert wait_until(lambda: not pipeline.writer.database_up and counted("spans_spooled") > 0)
     proxy.restore()
     sender.join()
     assert pipeline.writer.flush(30)
-    deadline = time.monotonic() + 30
-    while pipeline.writer.spool.segments and time.monotonic() < deadline:
-        time.sleep(0.05)
+    assert wait_until(lambda: not pipeline.writer.spool.segments)
     pipeline.close()
     proxy.close()
 

@@ -11,16 +11,14 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
-from sqlalchemy.orm import sessionmaker
 from typer.testing import CliRunner
 
 from gate.cli import worker
-from gate.db.engine import make_engine
 from gate.db.enums import Cohort, GenerationStatus
 from gate.db.models import Evaluation, Generation
 from gate.errors import ConfigError
 from gate.settings import load_settings
-from gate.worker.app import enqueue_pair_evaluation, make_celery, pair_enqueuer
+from gate.worker.app import enqueue_pair_evaluation, make_celery
 from tests.evaluators.factories import RIGHT, make_pair, make_rollout
 
 OK = GenerationStatus.OK
@@ -48,20 +46,10 @@ def duplicates(factory):
         return session.execute(statement).all()
 
 
-def test_without_redis_the_task_runs_eagerly_in_process(sqlite_url):
-    engine = make_engine(sqlite_url)
-    factory = sessionmaker(engine, expire_on_commit=False)
-    with factory.begin() as session:
-        pair = make_pair(
-            session,
-            make_rollout(session),
-            [(Cohort.BASELINE, RIGHT, OK), (Cohort.CANDIDATE, RIGHT, OK)],
-        )
-    app = make_celery(load_settings(database_url=sqlite_url, redis_url=None))
-    assert app.conf.task_always_eager
-    pair_enqueuer(app)([pair.id])
-    assert len(evaluations(factory, pair.id)) == 5
-    engine.dispose()
+def test_without_redis_there_is_no_celery_app(sqlite_url):
+    # Without a broker, evaluations run in-process (`gate.pairs.runner`), never via Celery.
+    with pytest.raises(ConfigError, match="SPECGATE_REDIS_URL"):
+        make_celery(load_settings(database_url=sqlite_url, redis_url=None))
 
 
 class Worker:

@@ -77,8 +77,9 @@ def test_pmi_ranks_a_grounded_paraphrase_above_an_invented_reply(scorer, row):
 
 def test_the_worst_claim_is_the_invented_one(scorer):
     knowledge, prompt, grounded, invented = ROWS[2]
-    values = scorer.claim_pmi(knowledge, prompt, [grounded, invented])
-    assert len(values) == 2 and values[1] < values[0]
+    gains = scorer.token_pmi(knowledge, prompt, [grounded, invented])
+    means = [sum(g) / len(g) for g in gains]
+    assert len(means) == 2 and means[1] < means[0]
 
 
 def _dialogue(knowledge: str, prompt: str) -> RequestView:

@@ -107,3 +107,27 @@ def test_both_formats_keep_the_event_and_its_fields(formatter):
         assert document["fields"] == {"spans": "3", "reason": "database_down", "error": "a b"}
     else:
         assert " ERROR collectors.writer collector.spool_full spans=3 reason=database_down" in line
+
+
+def test_logging_reads_its_variables_as_settings_do(monkeypatch):
+    # Settings match variable names case-insensitively; logging once read os.environ
+    # itself, so the two disagreed on what the process was configured with.
+    from gate import logs
+    from gate.settings import Settings
+
+    monkeypatch.delenv("SPECGATE_LOG_FORMAT", raising=False)
+    monkeypatch.delenv("SPECGATE_LOG_LEVEL", raising=False)
+    monkeypatch.setenv("specgate_log_format", "json")
+    monkeypatch.setenv("specgate_log_level", "warning")
+    assert Settings().log_format == "json"
+    assert logs.chosen() == ("WARNING", "json")
+    assert logs.dict_config()["formatters"]["specgate"]["()"] == "gate.logs.JsonFormatter"
+
+
+def test_a_format_the_settings_refuse_is_kept_for_the_warning_and_text_is_written(monkeypatch):
+    from gate import logs
+
+    monkeypatch.setenv("SPECGATE_LOG_FORMAT", "xml")
+    monkeypatch.setenv("SPECGATE_LOG_LEVEL", "DEBUG")
+    assert logs.chosen() == ("DEBUG", "xml")
+    assert logs.dict_config()["formatters"]["specgate"]["()"] == "gate.logs.TextFormatter"

@@ -11,7 +11,7 @@ from gate.api.deps import Operator, ServicesDep, SessionDep
 from gate.api.idempotency import KeyHeader, run_once
 from gate.api.schemas import FeedbackIn, FeedbackOut
 from gate.feedback import service as feedback
-from gate.health import database_health
+from gate.health import database_health, gateway_liveness
 
 router = APIRouter(tags=["feedback", "health"])
 
@@ -34,12 +34,7 @@ def healthz(svc: ServicesDep) -> dict[str, object]:
     """Liveness: the process answers; a gateway also says whether its routing is stale."""
     if svc.routing is None:
         return {"status": "ok"}
-    return {
-        "status": "ok",
-        "routing_stale": svc.routing.is_stale(),
-        "pubsub_connected": svc.routing.pubsub_connected,
-        "routes_down": svc.health.detail() if svc.health is not None else {},
-    }
+    return gateway_liveness(svc.routing, svc.health)
 
 
 @router.get("/readyz")

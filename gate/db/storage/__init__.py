@@ -21,8 +21,14 @@ if TYPE_CHECKING:
     from sqlalchemy.dialects.sqlite import Insert as SqliteInsert
     from sqlalchemy.orm import Session
 
-    from gate.db.rows import EngineFacts, GenerationRow, NewGeneration, PairRow, RequestRow
-    from gate.db.storage.fields import SpanFields
+    from gate.db.rows import (
+        EngineFacts,
+        GenerationRow,
+        NewGeneration,
+        PairRow,
+        RequestRow,
+        SpanRow,
+    )
 
     Insert = PgInsert | SqliteInsert
 
@@ -43,9 +49,7 @@ class Storage(Protocol):
     def insert(self, table: Table | type[Any]) -> Insert:
         """An INSERT that takes `on_conflict_do_nothing` / `on_conflict_do_update`."""
 
-    def insert_spans(
-        self, conn: Connection, rows: Sequence[SpanFields], received_at: datetime
-    ) -> int:
+    def insert_spans(self, conn: Connection, rows: Sequence[SpanRow], received_at: datetime) -> int:
         """Insert spans not stored yet; return how many were new."""
 
     def insert_requests(self, conn: Connection, rows: Sequence[RequestRow]) -> None:

@@ -23,8 +23,8 @@ from gate.db.rows import (
     SPANS,
     GenerationRow,
     NewGeneration,
+    SpanRow,
 )
-from gate.db.storage.fields import SpanFields
 
 # The binary COPY/unnest type of a column, from its Postgres DDL type; JSON travels as text.
 _BINARY_TYPES = {
@@ -61,7 +61,7 @@ _SPANS_STAGE = "specgate_spans_stage"
 _GENERATIONS_STAGE = "specgate_generations_stage"
 
 
-def insert_spans(conn: Connection, rows: Sequence[SpanFields], received_at: datetime) -> int:
+def insert_spans(conn: Connection, rows: Sequence[SpanRow], received_at: datetime) -> int:
     """COPY `rows` into staging, insert the ones not stored yet; return how many were new."""
     _ensure_stages(conn)
     resources: dict[int, str] = {}
@@ -93,7 +93,7 @@ def insert_generations(conn: Connection, rows: Sequence[GenerationRow]) -> list[
         return [(int(r[0]), r[1], str(r[2]), str(r[3])) for r in cur.fetchall()]
 
 
-def _span_tuple(row: SpanFields, received_at: datetime, resources: dict[int, str]) -> list[Any]:
+def _span_tuple(row: SpanRow, received_at: datetime, resources: dict[int, str]) -> list[Any]:
     values = [*_SPAN_FIELDS(row), received_at]
     values[_ATTRIBUTES] = dump_json(row.attributes)
     # Spans of one resource share its dict: dump it once per batch.

@@ -37,9 +37,9 @@ from gate.db.rows import (
     NewGeneration,
     PairRow,
     RequestRow,
+    SpanRow,
 )
 from gate.db.storage import pg_copy
-from gate.db.storage.fields import SpanFields
 from gate.telemetry import attributes as a
 
 _REQUEST_TYPES = pg_copy.binary_types(REQUESTS, REQUEST_COLUMNS)
@@ -68,9 +68,7 @@ class PostgresStorage:
     def insert(self, table: Table | type[Any]) -> postgresql.Insert:
         return postgresql.insert(table)
 
-    def insert_spans(
-        self, conn: Connection, rows: Sequence[SpanFields], received_at: datetime
-    ) -> int:
+    def insert_spans(self, conn: Connection, rows: Sequence[SpanRow], received_at: datetime) -> int:
         return pg_copy.insert_spans(conn, rows, received_at)
 
     def insert_requests(self, conn: Connection, rows: Sequence[RequestRow]) -> None:

@@ -41,8 +41,8 @@ from gate.db.rows import (
     NewGeneration,
     PairRow,
     RequestRow,
+    SpanRow,
 )
-from gate.db.storage.fields import SpanFields
 from gate.telemetry import attributes as a
 
 _CHUNK = 500  # trace ids per IN (...): SQLite limits a statement's parameters
@@ -73,9 +73,7 @@ class SqliteStorage:
     def insert(self, table: Table | type[Any]) -> sqlite.Insert:
         return sqlite.insert(table)
 
-    def insert_spans(
-        self, conn: Connection, rows: Sequence[SpanFields], received_at: datetime
-    ) -> int:
+    def insert_spans(self, conn: Connection, rows: Sequence[SpanRow], received_at: datetime) -> int:
         values = [_span_values(row, received_at) for row in rows]
         result = conn.execute(sqlite.insert(SPANS).on_conflict_do_nothing(), values)
         return max(result.rowcount, 0)
@@ -163,7 +161,7 @@ class SqliteStorage:
         return None
 
 
-def _span_values(row: SpanFields, received_at: datetime) -> dict[str, Any]:
+def _span_values(row: SpanRow, received_at: datetime) -> dict[str, Any]:
     values = {name: getattr(row, name) for name in _SPAN_FIELDS}
     values["received_at"] = received_at
     return values

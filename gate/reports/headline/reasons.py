@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from gate.parity import explain
 from gate.reports.headline.cells import PARITY_WORDS, label
 from gate.reports.headline.facts import Cell
+from gate.stats import ids
+from gate.stats.ids import ReasonKind
 from gate.stats.policy import ALL, Policy
 
 
@@ -27,18 +29,17 @@ class Reason:
 
 
 def parse_reason(code: str) -> Reason:
-    """Parse one reason code of the gate (a metric may hold a colon: `eval:schema`)."""
+    """Parse one reason code of the gate (its grammar is `gate.stats.ids.Reason`)."""
     kind, sep, rest = code.partition(":")
-    if not sep:
-        return Reason(code, kind, kind)
-    head, _, segment = rest.rpartition(":")
-    if kind == "kill" and head == "acceptance_collapse":
-        return Reason(code, kind, "collapse", "acceptance", segment)
-    if kind == "kill" and head:
-        return Reason(code, kind, "harm", head, segment)
-    if kind == "continue" and head.startswith("unproven:"):
-        return Reason(code, kind, "unproven", head.removeprefix("unproven:"), segment)
-    return Reason(code, kind, rest)
+    parsed = ids.Reason.from_code(code)
+    if parsed is None:
+        return Reason(code, kind, rest if sep else kind)
+    if parsed.cell is not None:
+        what = "harm" if parsed.kind is ReasonKind.KILL else "unproven"
+        return Reason(code, kind, what, str(parsed.cell.metric), parsed.cell.segment)
+    if parsed.kind is ReasonKind.COLLAPSE:
+        return Reason(code, kind, "collapse", "acceptance", parsed.segment)
+    return Reason(code, kind, parsed.detail)
 
 
 def parity_sentences(cells: Iterable[Cell]) -> list[str]:

@@ -12,13 +12,12 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from gate.api.app import create_api_app
 from gate.api.deps import Services
 from gate.keys.service import create_key, revoke_key
 from gate.routing.pubsub import LocalBus, RedisPublisher, RoutingChange, channel_for
 from gate.settings import Settings
 from tests import factories
-from tests.servers import serving
+from tests.servers import control_api, serving
 
 SECRET = "test-secret"
 DEPLOYMENT = "api-test"
@@ -54,7 +53,7 @@ def api(pg_committing, pg_url):
         revoke_key(db, name="old", actor="test")
         rollout_id = factories.rollout(db, name="secret-rollout", policy={"stages": [100]}).id
     bus = LocalBus()
-    app = create_api_app(Services(settings=settings, sessions=pg_committing, publisher=bus))
+    app = control_api(Services(settings=settings, sessions=pg_committing, publisher=bus))
     with TestClient(app) as client:
         yield Api(client, tokens, rollout_id, bus)
 
@@ -84,7 +83,7 @@ def live(pg_committing, pg_url, redis_url) -> Iterator[Live]:
     services = Services(settings=settings, sessions=pg_committing, publisher=publisher)
     listener = redis.Redis.from_url(redis_url)
     with ExitStack() as stack:
-        base = stack.enter_context(serving(create_api_app(services)))
+        base = stack.enter_context(serving(control_api(services)))
         pubsub = listener.pubsub()
         pubsub.subscribe(channel_for(DEPLOYMENT))
         auth = {"Authorization": f"Bearer {token}"}

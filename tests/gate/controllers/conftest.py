@@ -10,7 +10,6 @@ import httpx
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from gate.api.app import create_api_app
 from gate.api.deps import Services
 from gate.db.enums import RolloutState
 from gate.engines.sim import SimProfile, create_sim_app
@@ -22,7 +21,7 @@ from gate.routing.pubsub import LocalBus
 from gate.routing.sync import db_loader
 from gate.settings import Settings
 from tests import factories
-from tests.servers import serving
+from tests.servers import control_api, serving
 
 SECRET = "controllers-secret"
 NAME = "llama-8b-eagle3"  # the specgate rollout the example manifests name
@@ -129,6 +128,6 @@ def specgate(pg_committing, pg_url, engine_url) -> Iterator[Specgate]:
             db, name=NAME, policy=POLICY, base_url=engine_url, candidate_url=engine_url
         ).id
     bus = LocalBus()
-    app = create_api_app(Services(settings=settings, sessions=pg_committing, publisher=bus))
+    app = control_api(Services(settings=settings, sessions=pg_committing, publisher=bus))
     with serving(app) as base, httpx.Client(base_url=base, timeout=10) as client:
         yield Specgate(base, client, pg_committing, bus, keys, rollout_id)

@@ -11,9 +11,9 @@ import pytest
 from sqlalchemy import Boolean, Column, Enum, Float, Integer, String, Table, Text, Uuid
 
 from collectors.normalise import GENERATION_HELD
-from collectors.spans import SpanRow
 from gate.db import rows
 from gate.db.base import UTCDateTime
+from gate.db.rows import SpanRow
 from gate.db.storage import pg_copy
 
 ROW_TABLES = [

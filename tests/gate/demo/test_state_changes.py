@@ -6,8 +6,6 @@ import redis
 
 from gate.db.engine import make_engine, session_factory, transaction
 from gate.demo.run import _finish
-from gate.rollouts import service
-from gate.rollouts.states import Action
 from gate.routing.deployment import publisher, read_deployment
 from gate.routing.pubsub import RoutingChange, channel_for
 from gate.settings import Settings
@@ -18,8 +16,7 @@ from tests.waits import wait_until
 def test_holding_the_demo_rollout_is_published_to_the_gateways(sqlite_url, redis_url, tmp_path):
     sessions = session_factory(make_engine(sqlite_url))
     with sessions() as db, db.begin():
-        rollout = factories.rollout(db, name="demo")
-        service.transition(db, rollout_id=rollout.id, action=Action.START, actor="t", reason="t")
+        rollout = factories.running_rollout(db, name="demo")
         deployment = read_deployment(db)
     listener = redis.Redis.from_url(redis_url).pubsub(ignore_subscribe_messages=True)
     listener.subscribe(channel_for(deployment))

@@ -76,6 +76,10 @@ class Stack:
     def pair_spans(self) -> list:
         return [s for s in self.exporter.get_finished_spans() if s.name == A.PAIR_SPAN_NAME]
 
+    def mirrors_idle(self) -> bool:
+        """Whether no mirror or control call is queued or running: what was sent arrived."""
+        return self.extra["app"].api.state.gateway.mirror.pending == 0
+
 
 @contextmanager
 def gateway_stack(

@@ -100,7 +100,7 @@ def test_sampled_pairs_are_asked_and_the_client_gets_what_it_asked(tmp_path):
     from tests.waits import wait_until
 
     messages = [{"role": "user", "content": "Proofread: the cat sat on teh mat."}]
-    with gateway_stack(tmp_path, ask_logprobs=True) as stack:
+    with gateway_stack(tmp_path, ask_logprobs="on") as stack:
         answer = stack.client().chat.completions.create(
             model=ALIAS, messages=messages, temperature=0.8, max_tokens=8
         )

@@ -14,8 +14,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gate.db import migrate
 from gate.db.engine import make_engine, session_factory
-from gate.rollouts import service
-from gate.rollouts.states import Action
 from tests import factories
 from tests.conftest import create_database, drop_database
 from tests.gate.api.test_processes import admin_token, specgate_serve
@@ -54,10 +52,7 @@ def two_databases(pg_server) -> Iterator[list[str]]:
         migrate.upgrade(url)
         with session_factory(make_engine(url))() as db, db.begin():
             for name in ("shared", "marker"):
-                rollout = factories.rollout(db, name=name, policy={"stages": [100]})
-                service.transition(
-                    db, rollout_id=rollout.id, action=Action.START, actor="t", reason="t"
-                )
+                factories.running_rollout(db, name=name, policy={"stages": [100]})
     yield urls
     for url in urls:
         drop_database(pg_server, url)

@@ -17,8 +17,6 @@ import pytest
 from gate.db import migrate
 from gate.db.engine import make_engine, session_factory
 from gate.engines.sim import SimLog, SimProfile, create_sim_app
-from gate.rollouts import service
-from gate.rollouts.states import Action
 from tests import factories
 from tests.conftest import create_database, drop_database
 from tests.gate.api.test_processes import admin_token, specgate_serve
@@ -87,16 +85,13 @@ def test_soak_kills_resumes_and_holds_through_a_redis_outage(soak_db, redis_url)
         base_url = stack.enter_context(serving(create_sim_app(SimProfile())))
         cand_url = stack.enter_context(serving(create_sim_app(SimProfile(), candidate)))
         with session_factory(make_engine(soak_db))() as db, db.begin():
-            rollout = factories.rollout(
+            rollout = factories.running_rollout(
                 db,
                 name="soak",
                 base_url=base_url + "/v1",
                 candidate_url=cand_url + "/v1",
                 sample_rate=1.0,
                 policy={"stages": [100]},
-            )
-            service.transition(
-                db, rollout_id=rollout.id, action=Action.START, actor="t", reason="t"
             )
         auth = {"Authorization": f"Bearer {admin_token(soak_db)}"}
         gateways = [stack.enter_context(specgate_serve(soak_db, **env)) for _ in range(2)]

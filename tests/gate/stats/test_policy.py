@@ -27,8 +27,9 @@ def test_partial_yaml_overrides_only_what_it_names():
     )
     assert policy.primary.metric == "e2e"
     assert policy.primary.kill_slowdown == 0.10
-    assert policy.guardrails.evaluators.for_name("schema").margin == 0.05
-    assert policy.guardrails.evaluators.for_name("task").margin == 0.03
+    assert policy.guardrails.evaluators.overrides["schema"].margin == 0.05
+    assert "task" not in policy.guardrails.evaluators.overrides
+    assert policy.guardrails.evaluators.default.margin == 0.03
 
 
 @pytest.mark.parametrize(

@@ -18,16 +18,14 @@ import pytest
 from gate.db.enums import RolloutMode
 from gate.stats.policy import Policy
 from gate.stats.rule import Code
-from gate.stats.simulate import Outcomes, Scenario, format_row, run_scenario
+from gate.stats.simulate import Outcomes, Scenario, run_scenario
 
 RUNS = 400
 POLICY = Policy()
 
 
 def _run(scenario: Scenario, seed: int, kayenta_every: int | None = None) -> Outcomes:
-    out = run_scenario(scenario, POLICY, runs=RUNS, seed=seed, kayenta_every=kayenta_every)
-    print("\n" + format_row(out))
-    return out
+    return run_scenario(scenario, POLICY, runs=RUNS, seed=seed, kayenta_every=kayenta_every)
 
 
 @pytest.fixture(scope="module")

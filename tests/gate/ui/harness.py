@@ -5,12 +5,12 @@ from __future__ import annotations
 from fastapi import FastAPI
 from sqlalchemy.orm import Session, sessionmaker
 
-from gate.api.app import create_api_app
 from gate.api.deps import Services
 from gate.api.routers import dashboard, reports, ui
 from gate.keys.service import create_key
 from gate.routing.pubsub import LocalBus
 from gate.settings import Settings
+from tests.servers import control_api
 
 SECRET = "ui-secret"
 
@@ -18,7 +18,7 @@ SECRET = "ui-secret"
 def control_app(pg_url: str, sessions: sessionmaker[Session]) -> FastAPI:
     """Build the control API; add this work's routers unless app.py already includes them."""
     settings = Settings(database_url=pg_url, secret_key=SECRET, redis_url=None)
-    app = create_api_app(Services(settings=settings, sessions=sessions, publisher=LocalBus()))
+    app = control_api(Services(settings=settings, sessions=sessions, publisher=LocalBus()))
     present = {getattr(route, "path", None) for route in app.routes}
     for module in (ui, dashboard, reports):
         if not any(getattr(r, "path", None) in present for r in module.router.routes):

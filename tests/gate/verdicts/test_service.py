@@ -8,7 +8,6 @@ from sqlalchemy import select
 from gate.db.enums import Decision, RolloutMode, RolloutState
 from gate.db.models import AuditEvent
 from gate.rollouts import service
-from gate.rollouts.states import Action
 from gate.routing.pubsub import RoutingChange
 from gate.stats.policy import load_policy
 from gate.stats.replay import replay
@@ -34,9 +33,7 @@ class Recorder:
 
 
 def running(session, **kw):
-    rollout = factories.rollout(session, policy=POLICY, **kw)
-    service.transition(session, rollout_id=rollout.id, action=Action.START, actor="t", reason="t")
-    return rollout
+    return factories.running_rollout(session, policy=POLICY, **kw)
 
 
 @pytest.fixture(params=["postgres", "sqlite"])

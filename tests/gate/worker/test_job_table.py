@@ -12,9 +12,12 @@ from gate.settings import Settings
 from gate.worker.app import beat_schedule, make_celery
 
 
-def test_beat_and_the_embedded_loop_read_the_same_table(tmp_path):
+def test_beat_and_the_embedded_loop_read_the_same_table(tmp_path, redis_url):
     settings = Settings(
-        home=tmp_path, database_url=f"sqlite:///{tmp_path}/x.db", scrape_interval_s=7
+        home=tmp_path,
+        database_url=f"sqlite:///{tmp_path}/x.db",
+        scrape_interval_s=7,
+        redis_url=redis_url,
     )
     context = JobContext(
         settings, session_factory(make_engine(settings.database_url)), None, [].extend
@@ -51,14 +54,14 @@ def test_the_embedded_loops_weekly_job_writes_and_stores_the_report(sqlite_url, 
     assert written, "the report's Markdown is written under SPECGATE_HOME/reports"
 
 
-def test_every_job_runs_to_its_end_in_the_loop_and_as_beats_task(sqlite_url, tmp_path):
+def test_every_job_runs_to_its_end_in_the_loop_and_as_beats_task(sqlite_url, tmp_path, redis_url):
     # A job that raises after its work is logged as failing on every turn (the loop) and
     # ends as a failed task (beat): each one must run through on a store with nothing to do.
     settings = Settings(home=tmp_path, database_url=sqlite_url)
     context = JobContext(settings, session_factory(make_engine(sqlite_url)), None, [].extend)
     for job in jobs(context):
         assert isinstance(job.run(), int), job.name
-    app = make_celery(settings)
+    app = make_celery(settings.model_copy(update={"redis_url": redis_url}))
     for job in JOBS:
         result = app.tasks[job.task].apply()
         assert result.successful(), (job.task, result.result)
