@@ -57,6 +57,22 @@ EOS = frozenset(
 _CUT_LOGPROB = -1e4
 
 
+# Request settings that change the sampling distribution after the engine's raw values
+# (vLLM computes raw logprobs before penalties, logit bias and min-p), at their neutral
+# values. Where one is set, raw values do not describe what was sampled.
+_RAW_NEUTRAL: dict[str, Any] = {
+    "frequency_penalty": 0, "presence_penalty": 0, "repetition_penalty": 1, "min_p": 0,
+    "typical_p": 1, "logit_bias": None, "bad_words": None, "allowed_token_ids": None,
+}  # fmt: skip
+
+
+def raw_describes(params: Mapping[str, Any]) -> bool:
+    """Return whether raw values describe a request's sampling once its temperature, top_k
+    and top_p are applied: no penalty, logit bias, min-p or token restriction is set."""
+    return all(params.get(key) in (None, neutral) or params.get(key) in ({}, [])
+               for key, neutral in _RAW_NEUTRAL.items())  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Sampling:
     """The request's sampling settings the engine applied."""
@@ -124,6 +140,7 @@ def exactness_fields(
     top_k: int | None = None,
     mode: Mode,
     eos: Iterable[str] = EOS,
+    top_logprobs: int | None = None,
 ) -> TokenFit | None:
     """Return a call's exactness statistics from its OpenAI-format `logprobs` object.
 
@@ -136,6 +153,9 @@ def exactness_fields(
         mode: "processed" when the values describe the sampling distribution, "raw" when
             they are the model's at temperature 1.
         eos: the spellings of the end-of-sequence token(s).
+        top_logprobs: how many alternatives the call asked for (chat `top_logprobs`,
+            completions `logprobs`); None: each position's list length. Only the
+            asked-for number less one most likely are read (`trusted`).
 
     Returns:
         The sums, or None when the call cannot be tested (greedy, or no alternatives).
@@ -153,7 +173,7 @@ def exactness_fields(
     bins = [0.0] * BINS
     tokens = cut = skipped = 0
     for token, _, top in positions:
-        placed = place(top, token, sampling, mode=mode, eos=stop)
+        placed = place(trusted(top, top_logprobs), token, sampling, mode=mode, eos=stop)
         if placed.cut:
             cut += 1
         elif placed.interval is None:
@@ -185,6 +205,22 @@ def _positions(logprobs: Mapping[str, Any]) -> Iterable[tuple[str, float, list[t
         yield str(token), _float(value), [(str(t), _float(v)) for t, v in alts.items()]
 
 
+def trusted(top: Sequence[tuple[str, float]], asked: int | None) -> list[tuple[str, float]]:
+    """Return the alternatives whose presence does not depend on the emitted token.
+
+    vLLM lists the sampled token first and then the most likely, cut to the number asked
+    (chat), or keeps them all (completions: one more where the sampled token is not among
+    the most likely): so the list holds the sampled token whatever its rank, and the k-th
+    most likely only when the sampled token is among them. Judged as the list stands, a
+    draw from below the top k would be placed as a listed token, never in the tail, and
+    an exact sampler would be killed. The k - 1 most likely of the list are the k - 1 most
+    likely of the distribution under every such engine (and under one that lists the top
+    k alone), so only they are read.
+    """
+    k = len(top) if asked is None else min(asked, len(top))
+    return sorted(top, key=lambda x: (-x[1], x[0]))[: max(k - 1, 0)]
+
+
 def _float(value: Any) -> float:
     ok = isinstance(value, int | float) and not isinstance(value, bool)
     return float(value) if ok else -math.inf
@@ -202,7 +238,7 @@ def place(
     if token in eos or not top:
         return _SKIP  # an end token's factor is 1; no alternatives: no distribution
     weights = _merged(top)
-    known = _processed(weights) if mode == "processed" else _raw(weights, sampling)
+    known = _processed(weights, eos) if mode == "processed" else _raw(weights, sampling)
     kept = {t: w for t, w in known.kept.items() if t not in eos}
     if token in known.cut or (token not in weights and known.tail_cut):
         return _CUT
@@ -246,13 +282,18 @@ def _merged(top: Sequence[tuple[str, float]]) -> dict[str, float]:
     return out
 
 
-def _processed(weights: dict[str, float]) -> _Known:
+def _processed(weights: dict[str, float], eos: frozenset[str]) -> _Known:
     """Return the known outcomes when the values are the sampling distribution itself."""
     listed = sum(weights.values())
     kept = {t: w / max(listed, 1.0) for t, w in weights.items() if w > 0.0}
     cut = frozenset(t for t, w in weights.items() if w <= 0.0)
     tail = max(0.0, 1.0 - listed)
-    return _Known(kept, tail, cut, tail_cut=tail <= 1e-12)
+    if tail <= 1e-12:
+        return _Known(kept, 0.0, cut, tail_cut=True)
+    # Positions are judged without the end token; an unlisted one hides in the tail with
+    # an unknown share, so the tail's own is then unknown and a draw from it not tested.
+    listed_end = any(t in eos for t in weights)
+    return _Known(kept, tail if listed_end else None, cut)
 
 
 def _raw(weights: dict[str, float], sampling: Sampling) -> _Known:

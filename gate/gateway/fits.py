@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from gate.db.enums import GenerationStatus
-from gate.exactness import exactness_fields
+from gate.exactness import exactness_fields, raw_describes
 from gate.gateway.observe import CallResult
 from gate.routing.snapshot import ExactnessAsk
 
@@ -41,15 +41,22 @@ def fit_of(ask: ExactnessAsk | None, body: dict[str, Any], result: CallResult) -
     top_k = body.get("top_k")
     if logprobs is None or temperature is None or temperature <= 0.0:
         return None
-    k = top_k if isinstance(top_k, int) and not isinstance(top_k, bool) else None
+    if ask.mode == "raw" and not raw_describes(body):
+        return None  # a penalty or bias moved the sampler off the raw values
+    k, asked = _whole(top_k), _whole(body.get("top_logprobs")) or _whole(body.get("logprobs"))
 
     def fit() -> str | None:
         found = exactness_fields(
-            logprobs, temperature=temperature, top_p=top_p, top_k=k, mode=ask.mode
-        )
+            logprobs, temperature=temperature, top_p=top_p, top_k=k, mode=ask.mode,
+            top_logprobs=asked,
+        )  # fmt: skip
         return None if found is None else orjson.dumps(found.as_dict()).decode()
 
     return fit
+
+
+def _whole(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _number(value: Any) -> float | None:

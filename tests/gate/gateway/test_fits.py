@@ -50,7 +50,9 @@ def test_streamed_completion_columns_stay_aligned_token_by_token():
     fit = fit_of(ASK, {"temperature": 0.8}, result)
     assert fit is not None
     want = exactness_fields(gathered, temperature=0.8, mode="raw")
-    assert want is not None and (want.tokens, want.skipped) == (2, 1)
+    # "c", the least likely listed, may be listed only because it was sampled (vLLM):
+    # read as a draw below the list, unknown in raw mode; "b" has no alternatives.
+    assert want is not None and (want.tokens, want.skipped) == (1, 2)
     assert json.loads(fit() or "") == want.as_dict()
 
 
@@ -112,3 +114,29 @@ def test_a_full_worker_ends_the_span_at_once_without_the_fields():
     worker.end_with(ended.append, lambda: pytest.fail("not computed"))
     assert ended == [None] and skipped == [1]
     worker.close()
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [{"frequency_penalty": 0.5}, {"presence_penalty": -0.3}, {"repetition_penalty": 1.1},
+     {"logit_bias": {"50256": -100}}, {"min_p": 0.05}],
+)  # fmt: skip
+def test_raw_values_are_not_read_where_a_penalty_or_bias_moved_the_sampler(setting):
+    read = streamed([column_chunk("a"), column_chunk("b")])
+    assert fit_of(ASK, {"temperature": 0.8, **setting}, read) is None
+    processed = ExactnessAsk(top_logprobs=20, control_share=0.1, mode="processed")
+    assert fit_of(processed, {"temperature": 0.8, **setting}, read) is not None
+    neutral = {"frequency_penalty": 0, "presence_penalty": 0.0, "logit_bias": {}}
+    assert fit_of(ASK, {"temperature": 0.8, **neutral}, read) is not None
+
+
+def test_only_the_most_likely_less_one_of_the_number_asked_are_read():
+    # vLLM's completions columns list the sampled token besides the top k when it is
+    # not among them: with three asked, "c" (the third) is read as a draw from the tail.
+    read = streamed([column_chunk("c")])
+    fit = fit_of(ASK, {"temperature": 0.8, "logprobs": 3}, read)
+    assert fit is not None
+    want = exactness_fields(read.alternatives.logprobs(), temperature=0.8, mode="raw",
+                            top_logprobs=3)  # fmt: skip
+    assert json.loads(fit() or "") == want.as_dict()
+    assert want is not None and (want.tokens, want.skipped) == (0, 1)  # raw: tail unknown
