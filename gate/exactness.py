@@ -17,7 +17,8 @@ leaving it out cannot bias the test):
 * `mode="processed"`: the log-probabilities already describe the sampling distribution
   (vLLM `--logprobs-mode processed_logprobs`, `specgate engine --logprobs-mode
   processed`). The mass outside the top-k list is known (1 minus the list's), and
-  tokens below the list share one interval, the tail.
+  tokens below the list share one interval, the tail, when an end token is listed
+  (otherwise the end token's unknown share hides in it, and a tail draw is not tested).
 * `mode="raw"`: they describe the model at temperature 1 (vLLM's default). Temperature,
   top-k and top-p are applied here. A request top_k within the list, or a top-p cut that
   falls inside the list whatever the tail holds, makes the distribution exact. Otherwise
@@ -30,6 +31,10 @@ leaving it out cannot bias the test):
   conditioning on "not the end" keeps the test exact (a stop's factor is 1).
 * A token the request's settings cut (outside top-k or top-p) is impossible for an exact
   sampler: it is counted in `cut`, tested on its own.
+* Which alternatives are read: vLLM lists the sampled token whatever its rank, so of k
+  asked only the k - 1 most likely are read (`trusted`); the others are unlisted.
+* Raw values say nothing of penalties, logit bias or min-p (vLLM takes them before those):
+  a raw-mode call that sets one is not tested (`raw_describes`).
 
 `exactness_fields` is the public entry: a call's OpenAI-format `logprobs` object (chat
 `content` entries, or the completions columns) plus its sampling parameters in, the
@@ -217,7 +222,7 @@ def trusted(top: Sequence[tuple[str, float]], asked: int | None) -> list[tuple[s
     likely of the distribution under every such engine (and under one that lists the top
     k alone), so only they are read.
     """
-    k = len(top) if asked is None else min(asked, len(top))
+    k = len(top) if asked is None else asked
     return sorted(top, key=lambda x: (-x[1], x[0]))[: max(k - 1, 0)]
 
 

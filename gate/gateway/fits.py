@@ -43,7 +43,9 @@ def fit_of(ask: ExactnessAsk | None, body: dict[str, Any], result: CallResult) -
         return None
     if ask.mode == "raw" and not raw_describes(body):
         return None  # a penalty or bias moved the sampler off the raw values
-    k, asked = _whole(top_k), _whole(body.get("top_logprobs")) or _whole(body.get("logprobs"))
+    # The number of alternatives the route was asked for: the client's own, or ours.
+    own = _whole(body.get("top_logprobs")) or _whole(body.get("logprobs"))
+    k, asked = _whole(top_k), own or ask.top_logprobs
 
     def fit() -> str | None:
         found = exactness_fields(

@@ -47,7 +47,8 @@ One JSON object per line, one line per pair, in fold order (below):
   request's settings make impossible, "skipped": positions not tested, "bins": [20
   fractional shares of the probability-integral-transform bins, summing to n]}`, or null
   when the call carried no `top_logprobs`. `gate.exactness.exactness_fields` computes it
-  from any call's OpenAI-format `logprobs` object and its sampling settings, so calls
+  from any call's OpenAI-format `logprobs` object, its sampling settings and the number
+  of alternatives it asked for (`top_logprobs=`), so calls
   recorded by any tool can be replayed. The candidate's sides are tested; the baseline's
   are the control (a data-quality alarm).
 * canary mode: each pair has one side (the cohort that served it), the other is null.
