@@ -16,9 +16,9 @@ that reads the position's reported distribution only, never the emitted token, s
 leaving it out cannot bias the test):
 * `mode="processed"`: the log-probabilities already describe the sampling distribution
   (vLLM `--logprobs-mode processed_logprobs`, `specgate engine --logprobs-mode
-  processed`). The mass outside the top-k list is known (1 minus the list's), and
-  tokens below the list share one interval, the tail, when an end token is listed
-  (otherwise the end token's unknown share hides in it, and a tail draw is not tested).
+  processed`). The mass outside the top-k list is known (1 minus the list's): where it
+  is nil, a token below the list is cut. Otherwise a draw below the list is not tested:
+  the end tokens' share of it is unknown (see End of sequence).
 * `mode="raw"`: they describe the model at temperature 1 (vLLM's default). Temperature,
   top-k and top-p are applied here. A request top_k within the list, or a top-p cut that
   falls inside the list whatever the tail holds, makes the distribution exact. Otherwise
@@ -51,15 +51,22 @@ from typing import Any, Literal
 BINS = 20
 Mode = Literal["raw", "processed"]
 MODES: tuple[Mode, ...] = ("raw", "processed")
-# End-of-sequence spellings of common chat models' tokenizers, as engines report them.
+# End-of-sequence spellings of common chat models' tokenizers, as engines report them
+# (DeepSeek's with full-width bars). Judging positions without more spellings than a model
+# has stays exact (a draw of one has factor 1); missing one of its spellings does not.
 EOS = frozenset(
     {
         "<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>", "<|end_of_text|>", "<eos>",
-        "<end_of_turn>", "<|end|>", "<|return|>", "<|eom_id|>",
+        "<end_of_turn>", "<|end|>", "<|return|>", "<|eom_id|>", "<|call|>",
+        "<\uff5cend\u2581of\u2581sentence\uff5c>", "<|END_OF_TURN_TOKEN|>",
     }
 )  # fmt: skip
 # A log-probability at or below this is a token the engine cut (some write -9999).
 _CUT_LOGPROB = -1e4
+# Unlisted mass at or below this is nil: engines report float32 values, so a list that
+# holds every possible token sums to 1 only to ~1e-7. Reading up to this much as nil adds
+# at most it to the cut rate of an exact sampler, far below any `margin_tv`.
+_NIL = 1e-5
 
 
 # Request settings that change the sampling distribution after the engine's raw values
@@ -243,7 +250,7 @@ def place(
     if token in eos or not top:
         return _SKIP  # an end token's factor is 1; no alternatives: no distribution
     weights = _merged(top)
-    known = _processed(weights, eos) if mode == "processed" else _raw(weights, sampling)
+    known = _processed(weights) if mode == "processed" else _raw(weights, sampling)
     kept = {t: w for t, w in known.kept.items() if t not in eos}
     if token in known.cut or (token not in weights and known.tail_cut):
         return _CUT
@@ -287,18 +294,17 @@ def _merged(top: Sequence[tuple[str, float]]) -> dict[str, float]:
     return out
 
 
-def _processed(weights: dict[str, float], eos: frozenset[str]) -> _Known:
+def _processed(weights: dict[str, float]) -> _Known:
     """Return the known outcomes when the values are the sampling distribution itself."""
     listed = sum(weights.values())
     kept = {t: w / max(listed, 1.0) for t, w in weights.items() if w > 0.0}
     cut = frozenset(t for t, w in weights.items() if w <= 0.0)
     tail = max(0.0, 1.0 - listed)
-    if tail <= 1e-12:
+    if tail <= _NIL:
         return _Known(kept, 0.0, cut, tail_cut=True)
-    # Positions are judged without the end token; an unlisted one hides in the tail with
-    # an unknown share, so the tail's own is then unknown and a draw from it not tested.
-    listed_end = any(t in eos for t in weights)
-    return _Known(kept, tail if listed_end else None, cut)
+    # Positions are judged without the end tokens; any of them unlisted (a model may have
+    # several) hides in the tail with an unknown share, so a draw from it is not tested.
+    return _Known(kept, None, cut)
 
 
 def _raw(weights: dict[str, float], sampling: Sampling) -> _Known:
@@ -315,13 +321,13 @@ def _raw(weights: dict[str, float], sampling: Sampling) -> _Known:
     # Each unlisted token is below the list's last, so the tail's tempered weight is at
     # most `rest` times that token's probability to the power 1/T - 1 (T <= 1); above
     # temperature 1 a long tail can weigh anything.
-    if rest <= 1e-12:
+    if rest <= _NIL:
         tail_hi = 0.0
     elif inv >= 1.0 and ranked:
         tail_hi = rest * ranked[-1][0] ** (inv - 1.0)
     else:
         tail_hi = math.inf
-    return _top_p(dict(scaled), tail_hi, cut, rest <= 1e-12, sampling.top_p)
+    return _top_p(dict(scaled), tail_hi, cut, rest <= _NIL, sampling.top_p)
 
 
 def _top_p(

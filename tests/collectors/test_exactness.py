@@ -143,7 +143,8 @@ def expected(base: str) -> dict[str, Any]:
     body = {"model": "sim", "messages": MESSAGES, "max_tokens": 8, "temperature": 0.8}
     client = openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=0)
     answer = client.chat.completions.create(**body, logprobs=True, top_logprobs=20)
-    fit = exactness_fields(answer.choices[0].logprobs.model_dump(), temperature=0.8, mode="raw")
+    logprobs = answer.choices[0].logprobs.model_dump()
+    fit = exactness_fields(logprobs, temperature=0.8, mode="raw", top_logprobs=20)
     assert fit is not None and fit.tokens == 8
     return fit.as_dict()
 

@@ -12,7 +12,8 @@ import pytest
 
 from gate.exactness import BINS, Mode, exactness_fields
 
-VOCAB = [f"t{i}" for i in range(39)] + ["<|im_end|>"]  # the end token among them
+# Two end tokens (as Llama 3 has), the likelier last.
+VOCAB = [f"t{i}" for i in range(38)] + ["</s>", "<|im_end|>"]
 # (temperature, top_p, top_k) of the requests
 SETTINGS = [(0.8, 1.0, None), (0.7, 0.9, None), (1.0, 0.8, 5), (0.6, 1.0, 6), (1.3, 0.95, None)]
 Lister = Callable[[dict[str, float], str, int], list[tuple[str, float]]]
@@ -122,3 +123,16 @@ def test_an_exact_sampler_fills_every_bin_evenly(mode: Mode, lister: Lister, sha
             assert cut == pytest.approx(0.0, abs=1e-12)
             even = np.full(BINS, tested / BINS)
             assert shares == pytest.approx(even, abs=1e-9), setting
+
+
+def test_a_draw_outside_a_fully_listed_nucleus_is_cut_with_float32_values() -> None:
+    # vLLM's processed logprobs are float32: a nucleus listed whole sums to 1 only to ~1e-7.
+    nucleus = np.asarray([0.5, 0.3, 0.15, 0.05])
+    values = np.log(nucleus).astype(np.float32).tolist()
+    alts = [{"token": f"t{i}", "logprob": v} for i, v in enumerate(values)]
+    alts += [{"token": f"u{i}", "logprob": -9999.0} for i in range(4)]  # cut by top_p
+    drawn = {"token": "x", "logprob": -7.0, "top_logprobs": alts}  # unlisted: outside
+    fit = exactness_fields(
+        {"content": [drawn]}, temperature=0.8, top_p=0.9, mode="processed", top_logprobs=8
+    )
+    assert fit is not None and (fit.cut, fit.tokens) == (1, 0)
