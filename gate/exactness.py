@@ -184,8 +184,9 @@ def exactness_fields(
     stop = frozenset(eos)
     bins = [0.0] * BINS
     tokens = cut = skipped = 0
-    for token, _, top in positions:
-        placed = place(trusted(top, top_logprobs), token, sampling, mode=mode, eos=stop)
+    for token, value, top in positions:
+        listed = trusted(top, top_logprobs)
+        placed = place(listed, token, sampling, mode=mode, eos=stop, logprob=value)
         if placed.cut:
             cut += 1
         elif placed.interval is None:
@@ -245,19 +246,25 @@ def place(
     *,
     mode: Mode,
     eos: frozenset[str] = EOS,
+    logprob: float = -math.inf,
 ) -> _Position:
     """Return the emitted token's interval at one position (or cut, or not placed)."""
     if token in eos or not top:
         return _SKIP  # an end token's factor is 1; no alternatives: no distribution
+    if mode == "raw" and len({t for t, _ in top}) < len(top):
+        # Temperature, top-k and top-p act on tokens, not spellings: tokens listed alike
+        # cannot be told apart, so the position is not tested (the list alone says so).
+        return _SKIP
     weights = _merged(top)
     known = _processed(weights) if mode == "processed" else _raw(weights, sampling)
     kept = {t: w for t, w in known.kept.items() if t not in eos}
-    if token in known.cut or (token not in weights and known.tail_cut):
+    listed = _listed(top, token, logprob)
+    if (listed and token in known.cut) or (not listed and known.tail_cut):
         return _CUT
     total = sum(kept.values()) + (known.tail or 0.0)
     if total <= 0.0:
         return _SKIP
-    if token not in weights:  # below the list: the tail, when its share is known
+    if not listed:  # below the list: the tail, when its share is known
         tail = known.tail
         return _Position((1.0 - tail / total, 1.0)) if tail else _SKIP
     if token not in kept:
@@ -266,6 +273,19 @@ def place(
     own = kept[token]
     above = sum(w for t, w in kept.items() if (-w, t) < (-own, token))
     return _Position((above / total, (above + own) / total))
+
+
+def _listed(top: Sequence[tuple[str, float]], token: str, logprob: float) -> bool:
+    """Return whether the emitted token is a listed one: its spelling, and its value.
+
+    Distinct tokens can read alike (pieces of one character each read U+FFFD): one below
+    the list spelled as a listed one is told apart by its own log-probability, which the
+    engine reports from the same values as the list's (unknown: by spelling alone).
+    """
+    alike = [v for t, v in top if t == token]
+    if not alike or not math.isfinite(logprob):
+        return bool(alike)
+    return any(math.isclose(v, logprob, rel_tol=1e-6, abs_tol=1e-9) for v in alike)
 
 
 @dataclass(frozen=True)
@@ -286,7 +306,8 @@ class _Known:
 
 
 def _merged(top: Sequence[tuple[str, float]]) -> dict[str, float]:
-    """Return each spelling's probability (tokens spelled alike are one outcome)."""
+    """Return each spelling's probability (tokens spelled alike are one outcome: exact
+    where the values are the sampling distribution, processed mode)."""
     out: dict[str, float] = {}
     for token, logprob in top:
         p = math.exp(logprob) if logprob > _CUT_LOGPROB else 0.0

@@ -64,7 +64,13 @@ def logprob(p: float) -> float:
 
 
 def expected_shares(
-    raw: dict[str, float], setting: tuple, mode: Mode, lister: Lister, k: int, shape: str
+    raw: dict[str, float],
+    setting: tuple,
+    mode: Mode,
+    lister: Lister,
+    k: int,
+    shape: str,
+    spell: Callable[[str], str] = str,
 ) -> tuple[np.ndarray, float, float]:
     """Return the expected bin shares, the chance a token is tested and the chance it is
     cut, over the exact sampler's draw at one position."""
@@ -78,8 +84,8 @@ def expected_shares(
             continue
         top = lister(values, sampled, k)
         if shape == "chat":
-            alts = [{"token": tok, "logprob": v} for tok, v in top]
-            entry = {"token": sampled, "logprob": values[sampled], "top_logprobs": alts}
+            alts = [{"token": spell(tok), "logprob": v} for tok, v in top]
+            entry = {"token": spell(sampled), "logprob": values[sampled], "top_logprobs": alts}
             logprobs: dict = {"content": [entry]}
         else:
             logprobs = {
@@ -136,3 +142,19 @@ def test_a_draw_outside_a_fully_listed_nucleus_is_cut_with_float32_values() -> N
         {"content": [drawn]}, temperature=0.8, top_p=0.9, mode="processed", top_logprobs=8
     )
     assert fit is not None and (fit.cut, fit.tokens) == (1, 0)
+
+
+def byte_piece(token: str) -> str:
+    """Tokens 30-35 are pieces of a character: each reads as U+FFFD alone."""
+    return "\ufffd" if token in {f"t{i}" for i in range(30, 36)} else token
+
+
+@pytest.mark.parametrize("mode", ["processed", "raw"])
+@pytest.mark.parametrize("lister", [top_only, vllm_chat])
+def test_tokens_spelled_alike_keep_the_fields_unbiased(mode: Mode, lister: Lister) -> None:
+    for raw in distributions(12, seed=11):
+        for setting in SETTINGS:
+            shares, tested, cut = expected_shares(raw, setting, mode, lister, 8, "chat", byte_piece)
+            assert cut == pytest.approx(0.0, abs=1e-12)
+            even = np.full(BINS, tested / BINS)
+            assert shares == pytest.approx(even, abs=1e-9), setting
