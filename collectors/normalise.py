@@ -25,8 +25,6 @@ _COHORTS = frozenset(member.value for member in Cohort)
 _STATUSES = frozenset(member.value for member in GenerationStatus)
 _OK, _ERROR, _OPEN = GenerationStatus.OK.value, GenerationStatus.ERROR.value, PairState.OPEN.value
 _CONTROL = Cohort.CONTROL.value
-# Rounding slack of the stored bins (9 decimals each), relative to the tokens they count.
-_BIN_SLACK = 1e-6
 
 # A normalised span is stored in `spans` without what its rows hold, so nothing is stored
 # twice. Captured content always goes: prompts and outputs are then purged once, by
@@ -301,18 +299,10 @@ def exactness_of(value: Any) -> dict[str, Any] | None:
     raw = _json(value)
     if not isinstance(raw, dict):
         return None
-    counts = [raw.get(key, 0) for key in ("n", "cut", "skipped")]
-    if not all(type(count) is int and count >= 0 for count in counts):
-        return None
     try:
-        fit = TokenFit.from_dict(raw)
-    except (KeyError, TypeError, ValueError):
+        return TokenFit.from_dict(raw).as_dict()
+    except ValueError:
         return None
-    if not all(math.isfinite(b) and b >= -_BIN_SLACK for b in fit.bins):
-        return None
-    if abs(sum(fit.bins) - fit.tokens) > _BIN_SLACK * max(1, fit.tokens):
-        return None
-    return fit.as_dict()
 
 
 def engine_facts(trace_id: str, parent_span_id: str, attrs: dict[str, Any]) -> EngineFacts:

@@ -124,12 +124,31 @@ class TokenFit:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> TokenFit:
-        """Return the statistics from their stored fields; ValueError when malformed."""
+        """Return the statistics from their stored fields; ValueError when malformed:
+        counts that are not whole and nonnegative, bins that are not `BINS` finite
+        nonnegative shares summing to the tested tokens (what the test's bound needs)."""
         bins = raw.get("bins")
         if not isinstance(bins, list) or len(bins) != BINS:
             raise ValueError(f"exactness.bins must be a list of {BINS} numbers")
-        return cls(int(raw["n"]), tuple(float(b) for b in bins), int(raw.get("cut", 0)),
-                   int(raw.get("skipped", 0)))  # fmt: skip
+        counts = [raw.get("n"), raw.get("cut", 0), raw.get("skipped", 0)]
+        if not all(type(c) is int and c >= 0 for c in counts):
+            raise ValueError("exactness n, cut and skipped must be whole numbers >= 0")
+        shares = tuple(_share(b) for b in bins)
+        if abs(sum(shares) - counts[0]) > _SLACK * max(1, counts[0]):
+            raise ValueError("exactness.bins must sum to n")
+        return cls(counts[0], shares, counts[1], counts[2])
+
+
+# Rounding the stored shares (9 decimals) moves them and their sum by less than this.
+_SLACK = 1e-6
+
+
+def _share(value: Any) -> float:
+    """Return a stored bin share; ValueError unless a finite number >= 0 (to rounding)."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or value < -_SLACK:
+        raise ValueError("exactness.bins must be finite numbers >= 0")
+    return max(float(value), 0.0)
 
 
 @dataclass(frozen=True)

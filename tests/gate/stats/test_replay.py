@@ -242,3 +242,19 @@ def test_each_stage_spends_an_equal_share_of_alpha_kill():
 
     assert lower(share) < lower(whole)
     assert want.decision is Decision.KILL
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"n": 1, "cut": 0, "bins": [1.0] * 20},  # the shares sum to 20, not 1
+        {"n": 2, "cut": 0, "bins": [2.0, -1.0, 1.0] + [0.0] * 17},  # a negative share
+        {"n": -3, "cut": 0, "bins": [0.0] * 20},  # a negative count
+        {"n": 1.5, "cut": 0, "bins": [1.5] + [0.0] * 19},  # not whole
+    ],
+)
+def test_malformed_exactness_fields_are_a_bad_request(fields):
+    records = simulated(Scenario("aa", 5), seed=3)
+    records[2]["candidate"]["exactness"] = fields
+    with pytest.raises(BadRequest, match="exactness is malformed"):
+        replay(records, POLICY)
