@@ -20,6 +20,7 @@ import orjson
 
 from gate.db.enums import GenerationStatus
 from gate.exactness import exactness_fields, raw_describes
+from gate.gateway import logprobs as logprobs_module
 from gate.gateway.observe import CallResult
 from gate.routing.snapshot import ExactnessAsk
 
@@ -33,7 +34,8 @@ Fit = Callable[[], str | None]
 
 def fit_of(ask: ExactnessAsk | None, body: dict[str, Any], result: CallResult) -> Fit | None:
     """Return the computation of a finished call's exactness attribute; None when there
-    is nothing to compute (no policy asks, a failed or greedy call, no alternatives)."""
+    is nothing to compute (no policy asks, a failed, greedy or seeded call, no
+    alternatives, raw values the request's penalties or bias do not describe)."""
     if ask is None or result.status is not GenerationStatus.OK or result.alternatives is None:
         return None
     logprobs = result.alternatives.logprobs()
@@ -41,6 +43,8 @@ def fit_of(ask: ExactnessAsk | None, body: dict[str, Any], result: CallResult) -
     top_k = body.get("top_k")
     if logprobs is None or temperature is None or temperature <= 0.0:
         return None
+    if not logprobs_module.pairable(body):
+        return None  # a fixed seed draws the same tokens again: not fresh draws
     if ask.mode == "raw" and not raw_describes(body):
         return None  # a penalty or bias moved the sampler off the raw values
     # The number of alternatives the route was asked for: the client's own, or ours.

@@ -141,3 +141,10 @@ def test_only_the_most_likely_less_one_of_the_number_asked_are_read():
     # Asked by the gateway (the client did not): the policy's number, 20.
     fit = fit_of(ASK, {"temperature": 0.8}, read)
     assert fit is not None and json.loads(fit() or "")["n"] == 1
+
+
+def test_a_seeded_call_whose_client_asked_for_alternatives_gives_no_fields():
+    # Retried with its seed, a request draws the same tokens again: not fresh draws, and
+    # a client that repeats one would make an exact candidate look lossy.
+    read = streamed([column_chunk("a"), column_chunk("b")])
+    assert fit_of(ASK, {"temperature": 0.8, "seed": 7, "logprobs": 3}, read) is None
