@@ -56,6 +56,11 @@ from verifier_tv import MeasuringSampler
 TOP = 20
 
 
+def alternatives(top: list[tuple[int, float]]) -> list[dict[str, Any]]:
+    """Return a position's alternatives in the OpenAI shape."""
+    return [{"token": str(i), "logprob": v} for i, v in top]
+
+
 def outcomes(top: list[tuple[str, float]], top_p: float) -> np.ndarray | None:
     """Return a position's known outcomes' interval ends in [0, 1] (None: untested)."""
     weights = exactness._merged(top)
@@ -95,9 +100,9 @@ def answer(prompt: list[int], background: Any, verify: str, gen: Any, top_p: flo
     steps.close()
     tokens = tokens[:MAX_TOKENS]
     content = [
-        {"token": str(t), "logprob": lp, "top_logprobs": [{"token": str(i), "logprob": v} for i, v in top]}
+        {"token": str(t), "logprob": lp, "top_logprobs": alternatives(top)}
         for t, lp, top in (recorder.entries or [])[: len(tokens)]
-    ]  # fmt: skip
+    ]
     fit = exactness_fields(
         {"content": content}, temperature=TEMPERATURE, top_p=top_p, mode="raw", eos={str(EOS)}
     )

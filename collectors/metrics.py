@@ -31,6 +31,10 @@ class CollectorMetrics:
         self.normalise_failed = self._counter(
             "normalise_failed", "Spans stored raw because their rows could not be written."
         )
+        self.fields_dropped = self._counter(
+            "fields_dropped",
+            "Malformed span attributes left out of their rows (the stored span keeps them).",
+        )
         self.nul_removed = self._counter(
             "nul_removed", "NUL characters removed from spans (Postgres cannot store them)."
         )

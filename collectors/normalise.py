@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from collectors.spans import STATUS_ERROR
 from gate.db.enums import Cohort, GenerationStatus, PairState
 from gate.db.rows import ENGINE_FIELDS, EngineFacts, GenerationRow, PairRow, RequestRow, SpanRow
+from gate.exactness import TokenFit
 from gate.parity import text_distinct_2
 from gate.telemetry import attributes as a
 
@@ -24,6 +25,8 @@ _COHORTS = frozenset(member.value for member in Cohort)
 _STATUSES = frozenset(member.value for member in GenerationStatus)
 _OK, _ERROR, _OPEN = GenerationStatus.OK.value, GenerationStatus.ERROR.value, PairState.OPEN.value
 _CONTROL = Cohort.CONTROL.value
+# Rounding slack of the stored bins (9 decimals each), relative to the tokens they count.
+_BIN_SLACK = 1e-6
 
 # A normalised span is stored in `spans` without what its rows hold, so nothing is stored
 # twice. Captured content always goes: prompts and outputs are then purged once, by
@@ -72,6 +75,8 @@ class Normalised:
     # The spans to store: those normalised above without the content their rows now hold.
     spans: list[SpanRow] = field(default_factory=list)
     skipped: int = 0
+    # Malformed attributes left out of their rows (the stored span keeps them).
+    fields_dropped: int = 0
 
 
 def normalise(rows: list[SpanRow], *, pair_deadline_s: float) -> Normalised:
@@ -159,6 +164,12 @@ def _normalise_one(out: Normalised, row: SpanRow, pair_deadline_s: float) -> dic
     if a.COHORT in attrs:
         generation = generation_row(row)
         out.generations.append(generation)
+        if generation["exactness"] is None and attrs.get(a.EXACTNESS) is not None:
+            out.fields_dropped += 1
+            log.warning(
+                "collector.field_dropped trace_id=%s span_id=%s attribute=%s",
+                row.trace_id, row.span_id, a.EXACTNESS,
+            )  # fmt: skip
         stub = pair_stub(row, generation, pair_deadline_s)
         if stub is not None:
             out.pair_stubs.append(stub)
@@ -279,7 +290,29 @@ def generation_row(row: SpanRow) -> GenerationRow:
         "logprob_tokens": _int(get(a.LOGPROB_TOKENS)),
         "logprob_sum": _float(get(a.LOGPROB_SUM)),
         "distinct_2": text_distinct_2(output, truncated=truncated),
+        "exactness": exactness_of(get(a.EXACTNESS)),
     }
+
+
+def exactness_of(value: Any) -> dict[str, Any] | None:
+    """Return a call's stored exactness fields (`TokenFit.as_dict`) from its attribute;
+    None when absent or malformed (counts that are not whole, bins that are not finite,
+    not `BINS` of them, or do not sum to the tested tokens)."""
+    raw = _json(value)
+    if not isinstance(raw, dict):
+        return None
+    counts = [raw.get(key, 0) for key in ("n", "cut", "skipped")]
+    if not all(type(count) is int and count >= 0 for count in counts):
+        return None
+    try:
+        fit = TokenFit.from_dict(raw)
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not all(math.isfinite(b) and b >= -_BIN_SLACK for b in fit.bins):
+        return None
+    if abs(sum(fit.bins) - fit.tokens) > _BIN_SLACK * max(1, fit.tokens):
+        return None
+    return fit.as_dict()
 
 
 def engine_facts(trace_id: str, parent_span_id: str, attrs: dict[str, Any]) -> EngineFacts:

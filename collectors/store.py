@@ -64,6 +64,7 @@ class Landed:
     generation_ids: list[int] = field(default_factory=list)
     pair_ids: list[uuid.UUID] = field(default_factory=list)
     normalise_skipped: int = 0
+    fields_dropped: int = 0
 
 
 class SpanStore:
@@ -114,4 +115,5 @@ class SpanStore:
         pair_ids = {pair_id for _, pair_id, _, _ in generations if pair_id is not None}
         landed.pair_ids = sorted(pair_ids | {pair["id"] for pair in normalised.pairs}, key=str)
         landed.normalise_skipped = normalised.skipped
+        landed.fields_dropped = normalised.fields_dropped
         return landed, pending

@@ -326,6 +326,8 @@ class BatchWriter:
         self.metrics.generations.inc(len(landed.generation_ids))
         if raw_only or landed.normalise_skipped:
             self.metrics.normalise_failed.inc(1 if raw_only else landed.normalise_skipped)
+        if landed.fields_dropped:
+            self.metrics.fields_dropped.inc(landed.fields_dropped)
         if self.on_landed is not None and (landed.generation_ids or landed.pair_ids):
             try:
                 self.on_landed(landed.generation_ids, landed.pair_ids)

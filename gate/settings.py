@@ -142,9 +142,10 @@ class Settings(LogSettings, GatewaySettings, CollectorSettings, GateSettings, Ev
 
     # Content capture: prompts and outputs are kept only for sampled pairs and bounded.
     capture_content: bool = True
-    # Sampled parity: ask both routes of a sampled pair (temperature > 0) for token
-    # log-probabilities, stripped again from the client's answer when it did not ask.
-    # `auto` asks where the rollout's policy tests parity (`guardrails.output_parity`).
+    # Sampled parity and per-token exactness: ask a sampled pair's calls (temperature > 0)
+    # for token log-probabilities (and alternatives), stripped again from the client's
+    # answer when it did not ask. `auto` asks where the rollout's policy tests parity
+    # (`guardrails.output_parity`) or exactness (`guardrails.exactness`).
     ask_logprobs: Literal["auto", "on", "off"] = Field(
         "auto",
         description="Ask sampled pairs' calls for logprobs: auto (the rollout's policy), on, off.",

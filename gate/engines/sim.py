@@ -129,11 +129,13 @@ async def _answer(
     )
 
 
+_VOCABULARY = ("alpha", "beta", "gamma", "delta", "tokens", "draft", "verify", "accept")
+
+
 def _words(body: dict[str, Any], count: int) -> list[str]:
     source = orjson.dumps(body.get("messages") or body.get("prompt") or "")
     seed = hashlib.sha256(source).digest()
-    vocabulary = ("alpha", "beta", "gamma", "delta", "tokens", "draft", "verify", "accept")
-    return [vocabulary[seed[i % len(seed)] % len(vocabulary)] + " " for i in range(count)]
+    return [_VOCABULARY[seed[i % len(seed)] % len(_VOCABULARY)] + " " for i in range(count)]
 
 
 def _max_tokens(body: dict[str, Any], default: int) -> int:
@@ -192,7 +194,7 @@ def _whole(
     else:
         choice["text"] = text
     if _asks_logprobs(body):
-        choice["logprobs"] = _logprobs(words, chat=chat)
+        choice["logprobs"] = _logprobs(words, chat=chat, top=_top(body, chat=chat))
     answer: dict[str, Any] = {
         "id": ident,
         "object": "chat.completion" if chat else "text_completion",
@@ -213,19 +215,39 @@ def _asks_logprobs(body: dict[str, Any]) -> bool:
     return value is not None and value is not False
 
 
-def _logprobs(words: list[str], *, chat: bool, start: int = 0) -> dict[str, Any]:
+def _top(body: dict[str, Any], *, chat: bool) -> int:
+    """Return how many alternatives per token the request asks for (0: none)."""
+    value = body.get("top_logprobs") if chat else body.get("logprobs")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _logprobs(words: list[str], *, chat: bool, start: int = 0, top: int = 0) -> dict[str, Any]:
     """Return made-up log-probabilities, one per word (the first at position `start` of
-    the answer), in the request's OpenAI shape."""
+    the answer), with `top` made-up alternatives each, in the request's OpenAI shape."""
     values = [-0.25 * (1 + i % 4) for i in range(start, start + len(words))]
+    alternatives = [_alternatives(w, v, top) for w, v in zip(words, values, strict=True)]
     if not chat:
-        return {"tokens": words, "token_logprobs": values, "top_logprobs": None}
-    entries = zip(words, values, strict=True)
+        tops = [dict(a) for a in alternatives] if top else None
+        return {"tokens": words, "token_logprobs": values, "top_logprobs": tops}
+    entries = zip(words, values, alternatives, strict=True)
     return {
         "content": [
-            {"token": w, "logprob": v, "bytes": list(w.encode()), "top_logprobs": []}
-            for w, v in entries
+            {"token": w, "logprob": v, "bytes": list(w.encode()), "top_logprobs": _entries(a)}
+            for w, v, a in entries
         ]
     }
+
+
+def _alternatives(word: str, logprob: float, top: int) -> list[tuple[str, float]]:
+    """The `top` most likely tokens at a position: the emitted word first, then the rest
+    of the vocabulary sharing 90 % of what it leaves (a tenth stays unlisted)."""
+    others = [w + " " for w in _VOCABULARY if w + " " != word]
+    rest = math.log(0.9 * (1.0 - math.exp(logprob)) / len(others))
+    return [(word, logprob), *((w, rest) for w in others)][:top]
+
+
+def _entries(alternatives: list[tuple[str, float]]) -> list[dict[str, Any]]:
+    return [{"token": t, "logprob": v, "bytes": list(t.encode())} for t, v in alternatives]
 
 
 def _metrics(profile: SimProfile, tokens: int) -> dict[str, Any]:
@@ -272,6 +294,7 @@ async def _stream(
     kind = "chat.completion.chunk" if chat else "text_completion"
     options = body.get("stream_options")
     usage_asked = isinstance(options, dict) and bool(options.get("include_usage"))
+    top = _top(body, chat=chat)
     try:
         held.sent(0)
         await asyncio.sleep(profile.ttft_s)
@@ -291,7 +314,7 @@ async def _stream(
             else:
                 delta["text"] = word
             if _asks_logprobs(body):
-                delta["logprobs"] = _logprobs([word], chat=chat, start=i)
+                delta["logprobs"] = _logprobs([word], chat=chat, start=i, top=top)
             chunk = {
                 "id": ident,
                 "object": kind,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -17,6 +18,7 @@ from gate.api.deps import Services
 from gate.errors import GateError
 from gate.gateway.call import Gateway
 from gate.gateway.errors import from_gate_error, method_not_allowed
+from gate.gateway.fits import FitWorker
 from gate.gateway.logprobs import RejectingRoutes
 from gate.gateway.metrics import GatewayMetrics, exposition
 from gate.gateway.mirror import MirrorPool
@@ -72,6 +74,9 @@ def create_gateway_app(
             metrics=gateway_metrics,
             inflight={},
             health=route_health,
+            fits=FitWorker(
+                max_pending=FITS_MAX_PENDING, on_skipped=gateway_metrics.exactness_skipped.inc
+            ),
             rejecting=RejectingRoutes(),
         )
         await routing.start()
@@ -83,6 +88,8 @@ def create_gateway_app(
             yield
         finally:
             await app.state.gateway.mirror.close()
+            # The spans still waiting for their exactness fields end before the exporter.
+            await asyncio.to_thread(app.state.gateway.fits.close)
             await routing.stop()
             await client.close()
             if own_tracer_provider:
@@ -128,6 +135,10 @@ def create_gateway_app(
             return gateway_liveness(routing, route_health)
 
     return ProxyDispatch(app)
+
+
+# Calls waiting for their exactness fields: past this many, a span ends without them.
+FITS_MAX_PENDING = 1024
 
 
 def route_health_for(settings: Settings) -> RouteHealth:

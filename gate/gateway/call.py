@@ -6,8 +6,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry.context import Context
+from opentelemetry.trace import Span
 from starlette.requests import Request
 
+from gate.db.enums import Cohort
+from gate.gateway.fits import FitWorker, fit_of
 from gate.gateway.logprobs import RejectingRoutes
 from gate.gateway.metrics import GatewayMetrics
 from gate.gateway.mirror import MirrorPool
@@ -33,6 +36,8 @@ class Gateway:
     metrics: GatewayMetrics
     inflight: dict[int, int]
     health: RouteHealth
+    # Computes calls' exactness fields off the event loop and ends their spans.
+    fits: FitWorker
     # Routes that rejected the logprobs we asked for (this process's memory).
     rejecting: RejectingRoutes = field(default_factory=RejectingRoutes)
 
@@ -54,14 +59,25 @@ class Call:
     ctx: CallContext
     parent: Context | None
     prompt: str | None
-    # We asked the routes for logprobs the client did not ask for: this is the payload
+    # We asked a route for logprobs the client did not ask for: this is the payload
     # without them (sent to a route that rejects them), and the client's answer loses them.
     unasked: bytes | None = None
+    # The candidate's payload where it differs from the baseline's `payload` (it asks
+    # for alternatives the baseline is not asked for). A side not asked sends `unasked`.
+    candidate_payload: bytes | None = None
 
-    @property
-    def asked_logprobs(self) -> bool:
-        """Whether the gateway added logprobs the client did not ask for."""
-        return self.unasked is not None
+    def payload_for(self, cohort: Cohort) -> bytes:
+        """Return what the call of `cohort` sends to its route."""
+        if cohort is Cohort.CANDIDATE and self.candidate_payload is not None:
+            return self.candidate_payload
+        return self.payload
+
+    def unasked_for(self, cohort: Cohort) -> bytes | None:
+        """Return the payload without our logprobs when the call of `cohort` asks for
+        them (the client's answer then loses them); None when it sends what the client did."""
+        if self.unasked is None or self.payload_for(cohort) is self.unasked:
+            return None
+        return self.unasked
 
 
 def reached(gw: Gateway, route: RouteTarget, result: CallResult) -> None:
@@ -73,6 +89,22 @@ def reached(gw: Gateway, route: RouteTarget, result: CallResult) -> None:
         gw.health.connected(route.id)
     if result.logprobs_rejected:
         gw.rejecting.rejected(route.id, route.name, answered_without=result.http_status)
+
+
+def end_span(
+    gw: Gateway, span: Span, call: Call, result: CallResult, *, fallback: bool = False
+) -> None:
+    """End a route call's span; one whose answer carries alternatives ends in the
+    background, with its exactness fields (`gate.gateway.fits`)."""
+    fit = fit_of(call.routing.exactness, call.body, result)
+
+    def end(exactness: str | None) -> None:
+        gw.spans.end_call(span, result, prompt=call.prompt, fallback=fallback, exactness=exactness)
+
+    if fit is None:
+        end(None)
+    else:
+        gw.fits.end_with(end, fit)
 
 
 def request_headers(route: RouteTarget, trace_headers: dict[str, str]) -> dict[str, str]:

@@ -1,16 +1,21 @@
 """Token log-probabilities on sampled pairs' calls: ask the routes, summarise, strip.
 
 The sampled-parity guardrail (`gate.parity`) compares the mean log-probability of the two
-sides' answers. On a sampled pair's calls the gateway asks both routes for `logprobs`
-alike, keeps a per-call summary for the collector (never the arrays), and removes them
+sides' answers; the per-token exactness guardrail (`gate.exactness`) reads each token's
+alternatives (`top_logprobs`). On a sampled pair's calls the gateway asks for `logprobs`
+(the candidate, and the baseline on the policy's control share, for alternatives too),
+keeps a per-call summary for the collector (never the arrays: `Alternatives` gathers
+choice 0's entries until the call's exactness fields are computed), and removes them
 from the client's answer when the client did not ask: a non-streamed answer through one
 JSON round trip (`strip_json`), a streamed one in place, byte for byte (`strip_events`:
-only the values of `logprobs` members become `null`). A route that rejects `logprobs`
-(a 400 or 422 to a call that carried them only because we asked, answered once asked
-again without them) is remembered by this gateway process and no longer asked: its pairs
-have the text statistics only (`RejectingRoutes`).
+only the values of `logprobs` members become `null`, alternatives and all). A request
+that cannot make a pair the statistics read (a fixed `seed`, `n` > 1: `pairable`) is
+not asked. A route that rejects `logprobs` (a 400 or 422 to a call that carried them
+only because we asked, answered once asked again without them) is remembered by this
+gateway process and no longer asked: its pairs have the text statistics only
+(`RejectingRoutes`).
 
-Who asks is decided in `gate.gateway.proxy` (the rollout's policy, or
+Who asks is decided in `gate.gateway.asks` (the rollout's policy, or
 `SPECGATE_ASK_LOGPROBS`).
 """
 
@@ -59,12 +64,21 @@ def samples(body: dict[str, Any]) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
 
 
-def ask(body: dict[str, Any]) -> dict[str, Any]:
-    """Return the body asking for the sampled tokens' log-probabilities (no alternatives)."""
+def pairable(body: dict[str, Any]) -> bool:
+    """Return whether the request can make a pair the statistics read: one answer (`n` of
+    1) drawn afresh (no fixed `seed`, which both sides would share)."""
+    n = body.get("n")
+    return body.get("seed") is None and (n is None or (isinstance(n, int) and n <= 1))
+
+
+def ask(body: dict[str, Any], *, top: int | None = None) -> dict[str, Any]:
+    """Return the body asking for the sampled tokens' log-probabilities, with `top`
+    alternatives per token when given (chat `top_logprobs`, completions `logprobs: top`)."""
     if wants_logprobs(body):
         return body
-    chat = isinstance(body.get("messages"), list)
-    return {**body, "logprobs": True} if chat else {**body, "logprobs": 0}
+    if not isinstance(body.get("messages"), list):
+        return {**body, "logprobs": top or 0}
+    return {**body, "logprobs": True, "top_logprobs": top} if top else {**body, "logprobs": True}
 
 
 def strip_choices(parsed: dict[str, Any]) -> dict[str, Any]:
@@ -185,6 +199,63 @@ def choice_values(choice: Any) -> list[float]:
     else:  # OpenAI completions columns
         raw = list(logprobs.get("token_logprobs") or ())
     return [float(v) for v in raw if isinstance(v, int | float) and not isinstance(v, bool)]
+
+
+class Alternatives:
+    """Choice 0's per-token entries with their alternatives (`top_logprobs`), gathered
+    across a streamed answer into one OpenAI-format `logprobs` object; references to
+    what was parsed, never copies. An answer whose first entries carry no alternatives is
+    not kept, nor one with several choices (the exactness test reads one answer)."""
+
+    def __init__(self) -> None:
+        self.content: list[Any] = []
+        self.columns: tuple[list[Any], list[Any], list[Any]] = ([], [], [])
+        self.keeping: bool | None = None  # decided by the first entries
+        self.several = False
+
+    def add(self, choice: dict[str, Any]) -> None:
+        """Add one choice's (or streamed choice delta's) log-probabilities."""
+        if choice.get("index", 0) != 0:
+            self.several = True
+        logprobs = choice.get("logprobs")
+        if self.keeping is False or self.several or not isinstance(logprobs, dict):
+            return
+        content = logprobs.get("content")
+        if isinstance(content, list):
+            first = content[0] if content else None
+            self._keep(content, first.get("top_logprobs") if isinstance(first, dict) else None)
+            if self.keeping:
+                self.content += content
+            return
+        tokens = logprobs.get("tokens")
+        if isinstance(tokens, list):
+            self._add_columns(tokens, logprobs)
+
+    def _add_columns(self, tokens: list[Any], logprobs: dict[str, Any]) -> None:
+        tops = logprobs.get("top_logprobs")
+        self._keep(tokens, tops[0] if isinstance(tops, list) and tops else None)
+        if not self.keeping:
+            return
+        values = logprobs.get("token_logprobs")
+        # Columns stay aligned token by token whatever one chunk lacks.
+        for column, given in zip(self.columns, (tokens, values, tops), strict=True):
+            if isinstance(given, list) and len(given) == len(tokens):
+                column += given
+            else:
+                column += [None] * len(tokens)
+
+    def _keep(self, entries: list[Any], first_alternatives: Any) -> None:
+        if self.keeping is None and entries:
+            self.keeping = bool(first_alternatives)
+
+    def logprobs(self) -> dict[str, Any] | None:
+        """Return the gathered `logprobs` object; None without alternatives to read."""
+        if not self.keeping or self.several:
+            return None
+        if self.content:
+            return {"content": self.content}
+        tokens, values, tops = self.columns
+        return {"tokens": tokens, "token_logprobs": values, "top_logprobs": tops}
 
 
 def _int(value: Any) -> int | None:

@@ -51,6 +51,12 @@ class GatewayMetrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        self.exactness_skipped = Counter(
+            "specgate_gateway_exactness_skipped",
+            "Route calls whose answer carried top_logprobs but whose span ended without"
+            " exactness fields: too many calls were waiting for theirs.",
+            registry=r,
+        )
         self.mirror_dropped = Counter(
             "specgate_gateway_mirror_dropped",
             "Mirror calls never made: the pool was full, they could not start in time,"

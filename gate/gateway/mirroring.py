@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from gate.db.enums import Cohort, GenerationStatus
-from gate.gateway.call import Call, Gateway, reached, request_headers
+from gate.gateway.call import Call, Gateway, end_span, reached, request_headers
 from gate.gateway.mirror import SHUTDOWN_RUNNING
 from gate.gateway.observe import CallResult
 from gate.gateway.sampling import Assignment
@@ -48,11 +48,11 @@ def _mirror(gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort) -> None
                 gw.client,
                 route,
                 call.endpoint,
-                call.payload,
+                call.payload_for(cohort),
                 request_headers(route, headers),
                 stream=call.stream,
                 capture=call.prompt is not None,
-                unasked=call.unasked,
+                unasked=call.unasked_for(cohort),
             )
         except asyncio.CancelledError:
             # A shutdown is not the route's doing; only the mirror deadline is.
@@ -63,7 +63,7 @@ def _mirror(gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort) -> None
             raise
         finally:
             gw.inflight[route.id] -= 1
-            gw.spans.end_call(span, result, prompt=call.prompt)
+            end_span(gw, span, call, result)
             gw.metrics.observe(route.name, cohort.value, result, status=result.status.value)
             reached(gw, route, result)
 

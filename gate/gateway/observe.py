@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gate.db.enums import GenerationStatus
-from gate.gateway.logprobs import choice_values, summarise
+from gate.gateway.logprobs import Alternatives, choice_values, summarise
 
 # What a failed call says when its answer is JSON, but not shaped like an OpenAI answer.
 ODD_SHAPE = "upstream answered in an unexpected shape"
@@ -47,6 +47,9 @@ class CallResult:
     # The answer's token log-probabilities, summarised (count and sum, never the arrays).
     logprob_tokens: int | None = None
     logprob_sum: float | None = None
+    # Choice 0's per-token alternatives, kept until the call's exactness fields are
+    # computed (`gate.gateway.fits`); None when the answer carried no log-probabilities.
+    alternatives: Alternatives | None = None
     # The route rejected the log-probabilities we asked for; this is the call made again
     # without them.
     logprobs_rejected: bool = False
@@ -118,6 +121,7 @@ class CallResult:
                         self._capture(content, calls)
                 if choice.get("logprobs"):
                     self._add_logprobs(choice_values(choice))
+                    self._gather(choice)
             if self.response_id is None:
                 self.response_id = chunk.get("id")
             if self.response_model is None:
@@ -146,6 +150,8 @@ class CallResult:
                     self.tool_calls[i] = call
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
+            if choice.get("logprobs"):
+                self._gather(choice)
         summary = summarise(response)
         if summary is not None:
             self.logprob_tokens, self.logprob_sum = summary.tokens, summary.total
@@ -166,6 +172,11 @@ class CallResult:
         if values:
             self.logprob_tokens = (self.logprob_tokens or 0) + len(values)
             self.logprob_sum = (self.logprob_sum or 0.0) + sum(values)
+
+    def _gather(self, choice: dict[str, Any]) -> None:
+        if self.alternatives is None:
+            self.alternatives = Alternatives()
+        self.alternatives.add(choice)
 
     def _capture(self, content: Any, calls: Any) -> None:
         if content:

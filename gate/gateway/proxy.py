@@ -19,8 +19,8 @@ from starlette.responses import Response
 
 from gate.db.enums import Cohort, GenerationStatus
 from gate.errors import BadRequest, GateError, NotFound
-from gate.gateway import logprobs
-from gate.gateway.call import Call, Gateway, reached, request_headers
+from gate.gateway import asks, logprobs
+from gate.gateway.call import Call, Gateway, end_span, reached, request_headers
 from gate.gateway.inputs import split_inputs
 from gate.gateway.intake import read_json_body, segment_of, tenant_of
 from gate.gateway.mirroring import schedule_mirrors
@@ -39,7 +39,7 @@ from gate.gateway.upstream import (
 from gate.request.messages import prompt_text
 from gate.rollouts.states import Primary
 from gate.routing.health import ROUTE_DOWN
-from gate.routing.snapshot import RolloutRouting, RouteTarget
+from gate.routing.snapshot import RouteTarget
 
 
 def new_id() -> str:
@@ -97,11 +97,12 @@ async def _prepare(
         raise NotFound(f"the model '{model}' does not exist on this gateway")
     plan = gw.routing.plan(routing)
     segment = segment_of(request, upstream, declared.inputs)
+    key = sticky_key(raw, upstream, request.headers)
     assignment = assign(
         rollout_id=routing.rollout_id,
         plan=plan,
         fraction=routing.fraction,
-        key=sticky_key(raw, upstream, request.headers),
+        key=key,
         control_rate=gw.settings.control_rate,
     )
     sent = upstream
@@ -111,10 +112,13 @@ async def _prepare(
     if stream and not wants_usage:
         upstream = {**upstream, "stream_options": {**(options or {}), "include_usage": True}}
     capture = assignment.sampled and gw.settings.capture_content
-    unasked = None
-    if assignment.sampled and _asks_logprobs(gw, routing, upstream):
-        # Both sides get the same payload: asked alike.
-        unasked, upstream = encode(upstream), logprobs.ask(upstream)
+    unasked = payload = candidate_payload = None
+    asked = asks.asked(gw, routing, upstream, key) if assignment.sampled else None
+    if asked is not None:
+        unasked = encode(upstream)
+        baseline, candidate = asked
+        payload = unasked if baseline is None else encode(baseline)
+        candidate_payload = None if candidate is None else encode(candidate)
     ctx = CallContext(
         routing=routing,
         endpoint=endpoint,
@@ -132,28 +136,16 @@ async def _prepare(
         plan=plan,
         body=upstream,
         sent=sent,
-        payload=encode(upstream),
+        payload=payload or encode(upstream),
         stream=stream,
         strip_usage=stream and not wants_usage,
         ctx=ctx,
         parent=extract(request.headers),
         prompt=prompt_text(upstream) if capture else None,
         unasked=unasked,
+        candidate_payload=candidate_payload,
     )
     return call, assignment, declared.inputs
-
-
-def _asks_logprobs(gw: Gateway, routing: RolloutRouting, body: dict[str, Any]) -> bool:
-    """Whether a sampled pair's calls ask for logprobs the client did not: at temperature
-    > 0, where the client's request says nothing of them, where the policy tests parity
-    (or the setting says on), and where neither route has rejected them."""
-    setting = gw.settings.ask_logprobs
-    if setting == "off" or (setting == "auto" and not routing.parity):
-        return False
-    if not logprobs.samples(body) or logprobs.left_alone(body):
-        return False
-    routes = (routing.baseline.id, routing.candidate.id)
-    return all(gw.rejecting.may_ask(route) for route in routes)
 
 
 def _primary(call: Call, assignment: Assignment) -> tuple[RouteTarget, Cohort]:
@@ -175,12 +167,12 @@ async def _serve_json(
                 gw.client,
                 route,
                 call.endpoint,
-                call.payload,
+                call.payload_for(cohort),
                 request_headers(route, headers),
                 capture=call.prompt is not None,
                 result=result,
                 head_by=_first_byte_deadline(gw) if canary else None,
-                unasked=call.unasked,
+                unasked=call.unasked_for(cohort),
             ),
         )
     except ClientGone:
@@ -192,7 +184,7 @@ async def _serve_json(
     _finish(gw, span, call, route, cohort, result, fallback=fallback)
     if fallback:
         return await _serve_json(gw, call, call.routing.baseline, Cohort.BASELINE, canary=False)
-    if _strips(call, result) and reply is not None and reply.status_code == 200:
+    if _strips(call, cohort, result) and reply is not None and reply.status_code == 200:
         reply = replace(reply, content=logprobs.strip_json(reply.content))
     return _reply_or_error(reply, result)
 
@@ -203,7 +195,7 @@ async def _serve_stream(
     span, headers = gw.spans.start_call(call.ctx, route, cohort, call.body, parent=call.parent)
     gw.inflight[route.id] = gw.inflight.get(route.id, 0) + 1
     result = CallResult()
-    opening = _open(gw, call, route, request_headers(route, headers), result, canary=canary)
+    opening = _open(gw, call, route, cohort, request_headers(route, headers), result, canary=canary)
     try:
         # A canary waits for its first event before answering: a client that leaves
         # meanwhile is gone, and no fallback is made for it.
@@ -275,6 +267,7 @@ async def _open(
     gw: Gateway,
     call: Call,
     route: RouteTarget,
+    cohort: Cohort,
     headers: dict[str, str],
     result: CallResult,
     *,
@@ -288,24 +281,26 @@ async def _open(
         gw.client,
         route,
         call.endpoint,
-        call.payload,
+        call.payload_for(cohort),
         headers,
         capture=call.prompt is not None,
         result=result,
         head_by=deadline,
-        unasked=call.unasked,
+        unasked=call.unasked_for(cohort),
     )
     if not isinstance(opened, Stream):
         return opened, None, []
-    events = opened.events(strip_usage=call.strip_usage, strip_logprobs=_strips(call, result))
+    events = opened.events(
+        strip_usage=call.strip_usage, strip_logprobs=_strips(call, cohort, result)
+    )
     if deadline is None:
         return opened, events, []
     return opened, events, await _first_event(events, result, deadline)
 
 
-def _strips(call: Call, result: CallResult) -> bool:
+def _strips(call: Call, cohort: Cohort, result: CallResult) -> bool:
     """Whether the answer carries logprobs the client did not ask for."""
-    return call.asked_logprobs and not result.logprobs_rejected
+    return call.unasked_for(cohort) is not None and not result.logprobs_rejected
 
 
 async def _first_event(
@@ -351,7 +346,7 @@ def _finish(
     *,
     fallback: bool,
 ) -> None:
-    gw.spans.end_call(span, result, prompt=call.prompt, fallback=fallback)
+    end_span(gw, span, call, result, fallback=fallback)
     status = GenerationStatus.FALLBACK if fallback else result.status
     gw.metrics.observe(route.name, cohort.value, result, status=status.value)
     reached(gw, route, result)

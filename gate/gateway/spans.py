@@ -135,10 +135,18 @@ class SpanEmitter:
         return span, headers
 
     def end_call(
-        self, span: Span, result: CallResult, *, prompt: str | None, fallback: bool = False
+        self,
+        span: Span,
+        result: CallResult,
+        *,
+        prompt: str | None,
+        fallback: bool = False,
+        exactness: str | None = None,
     ) -> None:
-        """Record a finished call's outcome on its span and end it."""
+        """Record a finished call's outcome (and its exactness fields) on its span; end it."""
         span.set_attributes(_outcome(result, fallback=fallback))
+        if exactness is not None:
+            span.set_attribute(A.EXACTNESS, exactness)
         if prompt is not None:
             span.set_attribute(A.PROMPT, self._bounded(prompt))
             output, whole = self._kept(result.output_text)

@@ -163,7 +163,8 @@ def _side(g: Generation, evals: dict[str, bool | None], thumbs: int | None) -> d
         "accepted_tokens": g.spec_accepted_tokens or 0,
         "feedback": thumbs,
         **parity_fields(g),
-        "exactness": g.exactness,  # per-token exactness sums (`gate.exactness.TokenFit`)
+        # Per-token exactness: `gate.exactness.TokenFit.as_dict()`, or None.
+        "exactness": g.exactness,
     }
 
 

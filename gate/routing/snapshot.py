@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
+from typing import Literal
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, joinedload
@@ -18,7 +19,7 @@ from gate.db.models import Rollout, Route, Verdict
 from gate.errors import InvalidPolicy
 from gate.rollouts.states import BASELINE_ONLY, RoutingPlan, routing_plan
 from gate.routing.credentials import DEFAULT_SECRETS_DIR, route_headers
-from gate.stats.policy import load_policy
+from gate.stats.policy import ExactnessGuardrail, load_policy
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,17 @@ class RouteTarget:
 
 
 @dataclass(frozen=True)
+class ExactnessAsk:
+    """What the gateway reads of the policy's per-token exactness guardrail: how many
+    alternatives to ask per token, on which share of sampled pairs the baseline is asked
+    too, and what the routes' values describe (`gate.exactness.Mode`)."""
+
+    top_logprobs: int
+    control_share: float
+    mode: Literal["raw", "processed"]
+
+
+@dataclass(frozen=True)
 class RolloutRouting:
     """Everything the gateway needs to route one alias, with no database access."""
 
@@ -62,6 +74,9 @@ class RolloutRouting:
     verdict_at: float = 0.0
     # The policy tests sampled-output parity: sampled pairs' calls ask for logprobs.
     parity: bool = False
+    # The policy tests per-token exactness: sampled pairs' candidate calls (and the
+    # baseline's on a share) ask for `top_logprobs`; None when it does not.
+    exactness: ExactnessAsk | None = None
 
 
 @dataclass(frozen=True)
@@ -154,7 +169,16 @@ def _routing(rollout: Rollout, secrets_dir: Path) -> RolloutRouting:
         return replace(_route_with(rollout, 0.0, secrets_dir), plan=BASELINE_ONLY)
     ramp = policy.stages
     routing = _route_with(rollout, ramp[min(rollout.stage, len(ramp) - 1)], secrets_dir)
-    return replace(routing, parity=policy.guardrails.output_parity.enabled)
+    guardrails = policy.guardrails
+    return replace(
+        routing, parity=guardrails.output_parity.enabled, exactness=_exactness(guardrails.exactness)
+    )
+
+
+def _exactness(guardrail: ExactnessGuardrail) -> ExactnessAsk | None:
+    if not guardrail.enabled:
+        return None
+    return ExactnessAsk(guardrail.top_logprobs, guardrail.control_share, guardrail.logprobs_mode)
 
 
 def _route_with(rollout: Rollout, stage_percent: float, secrets_dir: Path) -> RolloutRouting:

@@ -63,6 +63,9 @@ class ReasonKind(StrEnum):
     # Sampled-output parity shifted on the control slice (baseline vs baseline): the data
     # cannot be trusted (routes' settings, seeds, censoring), never a kill.
     CONTROL_PARITY = "alarm:control_parity"
+    # The baseline's own tokens fail the per-token exactness test: its reports do not
+    # describe its sampler (logprobs mode, end-of-sequence spelling), never a kill.
+    CONTROL_EXACTNESS = "alarm:control_exactness"
     DROPPED_SHARE = "hold:dropped_share"
     COHORT_IMBALANCE = "hold:cohort_imbalance"
     MAX_DURATION = "hold:max_duration"

@@ -102,11 +102,7 @@ def decide(policy: Policy, stats: GateStats) -> VerdictResult:
     intervals = _intervals(policy, stats, ev)
     cells = tuple(_cell_result(policy, stats, ev, key, intervals[key]) for key in sorted(ev.inside))
     reasons = reasons_of(policy, stats, ev, code)
-    alarms = [
-        Reason(ReasonKind.CONTROL_PARITY, segment=metric_id(k[0]).part)
-        for k, flag in sorted(ev.alarms.items())
-        if _flag(flag)
-    ]
+    alarms = [_alarm(k[0]) for k, flag in sorted(ev.alarms.items()) if _flag(flag)]
     return VerdictResult(
         decision=DECISIONS[code],
         reason_codes=tuple(r.code for r in [*reasons, *alarms]),
@@ -351,13 +347,27 @@ def _data_quality(dropped: int) -> str:
     return f" Data quality: {dropped:,} pair(s) not attributable (dropped or cancelled), left out."
 
 
+def _alarm(metric: str) -> Reason:
+    if metric_id(metric).guardrail == "exactness":
+        return Reason(ReasonKind.CONTROL_EXACTNESS)
+    return Reason(ReasonKind.CONTROL_PARITY, segment=metric_id(metric).part)
+
+
 def _control_alarm(alarms: list[Reason]) -> str:
     # Baseline against baseline must stay null: a shift there means the pairs are not
     # independent draws under identical settings, so no parity result can be trusted.
+    exact = [r for r in alarms if r.kind is ReasonKind.CONTROL_EXACTNESS]
+    alarms = [r for r in alarms if r.kind is ReasonKind.CONTROL_PARITY]
+    words = (
+        " Data-quality alarm: the baseline's own tokens fail the per-token exactness test;"
+        " check `logprobs_mode` and that the engine reports every token. Not a kill."
+        if exact
+        else ""
+    )
     if not alarms:
-        return ""
+        return words
     stats = ", ".join(str(r.segment) for r in alarms)
-    return (
+    return words + (
         f" Data-quality alarm: the control slice (baseline vs baseline) shows a sampled-output"
         f" shift ({stats}); check that both routes share settings, seeds vary and neither"
         f" side is cut by a limit. Not a kill."

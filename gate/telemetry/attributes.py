@@ -91,6 +91,14 @@ SPEC_ACCEPTED_TOKENS = "specgate.spec.accepted_tokens"  # int
 # Token log-probabilities the answer carried (sampled parity): how many, and their sum.
 LOGPROB_TOKENS = "specgate.logprobs.tokens"  # int
 LOGPROB_SUM = "specgate.logprobs.sum"  # float
+# Per-token exactness (`gate.exactness`): the call's sufficient statistics, a compact JSON
+# string exactly `TokenFit.as_dict()`: {"n": tested tokens, "cut": tokens the request's
+# settings make impossible, "skipped": positions not tested, "bins": 20 floats summing to
+# n}. Computed by the gateway from choice 0's `top_logprobs` (n = 1 answers at temperature
+# > 0, where the rollout's policy enables `guardrails.exactness`), after the call ended and
+# off its event loop; absent when the answer carried no alternatives. The collector stores
+# it in `generations.exactness`.
+EXACTNESS = "specgate.exactness"  # JSON string
 # The call, carrying logprobs the gateway added, was rejected (400/422) and made again
 # without them: the route is remembered as rejecting them if that call was answered.
 LOGPROBS_REJECTED = "specgate.logprobs.rejected"  # bool

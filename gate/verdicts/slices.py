@@ -67,6 +67,8 @@ class Slice:
 # the pair (the data-quality line); a route failure fails every metric of its side.
 _UNATTRIBUTABLE = sql_statuses(Outcome.NOT_ATTRIBUTABLE)
 _ROUTE_FAILURE = sql_statuses(Outcome.ROUTE_FAILURE)
+
+
 def _exact(side: str) -> str:
     # A side's exactness sums (`gate.exactness.TokenFit`); a JSON null is none.
     column = f"{side}.exactness"

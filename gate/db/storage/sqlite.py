@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
+    JSON,
     BigInteger,
     ColumnElement,
     Connection,
@@ -28,6 +29,7 @@ from sqlalchemy.engine import make_url
 
 from gate.db.rows import (
     ENGINE_FIELDS,
+    GENERATION_COLUMNS,
     GENERATIONS,
     PAIR_SPAN_FIELDS,
     PAIRS,
@@ -45,6 +47,13 @@ from gate.telemetry import attributes as a
 
 _CHUNK = 500  # trace ids per IN (...): SQLite limits a statement's parameters
 _SPAN_FIELDS = SPAN_COLUMNS[:-1]  # all but received_at
+# A generation's JSON fields without a value are SQL NULL, as Postgres' COPY stores them
+# (SQLAlchemy's JSON would write the JSON text `null`, which `IS NULL` does not see).
+_SQL_NULL_JSON = {
+    column.name: bindparam(column.name, type_=JSON(none_as_null=True))
+    for column in GENERATIONS.columns
+    if isinstance(column.type, JSON) and column.name in GENERATION_COLUMNS
+}
 
 
 class SqliteStorage:
@@ -111,6 +120,7 @@ class SqliteStorage:
         table = GENERATIONS
         statement = (
             sqlite.insert(table)
+            .values(_SQL_NULL_JSON)
             .on_conflict_do_nothing(index_elements=["trace_id", "span_id"])
             .returning(table.c.id, table.c.pair_id, table.c.trace_id, table.c.span_id)
         )

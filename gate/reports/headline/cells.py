@@ -40,6 +40,7 @@ LABELS = {
     "cancels": "client cancels",
     "feedback": "thumbs-down",
     "greedy_mismatch": "greedy parity",
+    "exactness": "per-token exactness",
 }
 FAMILIES = {
     "tpot": "latency",
@@ -52,6 +53,7 @@ FAMILIES = {
     "cancels": "failures",
     "feedback": "quality",
     "greedy_mismatch": "parity",
+    "exactness": "parity",
 }
 ROW_ORDER = ("tpot", "e2e", "ttft_p50", "ttft_tail", "e2e_tail", "acceptance")
 TAIL_ORDER = ("failures", "cancels", "feedback", "greedy_mismatch")
@@ -120,6 +122,8 @@ def format_interval(cell: Cell) -> str:
 def format_value(metric: str, value: float) -> str:
     if metric.startswith("parity:"):  # d in standard deviations of d (warm-up)
         return _signed(value, " sd")
+    if metric == "exactness":  # per-token total variation
+        return f"TV {value:.3f}"
     if metric in RATIOS:
         return _signed(100 * (value - 1), " %")
     if metric == "acceptance":

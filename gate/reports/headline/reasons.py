@@ -118,6 +118,11 @@ def plain_reason(r: Reason, policy: Policy | None) -> str:
         "gain_proven": f"The {primary} gain is proven.",
         "guardrails_inside": "Every guardrail is proven within its margin.",
     }
+    if r.kind == "alarm" and r.what == "control_exactness":
+        return (
+            "Data-quality alarm: the baseline's own tokens fail the per-token exactness test; "
+            "its logprobs do not describe its sampler (not a kill)."
+        )
     if r.kind == "alarm" and r.what.startswith("control_parity:"):
         stat = r.what.removeprefix("control_parity:")
         return (

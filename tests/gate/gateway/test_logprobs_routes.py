@@ -44,7 +44,9 @@ def test_streamed_pairs_are_asked_summarised_and_stripped(tmp_path):
         assert wait_until(
             lambda: len(stack.spans("candidate")) == len(stack.spans("baseline")) == 1
         )
-        assert stack.baseline_log.bodies == stack.candidate_log.bodies
+        # Asked alike for the sampled tokens' own; the candidate for alternatives too.
+        asked = [{**body, "top_logprobs": 20} for body in stack.baseline_log.bodies]
+        assert asked == stack.candidate_log.bodies
         assert stack.baseline_log.bodies[0]["logprobs"] is True
         for span in stack.spans("baseline") + stack.spans("candidate"):
             assert span.attributes[A.LOGPROB_TOKENS] == 8

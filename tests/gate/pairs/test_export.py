@@ -100,3 +100,19 @@ def test_an_evaluator_never_evaluable_is_exported_as_null_and_versions_combine_a
     (record,) = pair_records(session, rollout_id=rollout.id, stage=0)
     assert record["baseline"]["evals"] == {"task": None, "schema": True}
     assert record["candidate"]["evals"] == {"task": None, "schema": False}
+
+
+def test_each_side_carries_its_exactness_fields_or_null(session):
+    from gate.exactness import BINS, TokenFit
+
+    fit = TokenFit(2, (1.25, 0.75, *([0.0] * (BINS - 2))), cut=0, skipped=1).as_dict()
+    rollout = factories.rollout(session)
+    pair = factories.pair(session, rollout.id)
+    factories.generation(session, pair, Cohort.BASELINE)
+    factories.generation(session, pair, Cohort.CANDIDATE).exactness = fit
+    pair.state = PairState.COMPLETE
+    session.flush()
+    (record,) = pair_records(session, rollout_id=rollout.id, stage=0)
+    assert record["candidate"]["exactness"] == fit
+    assert TokenFit.from_dict(record["candidate"]["exactness"]).tokens == 2
+    assert record["baseline"]["exactness"] is None

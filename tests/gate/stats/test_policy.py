@@ -56,7 +56,7 @@ def test_kill_budget_is_split_over_guardrails_segments_and_detectors():
     assert kill_slots(policy) == 15 * 6 + 7 + 1
     assert alpha_kill_each(policy) == pytest.approx(0.025 / 98)
     # More evaluators than slots are counted, and disabling a family frees budget.
-    assert kill_slots(policy, evaluators_seen=6) == 17 * 6 + 7
+    assert kill_slots(policy, evaluators_seen=6) == 17 * 6 + 7 + 1
     lean = load_policy("guardrails: {feedback: {enabled: false}}")
     assert kill_slots(lean) == 14 * 6 + 7 + 1
     no_parity = load_policy("guardrails: {output_parity: {enabled: false}}")
