@@ -216,19 +216,21 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--answers", type=int, default=120)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--only", default=None, help="comma-separated verifiers to run")
     args = parser.parse_args()
     torch.set_num_threads(1)
     started = time.perf_counter()
     policy = Policy()
     plains = {}
-    for top_p in sorted({p for _, p in VERIFIERS}):
+    chosen = [v for v in VERIFIERS if args.only is None or v[0] in args.only.split(",")]
+    for top_p in sorted({p for _, p in chosen}):
         plains[top_p] = build_pool("plain", args.prompts, args.answers, args.seed, top_p)
     print(f"bins {BINS}, top_logprobs {TOP}, raw mode, T {TEMPERATURE}; policy exactness "
           f"{policy.guardrails.exactness.model_dump()}")  # fmt: skip
     print("| verifier | top_p | mean per-token TV | tested tokens / answer | killed | "
           "promoted | pairs to kill (median, 90th) | kills by guardrail |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|")
-    for verify, top_p in VERIFIERS:
+    for verify, top_p in chosen:
         pool = build_pool(verify, args.prompts, args.answers, args.seed + 1, top_p)
         exact = verify == "exact"
         spec = Scenario(verify, pairs=5000 if exact else 3000, tpot_ratio=1.0 if exact else 0.8)

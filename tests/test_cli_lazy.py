@@ -60,7 +60,7 @@ def test_every_help_paragraph_is_one_line_for_the_terminal_to_wrap(name):
 
 WIDE = {
     "": ("demo ", "print per-segment results and the verdict."),
-    "rehearse": ("Routes run in alternating blocks", "or no --at given), 4 error."),
+    "rehearse": ("Replay a workload", "find where speculation stops paying."),
     "routes": ("launch ", "(needs the `vllm` extra unless --no-start)."),
     "gate": ("check ", "3 hold, 4 error."),
 }

@@ -167,7 +167,7 @@ class ExactnessGuardrail(_Model):
 
     enabled: bool = True
     margin_tv: float = Field(0.005, gt=0.0, lt=0.5)
-    promote_tv: float = Field(0.02, gt=0.0, lt=0.5)
+    promote_tv: float = Field(0.01, gt=0.0, lt=0.5)
     top_logprobs: int = Field(20, ge=1, le=20)
     control_share: float = Field(0.1, ge=0.0, le=1.0)
     logprobs_mode: Literal["raw", "processed"] = "raw"
@@ -420,7 +420,7 @@ guardrails:
   exactness:            # sampled candidate tokens tested one by one against the target's
     enabled: true       # distribution from top_logprobs (probability integral transform)
     margin_tv: 0.005    # killed when per-token total variation beyond this is proven
-    promote_tv: 0.02    # promotion: every bin set proven within this
+    promote_tv: 0.01    # promotion: every bin set proven within this (about 50k tokens)
     top_logprobs: 20    # alternatives asked per token (candidate calls, control share)
     control_share: 0.1  # share of sampled pairs whose baseline call is asked (the alarm)
     logprobs_mode: raw  # raw (vLLM default, T=1 values) | processed (sampling distribution)
