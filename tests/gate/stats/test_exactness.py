@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gate.exactness import BINS, Mode, exactness_fields
-from gate.stats.exactness import TokenBins, harmful
+from gate.stats.exactness import TokenBins, harmful, inside
 from tests.gate.test_exactness import VOCAB, logprob, vllm_chat
 
 ALPHA = 0.05
@@ -87,3 +87,16 @@ def test_a_sampler_hotter_than_asked_is_killed(mode: Mode) -> None:
     rng = np.random.default_rng(7)
     runs = np.stack([run_bins(rng, mode, heat=1.6, calls=50) for _ in range(3)])
     assert harmful(stats_of(runs[:, -1:]), 0.005, ALPHA).all()
+
+
+def test_promotion_needs_every_set_inside_at_the_whole_level() -> None:
+    # Perfectly even bins: every test must pass, so each runs at the promotion level
+    # (intersection-union), and 30,000 tokens prove every set within 0.01.
+    n = np.asarray([10_000.0, 30_000.0])
+    even = TokenBins(n, np.zeros(2), tuple(n / BINS for _ in range(BINS)))
+    assert inside(even, 0.01, ALPHA).tolist() == [False, True]
+    # One set off by 0.02 (beyond the margin) is never promoted, however many tokens.
+    many = np.asarray([30_000.0, 300_000.0])
+    off = [many / BINS for _ in range(BINS)]
+    off[0], off[1] = off[0] + 0.02 * many, off[1] - 0.02 * many
+    assert not inside(TokenBins(many, np.zeros(2), tuple(off)), 0.01, ALPHA).any()
