@@ -56,11 +56,12 @@ _ids = itertools.count()  # the pairs of every example share one session's table
 
 latency = st.one_of(st.none(), st.floats(0.001, 30.0))
 # A call's per-token exactness sums (`gate.exactness.TokenFit.as_dict`), lossy or not.
+# The shares sum to n, as `TokenFit.from_dict` requires.
 exactness = st.builds(
-    lambda n, cut, bins: {"n": n, "cut": cut, "skipped": 0, "bins": bins},
+    lambda n, cut, w: {"n": n, "cut": cut, "skipped": 0, "bins": [n * x / sum(w) for x in w]},
     st.integers(0, 80),
     st.integers(0, 3),
-    st.lists(st.floats(0.0, 6.0), min_size=BINS, max_size=BINS),
+    st.lists(st.floats(0.01, 6.0), min_size=BINS, max_size=BINS),
 )
 side = st.fixed_dictionaries(
     {
