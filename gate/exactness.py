@@ -25,9 +25,12 @@ leaving it out cannot bias the test):
   shares relative to each other are: the position is then judged as a draw among the
   listed tokens (conditioning on outcomes fixed before the draw keeps the test exact; a
   draw outside them has factor 1 and counts in `skipped`).
-* End of sequence: the token that ends an answer is never reported, so each position is
-  judged as a draw from its distribution without the end-of-sequence token (`EOS`):
-  conditioning on "not the end" keeps the test exact (a stop's factor is 1).
+* End of sequence: engines do not report the token that ends an answer, so each position
+  is judged as a draw from its distribution without the end-of-sequence token:
+  conditioning on "not the end" keeps the test exact (a stop's factor is 1). Leaving out
+  any set of tokens named before the draw keeps it exact too (it only costs power), so
+  the set is generous: the spellings in `EOS` (or the caller's), the empty token, and
+  every token spelled like a special token (`<|...|>`, `<...>`, `</...>`, `[EOS]`).
 * A token the request's settings cut (outside top-k or top-p) is impossible for an exact
   sampler: it is counted in `cut`, tested on its own.
 
@@ -39,7 +42,8 @@ stored fields out (`TokenFit.as_dict`; the replay schema's side `exactness`).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import re
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -53,6 +57,8 @@ EOS = frozenset(
         "<end_of_turn>", "<|end|>", "<|return|>", "<|eom_id|>",
     }
 )  # fmt: skip
+# Spelled like a special token: `<|im_end|>`, `<eos>`, `</s>`, `[EOS]` (no spaces inside).
+_SPECIAL = re.compile(r"<\|[^\s|]*\|>|</?[A-Za-z_][\w.-]*>|\[[A-Z][A-Z_]*\]")
 # A log-probability at or below this is a token the engine cut (some write -9999).
 _CUT_LOGPROB = -1e4
 
@@ -135,7 +141,8 @@ def exactness_fields(
         top_k: the request's top_k (None, 0 or -1: off).
         mode: "processed" when the values describe the sampling distribution, "raw" when
             they are the model's at temperature 1.
-        eos: the spellings of the end-of-sequence token(s).
+        eos: end-of-sequence spellings to leave out (besides the empty token and any
+            token spelled like a special token).
 
     Returns:
         The sums, or None when the call cannot be tested (greedy, or no alternatives).
@@ -149,7 +156,7 @@ def exactness_fields(
     positions = list(_positions(logprobs))
     if not positions or all(not top for _, _, top in positions):
         return None
-    stop = frozenset(eos)
+    stop = _Stops(frozenset(eos))
     bins = [0.0] * BINS
     tokens = cut = skipped = 0
     for token, _, top in positions:
@@ -196,9 +203,10 @@ def place(
     sampling: Sampling,
     *,
     mode: Mode,
-    eos: frozenset[str] = EOS,
+    eos: Container[str] | None = None,
 ) -> _Position:
     """Return the emitted token's interval at one position (or cut, or not placed)."""
+    eos = _Stops(EOS) if eos is None else eos
     if token in eos or not top:
         return _SKIP  # an end token's factor is 1; no alternatives: no distribution
     weights = _merged(top)
@@ -235,6 +243,18 @@ class _Known:
     tail: float | None
     cut: frozenset[str] = frozenset()
     tail_cut: bool = False
+
+
+@dataclass(frozen=True)
+class _Stops:
+    """The tokens a position is judged without: named spellings, and special-looking ones."""
+
+    named: frozenset[str]
+
+    def __contains__(self, token: object) -> bool:
+        if not isinstance(token, str):
+            return False
+        return token in self.named or not token or _SPECIAL.fullmatch(token) is not None
 
 
 def _merged(top: Sequence[tuple[str, float]]) -> dict[str, float]:
