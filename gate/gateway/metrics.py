@@ -60,7 +60,8 @@ class GatewayMetrics:
         self.mirror_dropped = Counter(
             "specgate_gateway_mirror_dropped",
             "Mirror calls never made: the pool was full, they could not start in time,"
-            " or the rollout stopped mirroring (a down candidate's are route failures).",
+            " the rollout stopped mirroring, or the candidate refused a connection and is not"
+            " yet proven down (a proven-down candidate's are route failures).",
             ["rollout"],
             registry=r,
         )
