@@ -163,12 +163,21 @@ def skipped_since(db: Any, rollout_id: int, start: datetime, seconds: list[float
     db.flush()
 
 
+def started_at(db: Any, rollout_id: int, when: datetime) -> None:
+    """Date the rollout's start back to `when` (its calls below are that old)."""
+    where = (AuditEvent.rollout_id == rollout_id, AuditEvent.action == "start")
+    start = db.scalars(select(AuditEvent).where(*where)).one()
+    start.created_at = when - timedelta(seconds=1)
+    db.flush()
+
+
 @pytest.mark.parametrize("store", ["sqlite_session", "pg_session"])
 def test_down_time_counts_from_the_candidate_s_last_answer(request, store):
     db = request.getfixturevalue(store)
     rollout = factories.rollout(db, policy=POLICY)
     service.transition(db, rollout_id=rollout.id, action=Action.START, actor="t", reason="t")
     start = utcnow() - timedelta(hours=1)
+    started_at(db, rollout.id, start)
     skipped_since(db, rollout.id, start, [0, 100])  # an old outage, then it answered
     pair = factories.pair(db, rollout.id)
     factories.generation(db, pair, Cohort.CANDIDATE).started_at = start + timedelta(seconds=200)
@@ -239,3 +248,21 @@ def gated_after(sessions: Any, rollout_id: int) -> bool:
             select(Verdict).where(Verdict.rollout_id == rollout_id).order_by(Verdict.id.desc())
         ).first()
     return verdict is not None and newest is not None and verdict.created_at > newest
+
+
+@pytest.mark.parametrize("store", ["sqlite_session", "pg_session"])
+def test_down_time_counts_from_the_rollout_s_resume(request, store):
+    """Calls skipped before a hold are not part of the outage after the resume: nobody
+    asked the candidate while the rollout was held, so that hour is not down time."""
+    db = request.getfixturevalue(store)
+    rollout = factories.rollout(db, policy=POLICY)
+    service.transition(db, rollout_id=rollout.id, action=Action.START, actor="t", reason="t")
+    start = utcnow() - timedelta(hours=1)
+    skipped_since(db, rollout.id, start, [0, 10])  # down an hour ago; then held
+    for action in (Action.HOLD, Action.RESUME):  # an hour later, a person resumes it
+        service.transition(db, rollout_id=rollout.id, action=action, actor="op", reason="x")
+    skipped_since(db, rollout.id, utcnow(), [0, 1])  # still down at the resume: 1 s so far
+    down = availability.outage(db, rollout_id=rollout.id)
+    assert down is not None and down.skipped == 2 and down.down_s < 60
+    verdict = run_gate(db, rollout_id=rollout.id, publisher=None)
+    assert verdict.decision is not Decision.KILL, verdict.summary
