@@ -60,8 +60,8 @@ class GatewayMetrics:
         self.mirror_dropped = Counter(
             "specgate_gateway_mirror_dropped",
             "Mirror calls never made: the pool was full, they could not start in time,"
-            " the rollout stopped mirroring, or the candidate refused a connection and is not"
-            " yet proven down (a proven-down candidate's are route failures).",
+            " or the rollout stopped mirroring (a candidate's skipped as down are not counted"
+            " here: see route_calls).",
             ["rollout"],
             registry=r,
         )

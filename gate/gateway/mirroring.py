@@ -73,12 +73,11 @@ def _mirror(gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort) -> None
 
     def skipped() -> None:
         why = gw.health.skip_reason(route.id)
-        if why != ROUTE_DOWN:
-            dropped(why)  # one refused connection so far: maybe a blip, not attributable
-            return
-        # A candidate that cannot answer is failing: the call counts against it, like the
-        # refused probe before it (not dropped, and not the mirror pool's doing).
-        result = CallResult().fail(GenerationStatus.ERROR, ROUTE_DOWN)
+        # One refused connection so far: maybe a blip, so the call is dropped (not
+        # attributable), though never the mirror pool's doing. Proven down: a candidate
+        # that cannot answer is failing, and the call counts against it like the probe.
+        status = GenerationStatus.ERROR if why == ROUTE_DOWN else GenerationStatus.DROPPED
+        result = CallResult().fail(status, why)
         gw.spans.not_called(call.ctx, route, cohort, call.body, parent=call.parent, result=result)
         gw.metrics.observe(route.name, cohort.value, result, status=result.status.value)
 

@@ -2,11 +2,11 @@
 
 While a candidate route refuses connections the gateway skips its calls; once a probe is
 refused too, each is recorded as the candidate's route failure with the error `candidate
-route down` (so the failure guardrail counts them). Counting pairs alone can take hours at a small stage share, so the
-time counts too: when the skipped calls since the candidate last answered (and since the
-rollout's last start or resume) span more than the policy's `max_candidate_down_s`, the
-verdict is a kill, said in words. The span is read from the stored generations, so every
-gateway replica and worker counts alike.
+route down` (so the failure guardrail counts them). Counting pairs alone can take hours
+at a small stage share, so the time counts too: when the skipped calls since the candidate
+last answered (and since the rollout's last start or resume) span more than the policy's
+`max_candidate_down_s`, the verdict is a kill, said in words. The span is read from the
+stored generations, so every gateway replica and worker counts alike.
 """
 
 from __future__ import annotations

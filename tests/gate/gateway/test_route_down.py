@@ -118,7 +118,11 @@ def test_a_down_shadow_candidate_is_skipped_then_probed_back(tmp_path, stream):
         assert route_down_gauge(stack).endswith(" 1.0")
         calls = 'specgate_gateway_route_calls_total{cohort="candidate",route="spec",status="error"}'
         assert metric(stack, calls).endswith(" 11.0")
-        assert metric(stack, "specgate_gateway_mirror_dropped_total{").endswith(" 9.0")
+        skipped = calls.replace('"error"', '"dropped"')
+        assert metric(stack, skipped).endswith(" 9.0")  # the route's doing, not the pool's
+        assert (
+            "specgate_gateway_mirror_dropped_total{" not in httpx.get(stack.url + "/metrics").text
+        )
         detail = httpx.get(stack.url + "/healthz").json()["routes_down"]
         assert detail["spec"]["failures"] == 2 and detail["spec"]["probe_in_s"] == 10.0
 
