@@ -26,9 +26,12 @@ leaving it out cannot bias the test):
   shares relative to each other are: the position is then judged as a draw among the
   listed tokens (conditioning on outcomes fixed before the draw keeps the test exact; a
   draw outside them has factor 1 and counts in `skipped`).
-* End of sequence: the token that ends an answer is never reported, so each position is
-  judged as a draw from its distribution without the end-of-sequence token (`EOS`):
-  conditioning on "not the end" keeps the test exact (a stop's factor is 1).
+* End of sequence: engines do not report the token that ends an answer, so each position
+  is judged as a draw from its distribution without the end-of-sequence token:
+  conditioning on "not the end" keeps the test exact (a stop's factor is 1). Leaving out
+  any set of tokens named before the draw keeps it exact too (it only costs power), so
+  the set is generous: the spellings in `EOS` (or the caller's), the empty token, and
+  every token spelled like a special token (`<|...|>`, `<...>`, `</...>`, `[EOS]`).
 * A token the request's settings cut (outside top-k or top-p) is impossible for an exact
   sampler: it is counted in `cut`, tested on its own.
 * Which alternatives are read: vLLM lists the sampled token whatever its rank, so of k
@@ -44,7 +47,8 @@ stored fields out (`TokenFit.as_dict`; the replay schema's side `exactness`).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import re
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -61,6 +65,8 @@ EOS = frozenset(
         "<\uff5cend\u2581of\u2581sentence\uff5c>", "<|END_OF_TURN_TOKEN|>",
     }
 )  # fmt: skip
+# Spelled like a special token: `<|im_end|>`, `<eos>`, `</s>`, `[EOS]` (no spaces inside).
+_SPECIAL = re.compile(r"<\|[^\s|]*\|>|</?[A-Za-z_][\w.-]*>|\[[A-Z][A-Z_]*\]")
 # A log-probability at or below this is a token the engine cut (some write -9999).
 _CUT_LOGPROB = -1e4
 # Unlisted mass at or below this is nil: engines report float32 values, so a list that
@@ -183,7 +189,8 @@ def exactness_fields(
         top_k: the request's top_k (None, 0 or -1: off).
         mode: "processed" when the values describe the sampling distribution, "raw" when
             they are the model's at temperature 1.
-        eos: the spellings of the end-of-sequence token(s).
+        eos: end-of-sequence spellings to leave out (besides the empty token and any
+            token spelled like a special token).
         top_logprobs: how many alternatives the call asked for (chat `top_logprobs`,
             completions `logprobs`); None: each position's list length. Only the
             asked-for number less one most likely are read (`trusted`).
@@ -200,7 +207,7 @@ def exactness_fields(
     positions = list(_positions(logprobs))
     if not positions or all(not top for _, _, top in positions):
         return None
-    stop = frozenset(eos)
+    stop = _Stops(frozenset(eos))
     bins = [0.0] * BINS
     tokens = cut = skipped = 0
     for token, value, top in positions:
@@ -264,10 +271,11 @@ def place(
     sampling: Sampling,
     *,
     mode: Mode,
-    eos: frozenset[str] = EOS,
+    eos: Container[str] | None = None,
     logprob: float = -math.inf,
 ) -> _Position:
     """Return the emitted token's interval at one position (or cut, or not placed)."""
+    eos = _Stops(EOS) if eos is None else eos
     if token in eos or not top:
         return _SKIP  # an end token's factor is 1; no alternatives: no distribution
     if mode == "raw" and len({t for t, _ in top}) < len(top):
@@ -322,6 +330,18 @@ class _Known:
     tail: float | None
     cut: frozenset[str] = frozenset()
     tail_cut: bool = False
+
+
+@dataclass(frozen=True)
+class _Stops:
+    """The tokens a position is judged without: named spellings, and special-looking ones."""
+
+    named: frozenset[str]
+
+    def __contains__(self, token: object) -> bool:
+        if not isinstance(token, str):
+            return False
+        return token in self.named or not token or _SPECIAL.fullmatch(token) is not None
 
 
 def _merged(top: Sequence[tuple[str, float]]) -> dict[str, float]:

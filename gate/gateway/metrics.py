@@ -60,7 +60,8 @@ class GatewayMetrics:
         self.mirror_dropped = Counter(
             "specgate_gateway_mirror_dropped",
             "Mirror calls never made: the pool was full, they could not start in time,"
-            " or the rollout stopped mirroring (a down candidate's are route failures).",
+            " or the rollout stopped mirroring (a candidate's skipped as down are not counted"
+            " here: see route_calls).",
             ["rollout"],
             registry=r,
         )

@@ -31,7 +31,7 @@ def _mirror(gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort) -> None
             if not (plan.control_slice if cohort is Cohort.CONTROL else plan.mirror):
                 dropped("the rollout stopped mirroring before the call started")
             elif cohort is Cohort.CANDIDATE and not gw.health.admit(route.id):
-                down()  # the baseline (control) is never skipped
+                skipped()  # the baseline (control) is never skipped
             else:
                 await call_route(waited_s)
         finally:
@@ -71,10 +71,13 @@ def _mirror(gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort) -> None
         gw.spans.dropped(call.ctx, route, cohort, call.body, parent=call.parent, reason=reason)
         gw.metrics.mirror_dropped.labels(str(call.routing.rollout_id)).inc()
 
-    def down() -> None:
-        # A candidate that cannot answer is failing: the call counts against it, like the
-        # refused probe before it (not dropped, and not the mirror pool's doing).
-        result = CallResult().fail(GenerationStatus.ERROR, ROUTE_DOWN)
+    def skipped() -> None:
+        why = gw.health.skip_reason(route.id)
+        # One refused connection so far: maybe a blip, so the call is dropped (not
+        # attributable), though never the mirror pool's doing. Proven down: a candidate
+        # that cannot answer is failing, and the call counts against it like the probe.
+        status = GenerationStatus.ERROR if why == ROUTE_DOWN else GenerationStatus.DROPPED
+        result = CallResult().fail(status, why)
         gw.spans.not_called(call.ctx, route, cohort, call.body, parent=call.parent, result=result)
         gw.metrics.observe(route.name, cohort.value, result, status=result.status.value)
 

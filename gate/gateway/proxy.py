@@ -354,6 +354,13 @@ def _finish(
 
 def _skipped(gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort) -> None:
     """Record a canary call not made because its route is down: it fell back."""
+    why = gw.health.skip_reason(route.id)
+    if why != ROUTE_DOWN:
+        # One refused connection so far (maybe a blip): dropped, not the candidate's failure.
+        gw.spans.dropped(call.ctx, route, cohort, call.body, parent=call.parent, reason=why)
+        dropped = CallResult().fail(GenerationStatus.DROPPED, why)
+        gw.metrics.observe(route.name, cohort.value, dropped, status=dropped.status.value)
+        return
     result = CallResult().fail(GenerationStatus.ERROR, ROUTE_DOWN)
     gw.spans.not_called(
         call.ctx, route, cohort, call.body, parent=call.parent, result=result, fallback=True

@@ -3,7 +3,10 @@
 A Kubernetes Service whose pods are all gone (a canary scaled to zero) refuses or
 times out every connection. The gateway then stops calling it as a candidate until a
 back-off passes, lets one probe through, and forgets the state on the first connection
-that answers. Everything here is plain dict work on the event loop: no locks, no I/O.
+that answers. A route is proven down only once a probe is refused too: one refused
+connection may be a blip (a pod restarting), and the calls skipped before the probe
+says otherwise are not the candidate's failures. Everything here is plain dict work on
+the event loop: no locks, no I/O.
 """
 
 from __future__ import annotations
@@ -12,9 +15,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-# The error of a candidate call skipped while its route is down: a route failure (the
-# candidate cannot answer), and what the gate's down-time check looks for.
+# The error of a candidate call skipped while its route is proven down: a route failure
+# (the candidate cannot answer), and what the gate's down-time check looks for.
 ROUTE_DOWN = "candidate route down"
+# Why a candidate call skipped after one refused connection is dropped: until the probe
+# after the back-off is refused too, the route may well be back (not attributable).
+ROUTE_UNPROVEN = "candidate route refused a connection (not yet proven down)"
 
 Clock = Callable[[], float]
 # Told a route's name and whether it is now down (for the gauge).
@@ -28,6 +34,7 @@ class _Down:
     backoff_s: float
     probe_at: float  # clock time the next probe may go
     probing: bool = False  # a probe went since the last failure
+    proven: bool = False  # a probe was refused: the route is down, not blipping
 
 
 class RouteHealth:
@@ -71,9 +78,14 @@ class RouteHealth:
             # Only a failed probe doubles it: calls already under way when the route
             # went down fail together, and count as one.
             down.backoff_s = min(down.backoff_s * 2, self._max_backoff_s)
-            down.probing = False
+            down.probing, down.proven = False, True
         down.failures += 1
         down.probe_at = self._clock() + down.backoff_s
+
+    def skip_reason(self, route_id: int) -> str:
+        """Return why a call the route did not admit is skipped: down, or not yet proven."""
+        down = self._down.get(route_id)
+        return ROUTE_DOWN if down is not None and down.proven else ROUTE_UNPROVEN
 
     def connected(self, route_id: int) -> None:
         """The route answered: it is up again."""

@@ -92,16 +92,7 @@ def _widths() -> FloatArray:
 
 def harmful(stats: TokenBins, margin: float, alpha: float) -> BoolArray:
     """Return whether a deviation beyond `margin` is proven, at total level `alpha`."""
-    each = alpha / TESTS
-    shares, n = _set_counts(stats)
-    out = _cut_beyond(stats, margin, each)
-    for s, width in enumerate(_widths()):
-        counts = _counts(n, shares[s])
-        if width + margin < 1.0:
-            out = out | bet_rejects([0.0, 1.0], counts, width + margin, each, above=True)
-        if width - margin > 0.0:
-            out = out | bet_rejects([0.0, 1.0], counts, width - margin, each, above=False)
-    return np.asarray(out)
+    return _any_set(stats, margin, alpha / TESTS, beyond=True)
 
 
 def inside(stats: TokenBins, margin: float, alpha: float) -> BoolArray:
@@ -110,16 +101,24 @@ def inside(stats: TokenBins, margin: float, alpha: float) -> BoolArray:
     # each at the whole level already bounds a false promotion by it; splitting the level
     # as the kill's union does would only delay promotion (about 57,000 tokens against
     # 24,000 for perfectly even bins at promote_tv 0.01).
-    each = alpha
+    within = ~_any_set(stats, margin, alpha, beyond=False)
+    return np.asarray(within | (as_array(stats.n) + as_array(stats.cut) <= 0))
+
+
+def _any_set(stats: TokenBins, margin: float, each: float, *, beyond: bool) -> BoolArray:
+    """Return whether some set's share is proven beyond width +- margin (`beyond`), or
+    some set's is NOT proven within it (not `beyond`), each test at level `each`."""
     shares, n = _set_counts(stats)
-    out = _cut_below(stats, margin, each)
+    cut = _cut_beyond(stats, margin, each) if beyond else ~_cut_below(stats, margin, each)
+    out = np.asarray(cut)
     for s, width in enumerate(_widths()):
         counts = _counts(n, shares[s])
-        if width + margin < 1.0:
-            out = out & bet_rejects([0.0, 1.0], counts, width + margin, each, above=False)
-        if width - margin > 0.0:
-            out = out & bet_rejects([0.0, 1.0], counts, width - margin, each, above=True)
-    return np.asarray(out | (n + as_array(stats.cut) <= 0))
+        for m, above in ((width + margin, True), (width - margin, False)):
+            if 0.0 < m < 1.0:
+                # Beyond: proven past m; within: proven on the near side of m.
+                proven = bet_rejects([0.0, 1.0], counts, m, each, above=above == beyond)
+                out = out | (proven if beyond else ~proven)
+    return np.asarray(out)
 
 
 def _counts(n: FloatArray, share: FloatArray) -> list[Num]:

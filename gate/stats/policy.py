@@ -166,7 +166,7 @@ class ExactnessGuardrail(_Model):
     `lossy: true`: the test is then reported, never killed on."""
 
     enabled: bool = True
-    margin_tv: float = Field(0.005, gt=0.0, lt=0.5)
+    margin_tv: float = Field(0.003, gt=0.0, lt=0.5)
     promote_tv: float = Field(0.01, gt=0.0, lt=0.5)
     top_logprobs: int = Field(20, ge=1, le=20)
     control_share: float = Field(0.1, ge=0.0, le=1.0)
@@ -419,7 +419,7 @@ guardrails:
     min_scale_pairs: 20 # warm-up pairs with d needed to fix its sd (control first)
   exactness:            # sampled candidate tokens tested one by one against the target's
     enabled: true       # distribution from top_logprobs (probability integral transform)
-    margin_tv: 0.005    # killed when per-token total variation beyond this is proven
+    margin_tv: 0.003    # killed when per-token total variation beyond this is proven
     promote_tv: 0.01    # promotion: every bin set proven within this (about 50k tokens)
     top_logprobs: 20    # alternatives asked per token (candidate calls, control share)
     control_share: 0.1  # share of sampled pairs whose baseline call is asked (the alarm)

@@ -1,11 +1,12 @@
 """A candidate that cannot answer is failing: its route's down time enters the verdict.
 
-While a candidate route refuses connections the gateway skips its calls, each recorded as
-the candidate's route failure with the error `candidate route down` (so the failure
-guardrail counts them). Counting pairs alone can take hours at a small stage share, so the
-time counts too: when the skipped calls since the candidate last answered span more than
-the policy's `max_candidate_down_s`, the verdict is a kill, said in words. The span is read
-from the stored generations, so every gateway replica and worker counts alike.
+While a candidate route refuses connections the gateway skips its calls; once a probe is
+refused too, each is recorded as the candidate's route failure with the error `candidate
+route down` (so the failure guardrail counts them). Counting pairs alone can take hours
+at a small stage share, so the time counts too: when the skipped calls since the candidate
+last answered (and since the rollout's last start or resume) span more than the policy's
+`max_candidate_down_s`, the verdict is a kill, said in words. The span is read from the
+stored generations, so every gateway replica and worker counts alike.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from gate.db.enums import Cohort, Decision, GenerationStatus
 from gate.db.models import Generation
+from gate.rollouts import repository
 from gate.routing.health import ROUTE_DOWN
 from gate.stats.ids import Reason, ReasonKind
 from gate.stats.policy import Policy
@@ -48,7 +50,12 @@ def outage(session: Session, *, rollout_id: int) -> Outage | None:
             *candidate, Generation.status == GenerationStatus.OK
         )
     )
-    since = () if answered is None else (Generation.started_at > answered,)
+    since = [] if answered is None else [Generation.started_at > answered]
+    # Nobody asks the candidate while the rollout is held or killed: an outage seen before
+    # the rollout last entered its state (a resume) is not down time since.
+    change = repository.last_change(session, rollout_id)
+    if change is not None:
+        since.append(Generation.started_at >= change.created_at)
     first, last, skipped = session.execute(
         select(
             func.min(Generation.started_at), func.max(Generation.started_at), func.count()

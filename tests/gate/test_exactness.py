@@ -1,160 +1,119 @@
-"""The exactness fields of `gate.exactness` are unbiased under an exact sampler: for every
-position the expected bin shares, over the emitted token, are uniform, whatever the engine
-lists (its top alternatives, or vLLM's: the sampled token first, then the most likely)."""
+"""Per-call exactness statistics from OpenAI-format logprobs (`gate.exactness`)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import numpy as np
 import pytest
 
-from gate.exactness import BINS, Mode, exactness_fields
-
-# Two end tokens (as Llama 3 has), the likelier last.
-VOCAB = [f"t{i}" for i in range(38)] + ["</s>", "<|im_end|>"]
-# (temperature, top_p, top_k) of the requests
-SETTINGS = [(0.8, 1.0, None), (0.7, 0.9, None), (1.0, 0.8, 5), (0.6, 1.0, 6), (1.3, 0.95, None)]
-Lister = Callable[[dict[str, float], str, int], list[tuple[str, float]]]
+from gate.exactness import BINS, Sampling, TokenFit, exactness_fields, occupancy, place
 
 
-def sampling_distribution(
-    raw: dict[str, float], t: float, top_p: float, top_k: int | None
-) -> dict[str, float]:
-    """What an exact sampler draws from: temperature, then top-k, then top-p (vLLM's order)."""
-    tempered = {tok: p ** (1.0 / t) for tok, p in raw.items()}
-    ranked = sorted(tempered.items(), key=lambda x: (-x[1], x[0]))
-    if top_k is not None:
-        ranked = ranked[:top_k]
-    total = sum(w for _, w in ranked)
-    kept, above = {}, 0.0
-    for tok, w in ranked:
-        if above >= top_p * total:  # kept while the mass above it is below top_p
-            break
-        kept[tok] = w
-        above += w
-    norm = sum(kept.values())
-    return {tok: kept.get(tok, 0.0) / norm for tok in raw}
+def top(probs: dict[str, float]) -> list[dict[str, object]]:
+    return [{"token": t, "logprob": math.log(p)} for t, p in probs.items()]
 
 
-def top_only(values: dict[str, float], sampled: str, k: int) -> list[tuple[str, float]]:
-    """An engine that lists exactly the k most likely tokens."""
-    return sorted(values.items(), key=lambda x: (-x[1], x[0]))[:k]
+def chat(entries: list[tuple[str, dict[str, float]]]) -> dict[str, object]:
+    return {
+        "content": [
+            {"token": t, "logprob": math.log(alts.get(t, 1e-9)), "top_logprobs": top(alts)}
+            for t, alts in entries
+        ]
+    }
 
 
-def vllm_chat(values: dict[str, float], sampled: str, k: int) -> list[tuple[str, float]]:
-    """vLLM's chat `top_logprobs`: the first k of {sampled, top 1..k} (the sampled first)."""
-    merged = {sampled: values[sampled]}
-    for tok, v in top_only(values, sampled, k):
-        merged.setdefault(tok, v)
-    return list(merged.items())[:k]
+def test_an_interval_is_spread_over_the_bins_it_covers():
+    shares = occupancy(0.0, 0.1)
+    assert shares[:2] == pytest.approx([0.5, 0.5]) and sum(shares) == pytest.approx(1.0)
+    assert occupancy(0.97, 0.97)[-1] == 1.0  # a point goes to its bin
+    assert sum(occupancy(0.33, 0.81)) == pytest.approx(1.0)
 
 
-def vllm_columns(values: dict[str, float], sampled: str, k: int) -> list[tuple[str, float]]:
-    """vLLM's completions `top_logprobs`: {sampled, top 1..k}, k or k + 1 entries."""
-    merged = {sampled: values[sampled]}
-    for tok, v in top_only(values, sampled, k):
-        merged.setdefault(tok, v)
-    return list(merged.items())
+def test_the_emitted_token_owns_the_mass_above_it_and_its_own():
+    dist = [("a", math.log(0.5)), ("b", math.log(0.3)), ("c", math.log(0.2))]
+    got = place(dist, "b", Sampling(1.0), mode="processed")
+    assert got.interval == pytest.approx((0.5, 0.8))
 
 
-def logprob(p: float) -> float:
-    return math.log(p) if p > 0.0 else -9999.0
+def test_end_of_sequence_is_left_out_of_every_position():
+    dist = [("a", math.log(0.4)), ("<|im_end|>", math.log(0.5)), ("b", math.log(0.1))]
+    got = place(dist, "b", Sampling(1.0), mode="processed")
+    # Judged among a and b alone: b owns the last fifth.
+    assert got.interval == pytest.approx((0.8, 1.0))
+    assert place(dist, "<|im_end|>", Sampling(1.0), mode="processed").interval is None
 
 
-def expected_shares(
-    raw: dict[str, float],
-    setting: tuple,
-    mode: Mode,
-    lister: Lister,
-    k: int,
-    shape: str,
-    spell: Callable[[str], str] = str,
-) -> tuple[np.ndarray, float, float]:
-    """Return the expected bin shares, the chance a token is tested and the chance it is
-    cut, over the exact sampler's draw at one position."""
-    t, top_p, top_k = setting
-    q = sampling_distribution(raw, t, top_p, top_k)
-    reported = q if mode == "processed" else raw
-    values = {tok: logprob(p) for tok, p in reported.items()}
-    shares, tested, cut = np.zeros(BINS), 0.0, 0.0
-    for sampled, chance in q.items():
-        if chance <= 0.0:
-            continue
-        top = lister(values, sampled, k)
-        if shape == "chat":
-            alts = [{"token": spell(tok), "logprob": v} for tok, v in top]
-            entry = {"token": spell(sampled), "logprob": values[sampled], "top_logprobs": alts}
-            logprobs: dict = {"content": [entry]}
-        else:
-            logprobs = {
-                "tokens": [sampled],
-                "token_logprobs": [values[sampled]],
-                "top_logprobs": [dict(top)],
-            }
-        # The number asked is needed where the list's length varies (vLLM's columns).
-        asked = {"top_logprobs": k} if shape == "columns" else {}
-        fit = exactness_fields(
-            logprobs, temperature=t, top_p=top_p, top_k=top_k, mode=mode, **asked
-        )
-        assert fit is not None
-        shares += chance * np.asarray(fit.bins)
-        tested += chance * fit.tokens
-        cut += chance * fit.cut
-    return shares, tested, cut
+def test_raw_values_get_the_requests_temperature_and_top_k():
+    raw = [("a", math.log(0.6)), ("b", math.log(0.3)), ("c", math.log(0.1))]
+    # Weights p ** (1 / T): 0.36, 0.09, 0.01, normalised over the list (no tail is left).
+    got = place(raw, "b", Sampling(0.5), mode="raw")
+    assert got.interval == pytest.approx((0.36 / 0.46, 0.45 / 0.46))
+    assert place(raw, "c", Sampling(1.0, top_k=2), mode="raw").cut
 
 
-def distributions(count: int, seed: int = 7) -> list[dict[str, float]]:
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(count):
-        logits = rng.normal(0.0, rng.uniform(0.5, 3.0), size=len(VOCAB))
-        if i % 2:  # the end token likely, among the listed; elsewhere anywhere
-            logits[-1] = logits.max() - rng.uniform(0.0, 1.0)
-        p = np.exp(logits - logits.max())
+def test_a_top_p_cut_inside_the_list_makes_a_token_beyond_it_impossible():
+    raw = [("a", math.log(0.7)), ("b", math.log(0.29)), ("c", math.log(0.01))]
+    assert place(raw, "c", Sampling(1.0, top_p=0.9), mode="raw").cut
+    kept = place(raw, "b", Sampling(1.0, top_p=0.9), mode="raw")
+    assert kept.interval == pytest.approx((0.7 / 0.99, 1.0))
+
+
+def test_chat_and_completions_shapes_give_the_same_fields():
+    steps = [("a", {"a": 0.6, "b": 0.4}), ("b", {"a": 0.2, "b": 0.8})]
+    completions = {
+        "tokens": [t for t, _ in steps],
+        "token_logprobs": [math.log(alts[t]) for t, alts in steps],
+        "top_logprobs": [{k: math.log(v) for k, v in alts.items()} for _, alts in steps],
+    }
+    one = exactness_fields(chat(steps), temperature=1.0, mode="processed")
+    two = exactness_fields(completions, temperature=1.0, mode="processed")
+    assert one == two and one is not None and one.tokens == 2
+    assert sum(one.bins) == pytest.approx(2.0)
+
+
+def test_greedy_calls_and_calls_without_alternatives_are_not_tested():
+    steps = [("a", {"a": 0.6, "b": 0.4})]
+    assert exactness_fields(chat(steps), temperature=0.0, mode="raw") is None
+    bare = {"content": [{"token": "a", "logprob": -0.5, "top_logprobs": []}]}
+    assert exactness_fields(bare, temperature=0.8, mode="raw") is None
+    with pytest.raises(ValueError, match="mode"):
+        exactness_fields(chat(steps), temperature=0.8, mode="logits")  # type: ignore[arg-type]
+
+
+def test_stored_fields_read_back_and_malformed_ones_are_refused():
+    fit = TokenFit(3, tuple([3 / BINS] * BINS), cut=1, skipped=2)
+    assert TokenFit.from_dict(fit.as_dict()) == fit
+    with pytest.raises(ValueError):
+        TokenFit.from_dict({"n": 1, "bins": [0.0] * 3})
+
+
+@pytest.mark.parametrize("mode", ["processed", "raw"])
+def test_an_exact_samplers_tokens_fill_the_bins_evenly(mode):
+    # The property the test rests on: under exact sampling each bin's expected share is
+    # 1 / BINS, whatever the distributions, with temperature and top-p applied.
+    rng = np.random.default_rng(3)
+    bins, n = np.zeros(BINS), 0
+    temperature, top_p = 0.7, 0.95
+    for _ in range(6000):
+        logits = rng.normal(0.0, 2.0, 40)
+        raw = np.exp(logits) / np.exp(logits).sum()
+        p = raw ** (1 / temperature)
         p /= p.sum()
-        out.append(dict(zip(VOCAB, p.tolist(), strict=True)))
-    return out
-
-
-@pytest.mark.parametrize("mode", ["processed", "raw"])
-@pytest.mark.parametrize(
-    ("lister", "shape"), [(top_only, "chat"), (vllm_chat, "chat"), (vllm_columns, "columns")]
-)
-def test_an_exact_sampler_fills_every_bin_evenly(mode: Mode, lister: Lister, shape: str) -> None:
-    for raw in distributions(12):
-        for setting in SETTINGS:
-            shares, tested, cut = expected_shares(raw, setting, mode, lister, 8, shape)
-            assert cut == pytest.approx(0.0, abs=1e-12)
-            even = np.full(BINS, tested / BINS)
-            assert shares == pytest.approx(even, abs=1e-9), setting
-
-
-def test_a_draw_outside_a_fully_listed_nucleus_is_cut_with_float32_values() -> None:
-    # vLLM's processed logprobs are float32: a nucleus listed whole sums to 1 only to ~1e-7.
-    nucleus = np.asarray([0.5, 0.3, 0.15, 0.05])
-    values = np.log(nucleus).astype(np.float32).tolist()
-    alts = [{"token": f"t{i}", "logprob": v} for i, v in enumerate(values)]
-    alts += [{"token": f"u{i}", "logprob": -9999.0} for i in range(4)]  # cut by top_p
-    drawn = {"token": "x", "logprob": -7.0, "top_logprobs": alts}  # unlisted: outside
-    fit = exactness_fields(
-        {"content": [drawn]}, temperature=0.8, top_p=0.9, mode="processed", top_logprobs=8
-    )
-    assert fit is not None and (fit.cut, fit.tokens) == (1, 0)
-
-
-def byte_piece(token: str) -> str:
-    """Tokens 30-35 are pieces of a character: each reads as U+FFFD alone."""
-    return "\ufffd" if token in {f"t{i}" for i in range(30, 36)} else token
-
-
-@pytest.mark.parametrize("mode", ["processed", "raw"])
-@pytest.mark.parametrize("lister", [top_only, vllm_chat])
-def test_tokens_spelled_alike_keep_the_fields_unbiased(mode: Mode, lister: Lister) -> None:
-    for raw in distributions(12, seed=11):
-        for setting in SETTINGS:
-            shares, tested, cut = expected_shares(raw, setting, mode, lister, 8, "chat", byte_piece)
-            assert cut == pytest.approx(0.0, abs=1e-12)
-            even = np.full(BINS, tested / BINS)
-            assert shares == pytest.approx(even, abs=1e-9), setting
+        order = np.argsort(-p)
+        keep = np.cumsum(p[order]) - p[order] < top_p
+        q = np.zeros_like(p)
+        q[order[keep]] = p[order[keep]]
+        q /= q.sum()
+        token = rng.choice(40, p=q)
+        shown = q if mode == "processed" else raw
+        listed = np.argsort(-shown)[:20]
+        alts = [(str(i), math.log(shown[i])) for i in listed if shown[i] > 0]
+        got = place(alts, str(token), Sampling(temperature, top_p), mode=mode)
+        assert not got.cut
+        if got.interval is not None:
+            n += 1
+            bins += occupancy(*got.interval)
+    share = bins / n
+    # 6,000 tokens: each bin's share within 4 standard errors of 1 / BINS.
+    assert np.abs(share - 1 / BINS).max() < 4 * math.sqrt(1 / BINS / n)

@@ -171,7 +171,7 @@
         reason.title = r.state_reason;
         cell.append(reason);
       }
-      const share = el("td", `${percent(r.share)} → ${r.next_share === null ? "promoted" : percent(r.next_share)}`);
+      const share = el("td", shareText(r));
       share.title = `${percent(r.sample_rate)} of requests sampled: ${r.exposure}`;
       row.append(cell, el("td", r.stage_label || `${r.stage + 1}`), share);
       row.append(el("td", `${r.baseline_route} → ${r.candidate_route}`));
@@ -182,7 +182,16 @@
 
   function clip(text, n) { return text.length > n ? `${text.slice(0, n - 1)}…` : text; }
 
-  function percent(fraction) {
+  // The candidate's share of the alias's requests now and after a promote. Only a running
+// rollout sends it its stage's share: held, pending and killed ones send it none, and a
+// promoted one routes the alias to it.
+function shareText(r) {
+  if (r.state === "promoted") return "100 % (promoted)";
+  if (r.state !== "running") return `0 % (${r.state})`;
+  return `${percent(r.share)} → ${r.next_share === null ? "promoted" : percent(r.next_share)}`;
+}
+
+function percent(fraction) {
     return `${Number((fraction * 100).toPrecision(4))} %`;
   }
 

@@ -24,6 +24,9 @@ LEADS = {
     "hold": ("hold", "Held"),
     "promote": ("promote", "Promoted"),
     "advance": ("promote", "Promoted"),
+    # A controller's promotion over a hold already in force (the watch held first): it is
+    # what holds the rollout now (`gate.controllers.hooks`), so it leads as the hold it is.
+    "controller.promoted": ("hold", "Held"),
 }
 # A reason longer than this is clipped in the sentence (the whole text stays in `reason`).
 REASON_CHARS = 200

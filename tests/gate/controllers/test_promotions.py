@@ -76,3 +76,21 @@ def test_flaggers_success_reads_promoted_by_flagger(specgate):
     assert answer.status_code == 200, answer.text
     assert specgate.state() is RolloutState.HELD and not specgate.candidate_traffic()
     assert state_reason(specgate).startswith("promoted by flagger: Flagger post-rollout")
+
+
+def test_the_headline_leads_with_a_completion_after_the_silence_hold(specgate):
+    """The promotion recorded over the watch's hold is what holds the rollout now: the
+    headline on every surface (the glance API here) leads with it, not with nothing."""
+    specgate.start()
+    specgate.link("argo-rollouts", poll_interval_s=60, missed_polls=5)
+    poll(specgate, ANALYSIS_KEY)
+    watch_hold(specgate)
+    complete(specgate)
+    glance = specgate.client.get(
+        f"/v1/rollouts/{specgate.rollout_id}/glance", headers=specgate.auth("read")
+    ).json()
+    assert "headline" in glance, glance
+    head = glance["headline"]
+    assert head["decision_words"] == "Held", head
+    assert head["sentence"].startswith("Held: by key:operate at "), head["sentence"]
+    assert "promoted by argo-rollouts" in head["sentence"]

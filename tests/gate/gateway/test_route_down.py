@@ -16,7 +16,7 @@ import pytest
 from gate.db.enums import RolloutMode
 from gate.db.models import Route
 from gate.engines.sim import SimLog, SimProfile, create_sim_app
-from gate.routing.health import ROUTE_DOWN, RouteHealth
+from gate.routing.health import ROUTE_DOWN, ROUTE_UNPROVEN, RouteHealth
 from gate.telemetry import attributes as A
 from tests.gate.gateway.conftest import ALIAS, Stack, gateway_stack
 from tests.servers import TcpProxy, closed_port, serving
@@ -86,8 +86,13 @@ def route_down_gauge(stack: Stack) -> str:
 
 def skipped_errors(stack: Stack) -> set[str]:
     """The errors of the candidate's calls the gateway skipped (every one but the probes)."""
+    return skipped_after(stack, 1)
+
+
+def skipped_after(stack: Stack, first: int) -> set[str]:
+    """The errors of the candidate's calls from the `first`-th on (0-based), by start time."""
     spans = sorted(stack.spans("candidate"), key=lambda s: s.start_time)
-    return {s.attributes[A.ERROR] for s in spans[1:]}
+    return {s.attributes[A.ERROR] for s in spans[first:]}
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
@@ -95,21 +100,31 @@ def test_a_down_shadow_candidate_is_skipped_then_probed_back(tmp_path, stream):
     clock = Clock()
     health = RouteHealth(backoff_s=5.0, max_backoff_s=60.0, clock=clock)
     with gateway_stack(tmp_path, candidate_down=True, health=health) as stack:
-        for n in range(1, 21):
+        for n in range(1, 11):
             ask(stack, stream=stream)
             assert wait_until(lambda n=n: len(stack.spans("candidate")) == n)
-        # One connection refused, then nothing is sent: the candidate cannot answer, so each
-        # skipped call is its route failure (never `dropped`, never the mirror pool's).
-        assert statuses(stack) == ["error"] * 20 and skipped_errors(stack) == {ROUTE_DOWN}
+        # One connection refused, then nothing is sent until the probe: maybe a blip, so
+        # the calls skipped meanwhile are dropped (not attributable), not failures.
+        assert statuses(stack) == ["error"] + ["dropped"] * 9
+        assert skipped_errors(stack) == {ROUTE_UNPROVEN}
+        clock.now += 5.0  # the probe is refused too: the route is proven down
+        for n in range(11, 21):
+            ask(stack, stream=stream)
+            assert wait_until(lambda n=n: len(stack.spans("candidate")) == n)
+        # The candidate cannot answer: each call skipped now is its route failure (never
+        # `dropped`, never the mirror pool's).
+        assert statuses(stack)[10:] == ["error"] * 10 and skipped_after(stack, 11) == {ROUTE_DOWN}
         assert {s.attributes[A.STATUS] for s in stack.spans("baseline")} == {"ok"}
         assert route_down_gauge(stack).endswith(" 1.0")
         calls = 'specgate_gateway_route_calls_total{cohort="candidate",route="spec",status="error"}'
-        assert metric(stack, calls).endswith(" 20.0")
+        assert metric(stack, calls).endswith(" 11.0")
+        skipped = calls.replace('"error"', '"dropped"')
+        assert metric(stack, skipped).endswith(" 9.0")  # the route's doing, not the pool's
         assert (
             "specgate_gateway_mirror_dropped_total{" not in httpx.get(stack.url + "/metrics").text
         )
         detail = httpx.get(stack.url + "/healthz").json()["routes_down"]
-        assert detail["spec"]["failures"] == 1 and detail["spec"]["probe_in_s"] == 5.0
+        assert detail["spec"]["failures"] == 2 and detail["spec"]["probe_in_s"] == 10.0
 
         with candidate_appears(candidate_port(stack)) as (listener, log):
             for n in range(21, 31):  # still within the back-off: not one connection
@@ -118,7 +133,7 @@ def test_a_down_shadow_candidate_is_skipped_then_probed_back(tmp_path, stream):
             assert listener.accepted == 0 and log.bodies == []
             assert statuses(stack)[20:] == ["error"] * 10
 
-            clock.now += 5.0  # the back-off ends: the next mirror is the probe
+            clock.now += 10.0  # the back-off ends: the next mirror is the probe
             for n in range(31, 36):
                 ask(stack, stream=stream)
                 assert wait_until(lambda n=n: len(stack.spans("candidate")) == n)
@@ -135,12 +150,19 @@ def test_a_down_canary_candidate_is_served_by_the_baseline(tmp_path, stream):
     with gateway_stack(
         tmp_path, candidate_down=True, mode=RolloutMode.CANARY, health=health
     ) as stack:
-        for n in range(1, 21):
+        for n in range(1, 11):
             ask(stack, stream=stream)
             assert wait_until(lambda n=n: len(stack.spans("candidate")) == n)
-        # The first call found the route refusing (it fell back); the rest never tried it,
-        # and fell back too: the baseline served each, as the candidate could not.
-        assert statuses(stack) == ["fallback"] * 20 and skipped_errors(stack) == {ROUTE_DOWN}
+        # The first call found the route refusing (it fell back); until the probe is refused
+        # too the rest are dropped (maybe a blip); then each skipped call falls back as the
+        # candidate's failure. The baseline served each, as the candidate could not.
+        assert statuses(stack) == ["fallback"] + ["dropped"] * 9
+        clock.now += 5.0
+        for n in range(11, 21):
+            ask(stack, stream=stream)
+            assert wait_until(lambda n=n: len(stack.spans("candidate")) == n)
+        assert statuses(stack)[10:] == ["fallback"] * 10
+        assert skipped_after(stack, 11) == {ROUTE_DOWN}
         assert len(stack.baseline_log.bodies) == 20
         assert wait_until(lambda: len(stack.spans("baseline")) == 20)
         assert {s.attributes[A.STATUS] for s in stack.spans("baseline")} == {"ok"}
@@ -148,7 +170,7 @@ def test_a_down_canary_candidate_is_served_by_the_baseline(tmp_path, stream):
         with candidate_appears(candidate_port(stack)) as (listener, log):
             ask(stack, stream=stream)
             assert listener.accepted == 0 and log.bodies == []
-            clock.now += 5.0
+            clock.now += 10.0
             for _ in range(3):
                 ask(stack, stream=stream)
             assert len(log.bodies) == 3 and len(stack.baseline_log.bodies) == 21
@@ -227,7 +249,12 @@ def test_a_candidate_that_times_out_connecting_is_down_too(tmp_path):
         for n in range(1, 6):
             ask(stack, stream=False)
             assert wait_until(lambda n=n: len(stack.spans("candidate")) == n)
-        assert statuses(stack) == ["timeout"] + ["error"] * 4
+        assert statuses(stack) == ["timeout"] + ["dropped"] * 4  # not yet proven down
+        clock.now += 5.0  # the probe times out too: proven down, skipped calls fail
+        for n in range(6, 9):
+            ask(stack, stream=False)
+            assert wait_until(lambda n=n: len(stack.spans("candidate")) == n)
+        assert statuses(stack)[5:] == ["timeout", "error", "error"]
 
 
 def test_the_baseline_is_never_skipped(tmp_path):

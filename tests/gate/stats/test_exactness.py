@@ -9,7 +9,7 @@ import pytest
 
 from gate.exactness import BINS, Mode, exactness_fields
 from gate.stats.exactness import TokenBins, harmful, inside
-from tests.gate.test_exactness import VOCAB, logprob, vllm_chat
+from tests.gate.test_exactness_samplers import VOCAB, logprob, vllm_chat
 
 ALPHA = 0.05
 K = 8  # alternatives asked: few, so the tail and the list's end matter

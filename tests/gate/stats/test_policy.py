@@ -73,7 +73,7 @@ def test_the_cancel_rate_takes_a_kill_share_in_canary_mode_only():
     assert alpha_kill_each(policy, canary=True) == pytest.approx(0.025 / 104)
     assert policy.guardrails.cancels.margin == policy.guardrails.failures.margin
     off = load_policy("guardrails: {cancels: {enabled: false}}")
-    assert kill_slots(off, canary=True) == 15 * 6 + 7
+    assert kill_slots(off, canary=True) == 15 * 6 + 7 + 1
 
 
 def test_the_stages_share_alpha_kill_equally_and_spend_it_in_full():

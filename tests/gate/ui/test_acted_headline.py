@@ -92,6 +92,8 @@ def test_an_operators_kill_leads_every_headline(browser_page, advisory, pg_commi
     assert table[0]["verdict_words"] == head["verdict_sentence"]
     expect(row.locator(".verdict")).to_contain_text("the candidate fails more often")
     expect(row.locator(".state-reason")).to_have_text(REASON)
+    # A killed rollout sends its candidate nothing: its share is not the stage's any more.
+    expect(row.locator("td").nth(6)).to_have_text("0 % (killed)")
 
     cli = subprocess.run(
         [sys.executable, "-m", "gate", "rollout", "show", str(rollout_id),

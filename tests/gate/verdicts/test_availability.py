@@ -28,7 +28,7 @@ from gate.verdicts import availability
 from gate.verdicts.service import run_gate
 from tests import factories
 from tests.gate.api.test_processes import specgate_serve
-from tests.servers import closed_port, serving
+from tests.servers import TcpProxy, closed_port, serving
 from tests.waits import wait_until
 
 # A fast gate; the candidate route stays down for the whole test, so with the default
@@ -39,9 +39,13 @@ POLICY: dict[str, Any] = {"segments": ["chat"], "stages": [100], "min_duration_s
 
 @contextmanager
 def down_candidate(
-    tmp_path, policy: dict[str, Any], mode: RolloutMode = RolloutMode.SHADOW
+    tmp_path,
+    policy: dict[str, Any],
+    mode: RolloutMode = RolloutMode.SHADOW,
+    candidate_url: str | None = None,
 ) -> Iterator[Any]:
-    """Serve a rollout whose candidate refuses connections; yield (gateway URL, sessions, id)."""
+    """Serve a rollout whose candidate refuses connections (or is at `candidate_url`);
+    yield (gateway URL, sessions, id)."""
     url = f"sqlite:///{tmp_path}/store.db"
     migrate.upgrade(url)
     sessions = session_factory(make_engine(url))
@@ -52,7 +56,7 @@ def down_candidate(
                 name="smol",
                 mode=mode,
                 base_url=base + "/v1",
-                candidate_url=f"http://127.0.0.1:{closed_port()}/v1",
+                candidate_url=candidate_url or f"http://127.0.0.1:{closed_port()}/v1",
                 sample_rate=1.0,
                 policy={**POLICY, **policy},
             )
@@ -159,12 +163,21 @@ def skipped_since(db: Any, rollout_id: int, start: datetime, seconds: list[float
     db.flush()
 
 
+def started_at(db: Any, rollout_id: int, when: datetime) -> None:
+    """Date the rollout's start back to `when` (its calls below are that old)."""
+    where = (AuditEvent.rollout_id == rollout_id, AuditEvent.action == "start")
+    start = db.scalars(select(AuditEvent).where(*where)).one()
+    start.created_at = when - timedelta(seconds=1)
+    db.flush()
+
+
 @pytest.mark.parametrize("store", ["sqlite_session", "pg_session"])
 def test_down_time_counts_from_the_candidate_s_last_answer(request, store):
     db = request.getfixturevalue(store)
     rollout = factories.rollout(db, policy=POLICY)
     service.transition(db, rollout_id=rollout.id, action=Action.START, actor="t", reason="t")
     start = utcnow() - timedelta(hours=1)
+    started_at(db, rollout.id, start)
     skipped_since(db, rollout.id, start, [0, 100])  # an old outage, then it answered
     pair = factories.pair(db, rollout.id)
     factories.generation(db, pair, Cohort.CANDIDATE).started_at = start + timedelta(seconds=200)
@@ -177,3 +190,79 @@ def test_down_time_counts_from_the_candidate_s_last_answer(request, store):
     assert verdict.reason_codes == ["kill:candidate_down"]
     assert "has not answered for 5 min: the gateway skipped 4 call(s)" in verdict.summary
     assert service.get_rollout(db, rollout_id=rollout.id).state is RolloutState.KILLED
+
+
+def candidate_calls(sessions: Any, rollout_id: int, status: GenerationStatus) -> int:
+    with sessions() as db:
+        return len(
+            db.scalars(
+                select(Generation.id).where(
+                    Generation.rollout_id == rollout_id,
+                    Generation.cohort == Cohort.CANDIDATE,
+                    Generation.status == status,
+                )
+            ).all()
+        )
+
+
+def test_one_refused_connection_is_not_a_kill(tmp_path):
+    """A candidate that refuses one connection and answers the probe after the back-off
+    had a blip: the calls skipped in between are not its failures (the route was never
+    proven down), so the failure guardrail does not kill a candidate that answers."""
+    # Dropped pairs are not this test's question: only a kill is.
+    policy = {"warmup_pairs": 20, "min_pairs": 100_000, "max_dropped_share": 1.0}
+    with serving(create_sim_app(SimProfile(tokens=8))) as engine:
+        port = int(engine.rsplit(":", 1)[1])
+        proxy = TcpProxy("127.0.0.1", port)
+        url = f"http://127.0.0.1:{proxy.port}/v1"
+        with down_candidate(tmp_path, policy, candidate_url=url) as (gateway, sessions, rid):
+            with traffic(gateway) as sent:
+                ok = GenerationStatus.OK
+                assert wait_until(lambda: candidate_calls(sessions, rid, ok) >= 60, 60), sent
+                proxy.close()  # the blip: the listener is gone, connections are refused
+                failed = GenerationStatus.ERROR
+                assert wait_until(lambda: candidate_calls(sessions, rid, failed) >= 1, 30)
+                proxy = TcpProxy("127.0.0.1", port, listen_port=proxy.port)  # back at once
+                answered = candidate_calls(sessions, rid, ok)
+                more = lambda: candidate_calls(sessions, rid, ok) >= answered + 300  # noqa: E731
+                assert wait_until(lambda: killed(sessions, rid) or more(), 120), sent
+            # Traffic stopped: wait for the gate to judge every pair stored.
+            assert wait_until(lambda: killed(sessions, rid) or gated_after(sessions, rid), 30)
+        proxy.close()
+    with sessions() as db:
+        verdicts = db.scalars(select(Verdict).where(Verdict.rollout_id == rid)).all()
+    assert not killed(sessions, rid), [(v.decision, v.reason_codes) for v in verdicts[-3:]]
+    assert candidate_calls(sessions, rid, GenerationStatus.ERROR) <= 3  # the refused calls
+
+
+def gated_after(sessions: Any, rollout_id: int) -> bool:
+    """Whether the gate has judged the pairs stored so far (a verdict newer than them)."""
+    with sessions() as db:
+        newest = db.scalar(
+            select(Generation.started_at)
+            .where(Generation.rollout_id == rollout_id)
+            .order_by(Generation.started_at.desc())
+            .limit(1)
+        )
+        verdict = db.scalars(
+            select(Verdict).where(Verdict.rollout_id == rollout_id).order_by(Verdict.id.desc())
+        ).first()
+    return verdict is not None and newest is not None and verdict.created_at > newest
+
+
+@pytest.mark.parametrize("store", ["sqlite_session", "pg_session"])
+def test_down_time_counts_from_the_rollout_s_resume(request, store):
+    """Calls skipped before a hold are not part of the outage after the resume: nobody
+    asked the candidate while the rollout was held, so that hour is not down time."""
+    db = request.getfixturevalue(store)
+    rollout = factories.rollout(db, policy=POLICY)
+    service.transition(db, rollout_id=rollout.id, action=Action.START, actor="t", reason="t")
+    start = utcnow() - timedelta(hours=1)
+    skipped_since(db, rollout.id, start, [0, 10])  # down an hour ago; then held
+    for action in (Action.HOLD, Action.RESUME):  # an hour later, a person resumes it
+        service.transition(db, rollout_id=rollout.id, action=action, actor="op", reason="x")
+    skipped_since(db, rollout.id, utcnow(), [0, 1])  # still down at the resume: 1 s so far
+    down = availability.outage(db, rollout_id=rollout.id)
+    assert down is not None and down.skipped == 2 and down.down_s < 60
+    verdict = run_gate(db, rollout_id=rollout.id, publisher=None)
+    assert verdict.decision is not Decision.KILL, verdict.summary

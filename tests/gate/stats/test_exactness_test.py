@@ -1,0 +1,53 @@
+"""The per-token exactness test on summed bin shares (`gate.stats.exactness`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gate.exactness import BINS
+from gate.stats.exactness import TokenBins, deviation, explain, harmful, inside
+
+
+def bins(n: float, skew: float = 0.0) -> TokenBins:
+    # Shares tilted towards the likely tokens (low u) by `skew` of total variation.
+    tilt = np.linspace(1.0, -1.0, BINS)
+    shares = n / BINS * (1.0 + 2.0 * skew * tilt)
+    return TokenBins(float(n), 0.0, tuple(shares))
+
+
+def test_even_bins_are_not_harmful_and_are_proven_inside_with_enough_tokens():
+    assert not harmful(bins(100_000), 0.005, 0.01)
+    assert inside(bins(100_000), 0.01, 0.025)
+    assert not inside(bins(200), 0.01, 0.025)  # too few tokens to prove anything
+
+
+def test_a_shift_beyond_the_margin_is_proven_and_one_within_it_is_not():
+    assert harmful(bins(50_000, skew=0.04), 0.005, 0.01)
+    assert not harmful(bins(50_000, skew=0.003), 0.005, 0.01)
+
+
+def test_impossible_tokens_beyond_the_margin_kill_on_their_own():
+    even = bins(20_000)
+    assert harmful(TokenBins(even.n, 400.0, even.bins), 0.005, 0.01)
+    assert not harmful(TokenBins(even.n, 20.0, even.bins), 0.005, 0.01)
+
+
+def test_the_deviation_names_the_shift_and_bounds_it():
+    got = deviation(bins(50_000, skew=0.05), 0.01)
+    est, lo, hi = (float(v) for v in (got.interval.estimate, got.interval.lower,
+                                     got.interval.upper))  # fmt: skip
+    assert 0.0 < lo < est < hi
+    assert bool(got.more) and float(got.first) == 0.0  # more tokens at the likely end
+    assert "per-token TV ≈" in explain(est, lo, hi)
+
+
+def test_the_test_runs_over_looks_at_once():
+    looks = TokenBins(np.array([100.0, 50_000.0]), np.zeros(2),
+                      tuple(np.array([100.0, 50_000.0]) / BINS * (1 + 0.08 * t)
+                            for t in np.linspace(1, -1, BINS)))  # fmt: skip
+    assert harmful(looks, 0.005, 0.01).tolist() == [False, True]
+
+
+def test_no_tokens_is_neither_harmful_nor_a_blocker():
+    assert not harmful(TokenBins.empty(), 0.005, 0.01)
+    assert inside(TokenBins.empty(), 0.01, 0.025)
