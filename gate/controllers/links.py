@@ -60,6 +60,8 @@ def link_rollout(
     link.token_hash = digest(secret_key, token) if token else None
     # Silence is counted from the first check-in after the (re)link, never from an older one.
     link.created_at, link.last_polled_at = utcnow(), None
+    # A relink is a new link: its first analysis hook names the revision it judges.
+    link.revision_checksum = None
     session.add(link)
     session.flush()
     audit.record(
@@ -128,6 +130,20 @@ def check_in(session: Session, *, link: ControllerLink, publisher: Publisher | N
             reason=f"{link.controller.value} checked in again after specgate's silence hold",
             publisher=publisher,
         )
+
+
+def same_revision(
+    session: Session, *, link: ControllerLink, rollout: Rollout, checksum: str | None
+) -> bool:
+    """Record the revision checksum the rollout judges; return whether `checksum` is it."""
+    if not checksum:
+        return True
+    # While pending no pair has been counted: the checksum at the start is the one judged.
+    if link.revision_checksum is None or rollout.state is RolloutState.PENDING:
+        link.revision_checksum = checksum
+        session.flush()
+        return True
+    return link.revision_checksum == checksum
 
 
 def held_by_watch(session: Session, *, rollout_id: int) -> bool:
