@@ -8,6 +8,9 @@ then missed `missed_polls` check-ins in a row, specgate holds the rollout: a con
 that stopped asking (deleted, crashed, aborted without telling) must not leave mirroring
 running unwatched. Its next check-in resumes a rollout the watch held (not one a person or
 a controller held), since it proves the controller is back and still driving.
+
+A Flagger link also keeps the `checksum` of the revision its rollout judges (`hooks.py`
+says which hooks carry it and what a different one does); a relink clears it.
 """
 
 from __future__ import annotations
