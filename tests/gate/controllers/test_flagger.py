@@ -1,7 +1,9 @@
 """Flagger against a running specgate: the shipped Canary's webhooks, called by Flagger's
 documented analysis loop. Promotion waits for the gate's promote; a kill in specgate makes
-the rollback hook answer 2xx; Flagger's own rollback reaches specgate; hook tokens are
-checked, stored only as HMACs and never written to the access log."""
+the rollback hook answer 2xx; Flagger's own rollback reaches specgate; a revision Flagger
+restarts the analysis for mid-way (a new `checksum`) is held, never promoted on the old
+one's pairs; hook tokens are checked, stored only as HMACs and never written to the
+access log."""
 
 from __future__ import annotations
 
@@ -78,6 +80,13 @@ def test_a_revision_applied_mid_analysis_is_not_promoted_on_the_old_ones_pairs(s
         assert flagger.tick() == "WaitingPromotion"  # B is never confirmed on A's pairs
     assert {status for kind, status in flagger.calls if kind == "confirm-promotion"} == {409}
     assert specgate.state() is RolloutState.HELD and not specgate.candidate_traffic()
+    # A Canary with progressive traffic would ask this too; it is refused the same way.
+    promotion = next(h for h in flagger.analysis["webhooks"] if h["type"] == "confirm-promotion")
+    url = promotion["url"].replace("confirm-promotion", "confirm-traffic-increase")
+    flagger.analysis["webhooks"].append(
+        promotion | {"name": "increase", "type": "confirm-traffic-increase", "url": url}
+    )
+    assert flagger.call("confirm-traffic-increase") is False
     with specgate.sessions() as db:
         last = repository.last_change(db, specgate.rollout_id)
         holds = db.scalars(select(AuditEvent).where(AuditEvent.action == "hold")).all()
