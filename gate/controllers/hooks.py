@@ -11,6 +11,12 @@ at that moment (`CallEventWebhook` reads `Status.Phase`), so after a rollback th
 revision's first events ("Confirm-rollout check ... passed") still say Failed. An event's
 phase is the Canary's state, not a verdict on this revision; warnings are kept in the
 audit trail as `controller.event`.
+
+Flagger restarts the analysis under the same Canary and webhooks when the target's spec
+changes mid-analysis ("New revision detected! Restarting analysis"); only the `checksum`
+every payload carries (a hash of `Status.LastAppliedSpec` and tracked configs) tells.
+The link keeps the checksum of the revision its rollout judges; an analysis hook with
+another one holds the rollout and is never confirmed: the pairs so far judge the old one.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from gate.controllers import links
 from gate.controllers.analysis import decision_of, latest_verdict
 from gate.controllers.redact import redact
 from gate.db.enums import Decision, RolloutState
-from gate.db.models import ControllerKind, Rollout, Route
+from gate.db.models import ControllerKind, ControllerLink, Rollout, Route
 from gate.rollouts.states import Action
 from gate.routing import service as routing
 from gate.routing.pubsub import Publisher
@@ -50,6 +56,23 @@ class FlaggerHook(StrEnum):
     POST_ROLLOUT = "post-rollout"
     ROLLBACK = "rollback"
     EVENT = "event"
+
+
+# Hooks Flagger calls only after it synced the Canary's status to the revision under analysis,
+# so their `checksum` is that revision's. `confirm-rollout` and the Events that open a
+# revision go out before that sync (scheduler.go `checkCanaryStatus`) and carry the
+# previous revision's checksum; `post-rollout` ends the analysis and is acted on as it is.
+REVISION_HOOKS = frozenset(
+    {
+        FlaggerHook.PRE_ROLLOUT,
+        FlaggerHook.ROLLOUT,
+        FlaggerHook.CONFIRM_TRAFFIC_INCREASE,
+        FlaggerHook.CONFIRM_PROMOTION,
+        FlaggerHook.ROLLBACK,
+    }
+)
+# Flagger reads any answer above 202 as "not yet" for these and waits.
+CONFIRMATIONS = frozenset({FlaggerHook.CONFIRM_TRAFFIC_INCREASE, FlaggerHook.CONFIRM_PROMOTION})
 
 
 class FlaggerPayload(BaseModel):
@@ -90,6 +113,7 @@ def flagger_actor(payload: FlaggerPayload) -> str:
 def answer_flagger(
     session: Session,
     *,
+    link: ControllerLink,
     rollout: Rollout,
     hook: FlaggerHook,
     payload: FlaggerPayload,
@@ -97,6 +121,24 @@ def answer_flagger(
     probe: Probe,
 ) -> Answer:
     """Answer one Flagger hook for `rollout`, acting on aborts and promotions it reports."""
+    checksum = payload.checksum
+    if hook in REVISION_HOOKS and not links.same_revision(
+        session, link=link, rollout=rollout, checksum=checksum
+    ):
+        why = _new_revision(session, rollout, payload, publisher)
+        if hook in CONFIRMATIONS:
+            return Answer(False, why)
+    return _answer(session, rollout, hook, payload, publisher, probe)
+
+
+def _answer(
+    session: Session,
+    rollout: Rollout,
+    hook: FlaggerHook,
+    payload: FlaggerPayload,
+    publisher: Publisher | None,
+    probe: Probe,
+) -> Answer:
     if hook in (FlaggerHook.POST_ROLLOUT, FlaggerHook.EVENT):
         return _report(session, rollout, hook, payload, publisher)
     if hook is FlaggerHook.CONFIRM_ROLLOUT:
@@ -123,6 +165,20 @@ def answer_flagger(
         FlaggerHook.CONFIRM_PROMOTION: {Decision.PROMOTE},
     }[hook]
     return Answer(decision in wanted, f"gate decision: {decision.value}")
+
+
+def _new_revision(
+    session: Session, rollout: Rollout, payload: FlaggerPayload, publisher: Publisher | None
+) -> str:
+    why = (
+        f"Flagger restarted the analysis for a new revision (checksum {payload.checksum}):"
+        " the pairs so far judge the old one; create a new rollout for it"
+    )
+    # Held once: later hooks of the new revision find it held (or stopped) and change nothing,
+    # while the confirmations keep answering why. A person who resumes it is held again.
+    if rollout.state is RolloutState.RUNNING:
+        _act(session, rollout, Action.HOLD, flagger_actor(payload), why, publisher)
+    return why
 
 
 def answer_argo(

@@ -8,6 +8,9 @@ then missed `missed_polls` check-ins in a row, specgate holds the rollout: a con
 that stopped asking (deleted, crashed, aborted without telling) must not leave mirroring
 running unwatched. Its next check-in resumes a rollout the watch held (not one a person or
 a controller held), since it proves the controller is back and still driving.
+
+A Flagger link also keeps the `checksum` of the revision its rollout judges (`hooks.py`
+says which hooks carry it and what a different one does); a relink clears it.
 """
 
 from __future__ import annotations
@@ -60,6 +63,8 @@ def link_rollout(
     link.token_hash = digest(secret_key, token) if token else None
     # Silence is counted from the first check-in after the (re)link, never from an older one.
     link.created_at, link.last_polled_at = utcnow(), None
+    # A relink is a new link: its first analysis hook names the revision it judges.
+    link.revision_checksum = None
     session.add(link)
     session.flush()
     audit.record(
@@ -128,6 +133,20 @@ def check_in(session: Session, *, link: ControllerLink, publisher: Publisher | N
             reason=f"{link.controller.value} checked in again after specgate's silence hold",
             publisher=publisher,
         )
+
+
+def same_revision(
+    session: Session, *, link: ControllerLink, rollout: Rollout, checksum: str | None
+) -> bool:
+    """Record the revision checksum the rollout judges; return whether `checksum` is it."""
+    if not checksum:
+        return True
+    # While pending no pair has been counted: the checksum at the start is the one judged.
+    if link.revision_checksum is None or rollout.state is RolloutState.PENDING:
+        link.revision_checksum = checksum
+        session.flush()
+        return True
+    return link.revision_checksum == checksum
 
 
 def held_by_watch(session: Session, *, rollout_id: int) -> bool:

@@ -137,6 +137,7 @@ def flagger_hook(
     links.check_in(db, link=link, publisher=svc.publisher)
     got = answer_flagger(
         db,
+        link=link,
         rollout=rollout,
         hook=hook,
         payload=payload,

@@ -34,4 +34,7 @@ class ControllerLink(Base):
     missed_polls: Mapped[int] = mapped_column(Integer)
     # None until the controller's first check-in: silence is counted from there.
     last_polled_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Flagger's `checksum` of the revision the rollout judges (its hooks carry a hash of the
+    # Canary's last applied spec): a different one later is a new revision under this link.
+    revision_checksum: Mapped[str | None] = mapped_column(String(256))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

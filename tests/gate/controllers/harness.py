@@ -20,11 +20,18 @@ confirm-promotion must answer 2xx, else Flagger waits; promotion and rollback en
 post-rollout hooks (phase Succeeded or Failed). Every Kubernetes Event Flagger records on
 the way also goes to the `event` hooks, with the Canary's phase when it was recorded
 (`events.go`, `CallEventWebhook`): "Confirm-rollout check ... passed" of a revision after a
-rollback carries phase Failed. The harness reads every setting from the shipped manifests.
+rollback carries phase Failed. Every payload carries `checksum`, a hash of the Canary's
+`Status.LastAppliedSpec` (`webhook.go` `canaryChecksum`), which Flagger syncs to the
+target's spec once confirm-rollout passed: confirm-rollout and the Events before that
+sync carry the previous revision's. A spec change while Progressing or WaitingPromotion
+restarts the analysis under the same Canary and webhooks ("New revision detected!
+Restarting analysis", then the status is synced with iterations and failed checks at 0).
+The harness reads every setting from the shipped manifests.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -168,6 +175,9 @@ class FlaggerCanary:
     started: bool = False
     # A new revision was applied while the Canary is Failed or Succeeded.
     revision: bool = False
+    # The target's spec (its version), and the one the Canary's status was last synced to.
+    generation: int = 1
+    applied: int = 0
     calls: list[tuple[str, int]] = field(default_factory=list)
     events: list[tuple[str, str, int]] = field(default_factory=list)
 
@@ -179,6 +189,11 @@ class FlaggerCanary:
     def target(self) -> str:
         meta = self.spec["metadata"]
         return f"{meta['name']}.{meta['namespace']}"
+
+    @property
+    def checksum(self) -> str:
+        """What Flagger sends as `checksum`: a hash of the last applied spec."""
+        return hashlib.sha256(f"{self.target}/{self.applied}".encode()).hexdigest()[:10]
 
     def hook_name(self, kind: str) -> str:
         return next(h["name"] for h in self.analysis["webhooks"] if h["type"] == kind)
@@ -207,6 +222,11 @@ class FlaggerCanary:
             hook["url"] = hook["url"].rsplit("/", 1)[0] + "/" + token
             hook.setdefault("metadata", {})["rollout"] = rollout
         self.revision, self.started, self.failed_checks, self.iterations = True, False, 0, 0
+        self.generation += 1
+
+    def change_spec(self) -> None:
+        """Apply a new revision of the target mid-analysis (same Canary, same webhooks)."""
+        self.generation += 1
 
     def tick(self) -> str:
         """One scheduler pass; return the phase."""
@@ -214,6 +234,8 @@ class FlaggerCanary:
             return self.phase
         if self.revision or self.phase in ("Initializing", "Waiting"):
             return self._confirm_rollout()
+        if self.generation != self.applied:
+            return self._restart()
         if self.call("rollback"):
             self.emit(f"Rollback check {self.hook_name('rollback')} passed", warning=True)
             self.emit(f"Rolling back {self.target} manual webhook invoked", warning=True)
@@ -249,7 +271,14 @@ class FlaggerCanary:
             return self.phase
         self.emit(f"Confirm-rollout check {self.hook_name('confirm-rollout')} passed")
         self.emit(f"New revision detected! Scaling up {self.target}", phase="Progressing")
-        self.phase, self.revision = "Progressing", False
+        self.phase, self.revision, self.applied = "Progressing", False, self.generation
+        return self.phase
+
+    def _restart(self) -> str:
+        # The Event goes out before the status sync: it carries the old revision's checksum.
+        self.emit(f"New revision detected! Restarting analysis for {self.target}")
+        self.phase, self.applied, self.started = "Progressing", self.generation, False
+        self.failed_checks, self.iterations = 0, 0
         return self.phase
 
     def _check(self) -> bool:
@@ -274,7 +303,7 @@ class FlaggerCanary:
     def _post(self, hook: dict[str, Any], phase: str, metadata: dict[str, Any]) -> int:
         meta = self.spec["metadata"]
         payload = {"name": meta["name"], "namespace": meta["namespace"], "phase": phase,
-                   "checksum": "abc123", "metadata": metadata}  # fmt: skip
+                   "checksum": self.checksum, "metadata": metadata}  # fmt: skip
         try:
             url = hook["url"].replace(IN_CLUSTER, self.base)
             return self.client.post(url, json=payload).status_code

@@ -1,7 +1,9 @@
 """Flagger against a running specgate: the shipped Canary's webhooks, called by Flagger's
 documented analysis loop. Promotion waits for the gate's promote; a kill in specgate makes
-the rollback hook answer 2xx; Flagger's own rollback reaches specgate; hook tokens are
-checked, stored only as HMACs and never written to the access log."""
+the rollback hook answer 2xx; Flagger's own rollback reaches specgate; a revision Flagger
+restarts the analysis for mid-way (a new `checksum`) is held, never promoted on the old
+one's pairs; hook tokens are checked, stored only as HMACs and never written to the
+access log."""
 
 from __future__ import annotations
 
@@ -60,6 +62,57 @@ def test_promotion_is_confirmed_only_once_the_gate_says_promote(specgate):
     assert ("confirm-promotion", 200) in flagger.calls and ("post-rollout", 200) in flagger.calls
     # Flagger promoted: its primary (the baseline route) serves the new revision; mirroring ends.
     assert specgate.state() is RolloutState.HELD
+
+
+def test_a_revision_applied_mid_analysis_is_not_promoted_on_the_old_ones_pairs(specgate):
+    """Flagger restarts the analysis for a new revision under the same Canary and webhooks;
+    only the payloads' checksum changes. The pairs so far judge the old revision."""
+    flagger = canary(specgate, str(specgate.link("flagger")["hook_token"]))
+    begin(flagger)
+    old = flagger.checksum
+    specgate.seed(1500, tpot_ratio=0.6)  # revision A's pairs prove it better
+    specgate.judge()
+    flagger.change_spec()  # revision B is applied while A is analysed
+    assert flagger.tick() == "Progressing"  # "New revision detected! Restarting analysis"
+    assert flagger.checksum != old and specgate.state() is RolloutState.RUNNING
+    run_iterations(flagger)
+    for _ in range(3):
+        assert flagger.tick() == "WaitingPromotion"  # B is never confirmed on A's pairs
+    assert {status for kind, status in flagger.calls if kind == "confirm-promotion"} == {409}
+    assert specgate.state() is RolloutState.HELD and not specgate.candidate_traffic()
+    # A Canary with progressive traffic would ask this too; it is refused the same way.
+    promotion = next(h for h in flagger.analysis["webhooks"] if h["type"] == "confirm-promotion")
+    url = promotion["url"].replace("confirm-promotion", "confirm-traffic-increase")
+    flagger.analysis["webhooks"].append(
+        promotion | {"name": "increase", "type": "confirm-traffic-increase", "url": url}
+    )
+    assert flagger.call("confirm-traffic-increase") is False
+    with specgate.sessions() as db:
+        last = repository.last_change(db, specgate.rollout_id)
+        holds = db.scalars(select(AuditEvent).where(AuditEvent.action == "hold")).all()
+    assert last is not None and last.actor == "flagger:llm/vllm-llama-8b"
+    assert last.reason == (
+        f"Flagger restarted the analysis for a new revision (checksum {flagger.checksum}):"
+        " the pairs so far judge the old one; create a new rollout for it"
+    )
+    assert len(holds) == 1  # held once, not at every hook of revision B
+
+
+def test_a_relink_judges_the_revision_its_first_hook_names(specgate):
+    """Relinking is how a person points the link at the revision now under analysis."""
+    flagger = canary(specgate, str(specgate.link("flagger")["hook_token"]))
+    begin(flagger)
+    flagger.change_spec()
+    flagger.tick()
+    flagger.tick()  # rollback with B's checksum: held
+    assert specgate.state() is RolloutState.HELD
+    with specgate.sessions() as db:
+        link = db.get(ControllerLink, specgate.rollout_id)
+        assert link is not None and link.revision_checksum is not None
+    specgate.link("flagger")
+    with specgate.sessions() as db:
+        link = db.get(ControllerLink, specgate.rollout_id)
+        assert link is not None and link.revision_checksum is None
 
 
 def test_a_specgate_kill_makes_the_rollback_hook_answer_2xx(specgate):
