@@ -175,7 +175,9 @@ def _rehearse(
     _check(top, at, plan)
     found = load(path, segments=_segments(segments), max_tokens=max_tokens or None)
     asyncio.run(check_routes(routes, plan.timeout_s))  # an unreachable route: one line, no plan
-    exact = _exact(routes, found.items, check, say)
+    # The exactness phase has its own token cap (--exactness-max-tokens), not --max-tokens.
+    items = load(path, segments=_segments(segments)).items if check is not None else []
+    exact = _exact(routes, items, check, say)
     levels = levels_up_to(top)
     plan = Plan(**{**vars(plan), "levels": levels})
     skipped = f", {found.cut} skipped with a cut prompt" if found.cut else ""
