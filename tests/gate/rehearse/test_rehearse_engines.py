@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import orjson
@@ -40,16 +41,18 @@ SPEC = (*ENGINE, "--speculative", "ngram", "--prompt-lookup-min", "1", "--prompt
 @pytest.fixture(scope="module")
 def engines(transformers_ready: Path) -> Iterator[dict[str, str]]:  # noqa: F811
     """A plain engine and two speculative ones: the exact verifier and a lossy one."""
-    started: list[subprocess.Popen[bytes]] = []
-    urls: dict[str, str] = {}
+    kinds = {"plain": ENGINE, "exact": SPEC, "lossy": (*SPEC, "--verify", "ignore-top-p")}
+    # Started together: each spends most of its start-up loading weights.
+    with ThreadPoolExecutor(len(kinds)) as pool:
+        futures = {name: pool.submit(start_engine, *args, wait_s=300) for name, args in
+                   kinds.items()}  # fmt: skip
+    started = {name: f.result() for name, f in futures.items() if f.exception() is None}
     try:
-        for name, args in (("plain", ENGINE), ("exact", SPEC),
-                           ("lossy", (*SPEC, "--verify", "ignore-top-p"))):  # fmt: skip
-            process, urls[name] = start_engine(*args, wait_s=180)
-            started.append(process)
-        yield urls
+        for future in futures.values():
+            future.result()  # a start that failed fails the test, once the others are stopped
+        yield {name: url for name, (_, url) in started.items()}
     finally:
-        for process in started:
+        for process, _ in started.values():
             stop_engine(process)
 
 
