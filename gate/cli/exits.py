@@ -32,6 +32,9 @@ SOFTWARE = 70  # a bug: reported in one line, never a traceback
 UNAVAILABLE = 69  # the database cannot be reached
 NO_SCHEMA = 78  # the database has no schema, or an old one: run `specgate db upgrade`
 INTERRUPTED = 130
+# `specgate rehearse`: the candidate's sampled tokens are proven not to be the target's
+# (beside its own 0 pays, 1 does not pay, 2 could not tell, 4 error).
+NOT_EXACT = 3
 
 _CODES: tuple[tuple[type[GateError], int], ...] = (
     (DatabaseUnavailable, UNAVAILABLE),

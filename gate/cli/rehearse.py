@@ -13,11 +13,20 @@ from typing import Annotated, Any
 import httpx
 import typer
 
-from gate.cli.common import DatabaseOption, cli_actor, cli_transaction, settings_with
+from gate.cli.common import (
+    DatabaseOption,
+    cli_actor,
+    cli_transaction,
+    read_input,
+    settings_with,
+)
+from gate.cli.exits import NOT_EXACT
 from gate.cli.gatecheck import parse_duration
 from gate.db.base import utcnow
+from gate.engines.workload import WorkloadItem
 from gate.errors import ConfigError, GateError
-from gate.rehearse import report, service
+from gate.exactness import MODES
+from gate.rehearse import exactness, report, service
 from gate.rehearse.analysis import ALL, Decision, decide
 from gate.rehearse.runner import Route
 from gate.rehearse.schemas import RehearsalIn
@@ -25,6 +34,7 @@ from gate.rehearse.sweep import Plan, check_routes, levels_up_to, rehearse
 from gate.rehearse.workload import load
 from gate.rollouts import service as rollouts
 from gate.settings import Settings
+from gate.stats.policy import Policy, load_policy
 
 _WORDS = {
     Decision.PAYS: "pays",
@@ -75,6 +85,36 @@ def rehearse_command(
     rollout: Annotated[
         int, typer.Option(help="Record the summary as this rollout's rehearsal (0: do not).")
     ] = 0,
+    exactness_requests: Annotated[
+        int,
+        typer.Option(
+            help="Sampled requests per route for the per-token exactness test, before the "
+            "sweep (0: skip it)."
+        ),
+    ] = 8,
+    parity_requests: Annotated[
+        int, typer.Option(help="Greedy requests per route compared token for token (0: skip).")
+    ] = 4,
+    exactness_max_tokens: Annotated[
+        int, typer.Option(help="Cap each exactness and parity request's max_tokens.")
+    ] = 64,
+    exactness_temperature: Annotated[
+        float, typer.Option(help="Temperature of the sampled exactness requests.")
+    ] = 0.8,
+    logprobs_mode: Annotated[
+        str,
+        typer.Option(
+            help="What the routes' logprobs describe: 'raw' (vLLM's default and the local "
+            "engines': the model at temperature 1) or 'processed' (the sampling distribution)."
+        ),
+    ] = "raw",
+    policy: Annotated[
+        Path | None,
+        typer.Option(
+            help="Gate policy YAML: the exactness test's margin_tv, top_logprobs and lossy, "
+            "and alpha_kill as its level (default: the default policy's)."
+        ),
+    ] = None,
     as_json: Annotated[
         bool,
         typer.Option("--json", help="Print the summary (rehearsal.json) on stdout, and only it."),
@@ -86,20 +126,28 @@ def rehearse_command(
 
     Routes run in alternating blocks, never at once; each block holds the level's
     concurrency while it measures, and the summary gives the concurrency each route was
-    actually held at. Exit 0 pays at --at, 1 does not, 2 could not tell (or --at above
-    the sweep, or no --at given), 4 error (one line on stderr)."""
+    actually held at. First, unless --exactness-requests is 0, sampled requests test the
+    candidate's tokens one by one against the target's distribution (the baseline runs the
+    same test as the control), and greedy requests compare both routes token for token.
+    Exit 0 pays at --at, 1 does not, 2 could not tell (or --at above the sweep, or no --at
+    given), 3 the candidate is not exact (a per-token deviation beyond the policy's
+    margin_tv proven, the baseline passing), 4 error (one line on stderr)."""
     # One progress line per round on stderr, not one log line per request.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     say = typer.echo if not as_json else _say
     try:
         recording = _recording(rollout, database_url)
+        check = _exactness(
+            _policy(policy), exactness_requests, parity_requests, exactness_max_tokens,
+            exactness_temperature, logprobs_mode, timeout,
+        )  # fmt: skip
         code, summary = _rehearse(
             (Route("baseline", _url("--baseline", baseline), model or None),
              Route("candidate", _url("--candidate", candidate), model or None)),
             workload, segment or [], max_tokens, max_concurrency, at,
             Plan(levels=[], budget_s=parse_duration(budget), min_requests=min_requests,
                  max_requests=max_requests, precision=precision, timeout_s=timeout),
-            out, say,
+            out, say, check,
         )  # fmt: skip
         if recording is not None:
             say(_record(recording, rollout, summary))
@@ -122,10 +170,14 @@ def _rehearse(
     plan: Plan,
     out: Path,
     say: Callable[[str], None],
+    check: exactness.Check | None = None,
 ) -> tuple[int, dict[str, Any]]:
     _check(top, at, plan)
     found = load(path, segments=_segments(segments), max_tokens=max_tokens or None)
     asyncio.run(check_routes(routes, plan.timeout_s))  # an unreachable route: one line, no plan
+    # The exactness phase has its own token cap (--exactness-max-tokens), not --max-tokens.
+    items = load(path, segments=_segments(segments)).items if check is not None else []
+    exact = _exact(routes, items, check, say)
     levels = levels_up_to(top)
     plan = Plan(**{**vars(plan), "levels": levels})
     skipped = f", {found.cut} skipped with a cut prompt" if found.cut else ""
@@ -140,14 +192,60 @@ def _rehearse(
     decision = decide(levels, report.calls(summary), at) if at else Decision.CANNOT_TELL
     summary["at"] = at or None
     summary["decision"] = _WORDS[decision] if at else "no --at given"
+    if exact is not None and check is not None:
+        summary["exactness"] = exact.summary(check)
     out.mkdir(parents=True, exist_ok=True)
     (out / "rehearsal.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "rehearsal.md").write_text(report.markdown(summary, at=at, decision=summary["decision"]))
     report.plot(summary, out / "rehearsal.png")
     say(f"crossover: {summary['crossover'][ALL]['text']}")
     say(f"at concurrency {at}: {summary['decision']}" if at else summary["decision"])
+    for line in report.exactness_lines(summary.get("exactness")):
+        say(line)
     say(f"written: {out}/rehearsal.json, rehearsal.md, rehearsal.png")
-    return int(decision), summary
+    return (NOT_EXACT if exact is not None and exact.failed else int(decision)), summary
+
+
+def _exact(
+    routes: tuple[Route, Route],
+    items: list[WorkloadItem],
+    check: exactness.Check | None,
+    say: Callable[[str], None],
+) -> exactness.Result | None:
+    """Run the exactness phase on the workload's plain-text requests, unless skipped."""
+    if check is None:
+        return None
+    usable = exactness.usable(items)
+    if not usable:
+        _say("exactness: skipped, the workload has no request without tools or a schema")
+        return None
+    return asyncio.run(exactness.run(routes, usable, check, say=_say))
+
+
+def _policy(path: Path | None) -> Policy:
+    return Policy() if path is None else load_policy(read_input(path, "policy"))
+
+
+def _exactness(
+    policy: Policy, requests: int, parity: int, max_tokens: int, temperature: float,
+    mode: str, timeout_s: float,
+) -> exactness.Check | None:  # fmt: skip
+    """Return how the exactness phase runs, None when it is skipped."""
+    if requests < 0 or parity < 0:
+        raise ConfigError("--exactness-requests and --parity-requests must be 0 or more")
+    if max_tokens < 1 or not temperature > 0:
+        raise ConfigError("need --exactness-max-tokens >= 1 and --exactness-temperature > 0")
+    if mode not in MODES:
+        raise ConfigError(f"--logprobs-mode must be one of {', '.join(MODES)}, not {mode!r}")
+    rule = policy.guardrails.exactness
+    if not (requests or parity) or not rule.enabled:
+        return None
+    return exactness.Check(
+        requests=requests, parity_requests=parity, max_tokens=max_tokens,
+        mode=mode, margin=rule.margin_tv, alpha=policy.alpha_kill,
+        top_logprobs=rule.top_logprobs, temperature=temperature, lossy=rule.lossy,
+        timeout_s=timeout_s,
+    )  # fmt: skip
 
 
 def _recording(rollout_id: int, database_url: str | None) -> Settings | None:

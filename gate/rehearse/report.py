@@ -117,7 +117,30 @@ def markdown(summary: dict[str, Any], *, at: int | None, decision: str) -> str:
         for row in summary["levels"]:
             lines.append(_row(row, row["segments"][segment]))
         lines += ["", f"Crossover: {cross['text']}."]
+    if summary.get("exactness"):
+        lines += ["", "## Exactness", "", *(f"- {line}" for line in
+                                              exactness_lines(summary["exactness"]))]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def exactness_lines(section: dict[str, Any] | None) -> list[str]:
+    """Return the exactness phase's result in words, one line per finding."""
+    if not section:
+        return []
+    cand, base = section["candidate"], section["baseline"]
+    how = (f"{cand['answers']} sampled answers at temperature {section['temperature']:g}, "
+           f"{section['logprobs_mode']} logprobs, alpha {section['alpha']:g}")  # fmt: skip
+    lines = [f"candidate {cand['text']} ({how})", f"baseline (the control) {base['text']}"]
+    if section["control_alarm"]:
+        lines.append("WARNING data quality: the baseline fails the same test, so the "
+                     "logprobs do not describe what the routes sample (check --logprobs-mode); "
+                     "the candidate's result is not used")  # fmt: skip
+    elif cand["status"] == "deviates" and section["lossy"]:
+        lines.append("the policy declares the candidate lossy: reported, not failed on")
+    elif section["failed"]:
+        lines.append("the candidate is not exact: exit 3")
+    lines.append(section["greedy_parity"]["text"])
+    return lines
 
 
 def _row(row: dict[str, Any], cell: dict[str, Any]) -> str:

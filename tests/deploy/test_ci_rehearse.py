@@ -114,6 +114,7 @@ SCRIPTS = [
         (0, True, "pays at 8"),
         (1, False, "DOES NOT PAY"),
         (2, False, "could not tell"),
+        (3, False, "NOT EXACT"),
         (4, False, "error"),
         (9, False, "unexpected exit status 9"),
     ],

@@ -58,7 +58,7 @@ def transformers_ready(gguf: Path) -> Path:
     return gguf
 
 
-def start_engine(*args: str) -> tuple[subprocess.Popen[bytes], str]:
+def start_engine(*args: str, wait_s: float = 60) -> tuple[subprocess.Popen[bytes], str]:
     """Start `specgate engine` in its own process; return it and its base URL once healthy."""
     port = closed_port()
     command = [sys.executable, "-m", "gate", "engine", "--port", str(port), *args]
@@ -66,7 +66,7 @@ def start_engine(*args: str) -> tuple[subprocess.Popen[bytes], str]:
         command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ}
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
             error = process.stderr.read().decode() if process.stderr else ""
@@ -77,7 +77,7 @@ def start_engine(*args: str) -> tuple[subprocess.Popen[bytes], str]:
         except httpx.HTTPError:
             time.sleep(0.1)
     process.kill()
-    pytest.fail(f"engine {args} did not start in 60 s", pytrace=False)
+    pytest.fail(f"engine {args} did not start in {wait_s:g} s", pytrace=False)
 
 
 def kv_cache_usage(url: str) -> float | None:

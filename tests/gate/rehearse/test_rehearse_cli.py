@@ -279,3 +279,19 @@ def test_json_prints_the_summary_on_stdout(tmp_path, workload):
         assert set(reached) == {"baseline", "candidate"}
         assert all(0 < value <= level["concurrency"] for value in reached.values())
     assert "concurrency 2:" in done.stderr  # progress stays on stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--logprobs-mode", "logits"], "--logprobs-mode must be one of raw, processed"),
+        (["--exactness-requests", "-1"], "--exactness-requests and --parity-requests must be"),
+        (["--exactness-temperature", "0"], "--exactness-temperature > 0"),
+    ],
+)
+def test_a_bad_exactness_option_is_one_line_and_exit_4(capsys, workload, args, needle):
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    code, _, err = run(
+        capsys, "--baseline", url, "--candidate", url, "--workload", str(workload), *args
+    )
+    assert code == 4 and needle in err and len(err.strip().splitlines()) == 1, err
