@@ -64,7 +64,7 @@ def alternatives(top: list[tuple[int, float]]) -> list[dict[str, Any]]:
 
 def outcomes(top: list[tuple[str, float]], top_p: float) -> np.ndarray | None:
     """Return a position's known outcomes' interval ends in [0, 1] (None: untested)."""
-    weights = exactness._merged(top)
+    weights = exactness._merged(exactness.trusted(top, None))
     known = exactness._raw(weights, exactness.Sampling(TEMPERATURE, top_p))
     kept = sorted((w for t, w in known.kept.items() if t != str(EOS)), reverse=True)
     tail = known.tail or 0.0
