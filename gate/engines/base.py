@@ -109,6 +109,7 @@ def parse_request(body: dict[str, Any], *, chat: bool, default_max_tokens: int) 
         raise BadRequest("'prompt' must be a string (token lists and batches are not supported)")
     if body.get("n", 1) != 1:
         raise BadRequest("only n=1 is supported")
+    _refuse_unsupported(body)
     options = body.get("stream_options")
     return GenRequest(
         chat=chat,
@@ -126,6 +127,26 @@ def parse_request(body: dict[str, Any], *, chat: bool, default_max_tokens: int) 
         tool_choice="auto" if body.get("tool_choice") in (None, "auto", "none") else "required",
         **_logprobs(body, chat=chat),
     )
+
+
+# Sampling settings these engines do not implement, with the value that leaves sampling
+# alone: a request that needs any other is refused, never sampled without it (a caller
+# would read the answer, and its logprobs, as drawn under settings that were ignored).
+_NEUTRAL: dict[str, tuple[object, ...]] = {
+    "top_k": (None, 0, -1),
+    "min_p": (None, 0, 0.0),
+    "presence_penalty": (None, 0, 0.0),
+    "frequency_penalty": (None, 0, 0.0),
+    "repetition_penalty": (None, 1, 1.0),
+    "logit_bias": (None, {}),
+}
+
+
+def _refuse_unsupported(body: dict[str, Any]) -> None:
+    for name, neutral in _NEUTRAL.items():
+        value = body.get(name)
+        if isinstance(value, bool) or value not in neutral:
+            raise BadRequest(f"'{name}' is not supported by this engine (only {neutral[1]!r})")
 
 
 def _logprobs(body: dict[str, Any], *, chat: bool) -> dict[str, Any]:

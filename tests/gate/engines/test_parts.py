@@ -61,11 +61,23 @@ def test_ngram_config_rejects_impossible_settings():
         ({"messages": [{"role": "user", "content": "x"}], "temperature": 3}, "temperature"),
         ({"messages": [{"role": "user", "content": "x"}], "stop": [""]}, "stop"),
         ({"messages": [{"role": "user", "content": "x"}], "n": 2}, "n=1"),
+        # Sampling settings the engines do not implement are refused, never ignored.
+        ({"messages": [{"role": "user", "content": "x"}], "top_k": 40}, "'top_k' is not"),
+        ({"messages": [{"role": "user", "content": "x"}], "min_p": 0.05}, "'min_p'"),
+        ({"messages": [{"role": "user", "content": "x"}], "presence_penalty": 0.5}, "presence"),
+        ({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"1": 5}}, "logit_bias"),
     ],
 )
 def test_bad_requests_say_what_is_wrong(body, message):
     with pytest.raises(BadRequest, match=message):
         parse_request(body, chat=True, default_max_tokens=8)
+
+
+def test_neutral_values_of_unimplemented_settings_are_accepted():
+    body = {"messages": [{"role": "user", "content": "x"}], "top_k": -1, "min_p": 0,
+            "presence_penalty": 0.0, "frequency_penalty": 0, "repetition_penalty": 1.0,
+            "logit_bias": {}}  # fmt: skip
+    assert parse_request(body, chat=True, default_max_tokens=8).max_tokens == 8
 
 
 def test_request_defaults_follow_openai():
