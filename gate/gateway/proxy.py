@@ -23,7 +23,7 @@ from gate.gateway import asks, logprobs
 from gate.gateway.call import Call, Gateway, end_span, reached, request_headers
 from gate.gateway.inputs import split_inputs
 from gate.gateway.intake import read_json_body, segment_of, tenant_of
-from gate.gateway.mirroring import schedule_mirrors
+from gate.gateway.mirror_calls import schedule_mirrors
 from gate.gateway.observe import CallResult
 from gate.gateway.responses import ClientGone, EventStreamResponse, unless_disconnected
 from gate.gateway.sampling import Assignment, assign, sticky_key
