@@ -18,7 +18,7 @@ from gate.cli.gatecheck import parse_duration
 from gate.db.base import utcnow
 from gate.errors import ConfigError, GateError
 from gate.rehearse import report, service
-from gate.rehearse.analysis import ALL, Decision, decide
+from gate.rehearse.analysis import ALL, RehearsalAnswer, decide
 from gate.rehearse.runner import Route
 from gate.rehearse.schemas import RehearsalIn
 from gate.rehearse.sweep import Plan, check_routes, levels_up_to, rehearse
@@ -27,9 +27,9 @@ from gate.rollouts import service as rollouts
 from gate.settings import Settings
 
 _WORDS = {
-    Decision.PAYS: "pays",
-    Decision.DOES_NOT_PAY: "does not pay",
-    Decision.CANNOT_TELL: "could not tell",
+    RehearsalAnswer.PAYS: "pays",
+    RehearsalAnswer.DOES_NOT_PAY: "does not pay",
+    RehearsalAnswer.CANNOT_TELL: "could not tell",
 }
 
 
@@ -137,7 +137,7 @@ def _rehearse(
         "run_at": started.isoformat(),
         **report.summarise(routes, found, done, plan.budget_s),
     }
-    decision = decide(levels, report.calls(summary), at) if at else Decision.CANNOT_TELL
+    decision = decide(levels, report.calls(summary), at) if at else RehearsalAnswer.CANNOT_TELL
     summary["at"] = at or None
     summary["decision"] = _WORDS[decision] if at else "no --at given"
     out.mkdir(parents=True, exist_ok=True)
@@ -214,4 +214,4 @@ def _say(line: str) -> None:
 
 def _error(message: str) -> None:
     print(f"specgate rehearse: error: {' '.join(message.split())}", file=sys.stderr)
-    raise typer.Exit(int(Decision.ERROR))
+    raise typer.Exit(int(RehearsalAnswer.ERROR))
