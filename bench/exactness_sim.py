@@ -40,9 +40,8 @@ import numpy as np
 import torch
 
 from gate import exactness
-from gate.engines.answer_pools import EOS, MAX_TOKENS, SPEC, TEMPERATURE, VOCAB, CopyModel
-from gate.engines.decode import TokenLogprobs, speculate
-from gate.engines.ngram import NgramDrafter
+from gate.engines.answer_pools import EOS, MAX_TOKENS, SPEC, TEMPERATURE, VOCAB, CopyModel, decode
+from gate.engines.decode import TokenLogprobs
 from gate.engines.spec import SpecStats
 from gate.exactness import BINS, exactness_fields
 from gate.stats.cumulative import looks_every, to_stats
@@ -81,12 +80,8 @@ def answer(prompt: list[int], background: Any, verify: str, gen: Any, top_p: flo
     sampler = MeasuringSampler(torch, TEMPERATURE, top_p, gen, verify)
     spec = verify != "plain"
     recorder = TokenLogprobs(torch, top=TOP)
-    drafter = NgramDrafter(prompt, n_min=SPEC.prompt_lookup_min, n_max=SPEC.prompt_lookup_max)
-    steps: Any = speculate(
-        model.forward, model.truncate, prompt, sampler=sampler, max_tokens=MAX_TOKENS,
-        drafter=drafter if spec else None, k=SPEC.num_speculative_tokens if spec else 0,
-        stats=SpecStats(SPEC.num_speculative_tokens) if spec else None, logprobs=recorder,
-    )  # fmt: skip
+    stats = SpecStats(SPEC.num_speculative_tokens) if spec else None
+    steps = decode(model, prompt, sampler, stats=stats, logprobs=recorder)
     tokens: list[int] = []
     for produced in steps:
         stop = False

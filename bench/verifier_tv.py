@@ -21,9 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from gate.engines.answer_pools import EOS, MAX_TOKENS, SPEC, TEMPERATURE, VOCAB, CopyModel
-from gate.engines.decode import VERIFIERS, Position, Sampler, speculate, target_probs
-from gate.engines.ngram import NgramDrafter
+from gate.engines.answer_pools import EOS, MAX_TOKENS, SPEC, TEMPERATURE, VOCAB, CopyModel, decode
+from gate.engines.decode import VERIFIERS, Position, Sampler, target_probs
 from gate.engines.spec import SpecStats
 from gate.engines.verify_tv import token_tv
 
@@ -52,17 +51,7 @@ def answer_tvs(
     model = CopyModel(background, len(prompt), copy_bonus=2.0)
     sampler = MeasuringSampler(torch, TEMPERATURE, top_p, gen, verify)
     stats = SpecStats(SPEC.num_speculative_tokens)
-    drafter = NgramDrafter(prompt, n_min=SPEC.prompt_lookup_min, n_max=SPEC.prompt_lookup_max)
-    steps: Any = speculate(
-        model.forward,
-        model.truncate,
-        prompt,
-        sampler=sampler,
-        max_tokens=MAX_TOKENS,
-        drafter=drafter,
-        k=SPEC.num_speculative_tokens,
-        stats=stats,
-    )
+    steps = decode(model, prompt, sampler, stats=stats)
     emitted = 0
     for produced in steps:
         ended = EOS in produced
