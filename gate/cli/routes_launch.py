@@ -110,14 +110,8 @@ def launch(
             if not no_start:
                 if endpoint is None:
                     typer.echo("no OTLP endpoint: vLLM's own llm_request spans are not sent")
-                executable = servers_mod.vllm_executable()
                 folder = log_dir or settings_with(database_url).home / "routes"
-                for role in roles:
-                    entry = entries[role]
-                    command = [executable, *vllm_args(routes, role, endpoint)]
-                    env = {**entry.env, **key_env}
-                    log = folder / f"{entry.name}.log"
-                    servers.append(servers_mod.start(entry.name, command, env, log, typer.echo))
+                servers_mod.start_both(routes, endpoint, folder, key_env, servers, typer.echo)
             targets = {entries[r].name: str(specs[r].base_url).rstrip("/") for r in roles}
             servers_mod.wait_ready(targets, timeout_s, servers, received, headers, typer.echo)
             for role in roles:

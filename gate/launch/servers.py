@@ -19,8 +19,9 @@ from types import FrameType
 
 import httpx
 
+from gate.db.enums import RouteRole
 from gate.errors import ConfigError
-from gate.launch.route_file import api_root
+from gate.launch.route_file import RouteFile, api_root, vllm_args
 
 VLLM_INSTALL = "pip install 'specgate[vllm]'"
 STOP_GRACE_S = 30.0
@@ -68,6 +69,24 @@ def start(name: str, command: list[str], env: dict[str, str], log: Path, echo: E
         )
     echo(f"started {name} (pid {process.pid}): {shlex.join(command)}  [log: {log}]")
     return Server(name, process, log)
+
+
+def start_both(
+    routes: RouteFile,
+    endpoint: str | None,
+    folder: Path,
+    env: dict[str, str],
+    servers: list[Server],
+    echo: Echo,
+) -> None:
+    """Start the baseline's and the candidate's `vllm serve`, appending each to `servers` as
+    it starts (so that the caller stops the first if the second fails)."""
+    executable = vllm_executable()
+    for role in (RouteRole.BASELINE, RouteRole.CANDIDATE):
+        entry = routes.candidate if role is RouteRole.CANDIDATE else routes.baseline
+        command = [executable, *vllm_args(routes, role, endpoint)]
+        log = folder / f"{entry.name}.log"
+        servers.append(start(entry.name, command, {**entry.env, **env}, log, echo))
 
 
 def stop(servers: list[Server]) -> None:
