@@ -1,6 +1,6 @@
 """Per-token exactness through the whole gate, with the engine's real verifiers.
 
-The target is `gate.stats.parity_pools.CopyModel` (64 tokens, a copy bonus that n-gram
+The target is `gate.engines.answer_pools.CopyModel` (64 tokens, a copy bonus that n-gram
 drafts from the prompt exploit, a rising end-of-sequence logit), decoded by
 `gate.engines.decode.speculate` with the real `NgramDrafter` (k = 8) at temperature 0.8,
 with the engine's `TokenLogprobs` recording each emitted token's 20 most likely
@@ -41,12 +41,11 @@ import numpy as np
 import torch
 
 from gate import exactness
-from gate.engines.decode import TokenLogprobs, speculate
-from gate.engines.ngram import NgramDrafter
+from gate.engines.answer_pools import EOS, MAX_TOKENS, SPEC, TEMPERATURE, VOCAB, CopyModel, decode
+from gate.engines.decode import TokenLogprobs
 from gate.engines.spec import SpecStats
 from gate.exactness import BINS, exactness_fields
 from gate.stats.cumulative import looks_every, to_stats
-from gate.stats.parity_pools import EOS, MAX_TOKENS, SPEC, TEMPERATURE, VOCAB, CopyModel
 from gate.stats.policy import Policy
 from gate.stats.rule import Code, apply_rule
 from gate.stats.simulate import Scenario, clopper_pearson, draw_pairs
@@ -82,12 +81,8 @@ def answer(prompt: list[int], background: Any, verify: str, gen: Any, top_p: flo
     sampler = MeasuringSampler(torch, TEMPERATURE, top_p, gen, verify)
     spec = verify != "plain"
     recorder = TokenLogprobs(torch, top=TOP)
-    drafter = NgramDrafter(prompt, n_min=SPEC.prompt_lookup_min, n_max=SPEC.prompt_lookup_max)
-    steps: Any = speculate(
-        model.forward, model.truncate, prompt, sampler=sampler, max_tokens=MAX_TOKENS,
-        drafter=drafter if spec else None, k=SPEC.num_speculative_tokens if spec else 0,
-        stats=SpecStats(SPEC.num_speculative_tokens) if spec else None, logprobs=recorder,
-    )  # fmt: skip
+    stats = SpecStats(SPEC.num_speculative_tokens) if spec else None
+    steps = decode(model, prompt, sampler, stats=stats, logprobs=recorder)
     tokens: list[int] = []
     for produced in steps:
         stop = False

@@ -32,9 +32,9 @@ import numpy as np
 import torch
 
 from gate.cli.gatecmd import with_parity
+from gate.engines.answer_pools import MAX_TOKENS, TEMPERATURE, VARIANTS, cached_pools
 from gate.parity import STATISTICS, Side, control_margin, eligibility, parity_test
 from gate.stats.cumulative import looks_every
-from gate.stats.parity_pools import MAX_TOKENS, TEMPERATURE, VARIANTS, cached_pools
 from gate.stats.policy import Policy
 from gate.stats.registry import alpha_kill_each, kill_slots
 from gate.stats.rule import Code

@@ -1,10 +1,10 @@
 """Mean per-token total variation of each verifier on the synthetic copy model.
 
-The target is `gate.stats.parity_pools.CopyModel` (a Markov background over 64 tokens, a
+The target is `gate.engines.answer_pools.CopyModel` (a Markov background over 64 tokens, a
 copy bonus on what followed the latest earlier occurrence of the last two tokens, a rising
 EOS logit), prompts that repeat themselves in part, as `build_pools` makes them, decoded by
 `gate.engines.decode.speculate` with n-gram drafts (k = 8, lookup 2-3) at temperature 0.8,
-as `parity_pools.generate` does. At every emitted token (up to and including EOS, or the
+as `answer_pools.generate` does. At every emitted token (up to and including EOS, or the
 96-token limit) the exact distance between what the verifier emits and the target's
 distribution is taken from `gate.engines.verify_tv.token_tv`; a position without a draft
 is sampled plainly, so it counts as 0. The mean is over all emitted tokens of all answers.
@@ -21,11 +21,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from gate.engines.decode import VERIFIERS, Position, Sampler, speculate, target_probs
-from gate.engines.ngram import NgramDrafter
+from gate.engines.answer_pools import EOS, MAX_TOKENS, SPEC, TEMPERATURE, VOCAB, CopyModel, decode
+from gate.engines.decode import VERIFIERS, Position, Sampler, target_probs
 from gate.engines.spec import SpecStats
 from gate.engines.verify_tv import token_tv
-from gate.stats.parity_pools import EOS, MAX_TOKENS, SPEC, TEMPERATURE, VOCAB, CopyModel
 
 
 @dataclass
@@ -52,17 +51,7 @@ def answer_tvs(
     model = CopyModel(background, len(prompt), copy_bonus=2.0)
     sampler = MeasuringSampler(torch, TEMPERATURE, top_p, gen, verify)
     stats = SpecStats(SPEC.num_speculative_tokens)
-    drafter = NgramDrafter(prompt, n_min=SPEC.prompt_lookup_min, n_max=SPEC.prompt_lookup_max)
-    steps: Any = speculate(
-        model.forward,
-        model.truncate,
-        prompt,
-        sampler=sampler,
-        max_tokens=MAX_TOKENS,
-        drafter=drafter,
-        k=SPEC.num_speculative_tokens,
-        stats=stats,
-    )
+    steps = decode(model, prompt, sampler, stats=stats)
     emitted = 0
     for produced in steps:
         ended = EOS in produced

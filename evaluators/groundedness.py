@@ -92,7 +92,7 @@ def _document_text(document: Any) -> str:
 
 @dataclass(frozen=True)
 class GroundednessOptions:
-    """Thresholds and weights (defaults measured on HaluEval: BENCHMARKS.md, "Evaluators").
+    """Thresholds and weights (defaults measured on HaluEval: bench/results/history-evaluators.md).
 
     `threshold` sets one pass threshold for every request; `thresholds` sets it per
     segment (the request's declared `segment`) or per task kind (`qa`, `summary`,

@@ -14,8 +14,9 @@ predict scores near or below zero. Dataset-independent: nothing here is fitted. 
 worst claim (`pmi_min`) and the token-weighted mean (`pmi_mean`) become two features of the
 per-task calibration (`evaluators.grounding_score`), weighted monotonically (more PMI may
 only raise the score). Two forward passes per answer, so it runs only where a policy
-switches it on (`{"pmi": {}}` in the groundedness options); BENCHMARKS.md ("Groundedness
-beyond extractive QA") has its rate and its measured gain.
+switches it on (`{"pmi": {}}` in the groundedness options);
+bench/results/history-groundedness.md ("Groundedness beyond extractive QA") has its rate
+and its measured gain.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ dialogue replies: the estimated probability that the answer is grounded. The wei
 fitted on HaluEval development rows (never its validation or reserved rows) by
 `bench/groundedness_halueval.py --fit`, one logistic model per task kind, and the
 thresholds are the scores that fail at most ~8 % of the development rows' correct
-answers. BENCHMARKS.md ("Groundedness beyond extractive QA") has the measurements.
+answers. bench/results/history-groundedness.md has the measurements.
 """
 
 from __future__ import annotations

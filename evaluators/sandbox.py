@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evaluators.jail import Probe, probe
-from evaluators.sandbox_box import Box, Outcome, run_box
+from evaluators.sandbox_box import Box, BoxResult, run_box
 from evaluators.secrets import configured_secrets
 
 if TYPE_CHECKING:
@@ -145,12 +145,12 @@ def run_python(
     base = {"audit": mode is SandboxMode.UNSAFE_LOCAL, "rlimits": rlimits, "solution": solution}
     # One deadline for the whole evaluation, however many tests it declares.
     deadline = time.monotonic() + limits.timeout_s
-    outcomes: list[Outcome] = []
+    outcomes: list[BoxResult] = []
     runs: list[CodeTest | None] = [*tests] or [None]
     for test in runs:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            outcomes.append(Outcome("timeout", "timeout"))
+            outcomes.append(BoxResult("timeout", "timeout"))
             continue
         job = {**base, "test": None if test is None else {"name": test.name, "code": test.code}}
         outcome = run_box(box, job, remaining)
@@ -180,7 +180,7 @@ def _sandbox_failed(detail: str, mode: SandboxMode) -> SandboxResult:
 
 
 def _combine(
-    tests: Sequence[CodeTest], outcomes: list[Outcome], mode: SandboxMode
+    tests: Sequence[CodeTest], outcomes: list[BoxResult], mode: SandboxMode
 ) -> SandboxResult:
     # With no tests one box ran the solution alone: it has a status, not a test entry.
     pairs = zip(tests, outcomes, strict=True) if tests else ()

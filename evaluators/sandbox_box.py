@@ -36,7 +36,7 @@ class Box:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class BoxResult:
     """One box's verdict: `passed`, `failed`, `timeout`, `crashed` or `unavailable`."""
 
     status: str
@@ -46,7 +46,7 @@ class Outcome:
     duration_s: float = 0.0
 
 
-def run_box(box: Box, job: dict[str, Any], timeout_s: float) -> Outcome:
+def run_box(box: Box, job: dict[str, Any], timeout_s: float) -> BoxResult:
     """Run `job` (solution and at most one test) in a fresh box; never raises for bad code."""
     nonce = secrets.token_hex(16)
     with tempfile.TemporaryDirectory(prefix="specgate-sandbox-") as outdir:
@@ -58,9 +58,9 @@ def run_box(box: Box, job: dict[str, Any], timeout_s: float) -> Outcome:
         stderr = scrub(Path(outdir, "stderr").read_text(errors="replace"), box.hidden)[-_TAIL:]
     if lines[:1] != [f"{nonce} started"]:
         detail = "timed out" if timed_out else f"exit status {exit_status}"
-        return Outcome("unavailable", error=f"the sandbox did not start ({detail}): {stderr}")
+        return BoxResult("unavailable", error=f"the sandbox did not start ({detail}): {stderr}")
     if timed_out:
-        return Outcome("timeout", "timeout", stderr_tail=stderr, duration_s=duration)
+        return BoxResult("timeout", "timeout", stderr_tail=stderr, duration_s=duration)
     return _judge(lines[1:], nonce, exit_status, box.hidden, stderr, duration)
 
 
@@ -71,14 +71,14 @@ def _judge(
     hidden: tuple[str, ...],
     stderr: str,
     duration: float,
-) -> Outcome:
+) -> BoxResult:
     found = [line[len(nonce) + 1 :] for line in lines if line.startswith(nonce + " ")]
     parsed = _result(found[0]) if len(found) == 1 else None
     if parsed is None or exit_status != 0:
         why = f"no single valid result, exit status {exit_status}"
-        return Outcome("crashed", f"crashed: {why}", stderr_tail=stderr, duration_s=duration)
+        return BoxResult("crashed", f"crashed: {why}", stderr_tail=stderr, duration_s=duration)
     passed, error, solution_error = parsed
-    return Outcome(
+    return BoxResult(
         "passed" if passed else "failed",
         clean(error, hidden),
         clean(solution_error, hidden),

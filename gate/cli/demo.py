@@ -14,6 +14,7 @@ from rich.table import Table
 
 from gate.cli.common import DatabaseOption, settings_with
 from gate.db.models import Verdict
+from gate.demo.recording import RecordingReplay, replay_recording
 from gate.demo.run import FAULTS, DemoOptions, DemoResult, run_demo
 from gate.demo.summary import SegmentRow
 from gate.reports import headline
@@ -102,10 +103,12 @@ def demo(
             "\nspecgate demo: interrupted; every process it started was stopped.", file=sys.stderr
         )
         raise typer.Exit(130) from None
+    # The live run is too short for a decision: end on a recording the gate decides on.
+    recording = None if options.parity else replay_recording()
     if as_json:
-        typer.echo(json.dumps(as_document(result)))
+        typer.echo(json.dumps(as_document(result, recording)))
         return
-    show(result, console)
+    show(result, console, recording)
 
 
 def _backend(backend: str, *, sampled: bool, fault: str) -> str:
@@ -123,9 +126,10 @@ def _backend(backend: str, *, sampled: bool, fault: str) -> str:
     return "transformers"
 
 
-def as_document(result: DemoResult) -> dict[str, Any]:
+def as_document(result: DemoResult, recording: RecordingReplay | None = None) -> dict[str, Any]:
     """Return everything the demo shows, JSON-ready (NaN as null)."""
     return {
+        "recording": asdict(recording) if recording else None,
         "rollout_id": result.rollout_id,
         "rows": [_finite(asdict(row)) for row in result.rows],
         "decision": result.verdict.decision.value,
@@ -168,8 +172,16 @@ def _ms(value: float) -> str:
 WIDTH = 100
 
 
-def show(result: DemoResult, console: Console) -> None:
-    """Print the latency and quality tables, where the report is, then the headline."""
+def show(result: DemoResult, console: Console, recording: RecordingReplay | None = None) -> None:
+    """Print the latency and quality tables, where the report is, the headline, then the
+    recording's replayed decision."""
+    _show_live(result, console)
+    if recording is not None:
+        console.print()
+        console.print(recording.line(), markup=False, highlight=False)
+
+
+def _show_live(result: DemoResult, console: Console) -> None:
     console.print(_latency_table(result))
     if any(row.pass_rates or row.parity is not None for row in result.rows):
         console.print(_quality_table(result))

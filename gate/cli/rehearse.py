@@ -27,7 +27,7 @@ from gate.engines.workload import WorkloadItem
 from gate.errors import ConfigError, GateError
 from gate.exactness import MODES
 from gate.rehearse import exactness, report, service
-from gate.rehearse.analysis import ALL, Decision, decide
+from gate.rehearse.analysis import ALL, RehearsalAnswer, decide
 from gate.rehearse.runner import Route
 from gate.rehearse.schemas import RehearsalIn
 from gate.rehearse.sweep import Plan, check_routes, levels_up_to, rehearse
@@ -37,9 +37,9 @@ from gate.settings import Settings
 from gate.stats.policy import Policy, load_policy
 
 _WORDS = {
-    Decision.PAYS: "pays",
-    Decision.DOES_NOT_PAY: "does not pay",
-    Decision.CANNOT_TELL: "could not tell",
+    RehearsalAnswer.PAYS: "pays",
+    RehearsalAnswer.DOES_NOT_PAY: "does not pay",
+    RehearsalAnswer.CANNOT_TELL: "could not tell",
 }
 
 
@@ -189,7 +189,7 @@ def _rehearse(
         "run_at": started.isoformat(),
         **report.summarise(routes, found, done, plan.budget_s),
     }
-    decision = decide(levels, report.calls(summary), at) if at else Decision.CANNOT_TELL
+    decision = decide(levels, report.calls(summary), at) if at else RehearsalAnswer.CANNOT_TELL
     summary["at"] = at or None
     summary["decision"] = _WORDS[decision] if at else "no --at given"
     if exact is not None and check is not None:
@@ -312,4 +312,4 @@ def _say(line: str) -> None:
 
 def _error(message: str) -> None:
     print(f"specgate rehearse: error: {' '.join(message.split())}", file=sys.stderr)
-    raise typer.Exit(int(Decision.ERROR))
+    raise typer.Exit(int(RehearsalAnswer.ERROR))

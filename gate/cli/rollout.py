@@ -31,7 +31,7 @@ from gate.routing import service as routing
 from gate.routing.deployment import publisher
 
 app = typer.Typer(help="Create, inspect and steer rollouts.", no_args_is_help=True)
-Reason = Annotated[str, typer.Option("--reason", "-r", help="Why; kept in the audit trail.")]
+ReasonOption = Annotated[str, typer.Option("--reason", "-r", help="Why; kept in the audit trail.")]
 app.command("controller")(controller)
 
 
@@ -195,30 +195,32 @@ def _act(action: Action, rollout_id: int, reason: str, database_url: str | None)
 
 
 @app.command()
-def start(rollout_id: int, reason: Reason = "started", database_url: DatabaseOption = None) -> None:
+def start(
+    rollout_id: int, reason: ReasonOption = "started", database_url: DatabaseOption = None
+) -> None:
     """Start a pending rollout."""
     _act(Action.START, rollout_id, reason, database_url)
 
 
 @app.command()
-def kill(rollout_id: int, reason: Reason, database_url: DatabaseOption = None) -> None:
+def kill(rollout_id: int, reason: ReasonOption, database_url: DatabaseOption = None) -> None:
     """Kill a rollout: baseline only on every gateway."""
     _act(Action.KILL, rollout_id, reason, database_url)
 
 
 @app.command()
-def hold(rollout_id: int, reason: Reason, database_url: DatabaseOption = None) -> None:
+def hold(rollout_id: int, reason: ReasonOption, database_url: DatabaseOption = None) -> None:
     """Hold a rollout: baseline only, data kept."""
     _act(Action.HOLD, rollout_id, reason, database_url)
 
 
 @app.command()
-def resume(rollout_id: int, reason: Reason, database_url: DatabaseOption = None) -> None:
+def resume(rollout_id: int, reason: ReasonOption, database_url: DatabaseOption = None) -> None:
     """Resume a held or killed rollout."""
     _act(Action.RESUME, rollout_id, reason, database_url)
 
 
 @app.command()
-def promote(rollout_id: int, reason: Reason, database_url: DatabaseOption = None) -> None:
+def promote(rollout_id: int, reason: ReasonOption, database_url: DatabaseOption = None) -> None:
     """Advance a stage, or promote on the last one."""
     _act(Action.PROMOTE, rollout_id, reason, database_url)

@@ -41,7 +41,7 @@ def worker(
             min=1,
             help="Seconds between heartbeats: the worker's, and the longest the beat sleeps "
             "between ticks. Each writes a file under SPECGATE_HOME that liveness checks "
-            "read (`python -m evaluators.heartbeat worker beat`).",
+            "read (`python -m gate.worker.heartbeat worker beat`).",
         ),
     ] = 10,
     database_url: DatabaseOption = None,
@@ -50,10 +50,10 @@ def worker(
     # Imported here: Celery is only loaded by the command that needs it.
     from celery.signals import setup_logging
 
-    from evaluators.heartbeat import install_worker_heartbeat
     from evaluators.secrets import make_non_dumpable
     from gate.worker.app import QUEUE, make_celery
     from gate.worker.beat import HOME_KEY, HeartbeatScheduler
+    from gate.worker.heartbeat import install_worker_heartbeat
 
     settings = settings_with(database_url)
     if not settings.redis_url:

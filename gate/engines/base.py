@@ -42,7 +42,7 @@ class GenRequest:
 
 
 @dataclass
-class Outcome:
+class GenerationResult:
     """How one generation ended, with what the usage and metrics blocks need."""
 
     text: str = ""
@@ -94,7 +94,7 @@ class Backend(Protocol):
     slots: int
     cache: CacheUse  # kept by `generate` as it decodes
 
-    def generate(self, request: GenRequest, emit: Emit) -> Outcome:
+    def generate(self, request: GenRequest, emit: Emit) -> GenerationResult:
         """Generate, calling `emit` with each delta; stop early when it returns False."""
         ...
 

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gate.engines.base import CacheUse, Emit, GenRequest, Outcome
+from gate.engines.base import CacheUse, Emit, GenerationResult, GenRequest
 from gate.engines.decode import (
     LOGPROBS_MODES,
     VERIFIERS,
@@ -88,7 +88,7 @@ class TransformersBackend:
             )
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def generate(self, request: GenRequest, emit: Emit) -> Outcome:
+    def generate(self, request: GenRequest, emit: Emit) -> GenerationResult:
         """Decode one request, emitting text as it becomes final."""
         prompt = self.prompt_ids(request)
         if len(prompt) + request.max_tokens > self.context:
@@ -127,7 +127,7 @@ class TransformersBackend:
             finish = _consume(steps, tokens, text, self.eos, request.max_tokens, held, entries)
         finally:
             self.cache.release(key)
-        outcome = Outcome(text.final, [], finish, len(prompt), len(tokens), stats)
+        outcome = GenerationResult(text.final, [], finish, len(prompt), len(tokens), stats)
         if entries is not None:
             outcome.logprobs = entries.all()
         return outcome

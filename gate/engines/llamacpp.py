@@ -23,7 +23,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from gate.engines.base import CacheUse, Emit, GenRequest, Outcome
+from gate.engines.base import CacheUse, Emit, GenerationResult, GenRequest
 from gate.engines.model import LLAMACPP_INSTALL, require
 from gate.engines.spec import NgramConfig, SpecStats
 from gate.errors import GateError
@@ -64,7 +64,7 @@ class LlamaCppBackend:
             params.speculative.ngram_simple.size_m = spec.num_speculative_tokens
         self._server = xllamacpp.Server(params)
 
-    def generate(self, request: GenRequest, emit: Emit) -> Outcome:
+    def generate(self, request: GenRequest, emit: Emit) -> GenerationResult:
         """Stream one request through llama.cpp, forwarding its deltas."""
         counted = self.spec is not None and self.slots == 1
         before = self._counters() if counted else {}
@@ -171,9 +171,9 @@ class _StreamState:
             self.text.append(content or "")
             self.cancelled = not self.emit(delta) or self.cancelled
 
-    def outcome(self) -> Outcome:
+    def outcome(self) -> GenerationResult:
         """Return how the generation ended."""
-        return Outcome(
+        return GenerationResult(
             text="".join(self.text),
             finish_reason="abort" if self.cancelled else self.finish_reason,
             prompt_tokens=int(self.usage.get("prompt_tokens", 0)),

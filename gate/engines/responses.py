@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from gate.engines.base import GenRequest, Outcome
+from gate.engines.base import GenerationResult, GenRequest
 
 
 @dataclass
@@ -58,7 +58,7 @@ class Envelope:
             kind = "chat.completion.chunk" if chunk else "chat.completion"
         return {"id": self.ident, "object": kind, "created": self.created, "model": self.model}
 
-    def whole(self, outcome: Outcome, timing: Timing) -> dict[str, Any]:
+    def whole(self, outcome: GenerationResult, timing: Timing) -> dict[str, Any]:
         """Return the non-streamed response body."""
         choice: dict[str, Any] = {"index": 0, "logprobs": self._logprobs(outcome.logprobs)}
         if self.request.chat:
@@ -105,7 +105,7 @@ class Envelope:
             "text_offset": offsets,
         }
 
-    def usage_chunk(self, outcome: Outcome, timing: Timing) -> bytes:
+    def usage_chunk(self, outcome: GenerationResult, timing: Timing) -> bytes:
         """Return the final usage chunk, which carries the per-request metrics."""
         body = {**self._base(chunk=True), "choices": [], "usage": usage(outcome)}
         return sse({**body, "metrics": request_metrics(outcome, timing)})
@@ -115,7 +115,7 @@ def _top(entry: dict[str, Any]) -> dict[str, float]:
     return {t["token"]: t["logprob"] for t in entry["top_logprobs"]}
 
 
-def usage(outcome: Outcome) -> dict[str, int]:
+def usage(outcome: GenerationResult) -> dict[str, int]:
     """Return the OpenAI usage block."""
     return {
         "prompt_tokens": outcome.prompt_tokens,
@@ -124,7 +124,7 @@ def usage(outcome: Outcome) -> dict[str, int]:
     }
 
 
-def request_metrics(outcome: Outcome, timing: Timing) -> dict[str, Any]:
+def request_metrics(outcome: GenerationResult, timing: Timing) -> dict[str, Any]:
     """Return vLLM's per-request `metrics`: timings, and speculative stats when configured."""
     start = timing.started or timing.arrived
     end = timing.ended or time.perf_counter()

@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from gate.engines.base import Backend, Emit, GenRequest, Outcome, parse_request
+from gate.engines.base import Backend, Emit, GenerationResult, GenRequest, parse_request
 from gate.engines.metrics import CONTENT_TYPE, EngineMetrics, Finished
 from gate.engines.responses import Envelope, Timing, error_body, sse
 from gate.engines.tools import ToolSniffer, tool_names, tool_request
@@ -45,17 +45,17 @@ class EngineService:
             model, spec_tokens=k, backend=backend.name, cache_usage=backend.cache.share
         )
         self._slots = asyncio.Semaphore(backend.slots)
-        self._tasks: set[asyncio.Task[Outcome]] = set()
+        self._tasks: set[asyncio.Task[GenerationResult]] = set()
 
-    async def submit(self, request: GenRequest, timing: Timing, emit: Emit) -> Outcome:
+    async def submit(self, request: GenRequest, timing: Timing, emit: Emit) -> GenerationResult:
         """Run one request to its end, even when the caller is cancelled meanwhile."""
         task = asyncio.create_task(self._run(request, timing, emit))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return await asyncio.shield(task)
 
-    async def _run(self, request: GenRequest, timing: Timing, emit: Emit) -> Outcome:
-        outcome = Outcome(finish_reason="error")
+    async def _run(self, request: GenRequest, timing: Timing, emit: Emit) -> GenerationResult:
+        outcome = GenerationResult(finish_reason="error")
         self.metrics.waiting.inc()
         try:
             async with self._slots:
@@ -73,7 +73,7 @@ class EngineService:
             self.metrics.observe(_finished(outcome, timing))
         return outcome
 
-    def _generate(self, request: GenRequest, emit: Emit) -> Outcome:
+    def _generate(self, request: GenRequest, emit: Emit) -> GenerationResult:
         names = tool_names(request)
         if not names:
             return self.backend.generate(request, emit)
@@ -131,7 +131,7 @@ def _emitter(timing: Timing, sink: Sink | None, cancelled: threading.Event) -> E
     return emit
 
 
-def _finished(outcome: Outcome, timing: Timing) -> Finished:
+def _finished(outcome: GenerationResult, timing: Timing) -> Finished:
     return Finished(
         finish_reason=outcome.finish_reason,
         prompt_tokens=outcome.prompt_tokens,

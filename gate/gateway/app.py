@@ -21,10 +21,10 @@ from gate.gateway.errors import from_gate_error, method_not_allowed
 from gate.gateway.fits import FitWorker
 from gate.gateway.logprobs import RejectingRoutes
 from gate.gateway.metrics import GatewayMetrics, exposition
-from gate.gateway.mirror import MirrorPool
+from gate.gateway.mirror_pool import MirrorPool
 from gate.gateway.proxy import handle
 from gate.gateway.spans import Redactor, SpanEmitter
-from gate.gateway.transports import create_transport
+from gate.gateway.transport_factory import create_transport
 from gate.health import gateway_liveness
 from gate.routing.health import RouteHealth
 from gate.routing.sync import RoutingState

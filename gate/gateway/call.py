@@ -13,7 +13,7 @@ from gate.db.enums import Cohort
 from gate.gateway.fits import FitWorker, fit_of
 from gate.gateway.logprobs import RejectingRoutes
 from gate.gateway.metrics import GatewayMetrics
-from gate.gateway.mirror import MirrorPool
+from gate.gateway.mirror_pool import MirrorPool
 from gate.gateway.observe import CallResult
 from gate.gateway.spans import CallContext, SpanEmitter
 from gate.gateway.transport import Transport

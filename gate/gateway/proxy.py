@@ -23,7 +23,7 @@ from gate.gateway import asks, logprobs
 from gate.gateway.call import Call, Gateway, end_span, reached, request_headers
 from gate.gateway.inputs import split_inputs
 from gate.gateway.intake import read_json_body, segment_of, tenant_of
-from gate.gateway.mirroring import schedule_mirrors
+from gate.gateway.mirror_calls import schedule_mirrors
 from gate.gateway.observe import CallResult
 from gate.gateway.responses import ClientGone, EventStreamResponse, unless_disconnected
 from gate.gateway.sampling import Assignment, assign, sticky_key
@@ -37,7 +37,7 @@ from gate.gateway.upstream import (
     open_stream,
 )
 from gate.request.messages import prompt_text
-from gate.rollouts.states import Primary
+from gate.rollouts.states import PrimaryTarget
 from gate.routing.health import ROUTE_DOWN
 from gate.routing.snapshot import RouteTarget
 
@@ -66,7 +66,7 @@ async def handle(gw: Gateway, request: Request, endpoint: str) -> Response | Eve
         )
         schedule_mirrors(gw, call, assignment)
     route, cohort = _primary(call, assignment)
-    canary = cohort is Cohort.CANDIDATE and call.plan.primary is Primary.SPLIT
+    canary = cohort is Cohort.CANDIDATE and call.plan.primary is PrimaryTarget.SPLIT
     if canary and not gw.health.admit(route.id):
         # A canary whose route refuses connections (scaled to zero) is not called: the
         # baseline serves, and the skipped call is the candidate's failure (a fallback).
@@ -149,7 +149,7 @@ async def _prepare(
 
 
 def _primary(call: Call, assignment: Assignment) -> tuple[RouteTarget, Cohort]:
-    if call.plan.primary is Primary.CANDIDATE or assignment.canary:
+    if call.plan.primary is PrimaryTarget.CANDIDATE or assignment.canary:
         return call.routing.candidate, Cohort.CANDIDATE
     return call.routing.baseline, Cohort.BASELINE
 

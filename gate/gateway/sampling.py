@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gate.rollouts.states import Primary, RoutingPlan
+from gate.rollouts.states import PrimaryTarget, RoutingPlan
 
 STICKY_HEADER = "x-specgate-sticky-key"
 _SCALE = float(2**64)
@@ -51,7 +51,7 @@ def assign(
     if not plan.candidate_traffic or fraction <= 0.0:
         return NOT_SAMPLED
     u = unit_hash(rollout_id, key)
-    split = plan.primary is Primary.SPLIT
+    split = plan.primary is PrimaryTarget.SPLIT
     window = min(1.0, 2 * fraction) if split else fraction
     if u >= window:
         return NOT_SAMPLED

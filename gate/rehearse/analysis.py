@@ -26,7 +26,7 @@ Call = Literal["wins", "loses", "unclear"]
 FloatArray = npt.NDArray[np.float64]
 
 
-class Decision(IntEnum):
+class RehearsalAnswer(IntEnum):
     """The exit code of `specgate rehearse`."""
 
     PAYS = 0
@@ -150,7 +150,7 @@ def crossover(levels: list[int], calls: list[Call | None]) -> Crossover:
     return Crossover(low, high, f"between {low} and {high}")
 
 
-def decide(levels: list[int], calls: list[Call | None], at: int) -> Decision:
+def decide(levels: list[int], calls: list[Call | None], at: int) -> RehearsalAnswer:
     """Decide whether speculation pays at concurrency `at`, assuming gain falls with load.
 
     It pays if it is proven to win at the nearest swept level at or above `at`; it does not
@@ -158,14 +158,14 @@ def decide(levels: list[int], calls: list[Call | None], at: int) -> Decision:
     above the sweep, the sweep cannot tell.
     """
     if not levels or at > levels[-1]:
-        return Decision.CANNOT_TELL  # what happens past the sweep was not measured
+        return RehearsalAnswer.CANNOT_TELL  # what happens past the sweep was not measured
     above = [i for i, level in enumerate(levels) if level >= at]
     below = [i for i, level in enumerate(levels) if level <= at]
     if above and calls[above[0]] == "wins":
-        return Decision.PAYS
+        return RehearsalAnswer.PAYS
     if below and calls[below[-1]] == "loses":
-        return Decision.DOES_NOT_PAY
-    return Decision.CANNOT_TELL
+        return RehearsalAnswer.DOES_NOT_PAY
+    return RehearsalAnswer.CANNOT_TELL
 
 
 def percentiles(values: list[float], qs: tuple[int, ...] = (50, 90, 99)) -> dict[str, float]:

@@ -38,7 +38,7 @@ def target_state(action: Action, current: RolloutState) -> RolloutState | None:
     return target if current in sources else None
 
 
-class Primary(StrEnum):
+class PrimaryTarget(StrEnum):
     BASELINE = "baseline"
     # Canary: the candidate serves its weight, with fallback to the baseline.
     SPLIT = "split"
@@ -49,27 +49,29 @@ class Primary(StrEnum):
 class RoutingPlan:
     """What the gateway does with a rollout's traffic."""
 
-    primary: Primary
+    primary: PrimaryTarget
     mirror: bool
     control_slice: bool
 
     @property
     def candidate_traffic(self) -> bool:
         """Whether any request of this rollout reaches the candidate route."""
-        return self.mirror or self.primary is not Primary.BASELINE
+        return self.mirror or self.primary is not PrimaryTarget.BASELINE
 
 
-BASELINE_ONLY = RoutingPlan(primary=Primary.BASELINE, mirror=False, control_slice=False)
+BASELINE_ONLY = RoutingPlan(primary=PrimaryTarget.BASELINE, mirror=False, control_slice=False)
 
 _RUNNING = {
-    RolloutMode.SHADOW: RoutingPlan(primary=Primary.BASELINE, mirror=True, control_slice=True),
-    RolloutMode.CANARY: RoutingPlan(primary=Primary.SPLIT, mirror=False, control_slice=True),
+    RolloutMode.SHADOW: RoutingPlan(
+        primary=PrimaryTarget.BASELINE, mirror=True, control_slice=True
+    ),
+    RolloutMode.CANARY: RoutingPlan(primary=PrimaryTarget.SPLIT, mirror=False, control_slice=True),
 }
 _BY_STATE = {
     S.PENDING: BASELINE_ONLY,
     S.HELD: BASELINE_ONLY,
     S.KILLED: BASELINE_ONLY,
-    S.PROMOTED: RoutingPlan(primary=Primary.CANDIDATE, mirror=False, control_slice=False),
+    S.PROMOTED: RoutingPlan(primary=PrimaryTarget.CANDIDATE, mirror=False, control_slice=False),
 }
 
 

@@ -5,7 +5,7 @@ value ever leaves the sequence, at any of the (arbitrarily many, data-dependent)
 is at most the stated alpha. That is what lets the gate recompute its verdict after every
 pair. The betting family (below) guarantees it exactly, at every sample size; the
 Gaussian-mixture family only asymptotically. `bench/gate_coverage.py` measures both
-(BENCHMARKS.md, "Time-uniform coverage of the gate's intervals").
+(bench/results/history-gate-statistics.md, "Time-uniform coverage of the gate's intervals").
 
 All bounds are one-sided and come in pairs: an `Interval` carries a lower bound at
 `alpha_lower` and an upper bound at `alpha_upper`, because the gate kills on a lower

@@ -31,7 +31,7 @@ Simulated pair (defaults; shadow mode, both routes see every request):
   only on the baseline); a cancelled pair is dropped from every other cell.
 * sampled-output parity (`sampler` set: `exact` or `biased`): each pair draws a prompt and
   one answer per side from pools generated with the engine's real decode loop and
-  verifiers (`gate.stats.parity_pools`; baseline plain sampling at T 0.8, candidate n-gram
+  verifiers (`gate.engines.answer_pools`; baseline plain sampling at T 0.8, candidate n-gram
   speculation with that verifier); a pair whose side hit the length limit is ineligible.
   Every simulated answer has complete log-probabilities, so the mean log-prob is tested.
 """
@@ -217,8 +217,8 @@ def _parity(
     s: Scenario, shape: tuple[int, int], missing: BoolArray, rng: np.random.Generator
 ) -> dict[str, FloatArray]:
     """Draw each pair's answer statistics from the real verifiers' pools (NaN: ineligible)."""
+    from gate.engines.answer_pools import cached_pools
     from gate.parity import STATISTICS
-    from gate.stats.parity_pools import cached_pools
 
     assert s.sampler is not None
     pools = cached_pools(*s.pool)

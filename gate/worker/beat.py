@@ -7,7 +7,7 @@ from typing import Any
 
 from celery.beat import PersistentScheduler
 
-from evaluators.heartbeat import beat, heartbeat_path
+from gate.worker.heartbeat import beat, heartbeat_path
 
 # Set on the app by `specgate worker`: the folder the heartbeat files go to.
 HOME_KEY = "specgate_home"

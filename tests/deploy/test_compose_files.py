@@ -18,9 +18,10 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ProgrammingError
 
-from gate.cli.routes_launch import load_route_file, vllm_args
+from gate.cli.routes_launch import load_route_file
 from gate.db import migrate
 from gate.db.enums import RouteRole
+from gate.launch.route_file import vllm_args
 from gate.settings import CollectorSettings, Settings
 from tests.conftest import create_database, drop_database
 from tests.deploy import compose

@@ -17,6 +17,7 @@ DOCS = [
     ROOT / "deploy" / "README.md",
     ROOT / "deploy" / "compose" / "README.md",
     ROOT / "deploy" / "k8s" / "README.md",
+    ROOT / "docs" / "gate.md",
 ]
 SETTINGS = {f"SPECGATE_{n.upper()}" for n in Settings.model_fields} | {
     f"SPECGATE_{n.upper()}" for n in CollectorSettings.model_fields

@@ -12,10 +12,11 @@ import yaml
 from prometheus_client import Gauge
 from prometheus_client.parser import text_string_to_metric_families
 
-from gate.cli.routes_launch import load_route_file, vllm_args
+from gate.cli.routes_launch import load_route_file
 from gate.db.enums import RouteRole
 from gate.engines.metrics import EngineMetrics, Finished
 from gate.engines.spec import SpecStats
+from gate.launch.route_file import vllm_args
 from tests.deploy.compose import COMPOSE_DIR
 from tests.deploy.test_grafana import GRAFANA, load, panels
 from tests.deploy.test_prometheus import promtool

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from evaluators import heartbeat
+from gate.worker import heartbeat
 
 BIN = Path(sys.executable).parent
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -86,13 +86,13 @@ def assert_cli_command(args: list[str], where: str) -> None:
             assert option in text, f"{where}: `specgate {' '.join(words)}` has no {option}"
 
 
-# The liveness a worker and the beat must prove (evaluators/heartbeat.py), by service name.
+# The liveness a worker and the beat must prove (gate/worker/heartbeat.py), by service name.
 HEARTBEATS = {"worker": ["worker"], "beat": ["worker", "beat"]}
 
 
 def assert_heartbeat_check(command: list[str], components: list[str]) -> None:
     """The check runs the heartbeat module on exactly these components, with valid options."""
-    assert command[:3] == ["python", "-m", "evaluators.heartbeat"], command
+    assert command[:3] == ["python", "-m", "gate.worker.heartbeat"], command
     args = command[3:]
     assert [a for a in args if not a.startswith("-")] == components, command
     with tempfile.TemporaryDirectory() as home:  # it parses, and finds no heartbeat there

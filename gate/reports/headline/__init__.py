@@ -37,7 +37,12 @@ from gate.reports.headline.cells import (
 )
 from gate.reports.headline.facts import Cell, Facts, Pace
 from gate.reports.headline.needs import Needs
-from gate.reports.headline.reasons import Reason, parity_sentences, parse_reason, reason_sentences
+from gate.reports.headline.reasons import (
+    ParsedReason,
+    parity_sentences,
+    parse_reason,
+    reason_sentences,
+)
 from gate.reports.headline.rehearsal_words import (
     ANSWER_WORDS,
     CALL_WORDS,
@@ -81,7 +86,7 @@ __all__ = [
     "Line",
     "Needs",
     "Pace",
-    "Reason",
+    "ParsedReason",
     "Status",
     "act_of",
     "call_words",

@@ -18,7 +18,7 @@ from gate.stats.policy import ALL, Policy
 
 
 @dataclass(frozen=True)
-class Reason:
+class ParsedReason:
     """One reason code, parsed: `kind` (decision or `warmup`), `what`, metric, segment."""
 
     code: str
@@ -28,18 +28,18 @@ class Reason:
     segment: str | None = None
 
 
-def parse_reason(code: str) -> Reason:
+def parse_reason(code: str) -> ParsedReason:
     """Parse one reason code of the gate (its grammar is `gate.stats.ids.Reason`)."""
     kind, sep, rest = code.partition(":")
     parsed = ids.Reason.from_code(code)
     if parsed is None:
-        return Reason(code, kind, rest if sep else kind)
+        return ParsedReason(code, kind, rest if sep else kind)
     if parsed.cell is not None:
         what = "harm" if parsed.kind is ReasonKind.KILL else "unproven"
-        return Reason(code, kind, what, str(parsed.cell.metric), parsed.cell.segment)
+        return ParsedReason(code, kind, what, str(parsed.cell.metric), parsed.cell.segment)
     if parsed.kind is ReasonKind.COLLAPSE:
-        return Reason(code, kind, "collapse", "acceptance", parsed.segment)
-    return Reason(code, kind, parsed.detail)
+        return ParsedReason(code, kind, "collapse", "acceptance", parsed.segment)
+    return ParsedReason(code, kind, parsed.detail)
 
 
 def parity_sentences(cells: Iterable[Cell]) -> list[str]:
@@ -92,7 +92,7 @@ def _segments(segments: list[str], policy: Policy | None) -> str:
     return ", ".join(segments[:3]) + f" and {len(segments) - 3} more"
 
 
-def plain_reason(r: Reason, policy: Policy | None) -> str:
+def plain_reason(r: ParsedReason, policy: Policy | None) -> str:
     minimum = f" ({policy.min_pairs:,})" if policy else ""
     duration = f" ({format_duration(policy.min_duration_s)})" if policy else ""
     warm = f" ({policy.warmup_pairs:,} pairs)" if policy else ""

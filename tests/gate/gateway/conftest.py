@@ -19,7 +19,7 @@ from gate.db.enums import RolloutMode, RouteRole
 from gate.engines.sim import SimLog, SimProfile, create_sim_app
 from gate.gateway.app import create_gateway_app
 from gate.gateway.transport import TRANSPORTS, Transport, TransportName
-from gate.gateway.transports import create_transport
+from gate.gateway.transport_factory import create_transport
 from gate.rollouts import service
 from gate.rollouts.schemas import RolloutIn, RouteIn
 from gate.rollouts.states import Action

@@ -5,7 +5,7 @@ route timeout and never lost."""
 from __future__ import annotations
 
 from gate.engines.sim import SimProfile
-from gate.gateway.mirror import SHUTDOWN_QUEUED, SHUTDOWN_RUNNING
+from gate.gateway.mirror_pool import SHUTDOWN_QUEUED, SHUTDOWN_RUNNING
 from gate.telemetry import attributes as A
 from tests.gate.gateway.conftest import ALIAS, gateway_stack
 from tests.gate.gateway.test_mirror_recheck import MESSAGES, inflight, wait_until

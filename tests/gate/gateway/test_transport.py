@@ -19,7 +19,7 @@ from gate.gateway.transport import (
     Unreachable,
     UpstreamError,
 )
-from gate.gateway.transports import create_transport
+from gate.gateway.transport_factory import create_transport
 from gate.settings import Settings
 from tests.gate.gateway.test_http1 import answering, chunk, read_request, reply, serving
 

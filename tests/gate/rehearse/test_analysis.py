@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from gate.rehearse.analysis import Decision, crossover, decide, level_call, speedup
+from gate.rehearse.analysis import RehearsalAnswer, crossover, decide, level_call, speedup
 from gate.rehearse.runner import Sample
 
 
@@ -51,11 +51,11 @@ def test_the_crossover_is_an_interval_between_the_last_win_and_the_first_loss():
 def test_the_decision_assumes_gain_falls_with_load():
     levels = [1, 2, 4, 8]
     calls = ["wins", "wins", "unclear", "loses"]
-    assert decide(levels, calls, 2) == Decision.PAYS
-    assert decide(levels, calls, 3) == Decision.CANNOT_TELL  # 4 is unclear, 2 does not lose
-    assert decide(levels, calls, 8) == Decision.DOES_NOT_PAY
-    assert decide(levels, ["wins"] * 4, 16) == Decision.CANNOT_TELL  # above the sweep
-    assert decide(levels, ["wins", "loses", "loses", "loses"], 3) == Decision.DOES_NOT_PAY
+    assert decide(levels, calls, 2) == RehearsalAnswer.PAYS
+    assert decide(levels, calls, 3) == RehearsalAnswer.CANNOT_TELL  # 4 is unclear, 2 does not lose
+    assert decide(levels, calls, 8) == RehearsalAnswer.DOES_NOT_PAY
+    assert decide(levels, ["wins"] * 4, 16) == RehearsalAnswer.CANNOT_TELL  # above the sweep
+    assert decide(levels, ["wins", "loses", "loses", "loses"], 3) == RehearsalAnswer.DOES_NOT_PAY
 
 
 def test_answers_are_paired_by_request_so_the_prompt_mix_cancels_out():
@@ -86,7 +86,7 @@ def test_a_faster_candidate_that_fails_more_requests_does_not_win_the_level():
     assert speedup(base, cand) is not None and speedup(base, cand).call == "wins"
     call = level_call(base, cand)
     assert call != "wins"
-    assert decide([1], [call], 1) is not Decision.PAYS
+    assert decide([1], [call], 1) is not RehearsalAnswer.PAYS
     # As many failures on both sides: the speed alone decides.
     broken = [replace(s, ok=i % 4 != 0) for i, s in enumerate(base)]
     assert level_call(broken, cand) == "wins"

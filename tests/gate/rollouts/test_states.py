@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gate.db.enums import RolloutMode, RolloutState
-from gate.rollouts.states import Action, Primary, routing_plan, target_state
+from gate.rollouts.states import Action, PrimaryTarget, routing_plan, target_state
 
 S = RolloutState
 ALLOWED = {
@@ -35,12 +35,20 @@ def test_killed_and_held_reach_running_only_through_resume():
 
 def test_routing_table_matches_the_architecture():
     shadow = routing_plan(S.RUNNING, RolloutMode.SHADOW)
-    assert (shadow.primary, shadow.mirror, shadow.control_slice) == (Primary.BASELINE, True, True)
+    assert (shadow.primary, shadow.mirror, shadow.control_slice) == (
+        PrimaryTarget.BASELINE,
+        True,
+        True,
+    )
     canary = routing_plan(S.RUNNING, RolloutMode.CANARY)
-    assert (canary.primary, canary.mirror, canary.control_slice) == (Primary.SPLIT, False, True)
+    assert (canary.primary, canary.mirror, canary.control_slice) == (
+        PrimaryTarget.SPLIT,
+        False,
+        True,
+    )
     for state in (S.PENDING, S.HELD, S.KILLED):
         for mode in RolloutMode:
             plan = routing_plan(state, mode)
-            assert plan.primary is Primary.BASELINE and not plan.candidate_traffic
+            assert plan.primary is PrimaryTarget.BASELINE and not plan.candidate_traffic
     promoted = routing_plan(S.PROMOTED, RolloutMode.SHADOW)
-    assert promoted.primary is Primary.CANDIDATE and not promoted.mirror
+    assert promoted.primary is PrimaryTarget.CANDIDATE and not promoted.mirror

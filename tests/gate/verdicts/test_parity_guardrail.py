@@ -152,7 +152,7 @@ def test_the_default_policy_tests_parity_in_both_modes():
 
 def test_simulation_with_the_real_verifiers_kills_the_biased_one_only():
     # Small pools of answers drawn by the engine's decode loop with the exact and the
-    # biased-argmax verifier (gate.stats.parity_pools); the whole default policy with
+    # biased-argmax verifier (gate.engines.answer_pools); the whole default policy with
     # parity switched on.
     policy = with_parity(Policy())
     pool = (3, 40, 11)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from evaluators.heartbeat import heartbeat_path
+from gate.worker.heartbeat import heartbeat_path
 from tests.deploy.compose import specgate_executable
 
 DEADLINE_S = 90.0
@@ -23,7 +23,7 @@ MAX_AGE_S = "5"
 
 def check(home: Path, *components: str) -> subprocess.CompletedProcess[str]:
     """The liveness command, as the probes run it."""
-    command = [sys.executable, "-m", "evaluators.heartbeat", *components]
+    command = [sys.executable, "-m", "gate.worker.heartbeat", *components]
     return subprocess.run(
         [*command, "--max-age", MAX_AGE_S, "--home", str(home)],
         capture_output=True,

@@ -64,6 +64,30 @@ class CopyModel:
         return row
 
 
+def decode(
+    model: CopyModel,
+    prompt: list[int],
+    sampler: Sampler,
+    *,
+    stats: SpecStats | None,
+    logprobs: TokenLogprobs | None = None,
+) -> Any:
+    """Start the engine's decode loop on the copy model: n-gram drafts of `SPEC` when
+    `stats` is given (speculative), plain sampling otherwise."""
+    drafter = NgramDrafter(prompt, n_min=SPEC.prompt_lookup_min, n_max=SPEC.prompt_lookup_max)
+    return speculate(
+        model.forward,
+        model.truncate,
+        prompt,
+        sampler=sampler,
+        max_tokens=MAX_TOKENS,
+        drafter=drafter if stats is not None else None,
+        k=SPEC.num_speculative_tokens if stats is not None else 0,
+        stats=stats,
+        logprobs=logprobs,
+    )
+
+
 @dataclass(frozen=True)
 class Answer:
     """One generated answer's statistics and how it ended."""
@@ -89,21 +113,10 @@ def generate(
     verify = "biased-argmax" if variant == "biased" else "exact"
     sampler = Sampler(torch, TEMPERATURE, 1.0, gen, verify)
     stats = SpecStats(SPEC.num_speculative_tokens) if spec else None
-    drafter = NgramDrafter(prompt, n_min=SPEC.prompt_lookup_min, n_max=SPEC.prompt_lookup_max)
     recorder = TokenLogprobs(torch)
     tokens: list[int] = []
     finish = "length"
-    steps: Any = speculate(
-        model.forward,
-        model.truncate,
-        prompt,
-        sampler=sampler,
-        max_tokens=MAX_TOKENS,
-        drafter=drafter if spec else None,
-        k=SPEC.num_speculative_tokens if spec else 0,
-        stats=stats,
-        logprobs=recorder,
-    )
+    steps = decode(model, prompt, sampler, stats=stats, logprobs=recorder)
     for produced in steps:
         for token in produced:
             if token == EOS:

@@ -6,7 +6,7 @@ import asyncio
 
 from gate.db.enums import Cohort, GenerationStatus
 from gate.gateway.call import Call, Gateway, end_span, reached, request_headers
-from gate.gateway.mirror import SHUTDOWN_RUNNING
+from gate.gateway.mirror_pool import SHUTDOWN_RUNNING
 from gate.gateway.observe import CallResult
 from gate.gateway.sampling import Assignment
 from gate.gateway.upstream import drain_call

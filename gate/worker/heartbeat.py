@@ -2,7 +2,7 @@
 
 The worker's main process writes `worker.heartbeat` on each Celery heartbeat (a timer in
 its event loop), the beat writes `beat.heartbeat` on each scheduler tick; each file holds
-the writer's pid. A process that hangs stops writing, and `python -m evaluators.heartbeat
+the writer's pid. A process that hangs stops writing, and `python -m gate.worker.heartbeat
 worker beat` fails once a file is older than `--max-age`: Compose health checks and
 Kubernetes liveness probes run it. This module imports nothing heavy at load time, so the
 check costs a fraction of a second.
@@ -71,7 +71,7 @@ def _default_home() -> Path:
 def main(argv: list[str] | None = None) -> int:
     """Exit 0 when every named component's heartbeat is fresh, else print why and exit 1."""
     parser = argparse.ArgumentParser(
-        prog="python -m evaluators.heartbeat",
+        prog="python -m gate.worker.heartbeat",
         description="Liveness of the specgate worker and beat (their heartbeat files).",
     )
     parser.add_argument("components", nargs="+", choices=sorted(FILES))
