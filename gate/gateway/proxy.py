@@ -67,6 +67,10 @@ async def handle(gw: Gateway, request: Request, endpoint: str) -> Response | Eve
         schedule_mirrors(gw, call, assignment)
     route, cohort = _primary(call, assignment)
     canary = cohort is Cohort.CANDIDATE and call.plan.primary is Primary.SPLIT
+    if call.plan.primary is Primary.BY_LOAD and not assignment.sampled:
+        # Routed by load, the candidate call is a canary's: fallback and first-byte deadline.
+        route, cohort = _by_load(gw, call)
+        canary = cohort is Cohort.CANDIDATE
     if canary and not gw.health.admit(route.id):
         # A canary whose route refuses connections (scaled to zero) is not called: the
         # baseline serves, and the skipped call is the candidate's failure (a fallback).
@@ -151,6 +155,17 @@ async def _prepare(
 def _primary(call: Call, assignment: Assignment) -> tuple[RouteTarget, Cohort]:
     if call.plan.primary is Primary.CANDIDATE or assignment.canary:
         return call.routing.candidate, Cohort.CANDIDATE
+    return call.routing.baseline, Cohort.BASELINE
+
+
+def _by_load(gw: Gateway, call: Call) -> tuple[RouteTarget, Cohort]:
+    """Route a promoted rollout's unsampled request by the candidate's load; label it."""
+    candidate = call.routing.candidate
+    choice = gw.by_load.choose(call.routing, call.ctx.segment, gw.inflight.get(candidate.id, 0))
+    call.ctx = replace(call.ctx, by_load=(choice.why.value, choice.crossover, choice.running))
+    gw.metrics.routed_by_load(call.routing.rollout_id, choice.why.value)
+    if choice.speculate:
+        return candidate, Cohort.CANDIDATE
     return call.routing.baseline, Cohort.BASELINE
 
 
