@@ -28,7 +28,6 @@ from gate.gateway.metrics import GatewayMetrics
 from gate.rollouts.states import Primary
 from gate.routing.crossover import ByLoad
 from gate.routing.snapshot import RUNNING_FRESH, RolloutRouting, RoutingSnapshot
-from gate.stats.ids import ALL
 
 
 class Why(StrEnum):
@@ -93,18 +92,6 @@ def running(by_load: ByLoad, inflight: int, now: float) -> float:
     return max(gauge.value, float(inflight))
 
 
-def effective(by_load: ByLoad, now: float) -> tuple[str, dict[str, int]]:
-    """Return what the gateway routes by now: the source ("rehearsal", or "stale" and
-    "missing" when the baseline serves everything) and each segment's crossover."""
-    crossover = by_load.crossover
-    if crossover is None:
-        return Why.MISSING.value.removeprefix("crossover_"), {ALL: 0}
-    levels = {name: seg.level for name, seg in crossover.segments.items()}
-    if by_load.stale(now):
-        return Why.STALE.value.removeprefix("crossover_"), dict.fromkeys(levels, 0)
-    return crossover.source, levels
-
-
 def export(metrics: GatewayMetrics, snapshot: RoutingSnapshot, now: float) -> None:
     """Set the crossover gauges of every rollout routed by load (the effective levels)."""
     metrics.crossover.clear()
@@ -113,7 +100,7 @@ def export(metrics: GatewayMetrics, snapshot: RoutingSnapshot, now: float) -> No
         by_load = routing.by_load
         if by_load is None or routing.plan.primary is not Primary.BY_LOAD:
             continue
-        source, levels = effective(by_load, now)
+        source, levels = by_load.effective(now)
         rollout = str(routing.rollout_id)
         for segment, level in levels.items():
             metrics.crossover.labels(rollout, alias, routing.candidate.name, segment, source).set(

@@ -28,6 +28,9 @@ from gate.rehearse import repository
 from gate.stats.ids import ALL
 
 REHEARSAL = "rehearsal"
+# What the gateway routes by when it has no crossover to trust (the baseline serves all).
+STALE = "stale"
+MISSING = "missing"
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,17 @@ class ByLoad:
     def stale(self, now: float) -> bool:
         """Whether the crossover is missing or older than the policy allows."""
         return self.crossover is None or now - self.crossover.measured_at > self.max_age_s
+
+    def effective(self, now: float) -> tuple[str, dict[str, int]]:
+        """Return what requests are routed by now: the source (the crossover's, or
+        `stale` and `missing` when the baseline serves everything) and each segment's
+        crossover (0: never the candidate)."""
+        if self.crossover is None:
+            return MISSING, {ALL: 0}
+        levels = {name: seg.level for name, seg in self.crossover.segments.items()}
+        if self.stale(now):
+            return STALE, dict.fromkeys(levels, 0)
+        return self.crossover.source, levels
 
 
 def from_rehearsal(row: Rehearsal) -> Crossover | None:
