@@ -220,5 +220,5 @@ def resume(rollout_id: int, reason: Reason, database_url: DatabaseOption = None)
 
 @app.command()
 def promote(rollout_id: int, reason: Reason, database_url: DatabaseOption = None) -> None:
-    """Advance a stage, or promote on the last one."""
+    """Advance a stage, or promote on the last one (as the policy's `promotion` says)."""
     _act(Action.PROMOTE, rollout_id, reason, database_url)
