@@ -154,6 +154,11 @@ def load_snapshot(
     return RoutingSnapshot(by_alias=_with_loads(session, by_alias), loaded_at=loaded_at)
 
 
+# How old the engine's scraped running requests may be and still stand for its load:
+# two scrapes at the default interval (`scrape_interval_s`).
+RUNNING_FRESH = crossover.freshness_window(15.0)
+
+
 def _with_loads(session: Session, by_alias: dict[str, RolloutRouting]) -> dict[str, RolloutRouting]:
     """Give each rollout routed by load its crossover and its candidate's scraped load."""
     routed = [r for r in by_alias.values() if r.by_load is not None]
@@ -162,24 +167,13 @@ def _with_loads(session: Session, by_alias: dict[str, RolloutRouting]) -> dict[s
     crossovers = crossover.crossovers(session, [r.rollout_id for r in routed])
     since = datetime.now(UTC) - RUNNING_FRESH
     loads = crossover.running(session, [r.candidate.id for r in routed], since=since)
-    return {
-        alias: r
-        if r.by_load is None
-        else replace(
-            r,
-            by_load=replace(
-                r.by_load,
-                crossover=crossovers.get(r.rollout_id),
-                running=loads.get(r.candidate.id),
-            ),
+    for r in routed:
+        assert r.by_load is not None
+        found = replace(
+            r.by_load, crossover=crossovers.get(r.rollout_id), running=loads.get(r.candidate.id)
         )
-        for alias, r in by_alias.items()
-    }
-
-
-# How old the engine's scraped running requests may be and still stand for its load:
-# two scrapes at the default interval (`scrape_interval_s`).
-RUNNING_FRESH = crossover.freshness_window(15.0)
+        by_alias[r.alias] = replace(r, by_load=found)
+    return by_alias
 
 
 def _last_verdicts(session: Session, rollout_ids: list[int]) -> dict[int, float]:

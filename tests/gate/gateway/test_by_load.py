@@ -82,12 +82,15 @@ def routed_by(stack: Stack, level: int | None) -> bool:
     return (cross.of("all").level if cross else None) == level
 
 
-def ask(stack: Stack, segment: str = "chat") -> dict[str, Any]:
+def ask(stack: Stack, segment: str = "chat", *, stream: bool = False) -> dict[str, Any]:
     """One request; return the attributes of the route call that answered it."""
     before = len(stack.spans())
     client = stack.client(default_headers={"x-specgate-segment": segment})
-    answer = client.chat.completions.create(model=ALIAS, messages=MESSAGES)
-    assert answer.choices[0].message.content
+    answer = client.chat.completions.create(model=ALIAS, messages=MESSAGES, stream=stream)
+    if stream:
+        assert len(list(answer)) > 1  # type: ignore[arg-type]
+    else:
+        assert answer.choices[0].message.content  # type: ignore[union-attr]
     assert wait_until(lambda: len(stack.spans()) > before)
     spans = sorted(stack.spans(), key=lambda s: s.end_time)
     return dict(spans[-1].attributes)
@@ -151,11 +154,12 @@ def test_the_kill_switch_ends_routing_by_load(tmp_path):
         assert "specgate_gateway_crossover_running_requests{" not in metrics(stack)
 
 
-def test_a_failing_candidate_falls_back_to_the_baseline(tmp_path):
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_a_failing_candidate_falls_back_to_the_baseline(tmp_path, stream):
     with promoted(tmp_path, candidate=SimProfile(failure="status500")) as stack:
         record(stack, crossover_summary(8))
         assert wait_until(lambda: routed_by(stack, 8))
-        attributes = ask(stack)  # the client got its answer: the baseline's
+        attributes = ask(stack, stream=stream)  # the client got its answer: the baseline's
         assert attributes[A.COHORT] == "baseline"
         failed = stack.spans("candidate")
         assert [s.attributes[A.STATUS] for s in failed] == ["fallback"]
