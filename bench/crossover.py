@@ -196,6 +196,15 @@ def share_speculated(gateway: str) -> float:
 _counted = {"below": 0.0, "other": 0.0}
 
 
+def not_ok(gateway: str) -> dict[str, float]:
+    """Return the gateway's route calls that did not end `ok`, by route and status."""
+    found: dict[str, float] = {}
+    for line in httpx.get(gateway + "/metrics").text.splitlines():
+        if line.startswith("specgate_gateway_route_calls_total{") and 'status="ok"' not in line:
+            found[line.split("{", 1)[1].split("}")[0]] = float(line.rsplit(" ", 1)[1])
+    return found
+
+
 def stats(values: list[float]) -> dict[str, float]:
     p50, p99 = np.percentile(np.array(values) * 1000, [50, 99])
     return {"p50_ms": round(float(p50), 1), "p99_ms": round(float(p99), 1)}
@@ -271,6 +280,7 @@ def main() -> None:
             gateway = f"http://127.0.0.1:{ports['gw']}"
             wait_ready(gateway + "/healthz")
             rows = measure(gateway, [int(x) for x in args.levels.split(",")], args.rounds)
+            print(f"route calls not ok: {not_ok(gateway)}", flush=True)
         finally:
             for proc in reversed(procs):  # the gateway first: its spans still go out
                 proc.terminate()

@@ -15,6 +15,12 @@ threshold does not alternate routes on every request.
 A missing crossover, or one older than `promotion.crossover_max_age_s`, sends the request
 to the baseline: the route the fleet served with before the rollout, whose latency
 speculation was meant to beat, and which no stale measurement can make worse.
+
+Only unsampled requests are routed by load. A sampled one (the rollout's `sample_rate`)
+is served by the baseline and mirrored to the candidate, as in shadow mode: the gate
+keeps judging on these pairs, whose two calls meet the same load, whatever this routing
+did. A candidate call routed here falls back to the baseline when it fails before its
+answer (`gate.gateway.proxy`).
 """
 
 from __future__ import annotations
