@@ -222,5 +222,5 @@ def resume(rollout_id: int, reason: ReasonOption, database_url: DatabaseOption =
 
 @app.command()
 def promote(rollout_id: int, reason: ReasonOption, database_url: DatabaseOption = None) -> None:
-    """Advance a stage, or promote on the last one."""
+    """Advance a stage, or promote on the last one (as the policy's `promotion` says)."""
     _act(Action.PROMOTE, rollout_id, reason, database_url)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 
@@ -16,6 +17,7 @@ from starlette.types import Receive, Scope, Send
 from gate.api.app import install_control_api
 from gate.api.deps import Services
 from gate.errors import GateError
+from gate.gateway import by_load
 from gate.gateway.call import Gateway
 from gate.gateway.errors import from_gate_error, method_not_allowed
 from gate.gateway.fits import FitWorker
@@ -123,6 +125,7 @@ def create_gateway_app(
             gateway_metrics.killed.labels(*labels).set(killed)
             gateway_metrics.killed_at.labels(*labels).set(rollout.killed_at)
             gateway_metrics.verdict_at.labels(*labels).set(rollout.verdict_at)
+        by_load.export(gateway_metrics, routing.snapshot, time.time())
         body, content_type = exposition(gateway_metrics)
         return Response(body, media_type=content_type)
 

@@ -10,6 +10,7 @@ from opentelemetry.trace import Span
 from starlette.requests import Request
 
 from gate.db.enums import Cohort
+from gate.gateway.by_load import LoadRouter
 from gate.gateway.fits import FitWorker, fit_of
 from gate.gateway.logprobs import RejectingRoutes
 from gate.gateway.metrics import GatewayMetrics
@@ -40,6 +41,8 @@ class Gateway:
     fits: FitWorker
     # Routes that rejected the logprobs we asked for (this process's memory).
     rejecting: RejectingRoutes = field(default_factory=RejectingRoutes)
+    # Which route serves a promoted rollout routed by load (its hysteresis state).
+    by_load: LoadRouter = field(default_factory=LoadRouter)
 
 
 @dataclass

@@ -105,10 +105,40 @@ class GatewayMetrics:
             registry=r,
             multiprocess_mode="min",
         )
+        self.routed = Counter(
+            "specgate_gateway_routed_by_load",
+            "Requests of a promoted rollout routed by load, by why they went where they went"
+            " (below_crossover: the candidate; the rest: the baseline).",
+            ["rollout", "reason"],
+            registry=r,
+        )
+        self.crossover = Gauge(
+            "specgate_gateway_crossover_running_requests",
+            "A rollout routed by load: the candidate's running requests below which its"
+            " segment's requests go to the candidate (0: none; absent: no crossover).",
+            ["rollout", "alias", "route", "segment", "source"],
+            registry=r,
+            multiprocess_mode="max",
+        )
+        self.crossover_age = Gauge(
+            "specgate_gateway_crossover_measured_at_seconds",
+            "Unix time the crossover a rollout routes by was measured.",
+            ["rollout", "alias", "source"],
+            registry=r,
+            multiprocess_mode="max",
+        )
 
         # Labelled children, looked up once per label set (labels() costs per call).
         self._calls: dict[tuple[str, str, str], Any] = {}
         self._latency: dict[tuple[str, str], tuple[Any, Any]] = {}
+        self._routed: dict[tuple[int, str], Any] = {}
+
+    def routed_by_load(self, rollout_id: int, reason: str) -> None:
+        """Count one request routed by load."""
+        child = self._routed.get((rollout_id, reason))
+        if child is None:
+            child = self._routed[(rollout_id, reason)] = self.routed.labels(str(rollout_id), reason)
+        child.inc()
 
     def observe(self, route: str, cohort: str, result: CallResult, *, status: str) -> None:
         """Count one finished route call."""

@@ -67,6 +67,10 @@ async def handle(gw: Gateway, request: Request, endpoint: str) -> Response | Eve
         schedule_mirrors(gw, call, assignment)
     route, cohort = _primary(call, assignment)
     canary = cohort is Cohort.CANDIDATE and call.plan.primary is PrimaryTarget.SPLIT
+    if call.plan.primary is PrimaryTarget.BY_LOAD and not assignment.sampled:
+        # Routed by load, the candidate call falls back as a canary's (no first-byte deadline).
+        route, cohort = _by_load(gw, call)
+        canary = cohort is Cohort.CANDIDATE
     if canary and not gw.health.admit(route.id):
         # A canary whose route refuses connections (scaled to zero) is not called: the
         # baseline serves, and the skipped call is the candidate's failure (a fallback).
@@ -154,6 +158,17 @@ def _primary(call: Call, assignment: Assignment) -> tuple[RouteTarget, Cohort]:
     return call.routing.baseline, Cohort.BASELINE
 
 
+def _by_load(gw: Gateway, call: Call) -> tuple[RouteTarget, Cohort]:
+    """Route a promoted rollout's unsampled request by the candidate's load; label it."""
+    candidate = call.routing.candidate
+    choice = gw.by_load.choose(call.routing, call.ctx.segment, gw.inflight.get(candidate.id, 0))
+    call.ctx = replace(call.ctx, by_load=(choice.why.value, choice.crossover, choice.running))
+    gw.metrics.routed_by_load(call.routing.rollout_id, choice.why.value)
+    if choice.speculate:
+        return candidate, Cohort.CANDIDATE
+    return call.routing.baseline, Cohort.BASELINE
+
+
 async def _serve_json(
     gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort, *, canary: bool
 ) -> Response:
@@ -171,7 +186,7 @@ async def _serve_json(
                 request_headers(route, headers),
                 capture=call.prompt is not None,
                 result=result,
-                head_by=_first_byte_deadline(gw) if canary else None,
+                head_by=_first_byte_deadline(gw) if canary and _bounded(call) else None,
                 unasked=call.unasked_for(cohort),
             ),
         )
@@ -206,7 +221,7 @@ async def _serve_stream(
         gw.inflight[route.id] -= 1
         _finish(gw, span, call, route, cohort, result.fail(*_CANCELLED), fallback=False)
         raise GateError("the client disconnected", status_code=499) from None
-    failed = not isinstance(opened, Stream) or (canary and not first)
+    failed = not isinstance(opened, Stream) or (canary and _bounded(call) and not first)
     if failed:
         gw.inflight[route.id] -= 1
         # A candidate 4xx is the client's own error: pass it through like the baseline's.
@@ -258,6 +273,14 @@ async def _serve_stream(
 _CANCELLED = (GenerationStatus.CANCELLED, "client disconnected")
 
 
+def _bounded(call: Call) -> bool:
+    """Whether a canary's call has the first-byte deadline: a split canary's does; a
+    promoted route's call routed by load does not, since it serves production traffic:
+    cutting slow but working answers and redoing them on the baseline doubles the work
+    exactly when the routes are loaded (it falls back only when it fails)."""
+    return call.plan.primary is PrimaryTarget.SPLIT
+
+
 def _first_byte_deadline(gw: Gateway) -> float:
     """The event-loop time by which a canary call must have answered: from its start."""
     return asyncio.get_running_loop().time() + gw.settings.canary_first_byte_timeout_s
@@ -276,7 +299,7 @@ async def _open(
     """Open a streamed call: the reply, its events and those already read. A canary's
     first event must come by its deadline (connect, head and first event together,
     counted from the call's start)."""
-    deadline = _first_byte_deadline(gw) if canary else None
+    deadline = _first_byte_deadline(gw) if canary and _bounded(call) else None
     opened, _ = await open_stream(
         gw.client,
         route,

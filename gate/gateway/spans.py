@@ -42,6 +42,8 @@ class CallContext:
     mode: str
     capture: bool
     tenant: str | None = None
+    # Routed by load: why, the crossover and the running requests (`gate.gateway.by_load`).
+    by_load: tuple[str, int | None, float | None] | None = None
 
 
 class SpanEmitter:
@@ -207,6 +209,12 @@ def _ids(ctx: CallContext) -> dict[str, Any]:
         ids[A.PAIR_ID] = ctx.pair_id
     if ctx.tenant:
         ids[A.TENANT] = ctx.tenant
+    if ctx.by_load is not None:
+        why, level, running = ctx.by_load
+        ids[A.ROUTED_BY_LOAD] = why
+        if level is not None and running is not None:
+            ids[A.CROSSOVER] = level
+            ids[A.CROSSOVER_RUNNING] = running
     return ids
 
 

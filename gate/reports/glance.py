@@ -13,6 +13,8 @@ from gate.db.models import Rollout, Verdict
 from gate.rehearse import repository as rehearsals
 from gate.reports import headline as words
 from gate.reports import queries
+from gate.reports.crossover import CrossoverView
+from gate.reports.crossover import view as crossover_view
 from gate.reports.guardrails import band_row
 from gate.reports.rehearsal import RehearsalView, view
 from gate.rollouts import repository
@@ -36,6 +38,9 @@ class Glance(BaseModel):
     bands: list[list[str]] = []
     # The rehearsal recorded for the rollout (`specgate rehearse --rollout`), if any.
     rehearsal: RehearsalView | None = None
+    # With `promotion.route_by_load`: the crossover per segment the gateway routes by once
+    # the rollout is promoted (`gate.reports.crossover`); None without it.
+    crossover: CrossoverView | None = None
 
 
 def of_rollout(
@@ -74,6 +79,9 @@ def of_rollout(
         grid=words.grid(source, policy=policy),
         bands=[band_row(b) for b in (verdict.bands or [] if verdict else [])],
         rehearsal=view(rehearsed) if rehearsed else None,
+        crossover=crossover_view(session, rollout=rollout, policy=policy, now=until)
+        if policy.promotion.route_by_load
+        else None,
     )
 
 

@@ -43,6 +43,9 @@ class PrimaryTarget(StrEnum):
     # Canary: the candidate serves its weight, with fallback to the baseline.
     SPLIT = "split"
     CANDIDATE = "candidate"
+    # Promoted and routed by load: the candidate serves below the crossover, with
+    # fallback to the baseline; sampled requests stay shadow pairs (`gate.gateway.by_load`).
+    BY_LOAD = "by_load"
 
 
 @dataclass(frozen=True)
@@ -75,8 +78,16 @@ _BY_STATE = {
 }
 
 
-def routing_plan(state: RolloutState, mode: RolloutMode) -> RoutingPlan:
-    """Return the routing plan for a rollout in `state` and `mode`."""
+# The gate keeps judging a rollout routed by load on its mirrored pairs: the shadow
+# mirror and control slices keep running.
+_PROMOTED_BY_LOAD = RoutingPlan(primary=PrimaryTarget.BY_LOAD, mirror=True, control_slice=True)
+
+
+def routing_plan(state: RolloutState, mode: RolloutMode, *, by_load: bool = False) -> RoutingPlan:
+    """Return the routing plan for a rollout in `state` and `mode` (promoted `by_load`:
+    the candidate serves below the crossover)."""
     if state is S.RUNNING:
         return _RUNNING[mode]
+    if state is S.PROMOTED and by_load:
+        return _PROMOTED_BY_LOAD
     return _BY_STATE[state]

@@ -7,7 +7,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
@@ -18,8 +18,10 @@ from gate.db.enums import RolloutMode, RolloutState
 from gate.db.models import Rollout, Route, Verdict
 from gate.errors import InvalidPolicy
 from gate.rollouts.states import BASELINE_ONLY, RoutingPlan, routing_plan
+from gate.routing import crossover
 from gate.routing.credentials import DEFAULT_SECRETS_DIR, route_headers
-from gate.stats.policy import ExactnessGuardrail, load_policy
+from gate.routing.crossover import ByLoad
+from gate.stats.policy import ExactnessGuardrail, Promotion, load_policy
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +79,9 @@ class RolloutRouting:
     # The policy tests per-token exactness: sampled pairs' candidate calls (and the
     # baseline's on a share) ask for `top_logprobs`; None when it does not.
     exactness: ExactnessAsk | None = None
+    # Promoted, the candidate serves only below the crossover (`promotion.route_by_load`);
+    # None when promotion sends it everything.
+    by_load: ByLoad | None = None
 
 
 @dataclass(frozen=True)
@@ -96,7 +101,7 @@ class RoutingSnapshot:
                     routing,
                     state=state,
                     version=version,
-                    plan=routing_plan(state, routing.mode),
+                    plan=routing_plan(state, routing.mode, by_load=routing.by_load is not None),
                     killed_at=killed_at,
                 )
         return replace(self, by_alias=by_alias)
@@ -146,7 +151,29 @@ def load_snapshot(
         alias: replace(r, verdict_at=judged.get(r.rollout_id, r.verdict_at))
         for alias, r in by_alias.items()
     }
-    return RoutingSnapshot(by_alias=by_alias, loaded_at=loaded_at)
+    return RoutingSnapshot(by_alias=_with_loads(session, by_alias), loaded_at=loaded_at)
+
+
+# How old the engine's scraped running requests may be and still stand for its load:
+# two scrapes at the default interval (`scrape_interval_s`).
+RUNNING_FRESH = crossover.freshness_window(15.0)
+
+
+def _with_loads(session: Session, by_alias: dict[str, RolloutRouting]) -> dict[str, RolloutRouting]:
+    """Give each rollout routed by load its crossover and its candidate's scraped load."""
+    routed = [r for r in by_alias.values() if r.by_load is not None]
+    if not routed:
+        return by_alias
+    crossovers = crossover.crossovers(session, [r.rollout_id for r in routed])
+    since = datetime.now(UTC) - RUNNING_FRESH
+    loads = crossover.running(session, [r.candidate.id for r in routed], since=since)
+    for r in routed:
+        assert r.by_load is not None
+        found = replace(
+            r.by_load, crossover=crossovers.get(r.rollout_id), running=loads.get(r.candidate.id)
+        )
+        by_alias[r.alias] = replace(r, by_load=found)
+    return by_alias
 
 
 def _last_verdicts(session: Session, rollout_ids: list[int]) -> dict[int, float]:
@@ -170,9 +197,20 @@ def _routing(rollout: Rollout, secrets_dir: Path) -> RolloutRouting:
     ramp = policy.stages
     routing = _route_with(rollout, ramp[min(rollout.stage, len(ramp) - 1)], secrets_dir)
     guardrails = policy.guardrails
+    by_load = _by_load(policy.promotion)
     return replace(
-        routing, parity=guardrails.output_parity.enabled, exactness=_exactness(guardrails.exactness)
+        routing,
+        parity=guardrails.output_parity.enabled,
+        exactness=_exactness(guardrails.exactness),
+        by_load=by_load,
+        plan=routing_plan(rollout.state, rollout.mode, by_load=by_load is not None),
     )
+
+
+def _by_load(promotion: Promotion) -> ByLoad | None:
+    if not promotion.route_by_load:
+        return None
+    return ByLoad(hysteresis=promotion.hysteresis, max_age_s=promotion.crossover_max_age_s)
 
 
 def _exactness(guardrail: ExactnessGuardrail) -> ExactnessAsk | None:

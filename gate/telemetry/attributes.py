@@ -50,6 +50,12 @@ PAIR_ID = "specgate.pair.id"  # UUID string
 REQUEST_ID = "specgate.request.id"  # UUID string
 SEGMENT = "specgate.segment"
 TENANT = "specgate.tenant"
+# A promoted rollout's request routed by load (`gate.gateway.by_load`): why it went where
+# it went ("below_crossover" | "above_crossover" | "crossover_stale" | "crossover_missing"),
+# the segment's crossover and the candidate's running requests it was compared with.
+ROUTED_BY_LOAD = "specgate.routed_by_load"
+CROSSOVER = "specgate.crossover"  # int, running requests
+CROSSOVER_RUNNING = "specgate.crossover.running"  # float
 
 # --- pair span only --------------------------------------------------------------------
 PAIR_IS_CONTROL = "specgate.pair.is_control"  # bool

@@ -22,6 +22,7 @@ from gate.audit import GATE_ACTOR
 from gate.db import storage
 from gate.db.enums import Decision, RolloutMode, RolloutState
 from gate.db.models import Rollout, Verdict
+from gate.errors import InvalidPolicy
 from gate.pairs.export import pair_records
 from gate.rollouts import service as rollouts
 from gate.rollouts.states import Action
@@ -89,7 +90,7 @@ def run_gate(session: Session, *, rollout_id: int, publisher: Publisher | None) 
     session.add(verdict)
     session.flush()
     action = AUTOMATIC.get(result.decision)
-    if action is not None and rollout.state is RolloutState.RUNNING and _allowed(policy, action):
+    if action is not None and _acts(rollout, policy, action):
         routing.change_state(
             session,
             rollout_id=rollout.id,
@@ -108,8 +109,29 @@ def run_gate(session: Session, *, rollout_id: int, publisher: Publisher | None) 
 
 
 def running_rollouts(session: Session) -> Sequence[int]:
-    """Return the ids of the rollouts the periodic gate judges."""
-    return session.scalars(select(Rollout.id).where(Rollout.state == RolloutState.RUNNING)).all()
+    """Return the ids of the rollouts the periodic gate judges: the running ones, and the
+    promoted ones routed by load (their mirror slice keeps making pairs)."""
+    judged = (RolloutState.RUNNING, RolloutState.PROMOTED)
+    statement = select(Rollout).where(Rollout.state.in_(judged)).order_by(Rollout.id)
+    return [r.id for r in session.scalars(statement) if _judged(r)]
+
+
+def _judged(rollout: Rollout) -> bool:
+    if rollout.state is RolloutState.RUNNING:
+        return True
+    try:
+        return load_policy(rollout.policy).promotion.route_by_load
+    except InvalidPolicy:
+        return False  # a row stored before a validation rule existed: routed baseline only
+
+
+def _acts(rollout: Rollout, policy: Policy, action: Action) -> bool:
+    """Whether the gate applies `action`: on a running rollout as the policy allows; on
+    one promoted and routed by load only a kill (the rollback to the baseline)."""
+    if rollout.state is RolloutState.PROMOTED:
+        by_load = policy.promotion.route_by_load
+        return by_load and action is Action.KILL and policy.auto_kill
+    return rollout.state is RolloutState.RUNNING and _allowed(policy, action)
 
 
 def _allowed(policy: Policy, action: Action) -> bool:
