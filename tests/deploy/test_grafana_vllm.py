@@ -9,7 +9,6 @@ import subprocess
 from pathlib import Path
 
 import yaml
-from prometheus_client import Gauge
 from prometheus_client.parser import text_string_to_metric_families
 
 from gate.cli.routes_launch import load_route_file
@@ -38,14 +37,9 @@ class Server:
 
     def __init__(self, args: list[str], k: int) -> None:
         self.name = served_name(args)
-        self.metrics = EngineMetrics(self.name, spec_tokens=k)
-        kv = Gauge(
-            "vllm:kv_cache_usage_perc",
-            "KV cache usage.",
-            ["model_name", "engine"],
-            registry=self.metrics.registry,
-        )
-        self.kv = kv.labels(self.name, "0")
+        # The engine exports vLLM's KV-cache gauge itself, read from this at each scrape.
+        self.cache = 0.0
+        self.metrics = EngineMetrics(self.name, spec_tokens=k, cache_usage=lambda: self.cache)
         self.k = k
 
     def serve(self, i: int) -> None:
@@ -57,7 +51,7 @@ class Server:
             spec.accepted_per_pos = [10 - p for p in range(self.k)]
         self.metrics.observe(Finished("stop", 100, 64, 1.0 + i / 100, 0.01, ttft, spec))
         self.metrics.running.set(2 + i % 3)
-        self.kv.set(0.3)
+        self.cache = 0.3
 
     def scrape(self) -> dict[str, float]:
         text = self.metrics.render().decode()
