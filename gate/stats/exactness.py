@@ -109,7 +109,11 @@ def _any_set(stats: TokenBins, margin: float, each: float, *, beyond: bool) -> B
     """Return whether some set's share is proven beyond width +- margin (`beyond`), or
     some set's is NOT proven within it (not `beyond`), each test at level `each`."""
     shares, n = _set_counts(stats)
-    cut = _cut_beyond(stats, margin, each) if beyond else ~_cut_below(stats, margin, each)
+    cut = (
+        _cut_proven(stats, margin, each, above=True)
+        if beyond
+        else ~_cut_proven(stats, margin, each, above=False)
+    )
     out = np.asarray(cut)
     for s, width in enumerate(_widths()):
         counts = _counts(n, shares[s])
@@ -126,20 +130,13 @@ def _counts(n: FloatArray, share: FloatArray) -> list[Num]:
     return [np.maximum(n - share, 0.0), share]
 
 
-def _cut_beyond(stats: TokenBins, margin: float, alpha: float) -> BoolArray:
+def _cut_proven(stats: TokenBins, margin: float, alpha: float, *, above: bool) -> BoolArray:
+    """Return whether the impossible tokens' rate is proven above (below) `margin`."""
     total = as_array(stats.n) + as_array(stats.cut)
+    if not 0.0 < margin < 1.0:  # nothing to prove beyond; within, nothing left to prove
+        return np.full(np.shape(total), not above, dtype=bool)
     counts = _counts(total, as_array(stats.cut))
-    if not 0.0 < margin < 1.0:
-        return np.zeros(np.shape(total), dtype=bool)
-    return bet_rejects([0.0, 1.0], counts, margin, alpha, above=True)
-
-
-def _cut_below(stats: TokenBins, margin: float, alpha: float) -> BoolArray:
-    total = as_array(stats.n) + as_array(stats.cut)
-    counts = _counts(total, as_array(stats.cut))
-    if not 0.0 < margin < 1.0:
-        return np.ones(np.shape(total), dtype=bool)
-    return bet_rejects([0.0, 1.0], counts, margin, alpha, above=False)
+    return bet_rejects([0.0, 1.0], counts, margin, alpha, above=above)
 
 
 @dataclass(frozen=True)
