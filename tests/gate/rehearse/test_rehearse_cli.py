@@ -63,7 +63,9 @@ def test_a_candidate_faster_at_every_level_pays_and_writes_its_summary(capsys, t
     assert [row["concurrency"] for row in summary["levels"]] == [1, 2]
     assert summary["crossover"]["all"]["text"].startswith("none within the sweep")
     level = summary["levels"][1]["segments"]["all"]
-    assert level["call"] == "wins" and level["interval"][0] > 1.5
+    # Proven faster; how much faster is the host's timing, not asserted (a loaded CI host
+    # measured 1.44 for an engine three times as fast).
+    assert level["call"] == "wins" and level["interval"][0] > 1.0
     assert level["candidate"]["acceptance"] == 0.6 and level["baseline"]["acceptance"] is None
     assert set(level["baseline"]["ttft_s"]) == {"p50", "p90", "p99"}
     assert (tmp_path / "out" / "rehearsal.png").stat().st_size > 0
