@@ -21,6 +21,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from gate.stats.policy import Policy
 from tests.gate.engines.conftest import (  # noqa: F401 (fixtures)
     gguf,
     start_engine,
@@ -76,7 +77,8 @@ def test_an_exact_candidate_passes_the_exactness_phase(engines, tmp_path) -> Non
     assert code == 2, err  # no --at: the sweep could not tell; exactness did not fail it
     section = summary["exactness"]
     assert section["candidate"]["status"] == "exact" and section["candidate"]["cut"] == 0
-    assert section["candidate"]["text"].startswith("exact: no deviation beyond TV 0.005 over")
+    margin = Policy().guardrails.exactness.margin_tv
+    assert section["candidate"]["text"].startswith(f"exact: no deviation beyond TV {margin:g} over")
     assert section["baseline"]["status"] == "exact" and not section["control_alarm"]
     assert section["failed"] is False and section["greedy_parity"]["compared"] == 1
     assert "## Exactness" in (tmp_path / "out" / "rehearsal.md").read_text()
