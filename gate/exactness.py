@@ -192,8 +192,10 @@ def exactness_fields(
         eos: end-of-sequence spellings to leave out (besides the empty token and any
             token spelled like a special token).
         top_logprobs: how many alternatives the call asked for (chat `top_logprobs`,
-            completions `logprobs`); None: the call's shortest list. Only the
-            asked-for number less one most likely are read (`trusted`).
+            completions `logprobs`); None: each position's list length (pass it for
+            vLLM's completions, whose lists are one longer where the sampled token is not
+            among the most likely). Only the asked-for number less one most likely are
+            read (`trusted`).
 
     Returns:
         The sums, or None when the call cannot be tested (greedy, or no alternatives).
@@ -210,12 +212,8 @@ def exactness_fields(
     stop = _Stops(frozenset(eos))
     bins = [0.0] * BINS
     tokens = cut = skipped = 0
-    # Not told how many were asked: the shortest list of the call (vLLM's completions list
-    # one more where the sampled token is not among the most likely; a position's own
-    # length would make what is read depend on what was drawn).
-    asked = top_logprobs if top_logprobs is not None else min(len(t) for _, _, t in positions if t)
     for token, value, top in positions:
-        listed = trusted(top, asked)
+        listed = trusted(top, top_logprobs)
         placed = place(listed, token, sampling, mode=mode, eos=stop, logprob=value)
         if placed.cut:
             cut += 1

@@ -170,7 +170,7 @@ def fields(answer: Answer, body: dict[str, Any], mode: Mode) -> TokenFit | None:
     """Return one answer's exactness fields under its request's sampling settings."""
     return exactness_fields(
         answer.logprobs, temperature=body.get("temperature"), top_p=body.get("top_p"),
-        top_k=body.get("top_k"), mode=mode,
+        top_k=body.get("top_k"), mode=mode, top_logprobs=body.get("top_logprobs"),
     )  # fmt: skip
 
 

@@ -119,17 +119,9 @@ def test_an_exact_samplers_tokens_fill_the_bins_evenly(mode):
     assert np.abs(share - 1 / BINS).max() < 4 * math.sqrt(1 / BINS / n)
 
 
-def test_without_the_asked_number_the_calls_shortest_list_is_used():
-    # vLLM's completions list one more alternative where the sampled token is not among
-    # the most likely: read per position, what is read would depend on what was drawn.
-    dist = {"a": 0.5, "b": 0.3, "c": 0.15, "d": 0.05}
-    logs = {t: math.log(p) for t, p in dist.items()}
-    top3 = {t: logs[t] for t in ("a", "b", "c")}
-    completions = {
-        "tokens": ["a", "d"],
-        "token_logprobs": [logs["a"], logs["d"]],
-        "top_logprobs": [top3, {**top3, "d": logs["d"]}],  # the second lists the drawn d
-    }
-    guessed = exactness_fields(completions, temperature=1.0, mode="processed")
-    told = exactness_fields(completions, temperature=1.0, mode="processed", top_logprobs=3)
-    assert guessed == told
+def test_a_processed_nucleus_shorter_than_the_list_asked_is_still_tested():
+    # top_p cuts the processed lists to the nucleus: one token where it holds p >= top_p.
+    steps = [("a", {"a": 1.0}), ("b", {"a": 0.6, "b": 0.4})]
+    fit = exactness_fields(chat(steps), temperature=0.8, top_p=0.5, mode="processed",
+                           top_logprobs=20)  # fmt: skip
+    assert fit is not None and fit.tokens == 2
