@@ -33,13 +33,11 @@ def asked(
         unit_hash(routing.rollout_id, key, b"exactness") < exactness.control_share
     )
     candidate = logprobs.ask(body, top=top) if top or parity else None
-    baseline = None
-    if baseline_too or parity:
-        baseline = logprobs.ask(body, top=top if baseline_too else None)
-    if candidate is None and baseline is None:
-        return None
-    # Asked alike, the two sides send one payload.
-    return baseline, (None if candidate == baseline else candidate)
+    if not (baseline_too or parity):
+        return None if candidate is None else (None, candidate)
+    if candidate is not None and (baseline_too or top is None):
+        return candidate, None  # asked alike: the two sides send one payload
+    return logprobs.ask(body, top=top if baseline_too else None), candidate
 
 
 def _may_ask(gw: Gateway, routing: RolloutRouting, body: dict[str, Any]) -> bool:
