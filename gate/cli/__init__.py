@@ -7,7 +7,9 @@ scipy or matplotlib.
 
 from __future__ import annotations
 
+import faulthandler
 import inspect
+import signal
 from dataclasses import dataclass
 from importlib import import_module
 from typing import Any
@@ -150,6 +152,8 @@ app = typer.Typer(
 def _logging() -> None:
     # One logging setup for every command (SPECGATE_LOG_LEVEL, SPECGATE_LOG_FORMAT).
     logs.configure()
+    # `kill -USR1 PID` prints every thread's stack to stderr: how a stuck process is read.
+    faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
 
 
 def main() -> None:

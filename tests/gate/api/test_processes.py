@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -76,8 +77,22 @@ def _healthy(proc: subprocess.Popen[bytes], base: str) -> Iterator[str]:
             raise RuntimeError(proc.stderr.read().decode() if proc.stderr else "no start")
         yield base
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop(proc)
+
+
+def stop(proc: subprocess.Popen[bytes], deadline_s: float = 30) -> None:
+    """Stop `proc` with SIGTERM; one that outlives the deadline fails the test with its
+    threads' stacks (`kill -USR1`, PRODUCTION.md's Logs), so a hang says where it is."""
+    proc.terminate()
+    try:
+        proc.wait(deadline_s)
+        return
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(1)  # the stack dump is written by the process itself
+        proc.kill()
+        _, err = proc.communicate()
+    raise AssertionError(f"the process outlived SIGTERM by {deadline_s}s:\n{err.decode()[-20000:]}")
 
 
 @contextmanager
