@@ -10,6 +10,7 @@ from __future__ import annotations
 import faulthandler
 import inspect
 import signal
+import sys
 from dataclasses import dataclass
 from importlib import import_module
 from typing import Any
@@ -153,7 +154,9 @@ def _logging() -> None:
     # One logging setup for every command (SPECGATE_LOG_LEVEL, SPECGATE_LOG_FORMAT).
     logs.configure()
     # `kill -USR1 PID` prints every thread's stack to stderr: how a stuck process is read.
-    faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
+    # The process's own stderr, not a caller's capture of sys.stderr (which has no fd).
+    if sys.__stderr__ is not None:
+        faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True)
 
 
 def main() -> None:
