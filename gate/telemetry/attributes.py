@@ -69,6 +69,12 @@ REQUEST_BODY = "specgate.request.body"  # JSON string, bounded, absent if not ca
 REQUEST_INPUTS = "specgate.request.inputs"  # JSON string: context, reference, tests, schema
 # Parts of the request cut at the evaluation-input limit: a list of "body", "inputs".
 REQUEST_TRUNCATED = "specgate.request.truncated"
+# The request's episode (`gate.request.episodes`): its id (absent: its own episode), the
+# source it came from ("header" | "baggage" | "metadata" | "user" | "prefix"), and the
+# borrowed values ignored on the way, as "source: reason" strings.
+EPISODE = "specgate.episode"
+EPISODE_SOURCE = "specgate.episode.source"
+EPISODE_IGNORED = "specgate.episode.ignored"
 
 # --- route-call spans only -------------------------------------------------------------
 COHORT = "specgate.cohort"  # "baseline" | "candidate" | "control"
