@@ -34,13 +34,14 @@ def served(log) -> Counter[int]:
     return Counter(int(b["messages"][0]["content"].split(":")[0].split()[1]) for b in log.bodies)
 
 
-@pytest.mark.parametrize("declared", ["prefix", "header", "metadata", "user"])
+@pytest.mark.parametrize("declared", ["prefix", "header", "baggage", "metadata", "user"])
 def test_every_turn_of_a_canary_conversation_is_served_by_one_cohort(tmp_path, declared):
     with gateway_stack(tmp_path, mode=RolloutMode.CANARY, sample_rate=0.5) as stack:
         for number in range(CONVERSATIONS):
             kw = {
                 "prefix": {},
                 "header": {"extra_headers": {"X-Specgate-Episode": f"ep-{number}"}},
+                "baggage": {"extra_headers": {"baggage": f"gen_ai.conversation.id=ep-{number}"}},
                 "metadata": {"metadata": {"episode_id": f"ep-{number}"}},
                 "user": {"user": f"user-{number}"},
             }[declared]
@@ -52,6 +53,8 @@ def test_every_turn_of_a_canary_conversation_is_served_by_one_cohort(tmp_path, d
         assert 0 < len(candidate) < CONVERSATIONS  # both cohorts served some
         sources = {s.attributes.get(A.EPISODE_SOURCE) for s in stack.pair_spans()}
         assert sources == {declared}
+        sent = stack.baseline_log.headers + stack.candidate_log.headers
+        assert not any("x-specgate-episode" in h or "baggage" in h for h in sent)
 
 
 def test_a_shadow_conversation_is_mirrored_whole_or_not_at_all(tmp_path):
