@@ -9,7 +9,10 @@
 - the cost of the logprobs the gateway asks for on sampled pairs: the same streamed answer
   carrying one log-probability per chunk, accounted for (with its summary) and stripped for
   the client, in one read and one event per read; a non-streamed 128-token chat answer
-  carrying them, summarised and stripped. Calls that did not ask are never stripped.
+  carrying them, summarised and stripped. Calls that did not ask are never stripped;
+- the sticky key of assignment (issue 39): the request body hashed whole (before) against
+  the episode resolved at intake and hashed (now), on a 10-turn chat with a 2,000-character
+  system prompt, its episode from the conversation prefix (the fallback) or a header.
 """
 
 from __future__ import annotations
@@ -36,8 +39,10 @@ from sse_upstream import chunks, sse
 from gate.db.enums import GenerationStatus
 from gate.gateway.logprobs import strip_events, strip_json, summarise
 from gate.gateway.observe import CallResult
+from gate.gateway.sampling import sticky_key, unit_hash
 from gate.gateway.sse import event_data
 from gate.gateway.upstream import Stream
+from gate.request.episodes import EPISODE_HEADER, episode_of
 from gate.telemetry.otlp_encode import SpanEncoder
 
 
@@ -138,6 +143,28 @@ def main() -> None:
         f"one read in one call {fast:.0f} ({slow / fast:.1f}x)"
     )
     stripping(events, args.requests)
+    sticky_keys(args.requests)
+
+
+def sticky_keys(requests: int) -> None:
+    """Print the CPU cost of the key assignment hashes: whole body before, episode now."""
+    messages = [{"role": "system", "content": "Answer briefly. " * 125}]
+    messages.append({"role": "user", "content": "Plan a three-day trip to Lyon by train."})
+    for turn in range(10):
+        messages.append({"role": "assistant", "content": "Day one: the old town. " * 18})
+        messages.append({"role": "user", "content": f"Turn {turn}: and the museums?"})
+    body = {"model": "m", "messages": messages}
+    raw = orjson.dumps(body)
+    header = {EPISODE_HEADER: "conversation-81"}
+    before = per_call(lambda: unit_hash(1, raw), requests)
+    prefix = per_call(lambda: unit_hash(1, sticky_key(raw, episode_of({}, body).id)), requests)
+    declared = per_call(
+        lambda: unit_hash(1, sticky_key(raw, episode_of(header, body).id)), requests
+    )
+    print(
+        f"sticky key of a 10-turn chat ({len(raw) / 1000:.1f} kB), µs: whole body hashed "
+        f"{before:.1f}; episode resolved and hashed: prefix {prefix:.1f}, header {declared:.1f}"
+    )
 
 
 def with_logprobs(event: bytes, position: int) -> bytes:

@@ -3,7 +3,7 @@
 Two kinds of span leave the gateway:
 
 * one ``specgate.pair`` span (kind INTERNAL) per sampled request: the pair and request
-  facts (ids, rollout, stage, segment, control flag, in-flight counts, deadline, the
+  facts (ids, rollout, stage, segment, episode, control flag, in-flight counts, deadline, the
   bounded request body and declared evaluator inputs as JSON strings);
 * one span per route call (kind CLIENT) named ``"{operation} {model}"``, with the OTel
   GenAI attributes and the ``specgate.*`` attributes below. Unsampled traffic gets route
