@@ -12,7 +12,8 @@
   carrying them, summarised and stripped. Calls that did not ask are never stripped;
 - the sticky key of assignment (issue 39): the request body hashed whole (before) against
   the episode resolved at intake and hashed (now), on a 10-turn chat with a 2,000-character
-  system prompt, its episode from the conversation prefix (the fallback) or a header.
+  system prompt and on one short message, the episode from the conversation prefix (the
+  fallback) or a header.
 """
 
 from __future__ import annotations
@@ -153,18 +154,25 @@ def sticky_keys(requests: int) -> None:
     for turn in range(10):
         messages.append({"role": "assistant", "content": "Day one: the old town. " * 18})
         messages.append({"role": "user", "content": f"Turn {turn}: and the museums?"})
-    body = {"model": "m", "messages": messages}
-    raw = orjson.dumps(body)
+    short = [{"role": "user", "content": "Proofread: teh cat sat."}]
     header = {EPISODE_HEADER: "conversation-81"}
-    before = per_call(lambda: unit_hash(1, raw), requests)
-    prefix = per_call(lambda: unit_hash(1, sticky_key(raw, episode_of({}, body).id)), requests)
-    declared = per_call(
-        lambda: unit_hash(1, sticky_key(raw, episode_of(header, body).id)), requests
-    )
-    print(
-        f"sticky key of a 10-turn chat ({len(raw) / 1000:.1f} kB), µs: whole body hashed "
-        f"{before:.1f}; episode resolved and hashed: prefix {prefix:.1f}, header {declared:.1f}"
-    )
+    for name, chat in (("10-turn chat", messages), ("one short message", short)):
+        body = {"model": "m", "stream": True, "messages": chat}
+        raw = orjson.dumps(body)
+        before = per_call(lambda raw=raw: unit_hash(1, raw), requests)
+        now = {
+            label: per_call(lambda g=given, b=body, r=raw: _episode_key(g, b, r), requests)
+            for label, given in (("prefix", {}), ("header", header))
+        }
+        print(
+            f"sticky key, {name} ({len(raw) / 1000:.1f} kB), µs: whole body hashed "
+            f"{before:.1f}; episode resolved and hashed: prefix {now['prefix']:.1f}, "
+            f"header {now['header']:.1f}"
+        )
+
+
+def _episode_key(headers: dict[str, str], body: dict[str, Any], raw: bytes) -> float:
+    return unit_hash(1, sticky_key(raw, episode_of(headers, body).id))
 
 
 def with_logprobs(event: bytes, position: int) -> bytes:
