@@ -9,7 +9,11 @@
 - the cost of the logprobs the gateway asks for on sampled pairs: the same streamed answer
   carrying one log-probability per chunk, accounted for (with its summary) and stripped for
   the client, in one read and one event per read; a non-streamed 128-token chat answer
-  carrying them, summarised and stripped. Calls that did not ask are never stripped.
+  carrying them, summarised and stripped. Calls that did not ask are never stripped;
+- the sticky key of assignment (issue 39): the request body hashed whole (before) against
+  the episode resolved at intake and hashed (now), on a 10-turn chat with a 2,000-character
+  system prompt and on one short message, the episode from the conversation prefix (the
+  fallback) or a header.
 """
 
 from __future__ import annotations
@@ -36,8 +40,10 @@ from sse_upstream import chunks, sse
 from gate.db.enums import GenerationStatus
 from gate.gateway.logprobs import strip_events, strip_json, summarise
 from gate.gateway.observe import CallResult
+from gate.gateway.sampling import sticky_key, unit_hash
 from gate.gateway.sse import event_data
 from gate.gateway.upstream import Stream
+from gate.request.episodes import EPISODE_HEADER, episode_of
 from gate.telemetry.otlp_encode import SpanEncoder
 
 
@@ -138,6 +144,35 @@ def main() -> None:
         f"one read in one call {fast:.0f} ({slow / fast:.1f}x)"
     )
     stripping(events, args.requests)
+    sticky_keys(args.requests)
+
+
+def sticky_keys(requests: int) -> None:
+    """Print the CPU cost of the key assignment hashes: whole body before, episode now."""
+    messages = [{"role": "system", "content": "Answer briefly. " * 125}]
+    messages.append({"role": "user", "content": "Plan a three-day trip to Lyon by train."})
+    for turn in range(10):
+        messages.append({"role": "assistant", "content": "Day one: the old town. " * 18})
+        messages.append({"role": "user", "content": f"Turn {turn}: and the museums?"})
+    short = [{"role": "user", "content": "Proofread: teh cat sat."}]
+    header = {EPISODE_HEADER: "conversation-81"}
+    for name, chat in (("10-turn chat", messages), ("one short message", short)):
+        body = {"model": "m", "stream": True, "messages": chat}
+        raw = orjson.dumps(body)
+        before = per_call(lambda raw=raw: unit_hash(1, raw), requests)
+        now = {
+            label: per_call(lambda g=given, b=body, r=raw: _episode_key(g, b, r), requests)
+            for label, given in (("prefix", {}), ("header", header))
+        }
+        print(
+            f"sticky key, {name} ({len(raw) / 1000:.1f} kB), µs: whole body hashed "
+            f"{before:.1f}; episode resolved and hashed: prefix {now['prefix']:.1f}, "
+            f"header {now['header']:.1f}"
+        )
+
+
+def _episode_key(headers: dict[str, str], body: dict[str, Any], raw: bytes) -> float:
+    return unit_hash(1, sticky_key(raw, episode_of(headers, body).id))
 
 
 def with_logprobs(event: bytes, position: int) -> bytes:

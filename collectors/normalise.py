@@ -16,6 +16,7 @@ from gate.db.enums import Cohort, GenerationStatus, PairState
 from gate.db.rows import ENGINE_FIELDS, EngineFacts, GenerationRow, PairRow, RequestRow, SpanRow
 from gate.exactness import TokenFit
 from gate.parity import text_distinct_2
+from gate.request.episodes import MAX_CHARS as MAX_EPISODE_CHARS
 from gate.telemetry import attributes as a
 
 log = logging.getLogger(__name__)
@@ -186,6 +187,7 @@ def pair_rows(row: SpanRow, deadline_s: float) -> tuple[RequestRow | None, PairR
     assert pair_id is not None and rollout_id is not None  # `required` raised otherwise
     request_id = _uuid(attrs.get(a.REQUEST_ID))
     segment = _str(attrs.get(a.SEGMENT), 64) or "chat"
+    episode = _str(attrs.get(a.EPISODE), MAX_EPISODE_CHARS)
     request: RequestRow | None = None
     if request_id is not None:
         body, inputs = _json(attrs.get(a.REQUEST_BODY)), _json(attrs.get(a.REQUEST_INPUTS))
@@ -201,6 +203,8 @@ def pair_rows(row: SpanRow, deadline_s: float) -> tuple[RequestRow | None, PairR
             "inflight_baseline": _int(attrs.get(a.INFLIGHT_BASELINE)) or 0,
             "inflight_candidate": _int(attrs.get(a.INFLIGHT_CANDIDATE)) or 0,
             "gateway_replica": _str(attrs.get(a.GATEWAY_REPLICA), 128),
+            "episode": episode,
+            "episode_source": _str(attrs.get(a.EPISODE_SOURCE), 16) if episode else None,
             "created_at": row.start_time,
         }
     deadline = _float(attrs.get(a.PAIR_DEADLINE_S))
@@ -212,6 +216,7 @@ def pair_rows(row: SpanRow, deadline_s: float) -> tuple[RequestRow | None, PairR
         "state": _OPEN,
         "is_control": bool(attrs.get(a.PAIR_IS_CONTROL, False)),
         "segment": segment,
+        "episode": episode,
         "created_at": row.start_time,
         "deadline": _after(row.start_time, deadline if deadline is not None else deadline_s),
     }
@@ -230,6 +235,7 @@ def pair_stub(row: SpanRow, generation: GenerationRow, deadline_s: float) -> Pai
         "state": _OPEN,
         "is_control": generation["cohort"] == _CONTROL,
         "segment": generation["segment"],
+        "episode": None,  # the pair span's, when it lands
         "created_at": row.start_time,
         "deadline": _after(row.start_time, deadline_s),
     }

@@ -15,6 +15,8 @@ from gate.db.engine import make_engine, session_factory
 from gate.db.enums import Cohort, PairState
 from gate.db.models import Evaluation, Generation, Pair, RequestRecord
 from gate.engines.sim import SimProfile, create_sim_app
+from gate.pairs.export import pair_records
+from gate.stats.replay import episode_of
 from tests import factories
 from tests.gate.api.test_processes import specgate_serve
 from tests.servers import serving
@@ -54,6 +56,7 @@ def test_traffic_becomes_pairs_generations_and_evaluations(tmp_path):
                 max_tokens=12,
                 messages=[{"role": "user", "content": f"Repeat: request {i}"}],
                 extra_body={"specgate": {"reference": "alpha", "tenant": "acme"}},
+                metadata={"episode_id": f"conv-{i % 2}"},  # two conversations of two turns
             )
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -78,3 +81,11 @@ def test_traffic_becomes_pairs_generations_and_evaluations(tmp_path):
         assert len(requests) == 4 and requests[0].inputs["tenant"] == "acme"
         names = {e.evaluator for e in db.scalars(select(Evaluation))}
         assert names, "completed pairs were evaluated"
+        assert {(r.episode, r.episode_source) for r in requests} == {
+            ("conv-0", "metadata"),
+            ("conv-1", "metadata"),
+        }
+        records = list(pair_records(db, rollout_id=pairs[0].rollout_id))
+    episodes = [record["episode"] for record in records]
+    assert sorted(episodes) == ["conv-0", "conv-0", "conv-1", "conv-1"]
+    assert episodes == [episode_of(record) for record in records]  # as replay reads them

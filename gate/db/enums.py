@@ -36,6 +36,16 @@ class Cohort(StrEnum):
     CONTROL = "control"
 
 
+class EpisodeSource(StrEnum):
+    """Where a request's episode id came from (`gate.request.episodes`)."""
+
+    HEADER = "header"
+    BAGGAGE = "baggage"
+    METADATA = "metadata"
+    USER = "user"
+    PREFIX = "prefix"
+
+
 class Outcome(StrEnum):
     """What a generation's status means: the one definition every surface reads."""
 

@@ -72,6 +72,8 @@ class RequestRow(TypedDict):
     inflight_baseline: int
     inflight_candidate: int
     gateway_replica: str | None
+    episode: str | None
+    episode_source: str | None
     created_at: datetime
 
 
@@ -85,6 +87,7 @@ class PairRow(TypedDict):
     state: str
     is_control: bool
     segment: str
+    episode: str | None
     created_at: datetime
     deadline: datetime
 
@@ -175,4 +178,6 @@ ENGINE_FIELDS: tuple[EngineField, ...] = ("queue_s", "input_tokens", "output_tok
 # Every `spans` column, in the table's order; a span row carries all but `received_at`.
 SPAN_COLUMNS: tuple[str, ...] = tuple(column.name for column in SPANS.columns)
 # Facts the pair span owns; a stub written from a route span gets them when it lands.
-PAIR_SPAN_FIELDS = ("request_id", "is_control", "deadline", "created_at", "stage", "segment")
+PAIR_SPAN_FIELDS = (
+    "request_id", "is_control", "deadline", "created_at", "stage", "segment", "episode"
+)  # fmt: skip

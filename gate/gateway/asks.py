@@ -23,7 +23,8 @@ def asked(
     logprobs the policy reads (None: a side sends the client's body), or None when
     neither side asks. Parity asks both sides for the sampled tokens' own; exactness asks
     the candidate for `top_logprobs`, and the baseline on the policy's control share of
-    pairs (by the request's sticky hash, so a request is asked the same way every time)."""
+    pairs (by the hash of the request's episode, so a request, and every request of its
+    episode, is asked the same way every time)."""
     if not _may_ask(gw, routing, body):
         return None
     parity = gw.settings.ask_logprobs == "on" or routing.parity

@@ -36,6 +36,7 @@ from gate.gateway.upstream import (
     encode,
     open_stream,
 )
+from gate.request.episodes import episode_of
 from gate.request.messages import prompt_text
 from gate.rollouts.states import PrimaryTarget
 from gate.routing.health import ROUTE_DOWN
@@ -101,7 +102,8 @@ async def _prepare(
         raise NotFound(f"the model '{model}' does not exist on this gateway")
     plan = gw.routing.plan(routing)
     segment = segment_of(request, upstream, declared.inputs)
-    key = sticky_key(raw, upstream, request.headers)
+    episode = episode_of(request.headers, upstream)
+    key = sticky_key(raw, episode.id)
     assignment = assign(
         rollout_id=routing.rollout_id,
         plan=plan,
@@ -132,6 +134,7 @@ async def _prepare(
         mode=routing.mode.value,
         capture=capture,
         tenant=tenant_of(declared.inputs),
+        episode=episode,
     )
     call = Call(
         request=request,

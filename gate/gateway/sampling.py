@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from gate.rollouts.states import PrimaryTarget, RoutingPlan
 
-STICKY_HEADER = "x-specgate-sticky-key"
 _SCALE = float(2**64)
 
 
@@ -19,15 +16,10 @@ def unit_hash(rollout_id: int, key: bytes, salt: bytes = b"") -> float:
     return int.from_bytes(digest, "big") / _SCALE
 
 
-def sticky_key(raw_body: bytes, body: Mapping[str, Any], headers: Mapping[str, str]) -> bytes:
-    """Return what identifies 'the same request': a sticky header, the `user` field, or the body."""
-    header = headers.get(STICKY_HEADER)
-    if header:
-        return header.encode()
-    user = body.get("user")
-    if isinstance(user, str) and user:
-        return user.encode()
-    return raw_body
+def sticky_key(raw_body: bytes, episode: str | None) -> bytes:
+    """Return what assignment hashes: the request's episode, so every request of an episode
+    gets the same cohort (and a shadow episode is mirrored whole); else the body."""
+    return raw_body if episode is None else episode.encode()
 
 
 @dataclass(frozen=True)

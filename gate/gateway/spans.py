@@ -17,6 +17,7 @@ from opentelemetry.trace import Span, SpanKind, Tracer
 
 from gate.db.enums import Cohort, GenerationStatus
 from gate.gateway.observe import CallResult
+from gate.request.episodes import OWN, Episode
 from gate.routing.snapshot import RolloutRouting, RouteTarget
 from gate.telemetry import attributes as A
 
@@ -42,6 +43,7 @@ class CallContext:
     mode: str
     capture: bool
     tenant: str | None = None
+    episode: Episode = OWN
     # Routed by load: why, the crossover and the running requests (`gate.gateway.by_load`).
     by_load: tuple[str, int | None, float | None] | None = None
 
@@ -96,6 +98,7 @@ class SpanEmitter:
             cut += [] if whole else ["body"]
         if cut:
             attributes[A.REQUEST_TRUNCATED] = cut
+        attributes.update(_episode(ctx.episode))
         span = self._tracer.start_span(A.PAIR_SPAN_NAME, context=parent, attributes=attributes)
         span.end()
         return trace.set_span_in_context(span, parent)
@@ -216,6 +219,16 @@ def _ids(ctx: CallContext) -> dict[str, Any]:
             ids[A.CROSSOVER] = level
             ids[A.CROSSOVER_RUNNING] = running
     return ids
+
+
+def _episode(episode: Episode) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    if episode.id is not None and episode.source is not None:
+        found[A.EPISODE] = episode.id
+        found[A.EPISODE_SOURCE] = episode.source.value
+    if episode.ignored:
+        found[A.EPISODE_IGNORED] = list(episode.ignored)
+    return found
 
 
 def _outcome(result: CallResult, *, fallback: bool) -> dict[str, Any]:

@@ -135,6 +135,7 @@ def _records(
         yield extra | {
             "pair_id": str(pair.id),
             "segment": pair.segment,
+            "episode": pair.episode,
             "created_at": pair.created_at.isoformat(),
             "evaluated_at": pair.evaluated_at.isoformat() if pair.evaluated_at else None,
             "is_control": pair.is_control,

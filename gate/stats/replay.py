@@ -2,7 +2,8 @@
 
 One JSON object per line, one line per pair, in fold order (below):
 
-    {"pair_id": "7f9c...", "segment": "chat", "created_at": "2025-05-01T12:00:00Z",
+    {"pair_id": "7f9c...", "segment": "chat", "episode": "conv-81",
+     "created_at": "2025-05-01T12:00:00Z",
      "evaluated_at": "2025-05-01T12:00:09.512Z", "is_control": false,
      "baseline":  {"ttft_s": 0.21, "tpot_s": 0.019, "e2e_s": 4.1, "status": "ok",
                    "evals": {"task": true}, "draft_tokens": 0, "accepted_tokens": 0},
@@ -19,6 +20,10 @@ One JSON object per line, one line per pair, in fold order (below):
   of that order are sorted into place. The warm-up is the first pairs in this order.
 * `segment`: the declared segment; segments the policy does not declare count only in
   the pooled `all` cells.
+* `episode` (optional): the string that names the pair's episode, the conversation or agent
+  run its request belongs to (`gate.request.episodes`; stored in `pairs.episode`). Pairs
+  with equal strings are one episode; null or absent: the pair is its own episode. Any
+  other value is a malformed record.
 * `is_control`: a baseline-vs-baseline pair; `candidate` is then the second baseline call.
   Control pairs feed only the greedy-mismatch control rate.
 * side `status`: ok | error | timeout | fallback | dropped | cancelled, read through the
@@ -139,9 +144,11 @@ class _Builder:
         self.sampled = False
         self.exact: list[list[float]] = []  # per pair and side: n, cut, bins (NaN: none)
         self.tested = False
+        self.episodes: list[str | None] = []  # per pair: its episode (None: its own)
 
     def add(self, n: int, record: Record) -> None:
         rows = self.rows
+        self.episodes.append(episode_of(record))
         rows["segment"].append(self.index.get(str(record.get("segment", "chat")), -1))
         rows["created"].append(_seconds(record["created_at"]))
         control = bool(record.get("is_control", False))
@@ -227,6 +234,14 @@ class _Builder:
 
 
 _NO_FIT = [np.nan] * (2 + BINS)
+
+
+def episode_of(record: Record) -> str | None:
+    """Return the episode a pair record names (None: the pair is its own episode)."""
+    episode = record.get("episode")
+    if episode is not None and not isinstance(episode, str):
+        raise ValueError(f"episode is not a string or null: {episode!r}")
+    return episode
 
 
 def exactness_of(side: Record | None) -> TokenFit | None:

@@ -3,7 +3,7 @@
 Two kinds of span leave the gateway:
 
 * one ``specgate.pair`` span (kind INTERNAL) per sampled request: the pair and request
-  facts (ids, rollout, stage, segment, control flag, in-flight counts, deadline, the
+  facts (ids, rollout, stage, segment, episode, control flag, in-flight counts, deadline, the
   bounded request body and declared evaluator inputs as JSON strings);
 * one span per route call (kind CLIENT) named ``"{operation} {model}"``, with the OTel
   GenAI attributes and the ``specgate.*`` attributes below. Unsampled traffic gets route
@@ -69,6 +69,12 @@ REQUEST_BODY = "specgate.request.body"  # JSON string, bounded, absent if not ca
 REQUEST_INPUTS = "specgate.request.inputs"  # JSON string: context, reference, tests, schema
 # Parts of the request cut at the evaluation-input limit: a list of "body", "inputs".
 REQUEST_TRUNCATED = "specgate.request.truncated"
+# The request's episode (`gate.request.episodes`): its id (absent: its own episode), the
+# source it came from ("header" | "baggage" | "metadata" | "user" | "prefix"), and the
+# borrowed values ignored on the way, as "source: reason" strings.
+EPISODE = "specgate.episode"
+EPISODE_SOURCE = "specgate.episode.source"
+EPISODE_IGNORED = "specgate.episode.ignored"
 
 # --- route-call spans only -------------------------------------------------------------
 COHORT = "specgate.cohort"  # "baseline" | "candidate" | "control"

@@ -141,6 +141,8 @@ def gateway_spans(ids: Ids, *, pair_id: uuid.UUID | None = None) -> list[SpanRow
             a.INFLIGHT_CANDIDATE: 1,
             a.GATEWAY_REPLICA: "gw-1:42:0a0b0c0d",
             a.REQUEST_ENDPOINT: "chat",
+            a.EPISODE: "conv-7",
+            a.EPISODE_SOURCE: "header",
             a.REQUEST_BODY: json.dumps({"messages": [{"role": "user", "content": "fix"}]}),
             a.REQUEST_INPUTS: json.dumps({"tests": ["assert f() == 1"]}),
         },

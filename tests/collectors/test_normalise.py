@@ -46,6 +46,7 @@ def check_one_sampled_request(engine: Engine, ids: Ids) -> None:
     assert request.inputs == {"tests": ["assert f() == 1"]} and request.tenant == "acme"
     assert (request.inflight_baseline, request.inflight_candidate) == (3, 1)
     assert request.gateway_replica == "gw-1:42:0a0b0c0d"
+    assert (request.episode, request.episode_source, pair.episode) == ("conv-7", "header", "conv-7")
 
     base, cand = generations["baseline"], generations["candidate"]
     assert (base.route_id, cand.route_id) == (ids.baseline_route, ids.candidate_route)
@@ -155,9 +156,10 @@ def test_a_generation_may_land_before_its_pair_span(pg_engine, pg_ids):
     _, pairs, _ = stored(pg_engine)
     assert len(pairs) == 1 and pairs[0].request_id is None  # a stub with the route's facts
     assert pairs[0].deadline == baseline.start_time + timedelta(seconds=300)
+    assert pairs[0].episode is None
     store.write([pair_span, candidate])
     requests, pairs, generations = stored(pg_engine)
-    assert pairs[0].request_id == requests[0].id
+    assert pairs[0].request_id == requests[0].id and pairs[0].episode == "conv-7"
     assert pairs[0].deadline == START + timedelta(seconds=60)
     assert len(generations) == 2 and early.pair_ids == [pairs[0].id]
 

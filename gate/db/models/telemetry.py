@@ -67,6 +67,10 @@ class RequestRecord(Base):
     inflight_candidate: Mapped[int] = mapped_column(Integer, default=0)
     # The gateway process whose in-flight counts these are (NULL: recorded before 0012).
     gateway_replica: Mapped[str | None] = mapped_column(String(128))
+    # The conversation or agent run it belongs to (`gate.request.episodes`) and where the
+    # id came from; NULL: its own episode (and every request recorded before 0022).
+    episode: Mapped[str | None] = mapped_column(Text)
+    episode_source: Mapped[str | None] = mapped_column(String(16))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
 
 
@@ -102,6 +106,9 @@ class Pair(Base):
     )
     is_control: Mapped[bool] = mapped_column(Boolean, default=False)
     segment: Mapped[str] = mapped_column(String(64), default="chat")
+    # The request's episode (`requests.episode`), the gate's unit of independence; NULL:
+    # the pair is its own episode.
+    episode: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     deadline: Mapped[datetime] = mapped_column(UTCDateTime)
     completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
