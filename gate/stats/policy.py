@@ -194,11 +194,13 @@ class Guardrails(_Model):
 
 class Promotion(_Model):
     """What promotion sends to the candidate: everything, or (`route_by_load`) each
-    request only while the candidate's running requests are below the crossover the
-    rollout's recorded rehearsal measured for its segment (`gate.routing.crossover`).
+    request only while the candidate's running requests are below its segment's
+    crossover, from the rollout's recorded rehearsal or its latest verdict's load bands,
+    whichever is more recent and proven (`gate.routing.crossover`).
 
-    Off at the crossover C, back on below `max(1, C - hysteresis)`; a rehearsal older than
-    `crossover_max_age_s`, or none, sends everything to the baseline (no speculation)."""
+    Off at the crossover C, back on below `max(1, C - hysteresis)`; a crossover measured
+    more than `crossover_max_age_s` ago, or none, sends everything to the baseline (no
+    speculation)."""
 
     route_by_load: bool = False
     hysteresis: int = Field(1, ge=0, le=1024)
