@@ -10,6 +10,7 @@ from gate.db.models import Rehearsal
 from gate.routing.crossover import (
     LOAD_BANDS,
     REHEARSAL,
+    ByLoad,
     from_bands,
     from_rehearsal,
     newest_proven,
@@ -78,3 +79,12 @@ def test_a_segment_that_won_at_every_level_routes_up_to_the_highest_swept():
     assert cross is not None
     assert cross.of("copy").level == top["concurrency"]
     assert cross.of("creative").level == 0  # never proven to win
+
+
+def test_bands_measured_longer_ago_than_the_policy_allows_are_stale():
+    live = from_bands([band(5.5, 0.8, 0.9)], NOW - timedelta(days=8))
+    by_load = ByLoad(hysteresis=1, max_age_s=7 * 86400.0, crossover=live)
+    assert by_load.stale(NOW.timestamp())
+    assert by_load.effective(NOW.timestamp()) == ("stale", {"all": 0})
+    fresh = ByLoad(1, 7 * 86400.0, from_bands([band(5.5, 0.8, 0.9)], NOW))
+    assert fresh.effective(NOW.timestamp()) == (LOAD_BANDS, {"all": 6})
