@@ -1,5 +1,6 @@
-"""What a promoted rollout routed by load routes by: its crossover per segment, read
-from the database as the gateway reads it (`gate.routing.crossover`)."""
+"""What a promoted rollout routed by load routes by: its crossover per segment, its
+source (the recorded rehearsal or the live load bands) and interval, read from the
+database as the gateway reads it (`gate.routing.crossover`)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,7 @@ from sqlalchemy.orm import Session
 
 from gate.db.enums import RolloutState
 from gate.db.models import Rollout
-from gate.rehearse import repository as rehearsals
-from gate.routing.crossover import ByLoad, from_rehearsal
+from gate.routing.crossover import ByLoad, crossovers
 from gate.stats.policy import Policy
 
 
@@ -39,8 +39,7 @@ class CrossoverView(BaseModel):
 def view(session: Session, *, rollout: Rollout, policy: Policy, now: datetime) -> CrossoverView:
     """Return the crossover the gateway routes the rollout's requests by at `now`."""
     promotion = policy.promotion
-    row = rehearsals.latest(session, rollout_id=rollout.id)
-    crossover = from_rehearsal(row) if row is not None else None
+    crossover = crossovers(session, [rollout.id]).get(rollout.id)
     by_load = ByLoad(promotion.hysteresis, promotion.crossover_max_age_s, crossover)
     source, levels = by_load.effective(now.timestamp())
     measured = crossover.measured_at if crossover is not None else None

@@ -1,33 +1,48 @@
 """The crossover a promoted rollout routes by: per segment, the candidate's running
 requests below which speculation was proven to pay, read with the routing snapshot.
 
-The source is the rollout's recorded rehearsal (`specgate rehearse`, `rehearsals`): a
-segment's crossover is the lower end of its interval, the highest swept concurrency
-where the candidate was proven to win (0 when no level was: never speculate). A request
-joins the candidate's running requests, so "below C running" means "at most C
-concurrent", the level that was proven. Past the sweep nothing was measured, so a
-segment that won at every level stops at the highest one swept.
+Two sources, the more recent proven one routes (`newest_proven`):
 
-The live load bands (`guardrails.load_bands`) are not a source yet: their per-band gains
-prove where the candidate wins, not where it loses, and the verdict that holds them is
-recomputed per stage. A rehearsal it is, or none.
+- The rollout's recorded rehearsal (`specgate rehearse`, `rehearsals`): a segment's
+  crossover is the lower end of its interval, the highest swept concurrency where the
+  candidate was proven to win (0 when no level was: never speculate). A request joins the
+  candidate's running requests, so "below C running" means "at most C concurrent", the
+  level that was proven. Past the sweep nothing was measured, so a segment that won at
+  every level stops at the highest one swept.
+- The live load bands of the rollout's latest verdict (`verdicts.bands`,
+  `gate.stats.verdict.band_results`): the mirrored pairs' latency ratio per band of the
+  candidate's running requests at the pair's start, with its interval (alpha_promote).
+  A band wins when its interval lies below 1 and loses when it lies above. The crossover
+  is 1 + the mean running requests (rounded down) of the highest winning band, so a
+  request goes to the candidate only when it starts at or below the load where the win
+  was measured; its upper end is the mean load (rounded up) of the first losing band
+  above. The bands pool every segment: this source has `all` only, and while it routes,
+  every segment routes by it.
+
+A source is proven when its `all` interval has an end (some level or band proven to win
+or to lose). The bands are a source only when proven; a rehearsal that proved nothing
+still routes (its crossover 0: the baseline serves) when no band proves anything.
+As `decide` does, both assume the gain does not grow with load.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import Row, select
+from sqlalchemy import Row, and_, func, select
 from sqlalchemy.orm import Session
 
-from gate.db.models import EngineSample, Rehearsal
+from gate.db.models import EngineSample, Rehearsal, Verdict
 from gate.pairs.load import RUNNING
 from gate.rehearse import repository
 from gate.stats.ids import ALL
 
 REHEARSAL = "rehearsal"
+LOAD_BANDS = "load_bands"
 # What the gateway routes by when it has no crossover to trust (the baseline serves all).
 STALE = "stale"
 MISSING = "missing"
@@ -41,6 +56,11 @@ class SegmentCrossover:
     low: int | None
     high: int | None
     text: str
+
+    @property
+    def proven(self) -> bool:
+        """Whether some level was proven to win or to lose (the interval has an end)."""
+        return self.low is not None or self.high is not None
 
 
 @dataclass(frozen=True)
@@ -97,23 +117,120 @@ def from_rehearsal(row: Rehearsal) -> Crossover | None:
     found = row.summary.get("crossover")
     if not isinstance(found, dict) or ALL not in found:
         return None
-    segments = {name: _segment(value) for name, value in found.items() if isinstance(value, dict)}
+    top = _top_wins(row.summary.get("levels"))
+    segments = {
+        name: _segment(value, top.get(name))
+        for name, value in found.items()
+        if isinstance(value, dict)
+    }
     measured = row.run_at or row.recorded_at
     return Crossover(segments=segments, source=REHEARSAL, measured_at=measured.timestamp())
 
 
-def _segment(value: Mapping[str, object]) -> SegmentCrossover:
+def _top_wins(levels: object) -> dict[str, int]:
+    """Return the segments that won at the highest level swept, with that level."""
+    if not isinstance(levels, list) or not levels or not isinstance(levels[-1], dict):
+        return {}
+    top = levels[-1]
+    at, segments = top.get("concurrency"), top.get("segments")
+    if not isinstance(at, int) or not isinstance(segments, dict):
+        return {}
+    return {
+        name: at
+        for name, cell in segments.items()
+        if isinstance(cell, dict) and cell.get("call") == "wins"
+    }
+
+
+def _segment(value: Mapping[str, object], top: int | None) -> SegmentCrossover:
     low, high = value.get("low"), value.get("high")
-    low = low if isinstance(low, int) else None
+    low = low if isinstance(low, int) else top  # won at every level: the highest swept
     high = high if isinstance(high, int) else None
     return SegmentCrossover(level=low or 0, low=low, high=high, text=str(value.get("text", "")))
 
 
+def from_bands(bands: Sequence[Mapping[str, Any]], at: datetime) -> Crossover | None:
+    """Return the crossover a verdict's load bands prove (None: no band wins or loses).
+
+    Args:
+        bands: the verdict's bands, lowest load first (`ratio`, `lower`, `upper`: the
+            candidate's latency over the baseline's; `candidate_load`: mean running
+            requests on the candidate at the pairs' start).
+        at: when the verdict was made.
+
+    Returns:
+        The crossover of segment `all`, source `load_bands`.
+    """
+    calls = [_band_call(band) for band in bands]
+    won = [i for i, call in enumerate(calls) if call == "wins"]
+    after = won[-1] + 1 if won else 0
+    lost = next((i for i in range(after, len(calls)) if calls[i] == "loses"), None)
+    if not won and lost is None:
+        return None
+    low = math.floor(_load(bands[won[-1]])) + 1 if won else None
+    high = math.ceil(_load(bands[lost])) if lost is not None else None
+    if low is None:
+        text = f"at or below {high} running requests (no band proven to win)"
+    elif high is None:
+        text = f"above {low} running requests; no band above proven to lose"
+    else:
+        text = f"between {low} and {high} running requests"
+    segment = SegmentCrossover(level=low or 0, low=low, high=high, text=text)
+    return Crossover(segments={ALL: segment}, source=LOAD_BANDS, measured_at=at.timestamp())
+
+
+def _band_call(band: Mapping[str, Any]) -> str:
+    lower, upper = band.get("lower"), band.get("upper")
+    if not isinstance(band.get("candidate_load"), int | float):
+        return "unclear"
+    if isinstance(upper, int | float) and 0 < upper < 1:
+        return "wins"
+    return "loses" if isinstance(lower, int | float) and 1 < lower < math.inf else "unclear"
+
+
+def _load(band: Mapping[str, Any]) -> float:
+    return float(band["candidate_load"])
+
+
+def newest_proven(*found: Crossover | None) -> Crossover | None:
+    """Return the most recent crossover whose `all` is proven, else the first one given."""
+    proven = [c for c in found if c is not None and c.of(ALL).proven]
+    if proven:
+        return max(proven, key=lambda c: c.measured_at)
+    return next((c for c in found if c is not None), None)
+
+
 def crossovers(session: Session, rollout_ids: list[int]) -> dict[int, Crossover]:
-    """Return the crossovers of these rollouts' recorded rehearsals, by rollout id."""
-    rows = repository.of_rollouts(session, rollout_ids) if rollout_ids else {}
-    found = {rollout_id: from_rehearsal(row) for rollout_id, row in rows.items()}
+    """Return the crossover each of these rollouts routes by: its recorded rehearsal's
+    or its latest verdict's load bands', the more recent proven one, by rollout id."""
+    if not rollout_ids:
+        return {}
+    rehearsed = {
+        rollout_id: from_rehearsal(row)
+        for rollout_id, row in repository.of_rollouts(session, rollout_ids).items()
+    }
+    live = {
+        rollout_id: from_bands(bands, at)
+        for rollout_id, bands, at in _latest_bands(session, rollout_ids)
+    }
+    found = {r: newest_proven(rehearsed.get(r), live.get(r)) for r in rollout_ids}
     return {rollout_id: cross for rollout_id, cross in found.items() if cross is not None}
+
+
+def _latest_bands(
+    session: Session, rollout_ids: list[int]
+) -> Iterable[Row[int, list[dict[str, Any]], datetime]]:
+    """Return each rollout's latest verdict's load bands and when it was made."""
+    newest = (
+        select(Verdict.rollout_id, func.max(Verdict.created_at).label("at"))
+        .where(Verdict.rollout_id.in_(rollout_ids))
+        .group_by(Verdict.rollout_id)
+        .subquery()
+    )
+    joined = and_(Verdict.rollout_id == newest.c.rollout_id, Verdict.created_at == newest.c.at)
+    return session.execute(
+        select(Verdict.rollout_id, Verdict.bands, Verdict.created_at).join(newest, joined)
+    ).all()
 
 
 def running(session: Session, route_ids: list[int], *, since: datetime) -> dict[int, Running]:

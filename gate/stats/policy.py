@@ -194,11 +194,13 @@ class Guardrails(_Model):
 
 class Promotion(_Model):
     """What promotion sends to the candidate: everything, or (`route_by_load`) each
-    request only while the candidate's running requests are below the crossover the
-    rollout's recorded rehearsal measured for its segment (`gate.routing.crossover`).
+    request only while the candidate's running requests are below its segment's
+    crossover, from the rollout's recorded rehearsal or its latest verdict's load bands,
+    whichever is more recent and proven (`gate.routing.crossover`).
 
-    Off at the crossover C, back on below `max(1, C - hysteresis)`; a rehearsal older than
-    `crossover_max_age_s`, or none, sends everything to the baseline (no speculation)."""
+    Off at the crossover C, back on below `max(1, C - hysteresis)`; a crossover measured
+    more than `crossover_max_age_s` ago, or none, sends everything to the baseline (no
+    speculation)."""
 
     route_by_load: bool = False
     hysteresis: int = Field(1, ge=0, le=1024)
@@ -449,10 +451,11 @@ segments: [code, json, rag, chat, creative]  # declared from request features on
 segment_margin_factor: 2.5  # a segment sees ~1/5 of the pairs: ~sqrt(5) wider bounds
 stages: [1.0, 5.0, 25.0, 100.0]  # percent of traffic; promote advances one stage
 promotion:              # what the promoted rollout routes to the candidate
-  route_by_load: false  # true: only below its segment's rehearsed crossover C (running
-                        # requests); the mirror slice and the gate keep running
+  route_by_load: false  # true: only below its segment's crossover C (running requests;
+                        # the rehearsal's or the live load bands', the more recent proven
+                        # one); the mirror slice and the gate keep running
   hysteresis: 1         # off at C, back on below max(1, C - hysteresis): no flapping
-  crossover_max_age_s: 604800.0  # an older rehearsal (or none): all to the baseline
+  crossover_max_age_s: 604800.0  # an older crossover (or none): all to the baseline
 min_pairs: 1000         # complete pairs after warm-up before any promotion
 min_duration_s: 1800.0  # and 30 minutes, to cover load swings
 warmup_pairs: 200       # excluded from tests; fixes tail thresholds and acceptance level

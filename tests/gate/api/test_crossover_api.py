@@ -8,6 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from gate.db.enums import Decision
+from gate.db.models import Verdict
 from gate.rollouts import service
 from gate.rollouts.states import Action
 from tests import factories
@@ -68,3 +70,53 @@ def test_a_running_rollout_shows_what_promotion_will_route_by(api, pg_committing
     shown = glance(api, rollout_id)["crossover"]
     assert not shown["routing_by_load"] and shown["source"] == "rehearsal"
     assert glance(api, api.rollout_id)["crossover"] is None  # promotion sends everything
+
+
+def judge(pg_committing, rollout_id: int, at: datetime, bands: list[dict]) -> None:
+    """Store a verdict made at `at` with these load bands, as the gate does."""
+    with pg_committing() as db, db.begin():
+        db.add(Verdict(rollout_id=rollout_id, stage=0, decision=Decision.CONTINUE,
+                       created_at=at, bands=bands))  # fmt: skip
+
+
+# Mirrored pairs won below 3 running requests on the candidate and lost near 9.
+LIVE = [
+    {"band": "<2", "ratio": 0.8, "lower": 0.75, "upper": 0.86, "n": 120,
+     "candidate_load": 0.7, "baseline_load": 3.0, "proven": True},
+    {"band": "2-4", "ratio": 0.9, "lower": 0.84, "upper": 0.97, "n": 90,
+     "candidate_load": 2.6, "baseline_load": 3.1, "proven": False},
+    {"band": "8-16", "ratio": 1.2, "lower": 1.1, "upper": 1.3, "n": 60,
+     "candidate_load": 8.4, "baseline_load": 3.2, "proven": False},
+]  # fmt: skip
+
+
+def test_the_live_load_bands_route_when_more_recent_than_the_rehearsal(api, pg_committing):
+    rollout_id = by_load_rollout(pg_committing, promote=True)
+    now = datetime.now(UTC).replace(microsecond=0)
+    judge(pg_committing, rollout_id, now - timedelta(hours=2), LIVE)
+    record(api, rollout_id, now - timedelta(hours=1))
+    assert glance(api, rollout_id)["crossover"]["source"] == "rehearsal"
+    judge(pg_committing, rollout_id, now, LIVE)
+    shown = glance(api, rollout_id)["crossover"]
+    assert shown["source"] == "load_bands"
+    assert datetime.fromisoformat(shown["measured_at"]) == now
+    assert shown["segments"] == {"all": {"crossover": 3, "low": 3, "high": 9,
+        "text": "between 3 and 9 running requests"}}  # fmt: skip
+
+
+def test_bands_that_prove_nothing_leave_the_rehearsal_in_force(api, pg_committing):
+    rollout_id = by_load_rollout(pg_committing, promote=True)
+    now = datetime.now(UTC).replace(microsecond=0)
+    record(api, rollout_id, now - timedelta(hours=1))
+    unclear = [{**LIVE[1], "upper": 1.05}]
+    judge(pg_committing, rollout_id, now, unclear)
+    assert glance(api, rollout_id)["crossover"]["source"] == "rehearsal"
+    judge(pg_committing, rollout_id, now + timedelta(seconds=1), [])  # no loads stamped
+    assert glance(api, rollout_id)["crossover"]["source"] == "rehearsal"
+
+
+def test_proven_bands_route_a_rollout_without_a_rehearsal(api, pg_committing):
+    rollout_id = by_load_rollout(pg_committing, promote=True)
+    judge(pg_committing, rollout_id, datetime.now(UTC), LIVE)
+    shown = glance(api, rollout_id)["crossover"]
+    assert shown["source"] == "load_bands" and shown["segments"]["all"]["crossover"] == 3

@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from gate.db.enums import RolloutMode, RolloutState
-from gate.db.models import EngineSample, Rollout
+from gate.db.enums import Decision, RolloutMode, RolloutState
+from gate.db.models import EngineSample, Rollout, Verdict
 from gate.engines.sim import SimProfile, create_sim_app
 from gate.gateway.by_load import LoadRouter
 from gate.pairs.load import RUNNING
@@ -142,6 +142,30 @@ def test_a_stale_crossover_sends_everything_to_the_baseline(tmp_path):
         assert wait_until(lambda: routed_by(stack, 8))
         assert served(stack) == ("baseline", "crossover_stale")
         assert 'segment="all",source="stale"} 0.0' in metrics(stack)
+
+
+def judge(stack: Stack, bands: list[dict[str, Any]]) -> None:
+    """Store a verdict made now with these load bands, as the gate does."""
+    with stack.factory() as session, session.begin():
+        session.add(Verdict(rollout_id=stack.rollout_id, decision=Decision.CONTINUE,
+                            bands=bands, created_at=datetime.now(UTC)))  # fmt: skip
+
+
+def test_proven_live_load_bands_newer_than_the_rehearsal_route(tmp_path):
+    with promoted(tmp_path) as stack:
+        record(stack, crossover_summary(8, run_at=datetime.now(UTC) - timedelta(hours=1)))
+        assert wait_until(lambda: routed_by(stack, 8))
+        gauge(stack, 3.0)
+        assert served(stack) == ("candidate", "below_crossover")
+        # The mirrored pairs won at 1.4 running requests on average and lost at 4.5.
+        won = {"band": "<2", "ratio": 0.8, "lower": 0.7, "upper": 0.9, "n": 90,
+               "candidate_load": 1.4, "baseline_load": 2.0, "proven": True}  # fmt: skip
+        lost = {**won, "band": "4-8", "lower": 1.1, "upper": 1.3, "candidate_load": 4.5}
+        judge(stack, [won, lost])
+        assert wait_until(lambda: routed_by(stack, 2))
+        assert 'segment="all",source="load_bands"} 2.0' in metrics(stack)
+        gauge(stack, 3.0)
+        assert served(stack) == ("baseline", "above_crossover")
 
 
 def test_the_kill_switch_ends_routing_by_load(tmp_path):
