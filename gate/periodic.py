@@ -59,6 +59,26 @@ def watch_controllers(sessions: sessionmaker[Session], publisher: Publisher | No
     return len(held)
 
 
+def drive_traffic(
+    sessions: sessionmaker[Session], publisher: Publisher | None, settings: Settings
+) -> int:
+    """Bring every traffic link's objects to its rollout's state; return how many writes."""
+    from gate.controllers import kube, traffic
+
+    if not traffic.has_links(sessions):
+        return 0
+    api = kube.connect(settings.kubeconfig)
+    try:
+        return traffic.reconcile_all(
+            sessions,
+            api=api,
+            publisher=publisher,
+            confirm_timeout_s=settings.traffic_confirm_timeout_s,
+        )
+    finally:
+        api.close()
+
+
 def sweep_pairs(sessions: sessionmaker[Session], enqueue: Enqueue, settings: Settings) -> int:
     """Drop pairs past their deadline (completing those whose completion was missed) and
     enqueue again evaluations that never ran; return how many pairs were dropped."""
@@ -162,7 +182,10 @@ JOBS: tuple[PeriodicJob, ...] = (
     PeriodicJob(
         "controller_watch",
         "specgate.controller_watch",
-        lambda c: watch_controllers(c.sessions, c.publisher),
+        lambda c: (
+            watch_controllers(c.sessions, c.publisher)
+            + drive_traffic(c.sessions, c.publisher, c.settings)
+        ),
         _every("gate_interval_s"),
     ),
     PeriodicJob(
