@@ -71,9 +71,11 @@ class FakeApiServer:
     def set_status(self, path: str, status: Body) -> None:
         """Write an object's status (what a controller does through `/status`)."""
         with self.lock:
-            body = self.objects[path]
+            body = copy.deepcopy(self.objects[path])
             body["status"] = status
+            self._default_and_validate(body)
             body["metadata"]["resourceVersion"] = self._next()
+            self.objects[path] = body
 
     def edit(self, path: str, change: Callable[[Body], None]) -> Body:
         """A person's `kubectl edit`: change the object and store it as a PUT would."""

@@ -93,7 +93,10 @@ def kserve_controller(fake: FakeApiServer, member: dict[str, Any]) -> None:
         path_of(member),
         {
             "observedGeneration": generation,
-            "conditions": [condition("Ready", True, generation, "Ready")],
+            # Knative-style conditions: no observedGeneration of their own.
+            "conditions": [
+                {"type": "Ready", "status": "True", "lastTransitionTime": STAMP},
+            ],
         },
     )
 
