@@ -64,10 +64,16 @@ def drive_traffic(
 ) -> int:
     """Bring every traffic link's objects to its rollout's state; return how many writes."""
     from gate.controllers import kube, traffic
+    from gate.errors import ConfigError
 
     if not traffic.has_links(sessions):
         return 0
-    api = kube.connect(settings.kubeconfig)
+    try:
+        api = kube.connect(settings.kubeconfig)
+    except ConfigError as exc:
+        traffic.hold_all(sessions, publisher=publisher, reason=exc.message)
+        log.warning("traffic_unconfigured reason=%s", exc.message)
+        return 0
     try:
         return traffic.reconcile_all(
             sessions,

@@ -104,6 +104,22 @@ def reconcile_all(
     return wrote
 
 
+def hold_all(sessions: sessionmaker[Session], *, publisher: Publisher | None, reason: str) -> None:
+    """Hold every running rollout with a traffic link (no API server to drive them on)."""
+    with sessions() as session:
+        ids = _link_ids(session)
+    for rollout_id in ids:
+        with sessions() as session, session.begin():
+            rollout = repository.get_rollout(session, rollout_id, for_update=True)
+            if rollout is not None:
+                _hold(
+                    session,
+                    rollout,
+                    f"{reason}; specgate holds and never promotes blind",
+                    publisher,
+                )
+
+
 def _link_ids(session: Session) -> list[int]:
     kind = ControllerLink.controller == ControllerKind.K8S_TRAFFIC
     return list(session.scalars(select(ControllerLink.rollout_id).where(kind)).all())

@@ -8,8 +8,10 @@ import pytest
 
 from gate.db.enums import RolloutMode, RolloutState
 from gate.db.models import ControllerLink
+from gate.periodic import drive_traffic
 from gate.rollouts import service
 from gate.rollouts.states import Action
+from gate.settings import Settings
 from tests import factories
 from tests.gate.controllers.traffic_world import (
     POOL,
@@ -166,3 +168,17 @@ def test_a_gateway_without_mirror_percent_gets_weights_only_and_says_so(specgate
     assert cluster.mirrors() == [] and cluster.weights()[EAGLE] == 50  # 0.1 x 5 %
     with specgate.sessions() as db:
         assert db.get(ControllerLink, rollout_id).written["verified"] is True
+
+
+def test_the_periodic_job_drives_through_the_configured_kubeconfig(specgate, cluster, pg_url):
+    rollout_id = linked(specgate, RolloutMode.SHADOW)
+    settings = Settings(database_url=pg_url, secret_key="s", kubeconfig=cluster.kubeconfig)
+    assert drive_traffic(specgate.sessions, specgate.bus, settings) == 1
+    assert [m["percent"] for m in cluster.mirrors()] == [5]
+    # No API server configured at all: held, never driven blind.
+    unset = Settings(
+        database_url=pg_url, secret_key="s", kubeconfig=cluster.kubeconfig.parent / "none"
+    )
+    assert drive_traffic(specgate.sessions, specgate.bus, unset) == 0
+    assert state(specgate, rollout_id) is RolloutState.HELD
+    assert "kubeconfig" in audit(specgate, "hold")[-1].reason
