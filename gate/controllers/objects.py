@@ -70,11 +70,15 @@ def route_apply(route: Body, target: HttpRouteTarget, desired: Desired) -> Body:
     base = _find(refs, target.baseline)
     if base is None:
         raise Shape(f"rule {target.rule} has no backendRef {target.baseline.name}")
+    share = desired.mirror if target.mirrors else 0.0
     spec = _find(refs, target.speculative)
-    if spec is None:
+    # A speculative backend the rule lacks is added only to carry weight or a mirror.
+    if spec is None and (desired.weight or share):
         spec = _backend_ref(target.speculative)
         refs.append(spec)
-    base["weight"], spec["weight"] = TOTAL - desired.weight, desired.weight
+    base["weight"] = TOTAL - desired.weight
+    if spec is not None:
+        spec["weight"] = desired.weight
     kept = [
         f
         for f in rule.get("filters") or []
@@ -83,7 +87,6 @@ def route_apply(route: Body, target: HttpRouteTarget, desired: Desired) -> Body:
             and f["requestMirror"]["backendRef"]["name"] == target.speculative.name
         )
     ]
-    share = desired.mirror if target.mirrors else 0.0
     if share > 0:
         kept.append({"type": MIRROR, "requestMirror": _mirror(target.speculative, share)})
     if kept:

@@ -161,7 +161,8 @@ def _pass(
     killing = rollout.state is RolloutState.KILLED and written.get("state") != "killed"
     if written and driver.view(current) != written["view"] and not killing:
         return _edited(session, link=link, rollout=rollout, driver=driver, current=current)
-    if written and not written.get("verified"):
+    # A kill never waits for the previous change's confirmation.
+    if written and not written.get("verified") and not killing:
         _confirm(session, link=link, rollout=rollout, driver=driver, current=current)
         if not link.written or not link.written.get("verified"):
             return 0

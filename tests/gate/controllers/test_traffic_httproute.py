@@ -17,7 +17,9 @@ from tests.gate.controllers.traffic_world import (
     POOL,
     ROUTE,
     audit,
+    condition,
     drive,
+    gateway_controller,
     link_body,
 )
 
@@ -182,3 +184,42 @@ def test_the_periodic_job_drives_through_the_configured_kubeconfig(specgate, clu
     assert drive_traffic(specgate.sessions, specgate.bus, unset) == 0
     assert state(specgate, rollout_id) is RolloutState.HELD
     assert "kubeconfig" in audit(specgate, "hold")[-1].reason
+
+
+def test_no_next_stage_until_the_status_confirms_the_last_change(specgate, cluster):
+    cluster.fake.reactors = []  # the gateway has not reconciled the route yet
+    rollout_id = linked(specgate, RolloutMode.CANARY)
+    assert drive(specgate, cluster, confirm_timeout_s=0.3) == 1
+    assert audit(specgate, "controller.traffic.applied") == []
+    act(specgate, rollout_id, Action.PROMOTE)
+    assert drive(specgate, cluster, confirm_timeout_s=0.3) == 0  # waits for the status
+    assert cluster.weights()[EAGLE] == 500
+    gateway_controller(cluster.fake, cluster.fake.read(ROUTE))
+    cluster.fake.reactors = [gateway_controller]
+    assert drive(specgate, cluster) == 1
+    assert len(audit(specgate, "controller.traffic.applied")) == 2
+    assert cluster.weights()[EAGLE] == 2500
+
+
+def test_a_route_the_gateway_refuses_holds_the_rollout(specgate, cluster):
+    def refusing(fake, route):
+        generation = route["metadata"]["generation"]
+        refused = condition("Accepted", False, generation, "NotAllowedByListeners")
+        parents = [
+            {
+                "parentRef": route["spec"]["parentRefs"][0],
+                "controllerName": "example.com/gateway",
+                "conditions": [
+                    refused,
+                    condition("ResolvedRefs", True, generation, "ResolvedRefs"),
+                ],
+            }
+        ]
+        fake.set_status(ROUTE, {"parents": parents})
+
+    cluster.fake.reactors = [refusing]
+    rollout_id = linked(specgate, RolloutMode.CANARY)
+    drive(specgate, cluster)
+    assert state(specgate, rollout_id) is RolloutState.HELD
+    reason = audit(specgate, "hold")[-1].reason
+    assert "not applied" in reason and "Accepted is False: NotAllowedByListeners" in reason

@@ -150,12 +150,12 @@ def cluster(tmp_path) -> Iterator[Cluster]:
         yield Cluster(fake, server, path)
 
 
-def drive(specgate: Any, cluster: Cluster) -> int:
+def drive(specgate: Any, cluster: Cluster, confirm_timeout_s: float = 5) -> int:
     """One pass of the traffic driver, as the periodic job runs it."""
     api = cluster.api()
     try:
         return traffic.reconcile_all(
-            specgate.sessions, api=api, publisher=specgate.bus, confirm_timeout_s=5
+            specgate.sessions, api=api, publisher=specgate.bus, confirm_timeout_s=confirm_timeout_s
         )
     finally:
         api.close()
