@@ -36,7 +36,7 @@ from gate.controllers.kube import Body, KubeApi, KubeError, KubeUnreachable, Obj
 from gate.controllers.objects import Check, Desired, Shape
 from gate.controllers.targets import HttpRouteTarget, KServeTarget, Target
 from gate.db.enums import RolloutMode, RolloutState
-from gate.db.models import ControllerKind, ControllerLink, Rollout
+from gate.db.models import AuditEvent, ControllerKind, ControllerLink, Rollout
 from gate.rollouts import repository
 from gate.rollouts.exposure import exposure_of
 from gate.rollouts.states import Action
@@ -44,6 +44,7 @@ from gate.routing import service as routing
 from gate.routing.pubsub import Publisher
 
 ACTOR = "specgate:traffic"
+BLOCKED = "controller.traffic.blocked"
 CONFLICT_RETRIES = 3
 TARGET = TypeAdapter(Target)
 Objects = dict[str, Body]
@@ -145,6 +146,8 @@ def reconcile(
         _hold(
             session, rollout, f"{exc.message}; specgate holds and never promotes blind", publisher
         )
+    except KubeError as exc:
+        _hold(session, rollout, f"the API server refused: {exc.message}", publisher)
     except Hold as exc:
         _hold(session, rollout, str(exc), publisher)
     return 0
@@ -306,8 +309,10 @@ def _audit_write(
 
 def _hold(session: Session, rollout: Rollout, reason: str, publisher: Publisher | None) -> None:
     if rollout.state is not RolloutState.RUNNING:
+        if _last_blocked(session, rollout.id) == reason:
+            return  # said once is enough: each pass would repeat it
         audit.record(
-            session, actor=ACTOR, action="controller.traffic.blocked", rollout_id=rollout.id,
+            session, actor=ACTOR, action=BLOCKED, rollout_id=rollout.id,
             reason=reason,
         )  # fmt: skip
         return
@@ -319,6 +324,16 @@ def _hold(session: Session, rollout: Rollout, reason: str, publisher: Publisher 
         reason=reason,
         publisher=publisher,
     )
+
+
+def _last_blocked(session: Session, rollout_id: int) -> str | None:
+    last = session.scalars(
+        select(AuditEvent)
+        .where(AuditEvent.rollout_id == rollout_id)
+        .order_by(AuditEvent.id.desc())
+        .limit(1)
+    ).first()
+    return last.reason if last is not None and last.action == BLOCKED else None
 
 
 class Driver:

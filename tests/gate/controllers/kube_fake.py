@@ -5,6 +5,7 @@ this server does what the real one does for custom resources, as far as specgate
 GET, PUT, PATCH (merge patch and JSON patch) of named objects; `metadata.resourceVersion`
 required on PUT and a stale one answered 409; `?dryRun=All` validates and stores nothing;
 the status subresource (a PUT of the object keeps its status, `/status` changes only status);
+RBAC for one token (the example Roles: a verb on a resource not named there is a 403);
 `metadata.generation` bumped on spec changes; structural defaults applied; and every object
 validated against its CRD's openAPIV3Schema with unknown fields refused (422). CEL rules
 (`x-kubernetes-validations`) are not evaluated.
@@ -48,6 +49,9 @@ class FakeApiServer:
         # Called once before the next PUT is handled (a person's write racing specgate's).
         self.before_put: Callable[[], None] | None = None
         self.requests: list[tuple[str, str]] = []
+        # RBAC for one bearer token: the rules of its Roles (None: everything is allowed).
+        self.token: str | None = None
+        self.rules: list[Body] = []
 
     # The store, as a test or a reactor uses it (no HTTP).
 
@@ -226,6 +230,29 @@ class _Handler(BaseHTTPRequestHandler):
         kind = self.headers.get("Content-Type", "")
         self._answer(lambda path, _q: self.fake.patch(path, self._json(), kind))
 
+    def _authorize(self, path: str) -> None:
+        if (
+            self.fake.token is None
+            or self.headers.get("Authorization") != f"Bearer {self.fake.token}"
+        ):
+            return
+        parts = path.strip("/").split("/")
+        group = "" if parts[0] == "api" else parts[1]
+        at = parts.index("namespaces")
+        resource, name = parts[at + 2], parts[at + 3]
+        if parts[at + 4 :]:
+            resource += "/" + parts[at + 4]
+        verb = {"GET": "get", "PUT": "update", "PATCH": "patch"}[self.command]
+        for rule in self.fake.rules:
+            if (
+                group in rule["apiGroups"]
+                and resource in rule["resources"]
+                and verb in rule["verbs"]
+                and name in rule.get("resourceNames", [name])
+            ):
+                return
+        raise ApiError(403, "Forbidden", f"cannot {verb} {resource}/{name}: not in the Role")
+
     def _json(self) -> Any:
         length = int(self.headers.get("Content-Length") or 0)
         return json.loads(self.rfile.read(length) or b"null")
@@ -234,6 +261,7 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlparse(self.path)
         self.fake.requests.append((self.command, self.path))
         try:
+            self._authorize(url.path)
             if url.path.removesuffix("/status") not in self.fake.objects:
                 raise ApiError(404, "NotFound", f"{url.path} not found")
             code, body = 200, act(url.path, parse_qs(url.query))

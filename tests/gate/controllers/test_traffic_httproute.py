@@ -223,3 +223,30 @@ def test_a_route_the_gateway_refuses_holds_the_rollout(specgate, cluster):
     assert state(specgate, rollout_id) is RolloutState.HELD
     reason = audit(specgate, "hold")[-1].reason
     assert "not applied" in reason and "Accepted is False: NotAllowedByListeners" in reason
+
+
+def test_an_object_outside_the_role_is_refused_and_holds(specgate, cluster):
+    other = cluster.fake.read(ROUTE)
+    other["metadata"] = {"name": "other-route", "namespace": "llm"}
+    other.pop("status", None)
+    cluster.fake.create(other)
+    rollout_id = linked(specgate, RolloutMode.CANARY)
+    with specgate.sessions() as db, db.begin():
+        link = db.get(ControllerLink, rollout_id)
+        link.target = {**link.target, "name": "other-route"}
+    drive(specgate, cluster)
+    assert state(specgate, rollout_id) is RolloutState.HELD
+    assert "403" in audit(specgate, "hold")[-1].reason
+
+
+def test_an_unreachable_api_server_after_promotion_is_recorded_once(specgate, cluster):
+    rollout_id = linked(specgate, RolloutMode.CANARY)
+    for _ in range(3):
+        act(specgate, rollout_id, Action.PROMOTE)
+    drive(specgate, cluster)
+    cluster.server.stop()
+    drive(specgate, cluster)
+    drive(specgate, cluster)
+    assert state(specgate, rollout_id) is RolloutState.PROMOTED
+    (blocked,) = audit(specgate, "controller.traffic.blocked")
+    assert "unreachable" in blocked.reason

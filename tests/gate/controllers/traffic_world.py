@@ -23,6 +23,7 @@ ROUTE = "/apis/gateway.networking.k8s.io/v1/namespaces/llm/httproutes/llama-8b"
 POOL = "/apis/inference.networking.k8s.io/v1/namespaces/llm/inferencepools/llama-8b-eagle3"
 MEMBERS = "/apis/serving.kserve.io/v1alpha2/namespaces/llm/llminferenceservices/"
 STAMP = "2026-11-28T00:00:00Z"
+TOKEN = "specgate-service-account-token"
 
 
 def examples(folder: str) -> list[dict[str, Any]]:
@@ -136,6 +137,10 @@ def cluster(tmp_path) -> Iterator[Cluster]:
     for doc in examples("gie") + examples("kserve"):
         if doc["kind"] in ("HTTPRoute", "InferencePool", "LLMInferenceService"):
             fake.create(doc)
+        if doc["kind"] == "Role":
+            fake.rules += doc["rules"]
+    # specgate's token gets only what the examples' Roles grant.
+    fake.token = TOKEN
     with fake.serve() as server:
         config = {
             "apiVersion": "v1",
@@ -143,7 +148,7 @@ def cluster(tmp_path) -> Iterator[Cluster]:
             "current-context": "test",
             "contexts": [{"name": "test", "context": {"cluster": "fake", "user": "specgate"}}],
             "clusters": [{"name": "fake", "cluster": {"server": server.url}}],
-            "users": [{"name": "specgate", "user": {"token": "t"}}],
+            "users": [{"name": "specgate", "user": {"token": TOKEN}}],
         }
         path = tmp_path / "kubeconfig"
         path.write_text(yaml.safe_dump(config))
