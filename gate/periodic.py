@@ -188,11 +188,14 @@ JOBS: tuple[PeriodicJob, ...] = (
     PeriodicJob(
         "controller_watch",
         "specgate.controller_watch",
-        lambda c: (
-            watch_controllers(c.sessions, c.publisher)
-            + drive_traffic(c.sessions, c.publisher, c.settings)
-        ),
+        lambda c: watch_controllers(c.sessions, c.publisher),
         _every("gate_interval_s"),
+    ),
+    PeriodicJob(
+        "traffic",
+        "specgate.drive_traffic",
+        lambda c: drive_traffic(c.sessions, c.publisher, c.settings),
+        _every("traffic_interval_s"),
     ),
     PeriodicJob(
         "sweep_pairs",

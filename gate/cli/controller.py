@@ -61,7 +61,7 @@ def controller(
     if target:
         typer.echo(
             f"rollout {rollout_id} drives {target.kind} objects in {target.namespace} itself;"
-            " the controller watch job writes them each gate interval"
+            " the traffic job writes them every SPECGATE_TRAFFIC_INTERVAL_S"
         )
     else:
         typer.echo(
