@@ -5,7 +5,8 @@ An HTTPRoute rule's two backendRefs carry proportional weights; specgate's mirro
 rule-level `RequestMirror` filter to the speculative backend. An LLMInferenceService member
 carries `spec.router.route.{group,weight}`; `serving.kserve.io/stop: "true"` scales it to
 zero and keeps its weight for rollback. The "view" of an object is only the fields specgate
-owns: it tells specgate's own writes from anyone else's.
+owns: it tells specgate's own writes from anyone else's. A `Driver` does all of this for
+one link's objects.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from gate.controllers.kube import Body
+from gate.controllers.kube import Body, KubeApi, ObjectRef
 from gate.controllers.targets import Backend, HttpRouteTarget, KServeTarget
 
 # Weights are written out of this total: a share of 1 % is a weight of 100.
@@ -41,6 +42,9 @@ class Check:
 
 
 PENDING = Check(applied=False)
+
+
+Objects = dict[str, Body]
 
 
 class Shape(Exception):
@@ -206,3 +210,90 @@ def _mirror_share(mirror: Body) -> float:
         fraction = mirror["fraction"]
         return round(float(fraction["numerator"]) / float(fraction.get("denominator", 100)), 6)
     return round(float(mirror.get("percent", 100)) / 100, 6)
+
+
+class Hold(Exception):
+    """The pass cannot go on safely: hold a running rollout with this reason."""
+
+
+class Driver:
+    """One link's objects: read them, view the fields specgate owns, set them, check them."""
+
+    def __init__(self, target: HttpRouteTarget | KServeTarget, api: KubeApi) -> None:
+        self.target = target
+        self.api = api
+
+    @property
+    def mirrors(self) -> bool:
+        """Whether specgate writes a mirror on this target."""
+        return isinstance(self.target, HttpRouteTarget) and self.target.mirrors
+
+    def names(self) -> list[str]:
+        """The objects' names."""
+        if isinstance(self.target, HttpRouteTarget):
+            return [self.target.name]
+        return [self.target.baseline, self.target.speculative]
+
+    def ref(self, name: str) -> ObjectRef:
+        """One object's REST location."""
+        if isinstance(self.target, HttpRouteTarget):
+            return self.target.ref()
+        return self.target.ref(name)
+
+    def describe(self) -> str:
+        """Say which"""
+        return " and ".join(self.ref(n).describe() for n in self.names())
+
+    def read(self) -> Objects:
+        """GET every object; a missing one holds."""
+        found = {}
+        for name in self.names():
+            body = self.api.get(self.ref(name))
+            if body is None:
+                raise Hold(f"{self.ref(name).describe()} does not exist")
+            found[name] = body
+        return found
+
+    def view(self, current: Objects) -> Any:
+        """The fields specgate owns, across the"""
+        try:
+            if isinstance(self.target, HttpRouteTarget):
+                return route_view(current[self.target.name], self.target)
+            return {n: member_view(b) for n, b in current.items()}
+        except Shape as exc:
+            raise Hold(f"{self.describe()}: {exc}") from exc
+
+    def apply(self, current: Objects, desired: Desired) -> Objects:
+        """Every object as `desired` says."""
+        target = self.target
+        try:
+            if isinstance(target, HttpRouteTarget):
+                return {target.name: route_apply(current[target.name], target, desired)}
+        except Shape as exc:
+            raise Hold(f"{self.describe()}: {exc}") from exc
+        spec = target.speculative
+        if desired.stop:
+            return {
+                target.baseline: current[target.baseline],
+                spec: member_apply(current[spec], target, weight=None, stop=True),
+            }
+        return {
+            target.baseline: member_apply(
+                current[target.baseline], target, weight=TOTAL - desired.weight, stop=None
+            ),
+            spec: member_apply(current[spec], target, weight=desired.weight, stop=False),
+        }
+
+    def check(self, name: str, body: Body) -> Check:
+        """What the object's status says about the last write."""
+        if isinstance(self.target, HttpRouteTarget):
+            return route_check(body)
+        stopped = (body["metadata"].get("annotations") or {}).get(STOP) == "true"
+        return member_check(body, stopped=stopped)
+
+    def require_backend(self) -> None:
+        """Hold rather than weight a backend that does not exist (its share would get 500s)."""
+        if isinstance(self.target, HttpRouteTarget):
+            ref = self.target.speculative.ref(self.target.namespace)
+            if self.api.get(ref) is None:
+                raise Hold(f"the speculative backend {ref.describe()} does not exist")

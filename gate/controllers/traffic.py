@@ -32,8 +32,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from gate import audit
 from gate.controllers import objects
-from gate.controllers.kube import Body, KubeApi, KubeError, KubeUnreachable, ObjectRef
-from gate.controllers.objects import Check, Desired, Shape
+from gate.controllers.kube import Body, KubeApi, KubeError, KubeUnreachable
+from gate.controllers.objects import Desired, Driver, Hold, Objects
 from gate.controllers.targets import HttpRouteTarget, KServeTarget, Target
 from gate.db.enums import RolloutMode, RolloutState
 from gate.db.models import AuditEvent, ControllerKind, ControllerLink, Rollout
@@ -47,11 +47,6 @@ ACTOR = "specgate:traffic"
 BLOCKED = "controller.traffic.blocked"
 CONFLICT_RETRIES = 3
 TARGET = TypeAdapter(Target)
-Objects = dict[str, Body]
-
-
-class Hold(Exception):
-    """The pass cannot go on safely: hold a running rollout with this reason."""
 
 
 def parse_target(raw: dict[str, Any]) -> HttpRouteTarget | KServeTarget:
@@ -334,86 +329,3 @@ def _last_blocked(session: Session, rollout_id: int) -> str | None:
         .limit(1)
     ).first()
     return last.reason if last is not None and last.action == BLOCKED else None
-
-
-class Driver:
-    """One link's objects: read them, view the fields specgate owns, set them, check them."""
-
-    def __init__(self, target: HttpRouteTarget | KServeTarget, api: KubeApi) -> None:
-        self.target = target
-        self.api = api
-
-    @property
-    def mirrors(self) -> bool:
-        """Whether specgate writes a mirror on this target."""
-        return isinstance(self.target, HttpRouteTarget) and self.target.mirrors
-
-    def names(self) -> list[str]:
-        """The objects' names."""
-        if isinstance(self.target, HttpRouteTarget):
-            return [self.target.name]
-        return [self.target.baseline, self.target.speculative]
-
-    def ref(self, name: str) -> ObjectRef:
-        """One object's REST location."""
-        if isinstance(self.target, HttpRouteTarget):
-            return self.target.ref()
-        return self.target.ref(name)
-
-    def describe(self) -> str:
-        """Say which objects."""
-        return " and ".join(self.ref(n).describe() for n in self.names())
-
-    def read(self) -> Objects:
-        """GET every object; a missing one holds."""
-        found = {}
-        for name in self.names():
-            body = self.api.get(self.ref(name))
-            if body is None:
-                raise Hold(f"{self.ref(name).describe()} does not exist")
-            found[name] = body
-        return found
-
-    def view(self, current: Objects) -> Any:
-        """The fields specgate owns, across the objects."""
-        try:
-            if isinstance(self.target, HttpRouteTarget):
-                return objects.route_view(current[self.target.name], self.target)
-            return {n: objects.member_view(b) for n, b in current.items()}
-        except Shape as exc:
-            raise Hold(f"{self.describe()}: {exc}") from exc
-
-    def apply(self, current: Objects, desired: Desired) -> Objects:
-        """Every object as `desired` says."""
-        target = self.target
-        try:
-            if isinstance(target, HttpRouteTarget):
-                return {target.name: objects.route_apply(current[target.name], target, desired)}
-        except Shape as exc:
-            raise Hold(f"{self.describe()}: {exc}") from exc
-        spec = target.speculative
-        if desired.stop:
-            return {
-                target.baseline: current[target.baseline],
-                spec: objects.member_apply(current[spec], target, weight=None, stop=True),
-            }
-        return {
-            target.baseline: objects.member_apply(
-                current[target.baseline], target, weight=objects.TOTAL - desired.weight, stop=None
-            ),
-            spec: objects.member_apply(current[spec], target, weight=desired.weight, stop=False),
-        }
-
-    def check(self, name: str, body: Body) -> Check:
-        """What the object's status says about the last write."""
-        if isinstance(self.target, HttpRouteTarget):
-            return objects.route_check(body)
-        stopped = (body["metadata"].get("annotations") or {}).get(objects.STOP) == "true"
-        return objects.member_check(body, stopped=stopped)
-
-    def require_backend(self) -> None:
-        """Hold rather than weight a backend that does not exist (its share would get 500s)."""
-        if isinstance(self.target, HttpRouteTarget):
-            ref = self.target.speculative.ref(self.target.namespace)
-            if self.api.get(ref) is None:
-                raise Hold(f"the speculative backend {ref.describe()} does not exist")
