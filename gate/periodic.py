@@ -59,6 +59,32 @@ def watch_controllers(sessions: sessionmaker[Session], publisher: Publisher | No
     return len(held)
 
 
+def drive_traffic(
+    sessions: sessionmaker[Session], publisher: Publisher | None, settings: Settings
+) -> int:
+    """Bring every traffic link's objects to its rollout's state; return how many writes."""
+    from gate.controllers import kube, traffic
+    from gate.errors import ConfigError
+
+    if not traffic.has_links(sessions):
+        return 0
+    try:
+        api = kube.connect(settings.kubeconfig)
+    except ConfigError as exc:
+        traffic.hold_all(sessions, publisher=publisher, reason=exc.message)
+        log.warning("traffic_unconfigured reason=%s", exc.message)
+        return 0
+    try:
+        return traffic.reconcile_all(
+            sessions,
+            api=api,
+            publisher=publisher,
+            confirm_timeout_s=settings.traffic_confirm_timeout_s,
+        )
+    finally:
+        api.close()
+
+
 def sweep_pairs(sessions: sessionmaker[Session], enqueue: Enqueue, settings: Settings) -> int:
     """Drop pairs past their deadline (completing those whose completion was missed) and
     enqueue again evaluations that never ran; return how many pairs were dropped."""
@@ -164,6 +190,12 @@ JOBS: tuple[PeriodicJob, ...] = (
         "specgate.controller_watch",
         lambda c: watch_controllers(c.sessions, c.publisher),
         _every("gate_interval_s"),
+    ),
+    PeriodicJob(
+        "traffic",
+        "specgate.drive_traffic",
+        lambda c: drive_traffic(c.sessions, c.publisher, c.settings),
+        _every("traffic_interval_s"),
     ),
     PeriodicJob(
         "sweep_pairs",

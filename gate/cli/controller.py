@@ -1,14 +1,19 @@
-"""`specgate rollout controller`: tie a rollout to Argo Rollouts or Flagger."""
+"""`specgate rollout controller`: tie a rollout to Argo Rollouts, Flagger or its traffic objects."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 
-from gate.cli.common import DatabaseOption, cli_actor, cli_transaction, settings_with
+from gate.cli.common import DatabaseOption, cli_actor, cli_transaction, read_yaml, settings_with
 from gate.controllers.links import link_rollout
+from gate.controllers.targets import HttpRouteTarget, KServeTarget, notes
+from gate.controllers.traffic import parse_target
 from gate.db.models import ControllerKind
+from gate.errors import InputMalformed
 
 
 def controller(
@@ -27,10 +32,20 @@ def controller(
             " argo-rollouts): only its polls count as check-ins."
         ),
     ] = None,
+    target_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--target",
+            help="k8s-traffic: a YAML or JSON file naming the objects specgate drives (an"
+            " HTTPRoute and its two backends, or two LLMInferenceService members); a link.json"
+            " of deploy/k8s/traffic/ works as it is.",
+        ),
+    ] = None,
     database_url: DatabaseOption = None,
 ) -> None:
     """Link a rollout to its controller; for Flagger, print a new hook token once."""
     settings = settings_with(database_url)
+    target = _target(target_file) if target_file else None
     with cli_transaction(settings) as db:
         _, token = link_rollout(
             db,
@@ -41,10 +56,32 @@ def controller(
             analysis_key=analysis_key,
             secret_key=settings.secret_key.get_secret_value(),
             actor=cli_actor(),
+            target=target,
         )
-    typer.echo(
-        f"rollout {rollout_id} linked to {kind.value}; held after {missed_polls} missed "
-        f"check-ins of {poll_interval_s:.0f} s (counted from its first check-in)"
-    )
+    if target:
+        typer.echo(
+            f"rollout {rollout_id} drives {target.kind} objects in {target.namespace} itself;"
+            " the traffic job writes them every SPECGATE_TRAFFIC_INTERVAL_S"
+        )
+    else:
+        typer.echo(
+            f"rollout {rollout_id} linked to {kind.value}; held after {missed_polls} missed "
+            f"check-ins of {poll_interval_s:.0f} s (counted from its first check-in)"
+        )
     if token:
         typer.echo(f"hook token (shown once; store it in a Secret, never in git):\n{token}")
+    for note in notes(target) if target else []:
+        typer.echo(f"note: {note}")
+
+
+def _target(path: Path) -> HttpRouteTarget | KServeTarget:
+    raw = read_yaml(path, "the target file")
+    if isinstance(raw, dict) and "target" in raw:
+        raw = raw["target"]
+    try:
+        return parse_target(raw)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise InputMalformed(
+            f"the target file {path} is not a traffic target: {problems}"
+        ) from None

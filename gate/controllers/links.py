@@ -23,8 +23,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gate import audit
+from gate.controllers.targets import HttpRouteTarget, KServeTarget
 from gate.db.base import utcnow
-from gate.db.enums import RolloutState
+from gate.db.enums import RolloutMode, RolloutState
 from gate.db.models import ApiKey, ControllerKind, ControllerLink, Rollout
 from gate.errors import BadRequest, Unauthorized
 from gate.keys.service import digest
@@ -48,10 +49,12 @@ def link_rollout(
     analysis_key: str | None,
     secret_key: str,
     actor: str,
+    target: HttpRouteTarget | KServeTarget | None = None,
 ) -> tuple[ControllerLink, str | None]:
     """Tie a rollout to a controller; for Flagger return a new hook token (shown once)."""
-    rollouts.get_rollout(session, rollout_id=rollout_id)
+    rollout = rollouts.get_rollout(session, rollout_id=rollout_id)
     _check_analysis_key(session, controller, analysis_key)
+    _check_target(rollout, controller, target)
     link = session.get(ControllerLink, rollout_id) or ControllerLink(rollout_id=rollout_id)
     token = (
         TOKEN_PREFIX + secrets.token_urlsafe(32) if controller is ControllerKind.FLAGGER else None
@@ -65,6 +68,9 @@ def link_rollout(
     link.created_at, link.last_polled_at = utcnow(), None
     # A relink is a new link: its first analysis hook names the revision it judges.
     link.revision_checksum = None
+    # A relink names the objects anew and accepts them as they are now (a person's edit too).
+    link.target = target.model_dump(mode="json") if target else None
+    link.written = None
     session.add(link)
     session.flush()
     audit.record(
@@ -76,9 +82,22 @@ def link_rollout(
             "controller": controller.value,
             "token_rotated": token is not None,
             "analysis_key": analysis_key,
+            "target": link.target,
         },
     )
     return link, token
+
+
+def _check_target(
+    rollout: Rollout, controller: ControllerKind, target: HttpRouteTarget | KServeTarget | None
+) -> None:
+    if (controller is ControllerKind.K8S_TRAFFIC) != (target is not None):
+        raise BadRequest("a target (the objects to drive) goes with k8s-traffic, and only with it")
+    if isinstance(target, KServeTarget) and rollout.mode is not RolloutMode.CANARY:
+        raise BadRequest(
+            "an LLMInferenceService has no mirror field, so it cannot shadow: link a canary"
+            " rollout, or put specgate's gateway in the path for a shadow one"
+        )
 
 
 def _check_analysis_key(session: Session, controller: ControllerKind, name: str | None) -> None:

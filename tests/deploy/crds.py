@@ -21,6 +21,20 @@ FILES = {
     ("argoproj.io", "AnalysisTemplate"): "argo-rollouts-analysis-template-crd.yaml",
     ("argoproj.io", "AnalysisRun"): "argo-rollouts-analysis-run-crd.yaml",
     ("flagger.app", "Canary"): "flagger-crd.yaml",
+    (
+        "gateway.networking.k8s.io",
+        "HTTPRoute",
+    ): "gateway-api/gateway.networking.k8s.io_httproutes.yaml",
+    ("gateway.networking.k8s.io", "Gateway"): "gateway-api/gateway.networking.k8s.io_gateways.yaml",
+    (
+        "inference.networking.k8s.io",
+        "InferencePool",
+    ): "gie/inference.networking.k8s.io_inferencepools.yaml",
+    ("llm-d.ai", "InferenceObjective"): "gie/llm-d.ai_inferenceobjectives.yaml",
+    (
+        "serving.kserve.io",
+        "LLMInferenceService",
+    ): "kserve/serving.kserve.io_llminferenceservices.yaml",
 }
 
 
@@ -49,15 +63,22 @@ def _walk(node: Any) -> None:
 
 
 @cache
-def validator_for(api_version: str, kind: str) -> jsonschema.Draft7Validator:
-    """Return a validator for one served version of one kind, or raise KeyError."""
+def schema_for(api_version: str, kind: str) -> dict[str, Any]:
+    """Return the openAPIV3Schema of one served version of one kind, or raise KeyError."""
     group, _, version = api_version.partition("/")
     docs = yaml.safe_load_all((CRDS / FILES[(group, kind)]).read_text())
     crd = next(d for d in docs if d and d["spec"]["names"]["kind"] == kind)
     for served in crd["spec"]["versions"]:
         if served["name"] == version and served.get("served", True):
-            return jsonschema.Draft7Validator(strict(served["schema"]["openAPIV3Schema"]))
+            schema: dict[str, Any] = served["schema"]["openAPIV3Schema"]
+            return schema
     raise KeyError(f"{api_version} {kind} is not served by the CRD")
+
+
+@cache
+def validator_for(api_version: str, kind: str) -> jsonschema.Draft7Validator:
+    """Return a validator for one served version of one kind, or raise KeyError."""
+    return jsonschema.Draft7Validator(strict(schema_for(api_version, kind)))
 
 
 def is_custom(doc: dict[str, Any]) -> bool:

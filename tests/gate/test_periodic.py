@@ -62,14 +62,17 @@ def test_beat_schedules_the_gate_tasks(tmp_path):
         database_url=f"sqlite:///{tmp_path}/x.db",
         redis_url="redis://127.0.0.1:6379/15",
         gate_interval_s=42,
+        traffic_interval_s=7,
     )
     app = make_celery(settings)
     schedule = app.conf.beat_schedule
     assert schedule["specgate.gate_all"]["schedule"] == 42
     assert schedule["specgate.controller_watch"]["schedule"] == 42
+    assert schedule["specgate.drive_traffic"]["schedule"] == 7
     for name in (
         "specgate.gate_all",
         "specgate.controller_watch",
+        "specgate.drive_traffic",
         "specgate.sweep_pairs",
         "specgate.scrape",
         "specgate.weekly_report",

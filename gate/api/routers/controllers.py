@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query
 from pydantic import BaseModel, Field
@@ -21,6 +21,7 @@ from gate.controllers.hooks import (
     answer_flagger,
 )
 from gate.controllers.probe import route_problem
+from gate.controllers.targets import Target, notes
 from gate.db.models import ControllerKind, Rollout
 from gate.errors import BadRequest, Conflict, NotFound
 from gate.rollouts import service
@@ -43,6 +44,9 @@ class LinkIn(BaseModel):
         description="Name of the API key the controller polls the analysis with (required for"
         " argo-rollouts): only its polls are check-ins.",
     )
+    target: Target | None = Field(
+        None, description="k8s-traffic only: the HTTPRoute or LLMInferenceService pair to drive."
+    )
 
 
 class LinkOut(BaseModel):
@@ -52,6 +56,8 @@ class LinkOut(BaseModel):
     missed_polls: int
     analysis_key: str | None
     hook_token: str | None = Field(description="Flagger only; shown once, store it in a Secret.")
+    target: dict[str, Any] | None = None
+    notes: list[str] = Field(default_factory=list, description="What specgate cannot do there.")
 
 
 class HookOut(BaseModel):
@@ -97,7 +103,8 @@ def analysis_by_reference(
 def link_controller(
     rollout_id: RolloutId, body: LinkIn, db: SessionDep, svc: ServicesDep, who: Admin
 ) -> LinkOut:
-    """Tie a rollout to Argo Rollouts or Flagger; for Flagger, issue a new hook token."""
+    """Tie a rollout to Argo Rollouts, Flagger, or its traffic objects (k8s-traffic); for
+    Flagger, issue a new hook token."""
     link, token = links.link_rollout(
         db,
         rollout_id=rollout_id,
@@ -107,6 +114,7 @@ def link_controller(
         analysis_key=body.analysis_key,
         secret_key=svc.settings.secret_key.get_secret_value(),
         actor=who.actor,
+        target=body.target,
     )
     return LinkOut(
         rollout_id=link.rollout_id,
@@ -115,6 +123,8 @@ def link_controller(
         missed_polls=link.missed_polls,
         analysis_key=link.analysis_key,
         hook_token=token,
+        target=link.target,
+        notes=notes(body.target) if body.target else [],
     )
 
 

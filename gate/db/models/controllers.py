@@ -4,17 +4,20 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 from sqlalchemy import Float, ForeignKey, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from gate.db.base import Base, UTCDateTime, utcnow
+from gate.db.base import Base, JSONType, UTCDateTime, utcnow
 from gate.db.models.control import str_enum
 
 
 class ControllerKind(StrEnum):
     ARGO_ROLLOUTS = "argo-rollouts"
     FLAGGER = "flagger"
+    # specgate drives the traffic objects itself (HTTPRoute, LLMInferenceService).
+    K8S_TRAFFIC = "k8s-traffic"
 
 
 class ControllerLink(Base):
@@ -37,4 +40,8 @@ class ControllerLink(Base):
     # Flagger's `checksum` of the revision the rollout judges (its hooks carry a hash of the
     # Canary's last applied spec): a different one later is a new revision under this link.
     revision_checksum: Mapped[str | None] = mapped_column(String(256))
+    # k8s-traffic only: the objects the link drives (`gate/controllers/targets.py`), and what
+    # specgate last wrote to them (`gate/controllers/traffic.py`); None until its first write.
+    target: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    written: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -21,6 +21,7 @@ from gate.routing.pubsub import LocalBus
 from gate.routing.sync import db_loader
 from gate.settings import Settings
 from tests import factories
+from tests.gate.controllers.traffic_world import cluster as cluster
 from tests.servers import control_api, serving
 
 SECRET = "controllers-secret"

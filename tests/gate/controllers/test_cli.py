@@ -7,6 +7,7 @@ from sqlalchemy import select
 
 from gate.db.engine import make_engine, session_factory
 from gate.db.models import ControllerLink
+from tests.deploy.compose import ROOT
 from tests.test_cli_operators import run, store  # noqa: F401 (the fixture)
 
 
@@ -32,3 +33,27 @@ def test_linking_a_rollout_to_flagger_prints_the_token_once(store):  # noqa: F81
     assert "sgh_" not in again and "counted from its first check-in" in again
     with sessions() as db:
         assert db.scalars(select(ControllerLink.analysis_key)).one() == "argo-analysis"
+
+
+def test_linking_a_rollout_to_its_traffic_objects_reads_the_examples_link(store):  # noqa: F811
+    for name, role in (("plain", "baseline"), ("eagle", "candidate")):
+        run("routes", "add", "--name", name, "--base-url", "http://127.0.0.1:9/v1",
+            "--model", "m", "--role", role, cwd=store)  # fmt: skip
+    run("rollout", "create", "--name", "r", "--alias", "m", "--baseline", "plain",
+        "--candidate", "eagle", cwd=store)  # fmt: skip
+    example = ROOT / "deploy" / "k8s" / "traffic" / "gie" / "link.json"
+    out = run("rollout", "controller", "1", "--controller", "k8s-traffic",
+              "--target", str(example), cwd=store).stdout  # fmt: skip
+    assert "drives HTTPRoute objects in llm" in out
+    sessions = session_factory(make_engine(f"sqlite:///{store}/.specgate/specgate.db"))
+    with sessions() as db:
+        link = db.scalars(select(ControllerLink)).one()
+    assert link.controller == "k8s-traffic" and link.target["name"] == "llama-8b"
+    bad = store / "bad.yaml"
+    bad.write_text("kind: HTTPRoute\nnamespace: llm\n")
+    refused = run("rollout", "controller", "1", "--controller", "k8s-traffic",
+                  "--target", str(bad), cwd=store, check=False)  # fmt: skip
+    assert refused.returncode != 0 and "not a traffic target" in refused.stderr
+    missing = run("rollout", "controller", "1", "--controller", "k8s-traffic", cwd=store,
+                  check=False)  # fmt: skip
+    assert missing.returncode != 0 and "target" in missing.stderr
