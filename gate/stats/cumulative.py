@@ -63,7 +63,7 @@ def to_stats(
     index = np.arange(n_total)
     warm = index < policy.warmup_pairs
     live = ~warm & ~cols.dropped & ~cols.is_control
-    acc = Acc(cols.segment, len(policy.segments), looks)
+    acc = Acc(cols.segment, len(policy.segments), looks, cols.episode)
     cells: dict[tuple[str, str], CellStats] = {}
     seg_index = {name: i for i, name in enumerate(policy.segments)}
     ctx = Context(cols, policy, warm, live, candidate_share, mode is RolloutMode.CANARY)

@@ -52,6 +52,12 @@ One JSON object per line, one line per pair, in fold order (below):
   recorded by any tool can be replayed. The candidate's sides are tested; the baseline's
   are the control (a data-quality alarm).
 * canary mode: each pair has one side (the cohort that served it), the other is null.
+* `episode` (optional): the conversation or agent episode the pair's request belongs to,
+  a string; pairs with the same `episode` are one episode. Null or absent: the pair is
+  its own episode. With episodes, the means' intervals (latency log-ratios, parity,
+  canary log-means, load bands) take the episode as the unit (`gate.stats.sequences`,
+  `EpisodeMean`); without any, every pair is its own and the verdicts are those of
+  independent pairs.
 """
 
 from __future__ import annotations
@@ -139,10 +145,13 @@ class _Builder:
         self.sampled = False
         self.exact: list[list[float]] = []  # per pair and side: n, cut, bins (NaN: none)
         self.tested = False
+        self.episode_codes: dict[str, int] = {}
+        self.episode: list[int] = []  # per pair: its episode's code (a new one when none)
 
     def add(self, n: int, record: Record) -> None:
         rows = self.rows
         rows["segment"].append(self.index.get(str(record.get("segment", "chat")), -1))
+        self.episode.append(self._episode(record.get("episode")))
         rows["created"].append(_seconds(record["created_at"]))
         control = bool(record.get("is_control", False))
         rows["control"].append(control)
@@ -183,6 +192,13 @@ class _Builder:
         accepted = (cand or {}).get("accepted_tokens") or 0
         rows["acceptance"].append(np.nan if control or not drafts else min(accepted / drafts, 1.0))
 
+    def _episode(self, raw: Any) -> int:
+        if raw is None:
+            return -1 - len(self.episode)  # its own: a code no named episode takes
+        if not isinstance(raw, str):
+            raise ValueError(f"episode is not a string: {raw!r}")
+        return self.episode_codes.setdefault(raw, len(self.episode_codes))
+
     def columns(self) -> PairColumns:
         rows, n = self.rows, len(self.rows["segment"])
         created = np.asarray(rows["created"], dtype=np.float64)
@@ -216,6 +232,7 @@ class _Builder:
             parity=self._parity_columns(n) if self.sampled else None,
             partial_logprobs=np.asarray(self.partial, dtype=bool) if self.sampled else None,
             exactness=self._exact_columns(n) if self.tested else None,
+            episode=np.asarray(self.episode, dtype=np.int64) if self.episode_codes else None,
         )
 
     def _exact_columns(self, n: int) -> FloatArray:
