@@ -138,6 +138,7 @@ def _records(
             "created_at": pair.created_at.isoformat(),
             "evaluated_at": pair.evaluated_at.isoformat() if pair.evaluated_at else None,
             "is_control": pair.is_control,
+            "episode": pair.episode,
             "baseline": found.get("baseline"),
             "candidate": found.get("candidate"),
         }

@@ -121,6 +121,8 @@ class Pair(Base):
     candidate_load: Mapped[float | None] = mapped_column(Float)
     baseline_load_source: Mapped[str | None] = mapped_column(String(16))
     candidate_load_source: Mapped[str | None] = mapped_column(String(16))
+    # The conversation or agent episode of the pair's request; NULL: its own episode.
+    episode: Mapped[str | None] = mapped_column(Text)
 
 
 class Generation(Base):
