@@ -8,7 +8,9 @@ independent (the gate before issue 39). Per ICC:
 
 * A/A (no change): false kills and false promotions, whole default policy;
 * boundary (TPOT ratio exactly 1 - min_gain): false promotions;
-* a 20 % TPOT gain: promotions, and the pairs and episodes to the promotion (median).
+* a 20 % TPOT gain: promotions, and the pairs and episodes to the promotion (median);
+* `aa_evals` (not in the default `--cases`): A/A with the evaluators' paired differences
+  correlated within episodes at the same ICC (`Scenario.eval_icc`).
 
 Each case is `--runs` seeded runs of up to `--pairs` pairs looked at every `--every`;
 rates carry 95 % Clopper-Pearson intervals.
@@ -84,13 +86,14 @@ def main() -> None:
     args = ap.parse_args()
     policy = Policy()
     gain = policy.primary.min_gain
-    ratios = {"aa": 1.0, "boundary": 1.0 - gain, "gain20": 0.8}
+    ratios = {"aa": 1.0, "boundary": 1.0 - gain, "gain20": 0.8, "aa_evals": 1.0}
     results: list[dict[str, Any]] = []
     for icc in (float(x) for x in args.iccs.split(",")):
         for case in args.cases.split(","):
             s = Scenario(
                 f"{case} icc {icc}", pairs=args.pairs, every=args.every,
                 tpot_ratio=ratios[case], episode_len=(5, 20), episode_icc=icc,
+                eval_icc=icc if case == "aa_evals" else 0.0,
             )  # fmt: skip
             for episodes in (True, False):
                 t0 = time.monotonic()

@@ -90,7 +90,16 @@ def to_stats(
         candidate_share=candidate_share,
         bands=bands(ctx, acc, mode, next_share),
         control=control,
+        n_episodes=_episodes(acc, live),
     )  # fmt: skip
+
+
+def _episodes(acc: Acc, live: BoolArray) -> FloatArray | None:
+    """Return the episodes among the live pairs at each look (None: no episode column)."""
+    if acc.episodes is None:
+        return None
+    counted = live.astype(np.float64)
+    return acc(counted * (acc.episodes.before(counted) == 0), None)
 
 
 def _elapsed(created_s: FloatArray, looks: IntArray) -> FloatArray:

@@ -139,6 +139,8 @@ class GateStats:
     # Control-slice cells (baseline vs baseline) of guardrails with a control alarm,
     # pooled, keyed like `cells`: the same test, a data-quality alarm when not null.
     control: Mapping[tuple[str, str], CellStats] = field(default_factory=dict)
+    # Episodes among the tested pairs (a pair without one its own); None: no pair names one.
+    n_episodes: Num | None = None
 
 
 @dataclass(frozen=True)

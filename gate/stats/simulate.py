@@ -116,6 +116,9 @@ class Scenario:
     episode_len: tuple[int, int] | None = None
     episode_icc: float = 0.0
     concurrent: int = 40
+    # With episodes: the intra-episode correlation of the evaluators' paired differences
+    # (0: each pair's results drawn independently).
+    eval_icc: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -206,6 +209,9 @@ def draw_pairs(s: Scenario, policy: Policy, runs: int, rng: np.random.Generator)
             where = seg[:, s.collapse_at :] == _segment_index(policy, s.collapse_segment)
             tail[...] = np.where(where, collapsed, tail)
     evals = {f"eval{j}": _eval_scores(s, drop, shape, rng) for j, drop in enumerate(s.eval_drops)}
+    if episode is not None and s.eval_icc:
+        assert not any(s.eval_drops), "episode-correlated evaluators: A/A only"
+        evals = {name: _eval_episodes(s, x, episode, rng) for name, x in evals.items()}
     unserved = np.zeros((*shape, 2), dtype=bool)
     if s.mode is RolloutMode.CANARY:
         # The unserved side never happened: no latency, no failure, no scores.
@@ -306,6 +312,30 @@ def _cancels(
     if not rates.any():  # no draw: scenarios without cancels keep their random streams
         return np.zeros((*shape, 2), dtype=bool)
     return np.asarray((rng.random((*shape, 2)) < rates) & ~unserved)
+
+
+def _eval_episodes(
+    s: Scenario, scores: FloatArray, episode: IntArray, rng: np.random.Generator
+) -> FloatArray:
+    """Redraw the discordant pairs by episode: a share `discordant / eval_icc` of episodes
+    diverges, each pair of it discordant with probability `eval_icc`, all one way (a coin
+    per episode). The discordant rate stays `discordant`, half each way; the paired
+    difference's intra-episode correlation is `eval_icc`."""
+    runs, n_ep = episode.shape[0], int(episode.max()) + 1
+    rho = s.eval_icc
+    diverges = rng.random((runs, n_ep)) < s.discordant / rho
+    worse = rng.random((runs, n_ep)) < 0.5
+    hit = np.take_along_axis(diverges, episode, axis=-1) & (rng.random(episode.shape) < rho)
+    cand_worse = np.take_along_axis(worse, episode, axis=-1)
+    out = scores.copy()
+    concordant = out[..., 0] == out[..., 1]
+    # Discordant pairs of the independent draw become concordant (both pass or both fail,
+    # as the pass rate has them), then the episode's own discordance is laid over them.
+    both_fail = rng.random(episode.shape) < (1 - s.pass_rate) / (1 - s.discordant)
+    fill = np.where(concordant, out[..., 0], both_fail)
+    out[..., 0] = np.where(hit, ~cand_worse, fill)
+    out[..., 1] = np.where(hit, cand_worse, fill)
+    return out
 
 
 def _eval_scores(

@@ -135,3 +135,21 @@ def test_replayed_episodes_take_the_episode_as_the_unit():
     with_ids = replay([{**r, "episode": None} for r in records], POLICY, every=100)
     (plain,) = [c for c in with_ids.verdict.cells if (c.metric, c.segment) == ("tpot", ALL)]
     assert tpot.upper / tpot.estimate > (plain.upper / plain.estimate) ** 1.8
+
+
+def test_the_verdict_states_the_episodes_and_the_pairs_needed_carry_the_design_effect():
+    from gate.reports.headline.facts import Facts
+    from gate.reports.headline.needs import pairs_needed
+
+    s = Scenario("icc", pairs=1000, every=100, episode_len=(5, 20), episode_icc=0.5)
+    records = to_records(draw_pairs(s, POLICY, 1, np.random.default_rng(4)), POLICY)
+    named = replay(records, POLICY, every=len(records)).verdict
+    alone = replay([{**r, "episode": None} for r in records], POLICY, every=len(records)).verdict
+    live = records[POLICY.warmup_pairs :]
+    assert named.n_episodes == len({r["episode"] for r in live})
+    assert f"tested pairs in {named.n_episodes:,} episodes" in named.summary
+    assert alone.n_episodes is None and "episodes" not in alone.summary
+    more_named = pairs_needed(Facts.of(named), POLICY, None).pairs
+    more_alone = pairs_needed(Facts.of(alone), POLICY, None).pairs
+    assert more_named is not None and more_alone is not None
+    assert more_named > 1.5 * more_alone
