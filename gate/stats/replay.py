@@ -55,9 +55,9 @@ One JSON object per line, one line per pair, in fold order (below):
 * `episode` (optional): the conversation or agent episode the pair's request belongs to,
   a string; pairs with the same `episode` are one episode. Null or absent: the pair is
   its own episode. With episodes, the means' intervals (latency log-ratios, parity,
-  canary log-means, load bands) take the episode as the unit (`gate.stats.sequences`,
-  `EpisodeMean`); without any, every pair is its own and the verdicts are those of
-  independent pairs.
+  canary log-means, load bands) and the paired rates (failures, evaluators, tails) take
+  the episode as the unit (`gate.stats.sequences`: `EpisodeMean`, `EpisodeCounts`);
+  without any, every pair is its own and the verdicts are those of independent pairs.
 """
 
 from __future__ import annotations

@@ -92,6 +92,18 @@ class PairedCounts:
 
 
 @dataclass(frozen=True)
+class EpisodeCounts(PairedCounts):
+    """Paired 0/1 differences whose pairs come in episodes.
+
+    Beside the counts, `difference`: the differences in {-1, 0, 1} as an `EpisodeMean`, so
+    that the cell is bounded like a mean with the episode as the unit (`mean_interval`,
+    asymptotic) instead of by betting on independent pairs.
+    """
+
+    difference: EpisodeMean
+
+
+@dataclass(frozen=True)
 class CountStats:
     """A proportion: `k` bad outcomes among `n` trials."""
 

@@ -10,12 +10,18 @@ import pytest
 
 from gate.stats.columns import Acc, mean
 from gate.stats.cumulative import looks_every, to_stats
-from gate.stats.ids import ALL, Cell
+from gate.stats.ids import ALL, Cell, MetricId
 from gate.stats.policy import Policy
 from gate.stats.registry import rule_for
 from gate.stats.replay import read_pairs, replay
 from gate.stats.rule import harm_interval
-from gate.stats.sequences import EpisodeMean, MeanStats, mean_interval
+from gate.stats.sequences import (
+    EpisodeCounts,
+    EpisodeMean,
+    MeanStats,
+    PairedCounts,
+    mean_interval,
+)
 from gate.stats.simulate import Scenario, draw_pairs, to_records
 
 POLICY = Policy()
@@ -153,3 +159,23 @@ def test_the_verdict_states_the_episodes_and_the_pairs_needed_carry_the_design_e
     more_alone = pairs_needed(Facts.of(alone), POLICY, None).pairs
     assert more_named is not None and more_alone is not None
     assert more_named > 1.5 * more_alone
+
+
+def test_paired_rates_take_the_episode_as_the_unit_when_episodes_hold_several_pairs():
+    s = Scenario("evals", pairs=2000, every=500, episode_len=(5, 20), eval_icc=0.5)
+    cols = draw_pairs(s, POLICY, 1, np.random.default_rng(8))
+    looks = looks_every(s.pairs, s.every)
+    cell = Cell(MetricId("eval", "eval0"), ALL)
+    named = to_stats(cols, POLICY, looks).cells[cell]
+    alone = to_stats(replace(cols, episode=None), POLICY, looks).cells[cell]
+    assert isinstance(named, EpisodeCounts) and type(alone) is PairedCounts
+    rule = rule_for(POLICY, str(cell.metric), ALL)
+    assert rule is not None
+    kw = {"alpha_kill": 0.001, "alpha_promote": 0.025, "n_opt": 1000.0}
+    wide, narrow = harm_interval(named, rule, **kw), harm_interval(alone, rule, **kw)
+    assert (wide.upper - wide.lower)[0, -1] > 1.5 * (narrow.upper - narrow.lower)[0, -1]
+    # Every episode one pair: the exact betting sequence of independent pairs, unchanged.
+    own = to_stats(replace(cols, episode=np.arange(s.pairs)[None, :]), POLICY, looks)
+    same = harm_interval(own.cells[cell], rule, **kw)
+    for a, b in zip((same.lower, same.upper), (narrow.lower, narrow.upper), strict=True):
+        np.testing.assert_array_equal(a, b)
