@@ -432,3 +432,29 @@ def test_the_fold_builds_the_load_bands_as_replay_does(pg_session, raw):
     ]
     again = replay(exported, POLICY, every=len(exported)).verdict
     assert_same_verdict(got, again, skip={FEEDBACK})
+
+
+def test_a_stage_with_episodes_is_judged_with_the_episode_as_the_unit(pg_session):
+    # 30 episodes of 4 pairs, each episode's TPOT ratio its own: the fold (independent
+    # pairs) would give a narrower interval than the episodes do.
+    rng = np.random.default_rng(39)
+    raw = []
+    for e in range(30):
+        shift = float(np.exp(rng.normal(0.0, 0.3)))
+        for _ in range(4):
+            side = {"ttft_s": 0.2, "tpot_s": 0.02, "e2e_s": 1.0, "status": "ok",
+                    "evals": {"task": True}, "draft_tokens": 0, "accepted_tokens": 0}  # fmt: skip
+            cand = {**side, "tpot_s": 0.02 * shift * float(np.exp(rng.normal(0.0, 0.05)))}
+            raw.append({"segment": "chat", "baseline": side, "candidate": cand, "lag_s": 0,
+                        "control": 1, "id_rank": 0, "episode": f"ep{e}"})  # fmt: skip
+    records = as_records(raw)
+    rollout = factories.rollout(pg_session, name=f"episodes-{next(_names)}")
+    store(pg_session, [dict(r) for r in records], rollout.id)
+    got = compute(pg_session, rollout=rollout, policy=POLICY)
+    exported = list(pair_records(pg_session, rollout_id=rollout.id))
+    assert {r["episode"] for r in exported} == {f"ep{e}" for e in range(30)}
+    assert_same_verdict(got, replay(exported, POLICY, every=len(exported)).verdict)
+    alone = replay([{**r, "episode": None} for r in exported], POLICY, every=len(exported))
+    (mine,) = [c for c in got.cells if (c.metric, c.segment) == ("tpot", "all")]
+    (theirs,) = [c for c in alone.verdict.cells if (c.metric, c.segment) == ("tpot", "all")]
+    assert mine.upper - mine.lower > 1.5 * (theirs.upper - theirs.lower)
