@@ -4,6 +4,10 @@ Writes one simulated A/A rollout (no decision is ever reached, so every look is
 evaluated: the worst case) as pair JSONL, then times parsing and the replay itself.
 
     .venv/bin/python bench/gate_replay.py [--pairs 100000] [--every 100] [--repeat 3]
+        [--episodes]
+
+`--episodes`: the pairs come in interleaved conversations of 5-20 requests, each record
+naming its `episode` (issue 39).
 """
 
 from __future__ import annotations
@@ -27,9 +31,12 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=100_000)
     parser.add_argument("--every", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--episodes", action="store_true")
     args = parser.parse_args()
     policy = Policy()
-    cols = draw_pairs(Scenario("A/A", pairs=args.pairs), policy, 1, np.random.default_rng(0))
+    episodes = (5, 20) if args.episodes else None
+    scenario = Scenario("A/A", pairs=args.pairs, episode_len=episodes)
+    cols = draw_pairs(scenario, policy, 1, np.random.default_rng(0))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "pairs.jsonl"
         path.write_bytes(b"\n".join(orjson.dumps(r) for r in to_records(cols, policy)))

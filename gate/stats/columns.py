@@ -19,6 +19,7 @@ from gate.stats.rule import CellStats
 from gate.stats.sequences import (
     LOG_RATIO_CLIP,
     BoolArray,
+    EpisodeMean,
     FloatArray,
     IntArray,
     MeanStats,
@@ -66,6 +67,10 @@ class PairColumns:
     # stored (`gate.exactness.TokenFit`), on a trailing axis after the sides; NaN where a
     # side carried none (None: no side of any pair did).
     exactness: FloatArray | None = None
+    # Per pair: its episode (conversation, agent run) as an integer code, equal codes one
+    # episode; a pair without an episode has a code of its own. None: every pair is its own
+    # episode (the statistics are then exactly those of independent pairs).
+    episode: IntArray | None = None
 
 
 @dataclass(frozen=True)
@@ -102,12 +107,22 @@ def served(cols: PairColumns, live: BoolArray) -> BoolArray:
 
 
 class Acc:
-    """Cumulative sums per segment, sampled at the looks."""
+    """Cumulative sums per segment, sampled at the looks.
 
-    def __init__(self, segment: IntArray, n_segments: int, looks: IntArray) -> None:
+    With `episode` codes, `mean` also keeps each cell's episode sums (`EpisodeMean`).
+    """
+
+    def __init__(
+        self,
+        segment: IntArray,
+        n_segments: int,
+        looks: IntArray,
+        episode: IntArray | None = None,
+    ) -> None:
         self.onehot = [segment == s for s in range(n_segments)]
         self.starts = np.concatenate([[0], looks[:-1]])
         self.end = int(looks[-1])
+        self.episodes = None if episode is None else _EpisodeOrder(episode, segment.shape)
 
     def __call__(self, values: npt.NDArray[Any], seg: int | None) -> FloatArray:
         picked = values if seg is None else np.where(self.onehot[seg], values, 0)
@@ -116,10 +131,47 @@ class Acc:
         return np.asarray(np.cumsum(blocks, axis=-1), dtype=np.float64)
 
 
+class _EpisodeOrder:
+    """Pairs sorted by episode (stably, so fold order within one), for per-episode sums."""
+
+    def __init__(self, episode: IntArray, shape: tuple[int, ...]) -> None:
+        codes = np.broadcast_to(episode, shape)
+        self.order = np.argsort(codes, axis=-1, kind="stable")
+        ranked = np.take_along_axis(codes, self.order, axis=-1)
+        first = np.ones(shape, dtype=bool)
+        first[..., 1:] = ranked[..., 1:] != ranked[..., :-1]
+        position = np.broadcast_to(np.arange(shape[-1]), shape)
+        self.start = np.maximum.accumulate(np.where(first, position, 0), axis=-1)
+
+    def before(self, values: FloatArray) -> FloatArray:
+        """Return, per pair, the sum of `values` over the earlier pairs of its episode."""
+        ranked = np.take_along_axis(values, self.order, axis=-1)
+        upto = np.cumsum(ranked, axis=-1) - ranked
+        prior = upto - np.take_along_axis(upto, self.start, axis=-1)
+        out = np.empty_like(prior)
+        np.put_along_axis(out, self.order, prior, axis=-1)
+        return out
+
+
 def mean(acc: Acc, valid: BoolArray, x: FloatArray, seg: int | None) -> MeanStats:
-    """Return the cumulative count, sum and sum of squares of `x` where `valid`."""
+    """Return the cumulative count, sum and sum of squares of `x` where `valid`.
+
+    With episodes (`Acc(episode=...)`), an `EpisodeMean`: the episode sums too, each pair
+    adding what it changes in them given the earlier pairs of its episode in the cell.
+    """
     x = np.where(valid, x, 0.0)
-    return MeanStats(acc(valid, seg), acc(x, seg), acc(x * x, seg))
+    if acc.episodes is None:
+        return MeanStats(acc(valid, seg), acc(x, seg), acc(x * x, seg))
+    v = np.asarray(valid if seg is None else valid & acc.onehot[seg], dtype=np.float64)
+    x = x * v
+    s_before, n_before = acc.episodes.before(x), acc.episodes.before(v)
+    return EpisodeMean(
+        acc(v, seg), acc(x, seg), acc(x * x, seg),
+        episodes=acc(v * (n_before == 0), seg),
+        episode_sq=acc(x * (2.0 * s_before + x), seg),
+        episode_cross=acc(s_before * v + x * (n_before + v), seg),
+        episode_n_sq=acc(v * (2.0 * n_before + v), seg),
+    )  # fmt: skip
 
 
 Builder = Callable[[Acc, int | None], CellStats]

@@ -63,7 +63,7 @@ def to_stats(
     index = np.arange(n_total)
     warm = index < policy.warmup_pairs
     live = ~warm & ~cols.dropped & ~cols.is_control
-    acc = Acc(cols.segment, len(policy.segments), looks)
+    acc = Acc(cols.segment, len(policy.segments), looks, cols.episode)
     cells: dict[tuple[str, str], CellStats] = {}
     seg_index = {name: i for i, name in enumerate(policy.segments)}
     ctx = Context(cols, policy, warm, live, candidate_share, mode is RolloutMode.CANARY)
@@ -90,7 +90,16 @@ def to_stats(
         candidate_share=candidate_share,
         bands=bands(ctx, acc, mode, next_share),
         control=control,
+        n_episodes=_episodes(acc, live),
     )  # fmt: skip
+
+
+def _episodes(acc: Acc, live: BoolArray) -> FloatArray | None:
+    """Return the episodes among the live pairs at each look (None: no episode column)."""
+    if acc.episodes is None:
+        return None
+    counted = live.astype(np.float64)
+    return acc(counted * (acc.episodes.before(counted) == 0), None)
 
 
 def _elapsed(created_s: FloatArray, looks: IntArray) -> FloatArray:

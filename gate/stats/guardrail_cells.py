@@ -21,6 +21,7 @@ from gate.stats.columns import (
     Context,
     PairColumns,
     log_ratio,
+    mean,
     mean_builder,
     two_means_builder,
 )
@@ -33,6 +34,8 @@ from gate.stats.sequences import (
     BoolArray,
     CohortCounts,
     CountStats,
+    EpisodeCounts,
+    EpisodeMean,
     FloatArray,
     IntArray,
     PairedCounts,
@@ -43,7 +46,14 @@ from gate.stats.sequences import (
 def _paired(acc: Acc, valid: BoolArray, bad: BoolArray, seg: int | None) -> PairedCounts:
     worse = valid & bad[..., CAND] & ~bad[..., BASE]
     better = valid & bad[..., BASE] & ~bad[..., CAND]
-    return PairedCounts(acc(valid, seg), acc(worse, seg), acc(better, seg))
+    counts = PairedCounts(acc(valid, seg), acc(worse, seg), acc(better, seg))
+    if acc.episodes is None:
+        return counts
+    # Episodes: the difference's mean, with the episode as the unit (`EpisodeCounts`).
+    d = worse.astype(np.float64) - better.astype(np.float64)
+    difference = mean(acc, valid, d, seg)
+    assert isinstance(difference, EpisodeMean)
+    return EpisodeCounts(counts.n, counts.worse, counts.better, difference)
 
 
 def _cohort_counts(

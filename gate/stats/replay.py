@@ -23,7 +23,11 @@ One JSON object per line, one line per pair, in fold order (below):
 * `episode` (optional): the string that names the pair's episode, the conversation or agent
   run its request belongs to (`gate.request.episodes`; stored in `pairs.episode`). Pairs
   with equal strings are one episode; null or absent: the pair is its own episode. Any
-  other value is a malformed record.
+  other value is a malformed record. With episodes, the means' intervals (latency
+  log-ratios, parity, canary log-means, load bands) and the paired rates (failures,
+  evaluators, tails) take the episode as the unit (`gate.stats.sequences`: `EpisodeMean`,
+  `EpisodeCounts`); without any, every pair is its own and the verdicts are those of
+  independent pairs.
 * `is_control`: a baseline-vs-baseline pair; `candidate` is then the second baseline call.
   Control pairs feed only the greedy-mismatch control rate.
 * side `status`: ok | error | timeout | fallback | dropped | cancelled, read through the
@@ -144,12 +148,13 @@ class _Builder:
         self.sampled = False
         self.exact: list[list[float]] = []  # per pair and side: n, cut, bins (NaN: none)
         self.tested = False
-        self.episodes: list[str | None] = []  # per pair: its episode (None: its own)
+        self.episode_codes: dict[str, int] = {}
+        self.episode: list[int] = []  # per pair: its episode's code (a new one when none)
 
     def add(self, n: int, record: Record) -> None:
         rows = self.rows
-        self.episodes.append(episode_of(record))
         rows["segment"].append(self.index.get(str(record.get("segment", "chat")), -1))
+        self.episode.append(self._episode(episode_of(record)))
         rows["created"].append(_seconds(record["created_at"]))
         control = bool(record.get("is_control", False))
         rows["control"].append(control)
@@ -190,6 +195,11 @@ class _Builder:
         accepted = (cand or {}).get("accepted_tokens") or 0
         rows["acceptance"].append(np.nan if control or not drafts else min(accepted / drafts, 1.0))
 
+    def _episode(self, name: str | None) -> int:
+        if name is None:
+            return -1 - len(self.episode)  # its own: a code no named episode takes
+        return self.episode_codes.setdefault(name, len(self.episode_codes))
+
     def columns(self) -> PairColumns:
         rows, n = self.rows, len(self.rows["segment"])
         created = np.asarray(rows["created"], dtype=np.float64)
@@ -223,6 +233,7 @@ class _Builder:
             parity=self._parity_columns(n) if self.sampled else None,
             partial_logprobs=np.asarray(self.partial, dtype=bool) if self.sampled else None,
             exactness=self._exact_columns(n) if self.tested else None,
+            episode=np.asarray(self.episode, dtype=np.int64) if self.episode_codes else None,
         )
 
     def _exact_columns(self, n: int) -> FloatArray:

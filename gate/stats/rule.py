@@ -59,6 +59,7 @@ from gate.stats.registry import (
 from gate.stats.sequences import (
     BoolArray,
     CohortCounts,
+    EpisodeCounts,
     FloatArray,
     IntArray,
     Interval,
@@ -139,6 +140,8 @@ class GateStats:
     # Control-slice cells (baseline vs baseline) of guardrails with a control alarm,
     # pooled, keyed like `cells`: the same test, a data-quality alarm when not null.
     control: Mapping[tuple[str, str], CellStats] = field(default_factory=dict)
+    # Episodes among the tested pairs (a pair without one its own); None: no pair names one.
+    n_episodes: Num | None = None
 
 
 @dataclass(frozen=True)
@@ -187,6 +190,15 @@ def harm_interval(
         return two_mean_interval(
             stats, alpha_lower=alpha_kill, alpha_upper=alpha_promote, n_opt=n_opt
         )
+    if isinstance(stats, EpisodeCounts):
+        clustered = mean_interval(
+            stats.difference, alpha_lower=alpha_kill, alpha_upper=alpha_promote, n_opt=n_opt
+        )
+        alone = diff_interval(_pairs_of(stats), alpha_lower=alpha_kill, alpha_upper=alpha_promote)
+        single = _every_pair_alone(stats)
+        return Interval(
+            *(np.where(single, a, c) for a, c in zip(_ends(alone), _ends(clustered), strict=True))
+        )
     if isinstance(stats, PairedCounts | CohortCounts):
         return diff_interval(stats, alpha_lower=alpha_kill, alpha_upper=alpha_promote)
     return two_proportion_interval(stats, alpha_lower=alpha_kill, alpha_upper=alpha_promote)
@@ -215,6 +227,15 @@ def _check(
             stats, rule, alpha_kill=alpha_kill, alpha_promote=alpha_promote, n_opt=n_opt
         )
     # Same answers as the intervals, without bisection: test at the thresholds.
+    if isinstance(stats, EpisodeCounts):
+        got = harm_interval(
+            stats, rule, alpha_kill=alpha_kill, alpha_promote=alpha_promote, n_opt=n_opt
+        )
+        single, pairs = _every_pair_alone(stats), _pairs_of(stats)
+        return (
+            np.where(single, exceeds(pairs, rule.kill_at, alpha_kill), got.lower > rule.kill_at),
+            np.where(single, below(pairs, rule.margin, alpha_promote), got.upper < rule.margin),
+        )
     if isinstance(stats, PairedCounts | CohortCounts):
         return exceeds(stats, rule.kill_at, alpha_kill), below(stats, rule.margin, alpha_promote)
     if isinstance(stats, MeanStats) and rule.floor is not None:
@@ -227,6 +248,21 @@ def _check(
         stats, rule, alpha_kill=alpha_kill, alpha_promote=alpha_promote, n_opt=n_opt
     )
     return np.asarray(got.lower) > rule.kill_at, np.asarray(got.upper) < rule.margin
+
+
+def _pairs_of(stats: EpisodeCounts) -> PairedCounts:
+    return PairedCounts(stats.n, stats.worse, stats.better)
+
+
+def _every_pair_alone(stats: EpisodeCounts) -> BoolArray:
+    """Return where every episode of the cell is one pair: there, the exact betting sequence
+    on independent pairs; elsewhere the asymptotic one with episodes as the unit. Which
+    one depends on how the pairs arrived, never on their outcomes."""
+    return np.asarray(np.asarray(stats.difference.episodes) >= np.asarray(stats.n))
+
+
+def _ends(got: Interval) -> tuple[FloatArray, FloatArray, FloatArray]:
+    return tuple(np.asarray(v, dtype=np.float64) for v in (got.estimate, got.lower, got.upper))  # type: ignore[return-value]
 
 
 def _two_sided(

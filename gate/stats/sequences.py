@@ -61,6 +61,24 @@ class MeanStats:
 
 
 @dataclass(frozen=True)
+class EpisodeMean(MeanStats):
+    """A sample mean whose observations come in episodes (conversations, agent runs).
+
+    Beside count, sum and sum of squares of the values: `episodes`, the number of episodes
+    with a value (G), and per episode e with n_e values summing to S_e, the sums over
+    episodes of S_e^2 (`episode_sq`), of S_e n_e (`episode_cross`) and of n_e^2
+    (`episode_n_sq`). Values without an episode are each their own episode, where these
+    reduce to n, sum of squares, sum and n. All are sums over values, so they accumulate
+    pair by pair (`gate.stats.columns.episode_mean`) and add across segments' pairs.
+    """
+
+    episodes: Num
+    episode_sq: Num
+    episode_cross: Num
+    episode_n_sq: Num
+
+
+@dataclass(frozen=True)
 class PairedCounts:
     """Paired 0/1 bad-outcome differences, candidate minus baseline, by count.
 
@@ -71,6 +89,18 @@ class PairedCounts:
     n: Num
     worse: Num
     better: Num
+
+
+@dataclass(frozen=True)
+class EpisodeCounts(PairedCounts):
+    """Paired 0/1 differences whose pairs come in episodes.
+
+    Beside the counts, `difference`: the differences in {-1, 0, 1} as an `EpisodeMean`, so
+    that the cell is bounded like a mean with the episode as the unit (`mean_interval`,
+    asymptotic) instead of by betting on independent pairs.
+    """
+
+    difference: EpisodeMean
 
 
 @dataclass(frozen=True)
@@ -175,6 +205,27 @@ def _mean_and_variance(stats: MeanStats) -> tuple[FloatArray, FloatArray, FloatA
     return n, mean, var
 
 
+def _cluster_variance(stats: EpisodeMean) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Return (n, mean, squared standard error) with the episode as the unit.
+
+    The cluster-robust (sandwich) variance of the mean: sum over episodes of the squared
+    sum of the episode's centred values, sum_e (S_e - n_e mean)^2 / n^2, times G / (G - 1)
+    as the per-value sample variance has n / (n - 1). With every episode a single value
+    it is the per-value estimate `mean_interval` uses without episodes.
+    """
+    n = as_array(stats.n)
+    g = as_array(stats.episodes)
+    safe = np.maximum(n, 1.0)
+    mean = as_array(stats.total) / safe
+    centred = (
+        as_array(stats.episode_sq)
+        - 2.0 * mean * as_array(stats.episode_cross)
+        + mean * mean * as_array(stats.episode_n_sq)
+    )
+    var_sum = np.maximum(centred, 0.0) * g / np.maximum(g - 1.0, 1.0)
+    return n, mean, var_sum / (safe * safe)
+
+
 def _radii(
     se: FloatArray, n: FloatArray, alpha_lower: float, alpha_upper: float, n_opt: float
 ) -> tuple[FloatArray, FloatArray]:
@@ -214,6 +265,12 @@ def mean_interval(
         Mean with its bounds; unbounded below `MIN_N` observations (estimate NaN at n=0).
         Zero variance gives a point interval: every observation was identical.
     """
+    if isinstance(stats, EpisodeMean):
+        # Episodes as the unit: the cluster-robust standard error on the same boundary,
+        # and no bound before `MIN_N` episodes.
+        n, mean, se2 = _cluster_variance(stats)
+        radii = _radii(np.sqrt(se2), n, alpha_lower, alpha_upper, n_opt)
+        return _gated(mean, *radii, np.minimum(n, as_array(stats.episodes)))
     n, mean, var = _mean_and_variance(stats)
     se = np.sqrt(var / np.maximum(n, 1.0))
     return _gated(mean, *_radii(se, n, alpha_lower, alpha_upper, n_opt), n)
@@ -238,8 +295,16 @@ def two_mean_interval(
     Returns:
         Difference with its bounds; unbounded until each cohort has `MIN_N` values.
     """
-    nb, mb, vb = _mean_and_variance(stats.baseline)
-    nc, mc, vc = _mean_and_variance(stats.candidate)
-    se = np.sqrt(vb / np.maximum(nb, 1.0) + vc / np.maximum(nc, 1.0))
-    radii = _radii(se, nb + nc, alpha_lower, alpha_upper, n_opt)
-    return _gated(mc - mb, *radii, np.minimum(nb, nc))
+    sides = [_side_se2(stats.baseline), _side_se2(stats.candidate)]
+    (nb, mb, vb, gb), (nc, mc, vc, gc) = sides
+    radii = _radii(np.sqrt(vb + vc), nb + nc, alpha_lower, alpha_upper, n_opt)
+    return _gated(mc - mb, *radii, np.minimum(gb, gc))
+
+
+def _side_se2(stats: MeanStats) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Return one cohort's (n, mean, squared standard error, units: episodes or values)."""
+    if isinstance(stats, EpisodeMean):
+        n, mean, se2 = _cluster_variance(stats)
+        return n, mean, se2, np.minimum(n, as_array(stats.episodes))
+    n, mean, var = _mean_and_variance(stats)
+    return n, mean, var / np.maximum(n, 1.0), n

@@ -29,6 +29,15 @@ Simulated pair (defaults; shadow mode, both routes see every request):
 * cancels: the client gives up on a call it waits on with `cancel_rate` (0), on a
   candidate-served one with `candidate_cancel_rate` (canary; in shadow the client waits
   only on the baseline); a cancelled pair is dropped from every other cell.
+* episodes (`episode_len` set, e.g. (5, 20)): requests come in conversations of a length
+  uniform in that range, `concurrent` of them open at a time on average, interleaved in
+  time (each conversation's requests a unit-mean exponential think time apart, new ones
+  starting as a Poisson process); a conversation has one segment and, per route, a random
+  effect on log TPOT and, separately, log TTFT with variance icc / (1 - icc) x
+  `call_log_sd`^2, so `episode_icc` is the intra-episode correlation of the paired
+  log-ratios and both routes keep one distribution; a shared episode effect (sd
+  `shared_log_sd` x sqrt(icc)) makes a hard conversation slower on both routes. The
+  pair's `episode` column carries it.
 * sampled-output parity (`sampler` set: `exact` or `biased`): each pair draws a prompt and
   one answer per side from pools generated with the engine's real decode loop and
   verifiers (`gate.engines.answer_pools`; baseline plain sampling at T 0.8, candidate n-gram
@@ -101,6 +110,15 @@ class Scenario:
     # data. The pools: prompts x answers per variant, generated once per process.
     sampler: str | None = None
     pool: tuple[int, int, int] = (8, 150, 7)
+    # Conversations / agent episodes: lengths (shortest, longest), their intra-episode
+    # correlation of the latency log-ratios, and how many are open at once. None: every
+    # pair independent (and no episode column).
+    episode_len: tuple[int, int] | None = None
+    episode_icc: float = 0.0
+    concurrent: int = 40
+    # With episodes: the intra-episode correlation of the evaluators' paired differences
+    # (0: each pair's results drawn independently).
+    eval_icc: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -146,7 +164,10 @@ def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float, 
 def draw_pairs(s: Scenario, policy: Policy, runs: int, rng: np.random.Generator) -> PairColumns:
     """Draw `runs` simulated rollouts of `s.pairs` pairs each."""
     shape = (runs, s.pairs)
+    episode = None if s.episode_len is None else draw_episodes(s, runs, rng)
     seg = rng.integers(0, len(policy.segments), size=shape)
+    if episode is not None:  # a conversation keeps its segment
+        seg = np.take_along_axis(seg, episode % s.pairs, axis=-1)
     if s.undeclared_share:  # no draw otherwise: other scenarios keep their random streams
         seg = np.where(rng.random(shape) < s.undeclared_share, UNDECLARED_INDEX, seg)
     k = seg % TTFT_S.size
@@ -162,6 +183,8 @@ def draw_pairs(s: Scenario, policy: Policy, runs: int, rng: np.random.Generator)
         rng.normal(0, s.shared_log_sd, shape)[..., None] + side_noise()
     )
     tpot[..., 1] *= s.tpot_ratio
+    if episode is not None:
+        _episode_effects(s, episode, (ttft, tpot), rng)
     load = None
     if s.baseline_load > 0:  # no draw otherwise: other scenarios keep their random streams
         load = np.stack(
@@ -186,6 +209,9 @@ def draw_pairs(s: Scenario, policy: Policy, runs: int, rng: np.random.Generator)
             where = seg[:, s.collapse_at :] == _segment_index(policy, s.collapse_segment)
             tail[...] = np.where(where, collapsed, tail)
     evals = {f"eval{j}": _eval_scores(s, drop, shape, rng) for j, drop in enumerate(s.eval_drops)}
+    if episode is not None and s.eval_icc:
+        assert not any(s.eval_drops), "episode-correlated evaluators: A/A only"
+        evals = {name: _eval_episodes(s, x, episode, rng) for name, x in evals.items()}
     unserved = np.zeros((*shape, 2), dtype=bool)
     if s.mode is RolloutMode.CANARY:
         # The unserved side never happened: no latency, no failure, no scores.
@@ -202,8 +228,41 @@ def draw_pairs(s: Scenario, policy: Policy, runs: int, rng: np.random.Generator)
         segment=seg, created_s=np.broadcast_to(np.arange(s.pairs) / s.pairs_per_s, shape),
         is_control=np.zeros(shape, dtype=bool), dropped=np.any(cancelled, axis=-1),
         ttft=ttft, tpot=tpot, e2e=e2e, failed=failed, acceptance=acceptance, evals=evals,
-        cancelled=cancelled, load=load, parity=parity,
+        cancelled=cancelled, load=load, parity=parity, episode=episode,
     )  # fmt: skip
+
+
+def draw_episodes(s: Scenario, runs: int, rng: np.random.Generator) -> IntArray:
+    """Return each pair's episode code, (runs, pairs): conversations interleaved in time.
+
+    Codes count episodes in their start order within a run (0, 1, ...).
+    """
+    assert s.episode_len is not None
+    short, long = s.episode_len
+    mean_len = (short + long) / 2
+    n_ep = int(np.ceil(1.3 * s.pairs / mean_len)) + 2 * s.concurrent
+    lengths = rng.integers(short, long + 1, size=(runs, n_ep))
+    starts = np.cumsum(rng.exponential(mean_len / s.concurrent, size=(runs, n_ep)), axis=-1)
+    times = starts[..., None] + np.cumsum(rng.exponential(1.0, size=(runs, n_ep, long)), -1)
+    times[np.arange(long) >= lengths[..., None]] = np.inf
+    first = np.argsort(times.reshape(runs, -1), axis=-1, kind="stable")[:, : s.pairs]
+    return np.asarray(first // long, dtype=np.int64)
+
+
+def _episode_effects(
+    s: Scenario, episode: IntArray, latencies: tuple[FloatArray, ...], rng: np.random.Generator
+) -> None:
+    """Scale latencies by each episode's shared and candidate-only random effects."""
+    runs, n_ep = episode.shape[0], int(episode.max()) + 1
+    icc = s.episode_icc
+    # Each route's own effect: the log-ratio's episode variance is twice this, its pair
+    # variance twice call_log_sd^2, so its intra-episode correlation is `icc`; both routes
+    # keep one distribution (an A/A stays an A/A in every tail).
+    sd = np.sqrt(icc / (1.0 - icc)) * s.call_log_sd
+    for x in latencies:
+        shared = rng.normal(0.0, s.shared_log_sd * np.sqrt(icc), (runs, n_ep, 1))
+        own = rng.normal(0.0, sd, (runs, n_ep, 2))
+        x *= np.exp(np.take_along_axis(shared + own, episode[..., None], axis=1))
 
 
 def gain_at_load(s: Scenario, c: FloatArray | float) -> FloatArray:
@@ -253,6 +312,30 @@ def _cancels(
     if not rates.any():  # no draw: scenarios without cancels keep their random streams
         return np.zeros((*shape, 2), dtype=bool)
     return np.asarray((rng.random((*shape, 2)) < rates) & ~unserved)
+
+
+def _eval_episodes(
+    s: Scenario, scores: FloatArray, episode: IntArray, rng: np.random.Generator
+) -> FloatArray:
+    """Redraw the discordant pairs by episode: a share `discordant / eval_icc` of episodes
+    diverges, each pair of it discordant with probability `eval_icc`, all one way (a coin
+    per episode). The discordant rate stays `discordant`, half each way; the paired
+    difference's intra-episode correlation is `eval_icc`."""
+    runs, n_ep = episode.shape[0], int(episode.max()) + 1
+    rho = s.eval_icc
+    diverges = rng.random((runs, n_ep)) < s.discordant / rho
+    worse = rng.random((runs, n_ep)) < 0.5
+    hit = np.take_along_axis(diverges, episode, axis=-1) & (rng.random(episode.shape) < rho)
+    cand_worse = np.take_along_axis(worse, episode, axis=-1)
+    out = scores.copy()
+    concordant = out[..., 0] == out[..., 1]
+    # Discordant pairs of the independent draw become concordant (both pass or both fail,
+    # as the pass rate has them), then the episode's own discordance is laid over them.
+    both_fail = rng.random(episode.shape) < (1 - s.pass_rate) / (1 - s.discordant)
+    fill = np.where(concordant, out[..., 0], both_fail)
+    out[..., 0] = np.where(hit, ~cand_worse, fill)
+    out[..., 1] = np.where(hit, cand_worse, fill)
+    return out
 
 
 def _eval_scores(
@@ -341,6 +424,7 @@ def to_records(cols: PairColumns, policy: Policy, run: int = 0) -> list[dict[str
                 "segment": _segment_name(policy, int(cols.segment[run, i])),
                 "created_at": start + float(cols.created_s[run, i]),
                 "is_control": bool(cols.is_control[run, i]),
+                "episode": None if cols.episode is None else f"{run}-{cols.episode[run, i]}",
                 "baseline": sides[0],
                 "candidate": sides[1],
             }

@@ -85,6 +85,8 @@ class VerdictResult:
     n_pairs: int
     # The primary gain per band of the candidate's load (empty: no loads recorded).
     bands: tuple[BandResult, ...] = ()
+    # Episodes among the tested pairs (None: no pair names its episode; stated in `summary`).
+    n_episodes: int | None = None
 
     def estimates(self) -> list[dict[str, Any]]:
         """Return the per-cell table as JSON-ready dicts (for the verdicts table)."""
@@ -103,16 +105,18 @@ def decide(policy: Policy, stats: GateStats) -> VerdictResult:
     cells = tuple(_cell_result(policy, stats, ev, key, intervals[key]) for key in sorted(ev.inside))
     reasons = reasons_of(policy, stats, ev, code)
     alarms = [_alarm(k[0]) for k, flag in sorted(ev.alarms.items()) if _flag(flag)]
+    episodes = None if stats.n_episodes is None else int(np.asarray(stats.n_episodes))
     return VerdictResult(
         decision=DECISIONS[code],
         reason_codes=tuple(r.code for r in [*reasons, *alarms]),
-        summary=_summary(code, reasons, cells, int(np.asarray(stats.n_pairs)))
+        summary=_summary(code, reasons, cells, int(np.asarray(stats.n_pairs)), episodes)
         + _load_words(policy, stats, reasons)
         + _data_quality(int(np.asarray(stats.n_dropped)))
         + _control_alarm(alarms),
         cells=cells,
         n_pairs=int(np.asarray(stats.n_pairs)),
         bands=band_results(policy, stats),
+        n_episodes=episodes,
     )
 
 
@@ -314,9 +318,17 @@ def _killed_by(reason: Reason, by_cell: dict[tuple[str, str], CellResult]) -> st
     return f"{_describe(cell)} in {reason.cell.segment}"
 
 
-def _summary(code: Code, reasons: list[Reason], cells: tuple[CellResult, ...], n: int) -> str:
+def _summary(
+    code: Code,
+    reasons: list[Reason],
+    cells: tuple[CellResult, ...],
+    n: int,
+    episodes: int | None = None,
+) -> str:
     by_cell = {(c.metric, c.segment): c for c in cells}
     head = f"{DECISIONS[code].value.upper()} on {n:,} tested pairs"
+    if episodes is not None:
+        head += f" in {episodes:,} episodes"
     if [r.kind for r in reasons] == [ReasonKind.WARMUP]:
         return f"{head}: warming up; no test runs until warm-up ends."
     if code is Code.KILL:

@@ -78,6 +78,7 @@ def store(session, records: list[dict], rollout_id: int | None = None) -> int:
                 "is_control": record["is_control"], "segment": record["segment"],
                 "created_at": created, "deadline": created + timedelta(minutes=5),
                 "evaluated_at": datetime.fromisoformat(record["evaluated_at"]),
+                "episode": record.get("episode"),
             }
         )  # fmt: skip
         second = Cohort.CONTROL if record["is_control"] else Cohort.CANDIDATE
