@@ -174,7 +174,7 @@ class _Builder:
         for side in (base, cand):
             fit = exactness_of(side)
             self.tested = self.tested or fit is not None
-            self.exact.append(_NO_FIT if fit is None else [fit.tokens, fit.cut, *fit.bins])
+            self.exact.append(_NO_FIT if fit is None else _fit_row(fit))
         values = parity_values(base, cand)
         self.sampled = self.sampled or values is not None
         self.parity.append(values or [np.nan] * (2 * len(STATISTICS)))
@@ -219,14 +219,21 @@ class _Builder:
         )
 
     def _exact_columns(self, n: int) -> FloatArray:
-        return np.asarray(self.exact, dtype=np.float64).reshape(n, 2, 2 + BINS)
+        return np.asarray(self.exact, dtype=np.float64).reshape(n, 2, FIT_WIDTH)
 
     def _parity_columns(self, n: int) -> dict[str, FloatArray]:
         values = np.asarray(self.parity, dtype=np.float64).reshape(n, len(STATISTICS), 2)
         return {stat: values[:, i, :] for i, stat in enumerate(STATISTICS)}
 
 
-_NO_FIT = [np.nan] * (2 + BINS)
+# Per side: tested tokens, cut tokens, the bins, then the most-likely test's two sums.
+FIT_WIDTH = 4 + BINS
+_NO_FIT = [np.nan] * FIT_WIDTH
+
+
+def _fit_row(fit: TokenFit) -> list[float]:
+    """Return a call's sums in the exactness columns' order (`FIT_WIDTH`)."""
+    return [fit.tokens, fit.cut, *fit.bins, fit.off, fit.off_p]
 
 
 def exactness_of(side: Record | None) -> TokenFit | None:
