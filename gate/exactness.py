@@ -6,7 +6,9 @@ probability; the emitted token then owns the interval [mass above it, mass above
 own mass] of [0, 1], and the randomised probability integral transform (a uniform point
 of that interval) is Uniform(0, 1) given everything before it. Instead of drawing that
 point, a call keeps the expected share of it in each of `BINS` equal bins of [0, 1]: its
-fractional bin counts (`TokenFit.bins`), summed over its tokens. Under the null each
+fractional bin counts (`TokenFit.bins`), summed over its tokens, and how many of its
+tokens were not their position's most likely outcome against the sum of their chances not
+to be (`TokenFit.off`, `off_p`: the most-likely test's sums). Under the null each
 token's shares have expectation 1 / `BINS` per bin whatever came before, so the sums are
 what a test martingale needs (`gate.stats.exactness`); only these sums are stored, never
 the arrays.

@@ -10,13 +10,22 @@ the summed shares is a lower bound of the capital from the tokens one by one: ex
 sums alone). Tokens within an answer need no independence: only the conditional
 expectation given the past enters.
 
+The most-likely test: a tested token is not its position's most likely outcome with the
+chance q its position gives (`off`, `off_p` sum the events and the chances). A sampler that
+moves mass towards the most likely token moves that event's chance by its per-token total
+variation, wherever each position's most likely token lies in [0, 1], which no fixed bin
+set does; Poisson-style bets on the two sums are test supermartingales
+(`_first_log_capitals`). It takes `FIRST_SHARE` of the level, the bin sets and the cut
+rate the rest.
+
 The null is "per-token total variation at most `margin`" (real engines are exact only up
 to numerics): a token whose sampling distribution is within total variation d of the
 reported one moves any set's expected share by at most d, so each test bets against
-|A| +- margin. A token the settings cut (`cut`) is impossible under an exact sampler;
-its rate is tested against `margin` too. Every set, direction and the cut rate take an
-equal share of the level (a union bound), so the whole test errs with probability at most
-alpha at any number of looks.
+|A| +- margin (the most-likely test against q +- margin per token). A token the settings
+cut (`cut`) is impossible under an exact sampler; its rate is tested against `margin` too.
+Each direction of the most-likely test takes half of `FIRST_SHARE` of the level; every
+set, direction and the cut rate an equal share of the rest (a union bound), so the whole
+test errs with probability at most alpha at any number of looks.
 
 What a proven shift means: the tokens' mean per-token total variation is at least the
 proven deviation of the most deviant set (each token's TV bounds its own set deviation,

@@ -45,7 +45,10 @@ One JSON object per line, one line per pair, in fold order (below):
 * per-token exactness (optional): side `exactness`, the call's sums as
   `gate.exactness.TokenFit.as_dict` writes them, `{"n": tested tokens, "cut": tokens the
   request's settings make impossible, "skipped": positions not tested, "bins": [20
-  fractional shares of the probability-integral-transform bins, summing to n]}`, or null
+  fractional shares of the probability-integral-transform bins, summing to n], "off":
+  tested tokens that were not their position's most likely outcome, "off_p": the sum of
+  their chances not to be (both optional, 0 when absent: the most-likely test then reads
+  nothing of the call)}`, or null
   when the call carried no `top_logprobs`. `gate.exactness.exactness_fields` computes it
   from any call's OpenAI-format `logprobs` object, its sampling settings and the number
   of alternatives it asked for (`top_logprobs=`), so calls
