@@ -47,6 +47,7 @@ from gate.engines.spec import SpecStats
 from gate.exactness import BINS, exactness_fields
 from gate.stats.cumulative import looks_every, to_stats
 from gate.stats.policy import Policy
+from gate.stats.replay import FIT_WIDTH
 from gate.stats.rule import Code, apply_rule
 from gate.stats.simulate import Scenario, clopper_pearson, draw_pairs
 
@@ -61,8 +62,9 @@ def alternatives(top: list[tuple[int, float]]) -> list[dict[str, Any]]:
     return [{"token": str(i), "logprob": v} for i, v in top]
 
 
-def outcomes(top: list[tuple[str, float]], top_p: float) -> np.ndarray | None:
-    """Return a position's known outcomes' interval ends in [0, 1] (None: untested)."""
+def outcomes(top: list[tuple[str, float]], top_p: float) -> tuple[np.ndarray, float] | None:
+    """Return a position's known outcomes' interval ends in [0, 1] and the most likely's
+    probability (0 when no listed token is kept), or None (untested)."""
     weights = exactness._merged(exactness.trusted(top, None))
     known = exactness._raw(weights, exactness.Sampling(TEMPERATURE, top_p))
     kept = sorted((w for t, w in known.kept.items() if t != str(EOS)), reverse=True)
@@ -72,7 +74,7 @@ def outcomes(top: list[tuple[str, float]], top_p: float) -> np.ndarray | None:
         return None
     ends = np.cumsum([*kept, tail]) / total
     ends[-1] = 1.0
-    return ends
+    return ends, (kept[0] / total if kept else 0.0)
 
 
 def answer(prompt: list[int], background: Any, verify: str, gen: Any, top_p: float) -> Any:
@@ -95,7 +97,7 @@ def answer(prompt: list[int], background: Any, verify: str, gen: Any, top_p: flo
             break
     steps.close()
     tokens = tokens[:MAX_TOKENS]
-    content = [
+    content: list[dict[str, Any]] = [
         {"token": str(t), "logprob": lp, "top_logprobs": alternatives(top)}
         for t, lp, top in (recorder.entries or [])[: len(tokens)]
     ]
@@ -113,22 +115,24 @@ def build_pool(verify: str, prompts: int, answers: int, seed: int, top_p: float)
     """Return `prompts x answers` answers' statistics (rows: n, cut, bins) and their TV."""
     rng = np.random.default_rng(seed)
     gen = torch.Generator().manual_seed(seed + hash(verify) % 1000)
-    rows, tv_sum, tv_n, places, starts = [], 0.0, 0, [], []
+    rows, tv_sum, tv_n, starts = [], 0.0, 0, []
+    places: list[tuple[np.ndarray, float]] = []
     for _ in range(prompts):
         background = torch.from_numpy(rng.normal(0.0, 1.5, (VOCAB, VOCAB))).float()
         base = rng.integers(1, VOCAB, 24).tolist()
         prompt = base + base[: rng.integers(8, 20)]
         for _ in range(answers):
             fit, tv, n, where = answer(prompt, background, verify, gen, top_p)
-            rows.append([fit.tokens, fit.cut, *fit.bins])
+            rows.append([fit.tokens, fit.cut, *fit.bins, fit.off, fit.off_p])
             tv_sum, tv_n = tv_sum + tv, tv_n + n
             starts.append(len(places))
             places += where
     ends = np.ones((len(places), TOP + 2))
-    for i, e in enumerate(places):
+    for i, (e, _) in enumerate(places):
         ends[i, : e.size] = e
+    first = np.asarray([f for _, f in places])
     return {"rows": np.asarray(rows), "tv": tv_sum / max(tv_n, 1), "ends": ends,
-            "starts": np.asarray([*starts, len(places)])}  # fmt: skip
+            "first": first, "starts": np.asarray([*starts, len(places)])}  # fmt: skip
 
 
 def fresh_rows(pool: dict[str, Any], picks: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -147,11 +151,15 @@ def fresh_rows(pool: dict[str, Any], picks: np.ndarray, rng: np.random.Generator
         np.minimum(right[:, None], edges[1:]) - np.maximum(left[:, None], edges[:-1]), 0, None
     )
     shares = overlap / np.maximum(right - left, 1e-15)[:, None]
-    out = np.zeros((picks.size, 2 + BINS))
+    out = np.zeros((picks.size, FIT_WIDTH))
     owner = np.repeat(np.arange(picks.size), lengths)
-    np.add.at(out[:, 2:], owner, shares)
+    np.add.at(out[:, 2 : 2 + BINS], owner, shares)
+    # The most-likely test: the first outcome is k = 0 where a listed token is kept.
+    first = pool["first"][index]
+    np.add.at(out[:, 2 + BINS], owner, ~((k == 0) & (first > 0)))
+    np.add.at(out[:, 3 + BINS], owner, 1.0 - first)
     out[:, 0] = lengths
-    return out.reshape(*picks.shape, 2 + BINS)
+    return out.reshape(*picks.shape, FIT_WIDTH)
 
 
 def run_gate(

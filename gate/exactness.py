@@ -6,7 +6,9 @@ probability; the emitted token then owns the interval [mass above it, mass above
 own mass] of [0, 1], and the randomised probability integral transform (a uniform point
 of that interval) is Uniform(0, 1) given everything before it. Instead of drawing that
 point, a call keeps the expected share of it in each of `BINS` equal bins of [0, 1]: its
-fractional bin counts (`TokenFit.bins`), summed over its tokens. Under the null each
+fractional bin counts (`TokenFit.bins`), summed over its tokens, and how many of its
+tokens were not their position's most likely outcome against the sum of their chances not
+to be (`TokenFit.off`, `off_p`: the most-likely test's sums). Under the null each
 token's shares have expectation 1 / `BINS` per bin whatever came before, so the sums are
 what a test martingale needs (`gate.stats.exactness`); only these sums are stored, never
 the arrays.
@@ -118,6 +120,12 @@ class TokenFit:
     bins: tuple[float, ...]
     cut: int = 0
     skipped: int = 0
+    # Of the tested tokens, how many were NOT their position's most likely outcome (the
+    # first of the order), and the sum of each one's chance not to be (its expectation
+    # under an exact sampler): the most-likely test's sums (`gate.stats.exactness`).
+    # Absent (stored before them): 0 and 0, which leaves that test's capital as it was.
+    off: int = 0
+    off_p: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         """Return the stored fields (`generations.exactness`, the replay side's `exactness`)."""
@@ -126,6 +134,8 @@ class TokenFit:
             "cut": self.cut,
             "skipped": self.skipped,
             "bins": [round(b, 9) for b in self.bins],
+            "off": self.off,
+            "off_p": round(self.off_p, 9),
         }
 
     @classmethod
@@ -142,7 +152,16 @@ class TokenFit:
         shares = tuple(_share(b) for b in bins)
         if abs(sum(shares) - counts[0]) > _SLACK * max(1, counts[0]):
             raise ValueError("exactness.bins must sum to n")
-        return cls(counts[0], shares, counts[1], counts[2])
+        off, off_p = raw.get("off", 0), raw.get("off_p", 0)
+        if type(off) is not int or not 0 <= off <= counts[0]:
+            raise ValueError("exactness.off must be a whole number from 0 to n")
+        try:
+            off_p = _share(off_p)
+        except ValueError:
+            raise ValueError("exactness.off_p must be a number from 0 to n") from None
+        if off_p > counts[0] + _SLACK * max(1, counts[0]):
+            raise ValueError("exactness.off_p must be a number from 0 to n")
+        return cls(counts[0], shares, counts[1], counts[2], off, min(off_p, float(counts[0])))
 
 
 # Rounding the stored shares (9 decimals) moves them and their sum by less than this.
@@ -163,6 +182,10 @@ class _Position:
 
     interval: tuple[float, float] | None = None
     cut: bool = False
+    # The probability of the position's most likely known outcome (the first in the
+    # order), and whether the emitted token is it.
+    first_p: float = 0.0
+    is_first: bool = False
 
 
 _SKIP = _Position()
@@ -211,7 +234,8 @@ def exactness_fields(
         return None
     stop = _Stops(frozenset(eos))
     bins = [0.0] * BINS
-    tokens = cut = skipped = 0
+    tokens = cut = skipped = off = 0
+    off_p = 0.0
     for token, value, top in positions:
         listed = trusted(top, top_logprobs)
         placed = place(listed, token, sampling, mode=mode, eos=stop, logprob=value)
@@ -221,9 +245,11 @@ def exactness_fields(
             skipped += 1
         else:
             tokens += 1
+            off += not placed.is_first
+            off_p += 1.0 - placed.first_p
             for b, share in enumerate(occupancy(*placed.interval)):
                 bins[b] += share
-    return TokenFit(tokens, tuple(bins), cut, skipped)
+    return TokenFit(tokens, tuple(bins), cut, skipped, off, off_p)
 
 
 def _positions(logprobs: Mapping[str, Any]) -> Iterable[tuple[str, float, list[tuple[str, float]]]]:
@@ -293,15 +319,19 @@ def place(
     total = sum(kept.values()) + (known.tail or 0.0)
     if total <= 0.0:
         return _SKIP
+    # Most likely first, ties by spelling: the order needs only the distribution.
+    ranked = sorted(kept.items(), key=lambda x: (-x[1], x[0]))
+    leader = ranked[0][0] if ranked else None
+    first_p = ranked[0][1] / total if ranked else 0.0
     if not listed:  # below the list: the tail, when its share is known
         tail = known.tail
-        return _Position((1.0 - tail / total, 1.0)) if tail else _SKIP
+        return _Position((1.0 - tail / total, 1.0), first_p=first_p) if tail else _SKIP
     if token not in kept:
         return _SKIP  # its share relative to the known outcomes is not known
-    # Most likely first, ties by spelling: the order needs only the distribution.
     own = kept[token]
     above = sum(w for t, w in kept.items() if (-w, t) < (-own, token))
-    return _Position((above / total, (above + own) / total))
+    is_first = leader == token
+    return _Position((above / total, (above + own) / total), first_p=first_p, is_first=is_first)
 
 
 def _listed(top: Sequence[tuple[str, float]], token: str, logprob: float) -> bool:

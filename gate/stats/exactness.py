@@ -10,13 +10,22 @@ the summed shares is a lower bound of the capital from the tokens one by one: ex
 sums alone). Tokens within an answer need no independence: only the conditional
 expectation given the past enters.
 
+The most-likely test: a tested token is not its position's most likely outcome with the
+chance q its position gives (`off`, `off_p` sum the events and the chances). A sampler that
+moves mass towards the most likely token moves that event's chance by its per-token total
+variation, wherever each position's most likely token lies in [0, 1], which no fixed bin
+set does; Poisson-style bets on the two sums are test supermartingales
+(`_first_log_capitals`). It takes `FIRST_SHARE` of the level, the bin sets and the cut
+rate the rest.
+
 The null is "per-token total variation at most `margin`" (real engines are exact only up
 to numerics): a token whose sampling distribution is within total variation d of the
 reported one moves any set's expected share by at most d, so each test bets against
-|A| +- margin. A token the settings cut (`cut`) is impossible under an exact sampler;
-its rate is tested against `margin` too. Every set, direction and the cut rate take an
-equal share of the level (a union bound), so the whole test errs with probability at most
-alpha at any number of looks.
+|A| +- margin (the most-likely test against q +- margin per token). A token the settings
+cut (`cut`) is impossible under an exact sampler; its rate is tested against `margin` too.
+Each direction of the most-likely test takes half of `FIRST_SHARE` of the level; every
+set, direction and the cut rate an equal share of the rest (a union bound), so the whole
+test errs with probability at most alpha at any number of looks.
 
 What a proven shift means: the tokens' mean per-token total variation is at least the
 proven deviation of the most deviant set (each token's TV bounds its own set deviation,
@@ -43,8 +52,14 @@ from gate.stats.sequences import BoolArray, FloatArray, Interval, Num, as_array
 SETS: tuple[tuple[int, int], ...] = tuple(
     (i, j) for i in range(BINS) for j in range(i + 1, BINS + 1) if (i, j) != (0, BINS)
 )
-# Tests that share the level: two directions per set, and the cut rate.
+# Tests that share the bins' half of the level: two directions per set, and the cut rate.
 TESTS = 2 * len(SETS) + 1
+# The most-likely test's bets: Poisson-style, lam in a geometric grid (a rate ratio e^-lam
+# to e^lam away from the target's), mixed with equal weights.
+FIRST_BETS: FloatArray = 0.02 * 1.6 ** np.arange(12, dtype=np.float64)
+# The level's share of the most-likely test (each direction half of it); the bin sets,
+# the cut rate and their union share the rest.
+FIRST_SHARE = 0.5
 
 
 @dataclass(frozen=True, eq=False)
@@ -60,6 +75,10 @@ class TokenBins:
     n: Num
     cut: Num
     bins: tuple[Num, ...]
+    # Tested tokens that were not their position's most likely outcome, and the sum of
+    # their chances not to be (`gate.exactness.TokenFit.off`, `off_p`).
+    off: Num = 0.0
+    off_p: Num = 0.0
 
     @classmethod
     def empty(cls) -> TokenBins:
@@ -69,7 +88,8 @@ class TokenBins:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TokenBins):
             return NotImplemented
-        mine, theirs = (self.n, self.cut, *self.bins), (other.n, other.cut, *other.bins)
+        mine = (self.n, self.cut, *self.bins, self.off, self.off_p)
+        theirs = (other.n, other.cut, *other.bins, other.off, other.off_p)
         return all(np.array_equal(a, b) for a, b in zip(mine, theirs, strict=True))
 
     def __hash__(self) -> int:
@@ -92,7 +112,38 @@ def _widths() -> FloatArray:
 
 def harmful(stats: TokenBins, margin: float, alpha: float) -> BoolArray:
     """Return whether a deviation beyond `margin` is proven, at total level `alpha`."""
-    return _any_set(stats, margin, alpha / TESTS, beyond=True)
+    each = FIRST_SHARE * alpha / 2.0
+    first = _first_rejects(stats, margin, each, toward=True)
+    first = first | _first_rejects(stats, margin, each, toward=False)
+    rest = (1.0 - FIRST_SHARE) * alpha / TESTS
+    return np.asarray(first | _any_set(stats, margin, rest, beyond=True))
+
+
+def _first_log_capitals(stats: TokenBins, margin: float, *, toward: bool) -> FloatArray:
+    """Return the most-likely test's log capital per bet (last axis: `FIRST_BETS`).
+
+    A tested token is not its position's most likely outcome (z = 1) with chance q under
+    the target; a sampler within total variation `margin` of it gives chance within q +-
+    margin. For lam > 0 and z in {0, 1}: E exp(-lam z) <= exp(-(q - margin)(1 - e^-lam))
+    when the chance is at least q - margin, and E exp(lam z) <= exp((q + margin)(e^lam
+    - 1)) when it is at most q + margin: so exp(-lam Z + (1 - e^-lam)(R - n margin))
+    (mass moved `toward` the most likely) and exp(lam Z - (e^lam - 1)(R + n margin))
+    (away from it) are test supermartingales, computed exactly from the sums Z (`off`),
+    R (`off_p`) and n alone.
+    """
+    n, z, r = (as_array(v)[..., None] for v in (stats.n, stats.off, stats.off_p))
+    lam = FIRST_BETS
+    if toward:
+        return np.asarray(-lam * z + (1.0 - np.exp(-lam)) * (r - n * margin))
+    return np.asarray(lam * z - np.expm1(lam) * (r + n * margin))
+
+
+def _first_rejects(stats: TokenBins, margin: float, alpha: float, *, toward: bool) -> BoolArray:
+    """Return whether the most-likely test's mixture capital reached 1 / alpha."""
+    capitals = _first_log_capitals(stats, margin, toward=toward)
+    top = capitals.max(axis=-1)
+    mean = top + np.log(np.exp(capitals - top[..., None]).mean(axis=-1))
+    return np.asarray(mean >= np.log(1.0 / alpha))
 
 
 def inside(stats: TokenBins, margin: float, alpha: float) -> BoolArray:
@@ -168,7 +219,7 @@ def deviation(stats: TokenBins, alpha: float) -> Deviation:
     best = np.argmax(z, axis=0)
     pick = np.take_along_axis(shares, best[None, ...], axis=0)[0]
     width = _widths()[best]
-    each = alpha / TESTS
+    each = (1.0 - FIRST_SHARE) * alpha / TESTS
     counts = _counts(n, pick)
     lower = bet_bound([0.0, 1.0], counts, each, lower=True) - width
     upper = bet_bound([0.0, 1.0], counts, each, lower=False) - width
@@ -178,7 +229,48 @@ def deviation(stats: TokenBins, alpha: float) -> Deviation:
     high = np.where(more, upper, -lower)
     first = np.asarray([i for i, _ in SETS])[best] / BINS
     end = np.asarray([j for _, j in SETS])[best] / BINS
-    return Deviation(Interval(np.abs(estimate), low, high), first, end, more)
+    f_est, f_low, f_high = _first_interval(stats, FIRST_SHARE * alpha / 2.0)
+    # The most-likely test speaks where its lower bound is higher (an empty set [0, 0]).
+    use = (f_low > low) | ((f_low == low) & (f_est > np.abs(np.nan_to_num(estimate))))
+    use = use & (n > 0)
+    return Deviation(
+        Interval(
+            np.where(use, f_est, np.abs(estimate)),
+            np.where(use, f_low, low),
+            np.where(use, f_high, high),
+        ),
+        np.where(use, 0.0, first),
+        np.where(use, 0.0, end),
+        np.where(use, f_est > 0, more),
+    )
+
+
+def _first_interval(stats: TokenBins, alpha: float) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Return the most-likely test's shift per token: |estimate|, lower and upper bounds.
+
+    The shift is the mean over tokens of (chance to be the most likely) minus the target's,
+    a lower bound of the mean per-token total variation. Each bound inverts one bet of
+    `FIRST_BETS` at alpha / their number (the mixture rejects whenever one bet does so).
+    """
+    n, z, r = (as_array(v)[..., None] for v in (stats.n, stats.off, stats.off_p))
+    lam, safe = FIRST_BETS, np.maximum(n, 1.0)
+    log_g = np.log(FIRST_BETS.size / alpha)
+    gain, loss = 1.0 - np.exp(-lam), np.expm1(lam)
+    toward = (r - z) >= 0
+    # Toward the most likely: shift d = mean(q - z's chance) >= 0.
+    lo_t = ((r - (lam * z + log_g) / gain) / safe).max(axis=-1)
+    hi_t = ((r - (lam * z - log_g) / loss) / safe).min(axis=-1)
+    # Away from it: d = mean(z's chance - q) >= 0.
+    lo_a = (((lam * z - log_g) / loss - r) / safe).max(axis=-1)
+    hi_a = (((lam * z + log_g) / gain - r) / safe).min(axis=-1)
+    estimate = np.abs(r - z)[..., 0] / safe[..., 0]
+    low = np.maximum(np.where(toward[..., 0], lo_t, lo_a), 0.0)
+    high = np.clip(np.where(toward[..., 0], hi_t, hi_a), 0.0, 1.0)
+    return (
+        np.where(n[..., 0] > 0, estimate, np.nan),
+        np.asarray(low),
+        np.asarray(np.maximum(high, low)),
+    )
 
 
 def explain(estimate: float, lower: float, upper: float) -> str:

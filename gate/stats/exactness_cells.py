@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from gate.db.enums import RolloutMode
+from gate.exactness import BINS
 from gate.stats.columns import BASE, CAND, Acc, Builder, Context
 from gate.stats.exactness import TokenBins
 from gate.stats.ids import ALL, Cell, MetricId
@@ -25,7 +26,7 @@ def _sums(acc: Acc, valid: BoolArray, side: FloatArray, seg: int | None) -> Toke
     # Components first: Acc sums along the pairs axis, which must come last.
     parts = np.moveaxis(np.where(usable[..., None], np.nan_to_num(side), 0.0), -1, 0)
     sums = acc(parts, seg)
-    return TokenBins(sums[0], sums[1], tuple(sums[2:]))
+    return TokenBins(sums[0], sums[1], tuple(sums[2 : 2 + BINS]), sums[2 + BINS], sums[3 + BINS])
 
 
 def _builder(valid: BoolArray, side: FloatArray) -> Builder:

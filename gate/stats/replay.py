@@ -54,7 +54,10 @@ One JSON object per line, one line per pair, in fold order (below):
 * per-token exactness (optional): side `exactness`, the call's sums as
   `gate.exactness.TokenFit.as_dict` writes them, `{"n": tested tokens, "cut": tokens the
   request's settings make impossible, "skipped": positions not tested, "bins": [20
-  fractional shares of the probability-integral-transform bins, summing to n]}`, or null
+  fractional shares of the probability-integral-transform bins, summing to n], "off":
+  tested tokens that were not their position's most likely outcome, "off_p": the sum of
+  their chances not to be (both optional, 0 when absent: the most-likely test then reads
+  nothing of the call)}`, or null
   when the call carried no `top_logprobs`. `gate.exactness.exactness_fields` computes it
   from any call's OpenAI-format `logprobs` object, its sampling settings and the number
   of alternatives it asked for (`top_logprobs=`), so calls
@@ -186,7 +189,7 @@ class _Builder:
         for side in (base, cand):
             fit = exactness_of(side)
             self.tested = self.tested or fit is not None
-            self.exact.append(_NO_FIT if fit is None else [fit.tokens, fit.cut, *fit.bins])
+            self.exact.append(_NO_FIT if fit is None else _fit_row(fit))
         values = parity_values(base, cand)
         self.sampled = self.sampled or values is not None
         self.parity.append(values or [np.nan] * (2 * len(STATISTICS)))
@@ -237,14 +240,21 @@ class _Builder:
         )
 
     def _exact_columns(self, n: int) -> FloatArray:
-        return np.asarray(self.exact, dtype=np.float64).reshape(n, 2, 2 + BINS)
+        return np.asarray(self.exact, dtype=np.float64).reshape(n, 2, FIT_WIDTH)
 
     def _parity_columns(self, n: int) -> dict[str, FloatArray]:
         values = np.asarray(self.parity, dtype=np.float64).reshape(n, len(STATISTICS), 2)
         return {stat: values[:, i, :] for i, stat in enumerate(STATISTICS)}
 
 
-_NO_FIT = [np.nan] * (2 + BINS)
+# Per side: tested tokens, cut tokens, the bins, then the most-likely test's two sums.
+FIT_WIDTH = 4 + BINS
+_NO_FIT = [np.nan] * FIT_WIDTH
+
+
+def _fit_row(fit: TokenFit) -> list[float]:
+    """Return a call's sums in the exactness columns' order (`FIT_WIDTH`)."""
+    return [fit.tokens, fit.cut, *fit.bins, fit.off, fit.off_p]
 
 
 def episode_of(record: Record) -> str | None:

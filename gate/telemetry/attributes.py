@@ -106,10 +106,11 @@ LOGPROB_SUM = "specgate.logprobs.sum"  # float
 # Per-token exactness (`gate.exactness`): the call's sufficient statistics, a compact JSON
 # string exactly `TokenFit.as_dict()`: {"n": tested tokens, "cut": tokens the request's
 # settings make impossible, "skipped": positions not tested, "bins": 20 floats summing to
-# n}. Computed by the gateway from choice 0's `top_logprobs` (n = 1 answers at temperature
-# > 0, where the rollout's policy enables `guardrails.exactness`), after the call ended and
-# off its event loop; absent when the answer carried no alternatives. The collector stores
-# it in `generations.exactness`.
+# n, "off": tested tokens not their position's most likely, "off_p": the sum of their
+# chances not to be}. Computed by the gateway from choice 0's `top_logprobs` (n = 1
+# answers at temperature > 0, where the rollout's policy enables `guardrails.exactness`),
+# after the call ended and off its event loop; absent when the answer carried no
+# alternatives. The collector stores it in `generations.exactness`.
 EXACTNESS = "specgate.exactness"  # JSON string
 # The call, carrying logprobs the gateway added, was rejected (400/422) and made again
 # without them: the route is remembered as rejecting them if that call was answered.

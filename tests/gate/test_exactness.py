@@ -82,10 +82,28 @@ def test_greedy_calls_and_calls_without_alternatives_are_not_tested():
 
 
 def test_stored_fields_read_back_and_malformed_ones_are_refused():
-    fit = TokenFit(3, tuple([3 / BINS] * BINS), cut=1, skipped=2)
+    fit = TokenFit(3, tuple([3 / BINS] * BINS), cut=1, skipped=2, off=1, off_p=0.75)
     assert TokenFit.from_dict(fit.as_dict()) == fit
     with pytest.raises(ValueError):
         TokenFit.from_dict({"n": 1, "bins": [0.0] * 3})
+    stored = {"n": 3, "bins": [3 / BINS] * BINS}
+    for off, off_p in ((4, 1.0), (-1, 1.0), (1, 3.5), (1, -0.5), (1.5, 1.0), (1, "x")):
+        with pytest.raises(ValueError, match="off"):
+            TokenFit.from_dict({**stored, "off": off, "off_p": off_p})
+    # Stored before the most-likely test's sums: none, which leaves its capital unmoved.
+    legacy = TokenFit.from_dict(stored)
+    assert (legacy.off, legacy.off_p) == (0, 0.0)
+
+
+def test_each_token_says_whether_it_was_its_positions_most_likely_and_that_ones_chance():
+    # "a" where it leads (0.6), "b" where it leads (0.8), then "a" where "b" leads (0.7).
+    steps = [("a", {"a": 0.6, "b": 0.4}), ("b", {"a": 0.2, "b": 0.8}),
+             ("a", {"a": 0.3, "b": 0.7})]  # fmt: skip
+    fit = exactness_fields(chat(steps), temperature=1.0, mode="processed", top_logprobs=3)
+    assert fit is not None and fit.tokens == 3
+    assert fit.off == 1  # only the last token was not its position's most likely
+    assert fit.off_p == pytest.approx(0.4 + 0.2 + 0.3)  # the chances not to be
+    assert fit.as_dict()["off"] == 1 and fit.as_dict()["off_p"] == pytest.approx(0.9)
 
 
 @pytest.mark.parametrize("mode", ["processed", "raw"])
@@ -94,6 +112,7 @@ def test_an_exact_samplers_tokens_fill_the_bins_evenly(mode):
     # 1 / BINS, whatever the distributions, with temperature and top-p applied.
     rng = np.random.default_rng(3)
     bins, n = np.zeros(BINS), 0
+    firsts, chance, spread = 0, 0.0, 0.0
     temperature, top_p = 0.7, 0.95
     for _ in range(6000):
         logits = rng.normal(0.0, 2.0, 40)
@@ -114,9 +133,14 @@ def test_an_exact_samplers_tokens_fill_the_bins_evenly(mode):
         if got.interval is not None:
             n += 1
             bins += occupancy(*got.interval)
+            firsts += got.is_first
+            chance += got.first_p
+            spread += got.first_p * (1.0 - got.first_p)
     share = bins / n
     # 6,000 tokens: each bin's share within 4 standard errors of 1 / BINS.
     assert np.abs(share - 1 / BINS).max() < 4 * math.sqrt(1 / BINS / n)
+    # And the most likely outcome comes up as often as its chances say.
+    assert abs(firsts - chance) < 4 * math.sqrt(spread)
 
 
 def test_a_processed_nucleus_shorter_than_the_list_asked_is_still_tested():
