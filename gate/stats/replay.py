@@ -373,11 +373,13 @@ def replay(
     mode: RolloutMode = RolloutMode.SHADOW,
     candidate_share: float = 0.5,
     stage: int = 0,
+    load_match: float | None = None,
 ) -> ReplayResult:
     """Replay pairs in order, looking every `every` pairs; stop at the first decision.
 
     The pairs are one stage's, `stage` (0-based), which spends its share of alpha_kill;
     the load bands compare with the share promotion brings (`next_stage_share`).
+    `load_match`: judge only load-matched pairs (`policy.load_tolerance`; None: all).
     """
     next_share = next_stage_share(policy, stage, mode)
     policy = at_stage(policy, stage)
@@ -387,7 +389,13 @@ def replay(
     cols = columns(records, policy, mode)
     looks = looks_every(len(records), every)
     stats = to_stats(
-        cols, policy, looks, mode=mode, candidate_share=candidate_share, next_share=next_share
+        cols,
+        policy,
+        looks,
+        mode=mode,
+        candidate_share=candidate_share,
+        next_share=next_share,
+        load_match=load_match,
     )
     ev = apply_rule(policy, stats)
     decisive = np.flatnonzero(ev.code != Code.CONTINUE)
