@@ -85,6 +85,8 @@ class VerdictResult:
     n_pairs: int
     # The primary gain per band of the candidate's load (empty: no loads recorded).
     bands: tuple[BandResult, ...] = ()
+    # Pairs past the warm-up left out as not load-matched (`policy.load_tolerance`).
+    unmatched: int = 0
 
     def estimates(self) -> list[dict[str, Any]]:
         """Return the per-cell table as JSON-ready dicts (for the verdicts table)."""
@@ -109,10 +111,12 @@ def decide(policy: Policy, stats: GateStats) -> VerdictResult:
         summary=_summary(code, reasons, cells, int(np.asarray(stats.n_pairs)))
         + _load_words(policy, stats, reasons)
         + _data_quality(int(np.asarray(stats.n_dropped)))
+        + _unmatched_words(policy, int(np.asarray(stats.n_unmatched)))
         + _control_alarm(alarms),
         cells=cells,
         n_pairs=int(np.asarray(stats.n_pairs)),
         bands=band_results(policy, stats),
+        unmatched=int(np.asarray(stats.n_unmatched)),
     )
 
 
@@ -345,6 +349,17 @@ def _data_quality(dropped: int) -> str:
     if not dropped:
         return ""
     return f" Data quality: {dropped:,} pair(s) not attributable (dropped or cancelled), left out."
+
+
+def _unmatched_words(policy: Policy, unmatched: int) -> str:
+    # Promoted and routed by load, the two calls of a pair meet the loads the routing gave
+    # each route; only pairs whose loads are known and close are judged.
+    if not unmatched:
+        return ""
+    return (
+        f" Routed by load: {unmatched:,} pair(s) not load-matched (the routes' running"
+        f" requests more than {policy.promotion.load_match:g} apart, or not recorded), left out."
+    )
 
 
 def _alarm(metric: str) -> Reason:
