@@ -24,8 +24,14 @@ plain shadow mode (every pair mirrored, no load effect) as `run_scenario` draws 
 the first decisive verdict as its outcome. The policy is the default one except no
 minimum duration (the criteria count pairs).
 
+With `--tolerances 1` the gate judges as it does a promoted rollout routed by load
+(`promotion.load_match`, `gate.stats.policy.load_tolerance`): only the pairs whose two
+loads differ by at most 1; the mirrored pairs are drawn in proportion, so that about
+`--pairs` of them are judged, and "pairs to kill" counts mirrored pairs.
+
 Usage: nice -n 10 python bench/by_load_sim.py [--runs 400] [--seed 41] [--pairs 3000]
-           [--every 20] [--crossover 6] [--sample-rate 0.1]
+           [--every 20] [--crossover 6] [--sample-rate 0.1] [--loads 2,6,12]
+           [--slopes 0,0.02,0.05] [--tolerances none,1] [--candidates aa,slower]
 """
 
 from __future__ import annotations
@@ -129,6 +135,7 @@ def main() -> None:
     parser.add_argument("--loads", default="2,6,12")
     parser.add_argument("--slopes", default="0,0.02,0.05")
     parser.add_argument("--tolerances", default="none,1")
+    parser.add_argument("--candidates", default="aa,slower", help="aa, slower, or both")
     args = parser.parse_args()
     base = Policy(min_duration_s=0)
     last = at_stage(base, len(base.stages) - 1)
@@ -138,7 +145,8 @@ def main() -> None:
           " | runs killed (95% CP) | median mirrored pairs to kill |")  # fmt: skip
     print("|---|---|---|---|---|---|---|")
     tolerances = [None if t == "none" else float(t) for t in args.tolerances.split(",")]
-    for name, ratio in (("A/A", 1.0), ("25% slower TPOT", 1.25)):
+    kinds = {"aa": ("A/A", 1.0), "slower": ("25% slower TPOT", 1.25)}
+    for name, ratio in (kinds[k] for k in args.candidates.split(",")):
         s = Scenario(name, pairs=args.pairs, every=args.every, tpot_ratio=ratio)
         for load in (float(x) for x in args.loads.split(",")):
             for slope in (float(x) for x in args.slopes.split(",")):
