@@ -24,8 +24,14 @@ plain shadow mode (every pair mirrored, no load effect) as `run_scenario` draws 
 the first decisive verdict as its outcome. The policy is the default one except no
 minimum duration (the criteria count pairs).
 
+With `--tolerances 1` the gate judges as it does a promoted rollout routed by load
+(`promotion.load_match`, `gate.stats.policy.load_tolerance`): only the pairs whose two
+loads differ by at most 1; the mirrored pairs are drawn in proportion, so that about
+`--pairs` of them are judged, and "pairs to kill" counts mirrored pairs.
+
 Usage: nice -n 10 python bench/by_load_sim.py [--runs 400] [--seed 41] [--pairs 3000]
-           [--every 20] [--crossover 6] [--sample-rate 0.1]
+           [--every 20] [--crossover 6] [--sample-rate 0.1] [--loads 2,6,12]
+           [--slopes 0,0.02,0.05] [--tolerances none,1] [--candidates aa,slower]
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from gate.db.enums import RolloutMode
-from gate.stats.columns import PairColumns
+from gate.stats.columns import PairColumns, load_matched
 from gate.stats.cumulative import looks_every, to_stats
 from gate.stats.policy import Policy, at_stage
 from gate.stats.rule import Code, apply_rule
@@ -71,29 +77,8 @@ def route(cols: PairColumns, r: Routed, rng: np.random.Generator) -> PairColumns
     return replace(cols, ttft=ttft, tpot=cols.tpot * factor, e2e=ttft + decode, load=load)
 
 
-def matched(cols: PairColumns, tolerance: int, pairs: int) -> PairColumns:
-    """Keep each run's first `pairs` pairs whose routes' running requests differ by at
-    most `tolerance` (every run must have that many)."""
-    assert cols.load is not None
-    keep = np.abs(cols.load[..., 1] - cols.load[..., 0]) <= tolerance
-    assert (keep.sum(axis=-1) >= pairs).all(), "draw more pairs per run"
-    order = np.argsort(~keep, axis=-1, kind="stable")[:, :pairs]
-
-    def take(x: np.ndarray) -> np.ndarray:
-        index = order if x.ndim == 2 else order[..., None]
-        return np.take_along_axis(x, index, axis=1)
-
-    evals = {name: take(v) for name, v in cols.evals.items()}
-    return replace(
-        cols, segment=take(cols.segment), created_s=take(np.array(cols.created_s)),
-        is_control=take(cols.is_control), dropped=take(cols.dropped), ttft=take(cols.ttft),
-        tpot=take(cols.tpot), e2e=take(cols.e2e), failed=take(cols.failed),
-        acceptance=take(cols.acceptance), evals=evals, load=take(cols.load),
-    )  # fmt: skip
-
-
-def overdraw(r: Routed, tolerance: int) -> int:
-    """Return how many pairs to draw per judged one: 1.5 / the matched share, rounded up."""
+def overdraw(r: Routed, tolerance: float) -> int:
+    """Return how many mirrored pairs to draw per judged one: 1 / the matched share, rounded up."""
     probe = PairColumns(
         segment=np.zeros((1, 100_000), dtype=np.int64), created_s=np.zeros((1, 100_000)),
         is_control=np.zeros((1, 100_000), dtype=bool), dropped=np.zeros((1, 100_000), dtype=bool),
@@ -101,28 +86,29 @@ def overdraw(r: Routed, tolerance: int) -> int:
         e2e=np.ones((1, 100_000, 2)), failed=np.zeros((1, 100_000, 2), dtype=bool),
         acceptance=np.ones((1, 100_000)),
     )  # fmt: skip
-    load = route(probe, r, np.random.default_rng(0)).load
-    assert load is not None
-    share = float((np.abs(load[..., 1] - load[..., 0]) <= tolerance).mean())
-    return max(1, int(np.ceil(1.5 / share)))
+    share = float(load_matched(route(probe, r, np.random.default_rng(0)), tolerance).mean())
+    return max(1, int(np.ceil(1.0 / share)))
 
 
 def killed(
-    s: Scenario, r: Routed, policy: Policy, runs: int, seed: int, tolerance: int | None
+    s: Scenario, r: Routed, policy: Policy, runs: int, seed: int, tolerance: float | None
 ) -> tuple[int, list[int]]:
-    """Return how many runs any look killed, and the pairs each kill took (with a
-    `tolerance`: judging only the pairs whose routes' loads differ by at most that)."""
+    """Return how many runs any look killed, and the mirrored pairs each kill took.
+
+    With a `tolerance` the gate judges as it does a promoted rollout routed by load
+    (`policy.load_tolerance`): only the pairs whose routes' loads differ by at most that.
+    It then sees about `s.pairs` of them: the mirrored pairs are drawn in proportion, and
+    looked at every `s.every` judged pairs or so."""
     rng = np.random.default_rng(seed)
-    looks = looks_every(s.pairs, s.every)
     over = 1 if tolerance is None else overdraw(r, tolerance)
     drawn = replace(s, pairs=s.pairs * over)
+    looks = looks_every(drawn.pairs, s.every * over)
     chunk = max(1, min(CHUNK_RUNS, CHUNK_PAIRS // drawn.pairs))
     kills, at = 0, []
     for start in range(0, runs, chunk):
         cols = route(draw_pairs(drawn, policy, min(chunk, runs - start), rng), r, rng)
-        if tolerance is not None:
-            cols = matched(cols, tolerance, s.pairs)
-        ev = apply_rule(policy, to_stats(cols, policy, looks, mode=RolloutMode.SHADOW))
+        stats = to_stats(cols, policy, looks, mode=RolloutMode.SHADOW, load_match=tolerance)
+        ev = apply_rule(policy, stats)
         hit = np.asarray(ev.code == Code.KILL)
         kills += int(hit.any(axis=-1).sum())
         at += [int(looks[i]) for i in hit.argmax(axis=-1)[hit.any(axis=-1)]]
@@ -149,16 +135,18 @@ def main() -> None:
     parser.add_argument("--loads", default="2,6,12")
     parser.add_argument("--slopes", default="0,0.02,0.05")
     parser.add_argument("--tolerances", default="none,1")
+    parser.add_argument("--candidates", default="aa,slower", help="aa, slower, or both")
     args = parser.parse_args()
     base = Policy(min_duration_s=0)
     last = at_stage(base, len(base.stages) - 1)
     print(f"crossover {args.crossover}, sample rate {args.sample_rate}, {args.pairs} pairs,"
           f" a look every {args.every}, {args.runs} runs each, seed {args.seed}")  # fmt: skip
     print("| candidate | load (mean others) | slope a | judged pairs | mean n_b / n_c"
-          " | runs killed (95% CP) | median pairs to kill |")  # fmt: skip
+          " | runs killed (95% CP) | median mirrored pairs to kill |")  # fmt: skip
     print("|---|---|---|---|---|---|---|")
-    tolerances = [None if t == "none" else int(t) for t in args.tolerances.split(",")]
-    for name, ratio in (("A/A", 1.0), ("25% slower TPOT", 1.25)):
+    tolerances = [None if t == "none" else float(t) for t in args.tolerances.split(",")]
+    kinds = {"aa": ("A/A", 1.0), "slower": ("25% slower TPOT", 1.25)}
+    for name, ratio in (kinds[k] for k in args.candidates.split(",")):
         s = Scenario(name, pairs=args.pairs, every=args.every, tpot_ratio=ratio)
         for load in (float(x) for x in args.loads.split(",")):
             for slope in (float(x) for x in args.slopes.split(",")):
@@ -166,14 +154,13 @@ def main() -> None:
                     r = Routed(load, args.crossover, args.sample_rate, slope)
                     t = time.perf_counter()
                     k, at = killed(s, r, last, args.runs, args.seed, tol)
-                    probe = route(draw_pairs(s, base, 1, np.random.default_rng(0)), r,
-                                  np.random.default_rng(1)).load  # fmt: skip
-                    assert probe is not None
-                    probe_n = probe[..., 0].size
-                    if tol is not None:
-                        probe = probe[np.abs(probe[..., 1] - probe[..., 0]) <= tol]
+                    routed = route(draw_pairs(s, base, 1, np.random.default_rng(0)), r,
+                                   np.random.default_rng(1))  # fmt: skip
+                    assert routed.load is not None
+                    probe_n = routed.load[..., 0].size
+                    probe = routed.load[load_matched(routed, tol)]
                     nb, nc = probe[..., 0].mean(), probe[..., 1].mean()
-                    which = "all mirrored" if tol is None else f"load-matched (within {tol})"
+                    which = "all mirrored" if tol is None else f"load-matched (within {tol:g})"
                     if tol is not None:
                         which += f", {len(probe) / probe_n:.0%} of them"
                     print(f"| {name} | {load:g} | {slope:g} | {which} | {nb:.1f} / {nc:.1f}"

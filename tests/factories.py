@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -89,6 +90,10 @@ def generation(
     return row
 
 
+def _loads(loads: tuple[float, float]) -> dict[str, float]:
+    return {"baseline_load": loads[0], "candidate_load": loads[1]}
+
+
 def seed_pairs(
     session: Session,
     rollout_id: int,
@@ -100,9 +105,11 @@ def seed_pairs(
     baseline_pass: float = 0.85,
     segment: str = "chat",
     stage: int = 0,
+    loads: Callable[[int], tuple[float, float]] | None = None,
 ) -> None:
     """Insert `count` complete, evaluated pairs with realistic latency noise (log-sd 0.5
-    shared within a pair) and one evaluator ('task'), in bulk."""
+    shared within a pair) and one evaluator ('task'), in bulk; `loads(i)` gives pair i's
+    (baseline, candidate) running requests as stamped (None: no loads)."""
     import numpy as np
     from sqlalchemy import insert
 
@@ -125,6 +132,7 @@ def seed_pairs(
                 "deadline": created + timedelta(minutes=5),
                 # Evaluated in creation order, as a steady evaluation queue would.
                 "evaluated_at": created + timedelta(seconds=2),
+                **(_loads(loads(i)) if loads else {}),
             }
         )
         shared = float(np.exp(rng.normal(0, 0.5)))

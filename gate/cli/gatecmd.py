@@ -16,7 +16,7 @@ from gate.cli.common import read_input
 from gate.cli.gatecheck import check
 from gate.db.enums import RolloutMode
 from gate.errors import ConfigError
-from gate.stats.policy import Policy, load_policy
+from gate.stats.policy import Policy, load_policy, load_tolerance
 from gate.stats.replay import ReplayResult, read_pairs, replay
 from gate.stats.rule import Code
 from gate.stats.sequences import FloatArray
@@ -80,16 +80,26 @@ def replay_command(
         ),
     ] = 0.5,
     stage: Annotated[int, typer.Option("--stage", min=0, help=STAGE_HELP)] = 0,
+    promoted: Annotated[
+        bool,
+        typer.Option(
+            "--promoted",
+            help="Judge as a promoted rollout: with promotion.route_by_load, only the"
+            " load-matched pairs (promotion.load_match).",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Backtest recorded pairs: the first decisive verdict and the pair count it came at."""
+    judged = _policy(policy)
     result = replay(
         read_pairs(pairs),
-        _policy(policy),
+        judged,
         every=every,
         mode=mode,
         candidate_share=candidate_share,
         stage=stage,
+        load_match=load_tolerance(judged, promoted=promoted),
     )
     if as_json:
         typer.echo(json.dumps(_replay_json(result), indent=2))

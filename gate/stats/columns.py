@@ -95,6 +95,23 @@ class Context:
         return served(self.cols, self.live)
 
 
+def load_matched(cols: PairColumns, tolerance: float | None) -> BoolArray:
+    """Return which pairs the gate may judge for their loads (`policy.load_tolerance`).
+
+    With a tolerance, a pair is load-matched when both routes' running requests at its
+    start are known and differ by at most it (the fold's SQL: `gate.verdicts.slices`);
+    without one (None), every pair is.
+    """
+    every = np.ones(cols.segment.shape, dtype=bool)
+    if tolerance is None:
+        return every
+    if cols.load is None:
+        return ~every
+    gap = np.abs(cols.load[..., CAND] - cols.load[..., BASE])
+    with np.errstate(invalid="ignore"):
+        return np.asarray(np.isfinite(gap) & (gap <= tolerance))
+
+
 def served(cols: PairColumns, live: BoolArray) -> BoolArray:
     """Return which cohort served each live canary pair (unpaired: one side per pair).
 

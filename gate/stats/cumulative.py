@@ -24,7 +24,7 @@ import numpy as np
 
 from gate.db.enums import RolloutMode
 from gate.stats.change import log_evalues
-from gate.stats.columns import BASE, CAND, Acc, Context, PairColumns
+from gate.stats.columns import BASE, CAND, Acc, Context, PairColumns, load_matched
 from gate.stats.exactness_cells import exactness_control
 from gate.stats.guardrail_cells import BUILDERS
 from gate.stats.ids import ALL, UNDECLARED, Cell
@@ -52,17 +52,22 @@ def to_stats(
     mode: RolloutMode = RolloutMode.SHADOW,
     candidate_share: float = 0.5,
     next_share: float | None = 1.0,
+    load_match: float | None = None,
 ) -> GateStats:
     """Return the gate's sufficient statistics after each look (pair counts `looks`).
 
     `next_share` is the candidate's traffic share once promoted (`next_stage_share`; None:
     no hold for this step): the load bands' hold compares the load it will bring with the
-    loads where the gain is proven.
+    loads where the gain is proven. `load_match` (`policy.load_tolerance`; None: every
+    pair) leaves out of the tests the pairs whose routes' loads are further apart or
+    unknown; they are counted (`n_unmatched`).
     """
     n_total = cols.segment.shape[-1]
     index = np.arange(n_total)
     warm = index < policy.warmup_pairs
-    live = ~warm & ~cols.dropped & ~cols.is_control
+    judged = ~warm & ~cols.dropped & ~cols.is_control
+    matched = load_matched(cols, load_match)
+    live = judged & matched
     acc = Acc(cols.segment, len(policy.segments), looks, cols.episode)
     cells: dict[tuple[str, str], CellStats] = {}
     seg_index = {name: i for i, name in enumerate(policy.segments)}
@@ -83,6 +88,7 @@ def to_stats(
         cells=cells,
         n_pairs=counted,
         n_dropped=acc((~warm & cols.dropped), None),
+        n_unmatched=acc(judged & ~matched, None),
         elapsed_s=_elapsed(cols.created_s, looks),
         warmed_up=np.broadcast_to(looks > policy.warmup_pairs, counted.shape),
         collapse=_collapse(cols, policy, warm, live, looks),

@@ -55,8 +55,8 @@ from gate.stats.sequences import CountStats, FloatArray, MeanStats, PairedCounts
 # Bump when what a fold stores changes meaning: stored states then refold from scratch.
 # 2: pooled and undeclared collapse detectors; 3: sampled-output parity; 4: load bands;
 # 5: parity's text statistics on every eligible pair, no mean log-prob scale after partial
-# log-probabilities; 6: per-token exactness.
-FOLD_VERSION = 6
+# log-probabilities; 6: per-token exactness; 7: pairs left out as not load-matched.
+FOLD_VERSION = 7
 # The bucket of pairs whose segment the policy does not declare ("all" is never declared).
 POOLED_ONLY = ALL
 Key = tuple[datetime, uuid.UUID]
@@ -70,16 +70,18 @@ _COUNT = CountStats(0.0, 0.0)
 class Bucket:
     """Additive statistics of one segment's folded pairs.
 
-    `live` pairs are tested (after warm-up, neither control nor dropped); `dropped` counts
-    pairs dropped after warm-up; `both_failed` live pairs where both sides failed, a tie
-    for every evaluator, even one first seen later. `cells` holds each folded guardrail's
-    statistics by guardrail id (latency means hold clipped log-ratios); a cell is also an
-    attribute (`bucket.tpot`) and a keyword of the constructor. A guardrail of several
-    metrics keys each by its metric id (`parity:length`); those cells exist once a folded
-    pair carried sampling settings (replay has no parity cells before either).
+    `live` pairs are tested (after warm-up, neither control nor dropped, load-matched when
+    judged so: `policy.load_tolerance`); `dropped` counts pairs dropped after warm-up;
+    `unmatched` the pairs after warm-up left out as not load-matched; `both_failed` live
+    pairs where both sides failed, a tie for every evaluator, even one first seen later.
+    `cells` holds each folded guardrail's statistics by guardrail id (latency means hold
+    clipped log-ratios); a cell is also an attribute (`bucket.tpot`) and a keyword of the
+    constructor. A guardrail of several metrics keys each by its metric id
+    (`parity:length`); those cells exist once a folded pair carried sampling settings
+    (replay has no parity cells before either).
     """
 
-    __slots__ = ("both_failed", "cells", "dropped", "live")
+    __slots__ = ("both_failed", "cells", "dropped", "live", "unmatched")
 
     def __init__(
         self,
@@ -87,9 +89,12 @@ class Bucket:
         dropped: float = 0.0,
         both_failed: float = 0.0,
         cells: Mapping[str, CellStats] | None = None,
+        *,
+        unmatched: float = 0.0,
         **named: CellStats,
     ) -> None:
         self.live, self.dropped, self.both_failed = float(live), float(dropped), float(both_failed)
+        self.unmatched = float(unmatched)
         self.cells: Mapping[str, CellStats] = {**(cells or {}), **named}
 
     def __getattr__(self, name: str) -> CellStats:
@@ -104,13 +109,18 @@ class Bucket:
         return self._parts() == other._parts()
 
     def __hash__(self) -> int:
-        return hash((self.live, self.dropped, self.both_failed))
+        return hash((self.live, self.dropped, self.both_failed, self.unmatched))
 
     def __repr__(self) -> str:
         return f"Bucket(live={self.live}, dropped={self.dropped}, cells={dict(self.cells)})"
 
-    def _parts(self) -> tuple[float, float, float, dict[str, CellStats]]:
-        return (self.live, self.dropped, self.both_failed, dict(self.cells))
+    def _parts(self) -> tuple[float, float, float, float, dict[str, CellStats]]:
+        return (self.live, self.dropped, self.both_failed, self.unmatched, dict(self.cells))
+
+    def with_cells(self, cells: Mapping[str, CellStats]) -> Bucket:
+        """Return the bucket with `cells` added (replacing any of the same name)."""
+        merged = {**self.cells, **cells}
+        return Bucket(self.live, self.dropped, self.both_failed, merged, unmatched=self.unmatched)
 
     def __add__(self, other: Bucket) -> Bucket:
         return Bucket(
@@ -118,6 +128,7 @@ class Bucket:
             self.dropped + other.dropped,
             self.both_failed + other.both_failed,
             _merge(self.cells, other.cells),
+            unmatched=self.unmatched + other.unmatched,
         )
 
 
@@ -198,11 +209,13 @@ class Delta:
     bands: tuple[BandSums, ...] = ()
 
 
-def policy_key(policy: Policy) -> str:
-    """Return a hash of the policy fields that folded statistics depend on."""
+def policy_key(policy: Policy, load_match: float | None = None) -> str:
+    """Return a hash of the policy fields that folded statistics depend on, and of the
+    load tolerance the pairs are judged within (`policy.load_tolerance`; None: all)."""
     g = policy.guardrails
     parts = [
         FOLD_VERSION,
+        load_match,
         policy.warmup_pairs,
         policy.segments,
         g.ttft_tail.quantile,
@@ -291,6 +304,7 @@ def to_stats(state: FoldState, policy: Policy, *, next_share: float | None = 1.0
         cells=cells,
         n_pairs=pooled.live,
         n_dropped=pooled.dropped,
+        n_unmatched=pooled.unmatched,
         elapsed_s=elapsed.total_seconds() if elapsed else 0.0,
         warmed_up=state.pairs > policy.warmup_pairs,
         collapse=collapse if enabled else {},
@@ -389,6 +403,7 @@ def dump(value: Any) -> Any:
     """Return a JSON-ready copy of state parts (dataclasses, maps, floats; -inf as null)."""
     if isinstance(value, Bucket):
         parts = {"live": value.live, "dropped": value.dropped, "both_failed": value.both_failed}
+        parts["unmatched"] = value.unmatched
         return {**parts, "cells": dump(value.cells)}
     if isinstance(value, TokenBins):
         bins = [float(b) for b in value.bins]
@@ -420,7 +435,10 @@ def load_buckets(doc: Mapping[str, Any] | None) -> dict[str, Bucket]:
             name: _load_cell(families.get(metric_id(name).guardrail), value)
             for name, value in raw.get("cells", {}).items()
         }
-        out[segment] = Bucket(raw["live"], raw["dropped"], raw["both_failed"], cells)
+        unmatched = raw.get("unmatched", 0.0)
+        out[segment] = Bucket(
+            raw["live"], raw["dropped"], raw["both_failed"], cells, unmatched=unmatched
+        )
     return out
 
 

@@ -200,11 +200,18 @@ class Promotion(_Model):
 
     Off at the crossover C, back on below `max(1, C - hysteresis)`; a crossover measured
     more than `crossover_max_age_s` ago, or none, sends everything to the baseline (no
-    speculation)."""
+    speculation).
+
+    Promoted so, the gate judges only load-matched pairs (`load_match`): a mirrored pair's
+    two calls meet the loads the routing gave each route, and a route whose latency grows
+    with its running requests would look slower or faster by that gap alone."""
 
     route_by_load: bool = False
     hysteresis: int = Field(1, ge=0, le=1024)
     crossover_max_age_s: float = Field(604_800.0, gt=0.0)
+    # The most the two routes' running requests at a pair's start may differ for the gate
+    # to judge the pair while the rollout is promoted and routed by load.
+    load_match: float = Field(1.0, ge=0.0)
 
 
 class Policy(_Model):
@@ -339,6 +346,19 @@ def next_stage_share(policy: Policy, stage_index: int, mode: RolloutMode) -> flo
     return None if mode is RolloutMode.SHADOW else policy.stages[following] / 100.0
 
 
+def load_tolerance(policy: Policy, *, promoted: bool) -> float | None:
+    """Return the load gap within which the gate judges a pair, or None: every pair counts.
+
+    Only a promoted rollout routed by load (`promotion.route_by_load`) is judged on
+    load-matched pairs: both calls' running requests (`gate.pairs.load`) known and at most
+    `promotion.load_match` apart. Before promotion the candidate carries only the mirror,
+    so matching would leave the stages almost no pairs; the load bands cover that gap.
+    A pair without loads (stamped before they were recorded) is not load-matched.
+    """
+    by_load = promoted and policy.promotion.route_by_load
+    return policy.promotion.load_match if by_load else None
+
+
 def log_ratio(relative: float) -> float:
     """Return the log-ratio threshold of a relative change (0.10 -> log 1.10)."""
     return math.log1p(relative)
@@ -456,6 +476,8 @@ promotion:              # what the promoted rollout routes to the candidate
                         # one); the mirror slice and the gate keep running
   hysteresis: 1         # off at C, back on below max(1, C - hysteresis): no flapping
   crossover_max_age_s: 604800.0  # an older crossover (or none): all to the baseline
+  load_match: 1.0       # promoted so, the gate judges only the mirrored pairs whose two
+                        # routes' running requests differ by at most this (and are known)
 min_pairs: 1000         # complete pairs after warm-up before any promotion
 min_duration_s: 1800.0  # and 30 minutes, to cover load swings
 warmup_pairs: 200       # excluded from tests; fixes tail thresholds and acceptance level

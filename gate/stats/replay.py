@@ -86,7 +86,7 @@ from gate.stats.columns import PairColumns
 from gate.stats.cumulative import at_look, looks_every, to_stats
 from gate.stats.policy import Policy, at_stage, next_stage_share
 from gate.stats.rule import Code, apply_rule
-from gate.stats.sequences import FloatArray
+from gate.stats.sequences import FloatArray, IntArray
 from gate.stats.verdict import DECISIONS, VerdictResult, decide
 
 STATUSES = {status.value: status for status in GenerationStatus}
@@ -236,8 +236,15 @@ class _Builder:
             parity=self._parity_columns(n) if self.sampled else None,
             partial_logprobs=np.asarray(self.partial, dtype=bool) if self.sampled else None,
             exactness=self._exact_columns(n) if self.tested else None,
-            episode=np.asarray(self.episode, dtype=np.int64) if self.episode_codes else None,
+            episode=self._episode_column(),
         )
+
+    def _episode_column(self) -> IntArray | None:
+        """Each pair's episode code; None when no episode holds two pairs (every pair is then
+        its own episode, judged as independent pairs: as the fold judges such a stage)."""
+        codes = np.asarray(self.episode, dtype=np.int64)
+        named = codes[codes >= 0]
+        return codes if len(np.unique(named)) < len(named) else None
 
     def _exact_columns(self, n: int) -> FloatArray:
         return np.asarray(self.exact, dtype=np.float64).reshape(n, 2, FIT_WIDTH)
@@ -394,11 +401,13 @@ def replay(
     mode: RolloutMode = RolloutMode.SHADOW,
     candidate_share: float = 0.5,
     stage: int = 0,
+    load_match: float | None = None,
 ) -> ReplayResult:
     """Replay pairs in order, looking every `every` pairs; stop at the first decision.
 
     The pairs are one stage's, `stage` (0-based), which spends its share of alpha_kill;
     the load bands compare with the share promotion brings (`next_stage_share`).
+    `load_match`: judge only load-matched pairs (`policy.load_tolerance`; None: all).
     """
     next_share = next_stage_share(policy, stage, mode)
     policy = at_stage(policy, stage)
@@ -408,7 +417,13 @@ def replay(
     cols = columns(records, policy, mode)
     looks = looks_every(len(records), every)
     stats = to_stats(
-        cols, policy, looks, mode=mode, candidate_share=candidate_share, next_share=next_share
+        cols,
+        policy,
+        looks,
+        mode=mode,
+        candidate_share=candidate_share,
+        next_share=next_share,
+        load_match=load_match,
     )
     ev = apply_rule(policy, stats)
     decisive = np.flatnonzero(ev.code != Code.CONTINUE)

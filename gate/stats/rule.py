@@ -129,6 +129,9 @@ class GateStats:
     cells: Mapping[tuple[str, str], CellStats]
     n_pairs: Num = 0.0
     n_dropped: Num = 0.0
+    # Pairs left out as not load-matched (`policy.load_tolerance`), warm-up, dropped and
+    # control pairs aside.
+    n_unmatched: Num = 0.0
     elapsed_s: Num = 0.0
     warmed_up: bool | BoolArray = True
     collapse: Mapping[str, Num] = field(default_factory=dict)

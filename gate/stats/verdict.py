@@ -87,6 +87,8 @@ class VerdictResult:
     bands: tuple[BandResult, ...] = ()
     # Episodes among the tested pairs (None: no pair names its episode; stated in `summary`).
     n_episodes: int | None = None
+    # Pairs past the warm-up left out as not load-matched (`policy.load_tolerance`).
+    unmatched: int = 0
 
     def estimates(self) -> list[dict[str, Any]]:
         """Return the per-cell table as JSON-ready dicts (for the verdicts table)."""
@@ -112,11 +114,13 @@ def decide(policy: Policy, stats: GateStats) -> VerdictResult:
         summary=_summary(code, reasons, cells, int(np.asarray(stats.n_pairs)), episodes)
         + _load_words(policy, stats, reasons)
         + _data_quality(int(np.asarray(stats.n_dropped)))
+        + _unmatched_words(policy, int(np.asarray(stats.n_unmatched)))
         + _control_alarm(alarms),
         cells=cells,
         n_pairs=int(np.asarray(stats.n_pairs)),
         bands=band_results(policy, stats),
         n_episodes=episodes,
+        unmatched=int(np.asarray(stats.n_unmatched)),
     )
 
 
@@ -357,6 +361,17 @@ def _data_quality(dropped: int) -> str:
     if not dropped:
         return ""
     return f" Data quality: {dropped:,} pair(s) not attributable (dropped or cancelled), left out."
+
+
+def _unmatched_words(policy: Policy, unmatched: int) -> str:
+    # Promoted and routed by load, the two calls of a pair meet the loads the routing gave
+    # each route; only pairs whose loads are known and close are judged.
+    if not unmatched:
+        return ""
+    return (
+        f" Routed by load: {unmatched:,} pair(s) not load-matched (the routes' running"
+        f" requests more than {policy.promotion.load_match:g} apart, or not recorded), left out."
+    )
 
 
 def _alarm(metric: str) -> Reason:

@@ -235,6 +235,7 @@ def _main_query(parts: list[_Part]) -> str:
 SELECT seg, count(*) AS pairs, count(*) FILTER (WHERE warm) AS warm_n,
   count(*) FILTER (WHERE live) AS live_n, count(*) FILTER (WHERE NOT warm AND dropped) AS dropped_n,
   count(*) FILTER (WHERE live AND b_failed AND c_failed) AS both_failed_n,
+  count(*) FILTER (WHERE unmatched) AS unmatched_n,
   min(created_at) AS first_at, max(created_at) AS last_at,
   {aggregates},
   array_agg(acc ORDER BY evaluated_at, id)
@@ -289,7 +290,7 @@ def delta(session: Session, piece: Slice, policy: Policy, warm: WarmUp | None) -
             candidate = CountStats(float(row["candidate_n"]), float(row["candidate_k"]))
             b = buckets[row["seg"]]
             both = {name: TwoCounts(control, candidate) for name in greedy}
-            buckets[row["seg"]] = Bucket(b.live, b.dropped, b.both_failed, {**b.cells, **both})
+            buckets[row["seg"]] = b.with_cells(both)
         else:
             evaluators[row["evaluator"]][row["seg"]] = _counts(row, "e")
     series = {_detector(row["seg"]): row["acc_series"] for row in rows}
@@ -366,7 +367,8 @@ def _bucket(row: Any, main: dict[str, Guardrail]) -> Bucket:
         family = g.shadow
         counts = family in (Family.PAIRED_DIFFERENCE, Family.EXCEEDANCE)
         cells[g.id] = _counts(row, alias) if counts else _mean(row, alias)
-    return Bucket(float(row["live_n"]), float(row["dropped_n"]), float(row["both_failed_n"]), cells)
+    live, dropped, both = (float(row[k]) for k in ("live_n", "dropped_n", "both_failed_n"))
+    return Bucket(live, dropped, both, cells, unmatched=float(row["unmatched_n"]))
 
 
 def _parity_cells(row: Any, alias: str, g: Guardrail) -> dict[str, CellStats]:

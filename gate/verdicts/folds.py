@@ -23,16 +23,26 @@ from gate.verdicts.slices import Slice, first_keys, last_key
 from gate.verdicts.warmup import warmup
 
 
-def fold(session: Session, *, rollout_id: int, stage: int, policy: Policy) -> FoldState:
-    """Fold the stage's newly evaluated pairs into its stored state; return the state."""
+def fold(
+    session: Session,
+    *,
+    rollout_id: int,
+    stage: int,
+    policy: Policy,
+    load_match: float | None = None,
+) -> FoldState:
+    """Fold the stage's newly evaluated pairs into its stored state; return the state.
+
+    `load_match`: judge only load-matched pairs (`policy.load_tolerance`; None: all)."""
     # JIT compiling the wide slice aggregates costs seconds, more than it ever saves here.
     session.execute(text("SET LOCAL jit = off"))
     horizon = fold_horizon(session, rollout_id=rollout_id)
     row = _locked_row(session, rollout_id=rollout_id, stage=stage)
-    key = incremental.policy_key(policy)
-    # Another policy (warm-up, segments, quantiles) means other statistics: start over.
+    key = incremental.policy_key(policy, load_match)
+    # Another policy (warm-up, segments, quantiles, the load tolerance: a promotion by load
+    # turns it on) means other statistics: start over.
     stored = _load(row) if row.policy_key == key else FoldState(policy_key=key)
-    state = _advance(session, stored, rollout_id, stage, policy, horizon)
+    state = _advance(session, stored, (rollout_id, stage, load_match), policy, horizon)
     if state is not stored:
         _save(row, state)
     return state
@@ -41,15 +51,15 @@ def fold(session: Session, *, rollout_id: int, stage: int, policy: Policy) -> Fo
 def _advance(
     session: Session,
     state: FoldState,
-    rollout_id: int,
-    stage: int,
+    judged: tuple[int, int, float | None],
     policy: Policy,
     horizon: datetime,
 ) -> FoldState:
+    rollout_id, stage, load_match = judged
     last = last_key(session, rollout_id=rollout_id, stage=stage, horizon=horizon)
     if last is None or (state.watermark is not None and last <= state.watermark):
         return state
-    piece = Slice(rollout_id, stage, after=state.watermark, upto=last)
+    piece = Slice(rollout_id, stage, after=state.watermark, upto=last, load_match=load_match)
     needed = policy.warmup_pairs - state.warm_pairs
     if needed > 0:
         # The warm-up is the first pairs in fold order; fix its thresholds once it is full.

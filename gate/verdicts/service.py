@@ -29,7 +29,7 @@ from gate.rollouts.states import Action
 from gate.routing import service as routing
 from gate.routing.pubsub import Publisher
 from gate.stats import incremental
-from gate.stats.policy import Policy, at_stage, load_policy, next_stage_share
+from gate.stats.policy import Policy, at_stage, load_policy, load_tolerance, next_stage_share
 from gate.stats.replay import replay
 from gate.stats.verdict import VerdictResult, decide
 from gate.verdicts import aggregates, availability, folds
@@ -57,13 +57,17 @@ def _pairs_verdict(session: Session, *, rollout: Rollout, policy: Policy) -> Ver
     # A guardrail whose statistics the fold's SQL does not build yet is judged by replay;
     # so is a stage whose episodes hold several pairs (the fold keeps no per-episode sums yet).
     foldable = all(aggregates.foldable(g) for g in incremental.folded())
+    # Promoted and routed by load, only load-matched pairs are judged (both paths alike).
+    matched = load_tolerance(policy, promoted=rollout.state is RolloutState.PROMOTED)
     if (
         storage.of(session).folds_in_sql
         and rollout.mode is RolloutMode.SHADOW
         and foldable
         and not _has_episodes(session, rollout_id=rollout.id, stage=rollout.stage)
     ):
-        state = folds.fold(session, rollout_id=rollout.id, stage=rollout.stage, policy=policy)
+        state = folds.fold(
+            session, rollout_id=rollout.id, stage=rollout.stage, policy=policy, load_match=matched
+        )
         if not state.pairs:
             return NO_PAIRS
         share = next_stage_share(policy, rollout.stage, RolloutMode.SHADOW)
@@ -75,7 +79,10 @@ def _pairs_verdict(session: Session, *, rollout: Rollout, policy: Policy) -> Ver
     if not records:
         return NO_PAIRS
     every = len(records)
-    return replay(records, policy, every=every, mode=rollout.mode, stage=rollout.stage).verdict
+    judged = replay(
+        records, policy, every=every, mode=rollout.mode, stage=rollout.stage, load_match=matched
+    )
+    return judged.verdict
 
 
 def _has_episodes(session: Session, *, rollout_id: int, stage: int) -> bool:
@@ -100,6 +107,7 @@ def run_gate(session: Session, *, rollout_id: int, publisher: Publisher | None) 
         estimates=result.estimates(),
         n_pairs=result.n_pairs,
         bands=result.band_rows(),
+        unmatched=result.unmatched,
     )
     session.add(verdict)
     session.flush()

@@ -9,7 +9,9 @@ evaluations. `gate.verdicts.folds` folds each new slice into the stored state
 evaluator with several results (versions) for one generation passes only if all of them
 passed. Sampled-output parity reads each pair's differences, stored when it was stamped
 (`gate.pairs.parity`), so eligibility is judged once, in Python (`gate.parity`). The load
-bands read each pair's loads, likewise stored when it was stamped (`gate.pairs.load`).
+bands read each pair's loads, likewise stored when it was stamped (`gate.pairs.load`), and
+so does the selection of a promoted rollout routed by load: only load-matched pairs are
+`live` (`_MATCHED`, as `gate.stats.columns.load_matched`), the others are `unmatched`.
 Every query starts from `SLICE`, one row per pair; `gate.verdicts.warmup` reads what the
 warm-up fixes and `gate.verdicts.aggregates` the slice's sums, the gate's statistics.
 Not here: canary mode (unpaired cohorts), user feedback.
@@ -43,6 +45,8 @@ class Slice:
     after: Key | None
     upto: Key
     warm_upto: Key | None = None
+    # Judge only load-matched pairs within this gap (`policy.load_tolerance`; None: all).
+    load_match: float | None = None
 
     def params(self, policy: Policy) -> dict[str, Any]:
         """Return the bind parameters every slice query takes."""
@@ -60,6 +64,7 @@ class Slice:
             "pooled_only": POOLED_ONLY,
             "clip": LOG_RATIO_CLIP,
             "greedy": policy.guardrails.greedy_mismatch.evaluator,
+            "load_match": self.load_match,
         }
 
 
@@ -75,6 +80,12 @@ def _exact(side: str) -> str:
     return f"CASE WHEN jsonb_typeof({column}) = 'object' THEN {column} END AS {side}_exact"
 
 
+# Load-matched (`gate.stats.columns.load_matched`): without a tolerance every pair; with
+# one, both loads known and at most that apart (a NULL load compares to NULL: not matched).
+_MATCHED = (
+    "(CAST(:load_match AS float8) IS NULL"
+    " OR coalesce(abs(candidate_load - baseline_load) <= CAST(:load_match AS float8), false))"
+)
 _STAGE = "rollout_id = :rollout AND stage = :stage"
 _RANGE = (
     "(evaluated_at, id) > (:after_at, :after_id) AND (evaluated_at, id) <= (:upto_at, :upto_id)"
@@ -101,9 +112,11 @@ WITH p AS (
   FROM p
   LEFT JOIN generations b ON b.pair_id = p.id AND b.cohort = 'baseline'
   LEFT JOIN generations c ON c.pair_id = p.id AND c.cohort IN ('candidate', 'control')
+), j AS (
+  SELECT x.*, NOT warm AND NOT dropped AND NOT is_control AS judged, {_MATCHED} AS matched FROM x
 ), y AS (
-  SELECT x.*, NOT warm AND NOT dropped AND NOT is_control AS live,
-         NOT b_failed AND NOT c_failed AS both_ok FROM x
+  SELECT j.*, judged AND matched AS live, judged AND NOT matched AS unmatched,
+         NOT b_failed AND NOT c_failed AS both_ok FROM j
 )
 """
 

@@ -60,6 +60,8 @@ class Verdict(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     # Per load band of the candidate: the primary ratio, its interval, both routes' loads.
     bands: Mapped[list[dict[str, Any]]] = mapped_column(JSONType, default=list, server_default="[]")
+    # Pairs left out as not load-matched (promoted and routed by load; 0: all judged).
+    unmatched: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class GateFold(Base):

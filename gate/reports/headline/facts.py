@@ -51,6 +51,8 @@ class Facts:
     reason_codes: tuple[str, ...]
     cells: tuple[Cell, ...]
     n_pairs: int
+    # Pairs left out as not load-matched (promoted and routed by load).
+    unmatched: int = 0
 
     @classmethod
     def of(cls, verdict: Any) -> Facts:
@@ -65,6 +67,7 @@ class Facts:
             reason_codes=tuple(get("reason_codes") or ()),
             cells=tuple(Cell.from_json(r) for r in (rows or [])),
             n_pairs=int(get("n_pairs") or 0),
+            unmatched=int((get("unmatched") if _has(verdict, "unmatched") else 0) or 0),
         )
 
 

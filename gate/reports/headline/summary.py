@@ -68,6 +68,9 @@ class Headline(BaseModel):
     seconds_needed: float | None
     next_decision: str | None
     n_pairs: int
+    # Pairs left out as not load-matched (a promoted rollout routed by load judges only
+    # pairs whose routes' running requests were close, `promotion.load_match`).
+    unmatched: int = 0
     # Evaluated pairs of the stage so far, warm-up included (None: pace unknown).
     pairs_seen: int | None = None
     # The kill, hold or promote the headline leads with (None: it leads with the verdict).
@@ -109,12 +112,15 @@ def headline(
         verdict_decision=facts.decision,
         verdict_sentence=view,
         lines=lines,
-        reasons=reason_sentences(facts.reason_codes, policy) + parity_sentences(facts.cells),
+        reasons=reason_sentences(facts.reason_codes, policy)
+        + parity_sentences(facts.cells)
+        + _unmatched(facts, policy),
         reason_codes=list(facts.reason_codes),
         pairs_needed=needed,
         seconds_needed=seconds,
         next_decision=goal,
         n_pairs=facts.n_pairs,
+        unmatched=facts.unmatched,
         pairs_seen=pace.pairs if pace else None,
     )
 
@@ -139,6 +145,18 @@ def _line(cell: Cell, policy: Policy) -> Line:
         text=f"{family(cell.metric)} · {label(cell.metric)}: {shown}"
         + ("" if status == "no_data" else f", {words}"),
     )
+
+
+def _unmatched(facts: Facts, policy: Policy) -> list[str]:
+    """Return the sentence on the pairs left out as not load-matched (none: no sentence)."""
+    if not facts.unmatched:
+        return []
+    apart = f"{policy.promotion.load_match:g}"
+    return [
+        f"Routed by load, the gate judged only load-matched pairs: {facts.unmatched:,}"
+        f" pair(s) whose routes' running requests were more than {apart} apart, or not"
+        " recorded, were left out."
+    ]
 
 
 def _sentence(

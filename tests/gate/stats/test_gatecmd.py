@@ -83,3 +83,21 @@ def test_replay_json_shows_the_load_bands_as_the_verdict_does(tmp_path):
     assert expected <= set(bands[0])
     proven = [band for band in bands if band["proven"]]  # an unbounded upper end is null
     assert proven and all(b["lower"] <= b["ratio"] <= b["upper"] < 1 for b in proven)
+
+
+def test_replay_promoted_by_load_judges_only_load_matched_pairs(tmp_path):
+    # The candidate ran about a quarter of the baseline's load: few pairs are matched.
+    policy = Policy()
+    scenario = Scenario("banded", 600, baseline_load=8.0, share=0.25)
+    cols = draw_pairs(scenario, policy, 1, np.random.default_rng(4))
+    path = tmp_path / "pairs.jsonl"
+    path.write_bytes(b"\n".join(orjson.dumps(r) for r in to_records(cols, policy)))
+    by_load = tmp_path / "policy.yaml"
+    by_load.write_text("promotion: {route_by_load: true}\n")
+    args = ["replay", "--pairs", str(path), "--every", "600", "--policy", str(by_load)]
+    plain = runner.invoke(app, args)
+    assert plain.exit_code == 0, plain.output
+    assert "not load-matched" not in plain.output
+    judged = runner.invoke(app, [*args, "--promoted"])
+    assert judged.exit_code == 0, judged.output
+    assert "pair(s) not load-matched" in " ".join(judged.output.split())

@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gate.db.enums import RolloutMode
+from gate.db.enums import RolloutMode, RolloutState
 from gate.db.models import EngineSample
 from gate.exactness import BINS
 from gate.pairs.export import pair_records
@@ -34,7 +34,7 @@ from gate.parity import answer_stats
 from gate.stats.columns import PairColumns
 from gate.stats.cumulative import at_look, to_stats
 from gate.stats.incremental import to_stats as folded_stats
-from gate.stats.policy import Policy
+from gate.stats.policy import Policy, Promotion, load_tolerance
 from gate.stats.replay import columns, fold_order, replay
 from gate.stats.rule import FEEDBACK, BandStats, GateStats
 from gate.stats.verdict import VerdictResult, decide
@@ -181,7 +181,7 @@ def stacked(cols: PairColumns) -> PairColumns:
 
 
 def assert_same_stats(got: GateStats, want: GateStats, *, skip: set[str] = frozenset()) -> None:
-    for name in ("n_pairs", "n_dropped", "elapsed_s"):
+    for name in ("n_pairs", "n_dropped", "n_unmatched", "elapsed_s"):
         assert float(np.asarray(getattr(got, name))) == pytest.approx(
             float(np.asarray(getattr(want, name))), rel=RTOL, abs=1e-9
         ), name
@@ -463,3 +463,67 @@ def test_a_stage_with_episodes_is_judged_with_the_episode_as_the_unit(pg_session
     (mine,) = [c for c in got.cells if (c.metric, c.segment) == ("tpot", "all")]
     (theirs,) = [c for c in alone.verdict.cells if (c.metric, c.segment) == ("tpot", "all")]
     assert mine.upper - mine.lower > 1.5 * (theirs.upper - theirs.lower)
+
+
+# Promoted and routed by load: loads near each other (within the tolerance of 1 or not),
+# unknown, or on the tolerance's edge, so pairs are load-matched or not either way.
+near = st.one_of(st.none(), st.sampled_from([0.0, 1.0, 2.0, 3.0, 2.5]), st.floats(0, 6))
+BY_LOAD = POLICY.model_copy(update={"promotion": Promotion(route_by_load=True)})
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    raw=st.lists(
+        st.tuples(band_pair, st.tuples(near, near)).map(lambda t: {**t[0], "loads": t[1]}),
+        min_size=1,
+        max_size=60,
+    )
+)
+def test_promoted_by_load_the_fold_and_replay_judge_the_same_load_matched_pairs(pg_session, raw):
+    policy, tolerance = BY_LOAD, load_tolerance(BY_LOAD, promoted=True)
+    rollout = factories.rollout(pg_session, name=f"matched-{next(_names)}")
+    rollout.state = RolloutState.PROMOTED
+    records = _with_loads(pg_session, rollout, raw)
+    store(pg_session, [dict(r) for r in records], rollout.id)
+    cols = columns(fold_order(records), policy, RolloutMode.SHADOW)
+    looks = np.array([len(records)])
+    replayed = at_look(to_stats(cols, policy, looks, load_match=tolerance), 0)
+    everything = at_look(to_stats(cols, policy, looks), 0)
+    assert replayed.n_pairs + replayed.n_unmatched == everything.n_pairs
+    state = fold(pg_session, rollout_id=rollout.id, stage=0, policy=policy, load_match=tolerance)
+    if not state.pairs:
+        return
+    state = fold(pg_session, rollout_id=rollout.id, stage=0, policy=policy, load_match=tolerance)
+    assert_same_stats(folded_stats(state, policy), replayed, skip={FEEDBACK})
+    got = compute(pg_session, rollout=rollout, policy=policy)
+    want = replay(records, policy, every=len(records), load_match=tolerance).verdict
+    assert_same_verdict(got, want, skip={FEEDBACK})
+    exported = list(pair_records(pg_session, rollout_id=rollout.id))
+    again = replay(exported, policy, every=len(exported), load_match=tolerance).verdict
+    assert_same_verdict(got, again, skip={FEEDBACK})
+
+
+def _with_loads(pg_session, rollout, raw: list[dict]) -> list[dict]:
+    """Records `SPACING` apart, each route's load scraped at the pair's start (or not)."""
+    records: list[dict] = []
+    routes = (rollout.baseline_route_id, rollout.candidate_route_id)
+    for r, record in zip(raw, as_records(raw), strict=True):
+        at = START + SPACING * len(records)
+        for name, route, value in zip(("baseline", "candidate"), routes, r["loads"], strict=True):
+            if record[name] is not None:
+                record[name] = {**record[name], "load": value}
+            if value is not None:
+                sample = EngineSample(
+                    route_id=route, metric=RUNNING, labels={}, value=value, scraped_at=at
+                )
+                pg_session.add(sample)
+        evaluated = at + timedelta(seconds=r["lag_s"])
+        records.append(
+            {**record, "created_at": at.isoformat(), "evaluated_at": evaluated.isoformat()}
+        )
+    pg_session.flush()  # the scrapes exist when the pairs are stamped
+    return records
