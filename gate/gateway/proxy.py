@@ -103,7 +103,7 @@ async def _prepare(
     plan = gw.routing.plan(routing)
     segment = segment_of(request, upstream, declared.inputs)
     episode = episode_of(request.headers, upstream)
-    key = sticky_key(raw, episode.id)
+    key = sticky_key(raw, episode.key)
     assignment = assign(
         rollout_id=routing.rollout_id,
         plan=plan,

@@ -12,9 +12,13 @@ from the first of these that it carries:
 4. the OpenAI body's `user` (stored as `user:` and a hash, since it names a person: all of
    one user's conversations become one episode, which only makes the gate's episodes
    coarser, never finer);
-5. a chat request's conversation prefix: `prefix:` and a hash of its messages up to and
-   including the first user message (role and content), which every later turn of the
-   conversation repeats. Conversations that open with the same words share it.
+5. a chat request that continues a conversation (messages after its first user message):
+   `prefix:` and a hash of its messages up to and including the first user message (role
+   and content), which every later turn repeats. Conversations that open with the same
+   words share it. An opening turn (nothing after its first user message) is its own
+   episode, so that identical one-shot requests (a benchmark, a fixed prompt) are not
+   merged into one; it is still assigned by that hash (`Episode.key`), so the turns that
+   follow it stay in its cohort.
 
 A completion (`prompt`) request without any of them is its own episode (none). A value
 borrowed from another convention (2 to 4) that is not a string of 1 to `MAX_CHARS`
@@ -50,6 +54,13 @@ class Episode:
     id: str | None = None
     source: EpisodeSource | None = None
     ignored: tuple[str, ...] = ()
+    # An opening turn's conversation hash: what assignment hashes, though not an episode.
+    opening: str | None = None
+
+    @property
+    def key(self) -> str | None:
+        """What cohort assignment hashes (None: the request's body)."""
+        return self.id or self.opening
 
 
 OWN = Episode()  # the request is its own episode
@@ -74,7 +85,10 @@ def episode_of(headers: Mapping[str, str], body: Mapping[str, Any]) -> Episode:
     prefix = conversation_prefix(body)
     if prefix is None:
         return Episode(ignored=tuple(ignored)) if ignored else OWN
-    return Episode("prefix:" + _digest(prefix), EpisodeSource.PREFIX, tuple(ignored))
+    named = "prefix:" + _digest(prefix)
+    if not _continues(body):
+        return Episode(ignored=tuple(ignored), opening=named)
+    return Episode(named, EpisodeSource.PREFIX, tuple(ignored))
 
 
 def _borrowed(
@@ -130,6 +144,13 @@ def conversation_prefix(body: Mapping[str, Any]) -> bytes | None:
         if message.get("role") == "user":
             return orjson.dumps(prefix, option=orjson.OPT_SORT_KEYS)
     return None
+
+
+def _continues(body: Mapping[str, Any]) -> bool:
+    """Return whether a chat request carries messages after its first user message."""
+    messages = body["messages"]
+    first = next(i for i, m in enumerate(messages) if m.get("role") == "user")
+    return first < len(messages) - 1
 
 
 def _digest(data: bytes) -> str:

@@ -26,12 +26,23 @@ def turns(opening: dict, n: int) -> list[list[dict]]:
 
 
 def test_every_turn_of_a_conversation_shares_its_prefix_episode():
-    episodes = {episode_of({}, {"messages": m}) for m in turns(FIRST, 6)}
+    opening, *later = [episode_of({}, {"messages": m}) for m in turns(FIRST, 6)]
+    episodes = set(later)
     assert len(episodes) == 1
     (episode,) = episodes
     assert episode.source is EpisodeSource.PREFIX and episode.id.startswith("prefix:")
-    other = episode_of({}, {"messages": turns({"role": "user", "content": "Plan Rome."}, 1)[0]})
+    # The opening turn is assigned with the turns that follow it (one cohort) ...
+    assert opening.key == episode.id
+    other = episode_of({}, {"messages": turns({"role": "user", "content": "Plan Rome."}, 2)[1]})
     assert other.id != episode.id
+
+
+def test_identical_one_shot_requests_are_each_their_own_episode():
+    # ... but is not an episode: a fixed prompt sent many times is many independent pairs,
+    # not one conversation (the gate would otherwise see one episode and never decide).
+    opening = episode_of({}, {"messages": [SYSTEM, FIRST]})
+    assert opening.id is None and opening.source is None
+    assert opening.key is not None and opening.key.startswith("prefix:")
 
 
 def test_a_completion_without_a_declared_episode_is_its_own():
@@ -52,7 +63,8 @@ def test_sources_are_read_in_order_header_baggage_metadata_user_prefix():
     by_user = episode_of({}, {**body, "metadata": {}})
     assert by_user.source is EpisodeSource.USER and by_user.id.startswith("user:")
     assert "ada" not in by_user.id  # a person's name is stored as a hash
-    assert episode_of({}, {"messages": [FIRST]}).source is EpisodeSource.PREFIX
+    continued = [FIRST, {"role": "assistant", "content": "Sure."}, {"role": "user", "content": "?"}]
+    assert episode_of({}, {"messages": continued}).source is EpisodeSource.PREFIX
 
 
 def test_a_bad_header_is_refused():
@@ -62,7 +74,7 @@ def test_a_bad_header_is_refused():
 
 
 def test_a_bad_borrowed_value_is_ignored_with_its_reason():
-    body = {"messages": [FIRST], "metadata": {"episode_id": 7}, "user": "x" * 300}
+    body = {"messages": turns(FIRST, 2)[1], "metadata": {"episode_id": 7}, "user": "x" * 300}
     episode = episode_of({"baggage": "session.id=%0A"}, body)
     assert episode.source is EpisodeSource.PREFIX
     assert episode.ignored == (
