@@ -199,8 +199,13 @@ def harm_interval(
         )
         alone = diff_interval(_pairs_of(stats), alpha_lower=alpha_kill, alpha_upper=alpha_promote)
         single = _every_pair_alone(stats)
+        (est, a_lo, a_hi), (_, c_lo, c_hi) = _ends(alone), _ends(clustered)
+        # With episodes, never narrower than the exact bet on independent pairs: the
+        # clustered interval is asymptotic, and with no discordant pair its variance is 0.
         return Interval(
-            *(np.where(single, a, c) for a, c in zip(_ends(alone), _ends(clustered), strict=True))
+            estimate=est,
+            lower=np.where(single, a_lo, np.minimum(a_lo, c_lo)),
+            upper=np.where(single, a_hi, np.maximum(a_hi, c_hi)),
         )
     if isinstance(stats, PairedCounts | CohortCounts):
         return diff_interval(stats, alpha_lower=alpha_kill, alpha_upper=alpha_promote)
@@ -235,9 +240,14 @@ def _check(
             stats, rule, alpha_kill=alpha_kill, alpha_promote=alpha_promote, n_opt=n_opt
         )
         single, pairs = _every_pair_alone(stats), _pairs_of(stats)
+        bet_kill, bet_inside = (
+            exceeds(pairs, rule.kill_at, alpha_kill),
+            below(pairs, rule.margin, alpha_promote),
+        )
+        # With episodes both must hold: the exact bet and the clustered interval.
         return (
-            np.where(single, exceeds(pairs, rule.kill_at, alpha_kill), got.lower > rule.kill_at),
-            np.where(single, below(pairs, rule.margin, alpha_promote), got.upper < rule.margin),
+            np.where(single, bet_kill, bet_kill & (got.lower > rule.kill_at)),
+            np.where(single, bet_inside, bet_inside & (got.upper < rule.margin)),
         )
     if isinstance(stats, PairedCounts | CohortCounts):
         return exceeds(stats, rule.kill_at, alpha_kill), below(stats, rule.margin, alpha_promote)

@@ -179,3 +179,21 @@ def test_paired_rates_take_the_episode_as_the_unit_when_episodes_hold_several_pa
     same = harm_interval(own.cells[cell], rule, **kw)
     for a, b in zip((same.lower, same.upper), (narrow.lower, narrow.upper), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_episodes_never_make_a_rate_more_certain_than_independent_pairs():
+    # 40 two-pair episodes, no pair where only one side failed: the clustered variance is
+    # 0, so its interval alone is [0, 0]; the exact bet on 80 independent pairs cannot
+    # prove the increase under 1 %, and grouping the pairs must not prove it either.
+    from gate.stats.registry import Rule
+    from gate.stats.rule import _check
+    from gate.stats.sequences import EpisodeCounts, EpisodeMean
+
+    zeros = EpisodeMean(80.0, 0.0, 0.0, episodes=40.0, episode_sq=0.0,
+                        episode_cross=0.0, episode_n_sq=160.0)  # fmt: skip
+    stats = EpisodeCounts(80.0, 0.0, 0.0, difference=zeros)
+    rule = Rule(kill_at=0.05, margin=0.01, required=True)
+    got = harm_interval(stats, rule, alpha_kill=0.05, alpha_promote=0.05, n_opt=1000.0)
+    assert float(np.asarray(got.upper)) >= 0.01
+    harmful, inside = _check(stats, rule, alpha_kill=0.05, alpha_promote=0.05, n_opt=1000.0)
+    assert not bool(np.asarray(inside)) and not bool(np.asarray(harmful))
