@@ -8,7 +8,9 @@ certificate; exec plugins are not supported and say so).
 
 from __future__ import annotations
 
+import atexit
 import base64
+import contextlib
 import os
 import tempfile
 from dataclasses import dataclass
@@ -102,7 +104,13 @@ class KubeApi:
                 f"{ref.describe()}: HTTP {response.status_code}: {message}",
                 status=response.status_code,
             )
-        body: Body = response.json()
+        try:
+            body: Body = response.json()
+        except ValueError:  # an answer that is not the API server's (an auth proxy's page)
+            raise KubeError(
+                f"{ref.describe()}: HTTP {response.status_code} with a body that is not JSON",
+                status=response.status_code,
+            ) from None
         return body
 
 
@@ -125,13 +133,21 @@ def connect(kubeconfig: Path | None = None, *, timeout_s: float = 10.0) -> KubeA
 
 
 def _from_kubeconfig(path: Path, timeout_s: float) -> httpx.Client:
+    """Return a client for the kubeconfig's current context; any fault in it (a missing
+    entry or file, bad base64, a bad certificate) is a ConfigError, so links hold."""
     try:
-        config = yaml.safe_load(path.read_text())
-        context = _named(config, "contexts", config["current-context"])["context"]
-        cluster = _named(config, "clusters", context["cluster"])["cluster"]
-        user = _named(config, "users", context["user"])["user"]
-    except (OSError, KeyError, TypeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read the kubeconfig {path}: {exc}") from exc
+        return _client_from(path, timeout_s)
+    except ConfigError:
+        raise
+    except Exception as exc:  # every other fault of the file is the same: unusable
+        raise ConfigError(f"cannot use the kubeconfig {path}: {exc!r}") from exc
+
+
+def _client_from(path: Path, timeout_s: float) -> httpx.Client:
+    config = yaml.safe_load(path.read_text())
+    context = _named(config, "contexts", config["current-context"])["context"]
+    cluster = _named(config, "clusters", context["cluster"])["cluster"]
+    user = _named(config, "users", context["user"])["user"]
     if "exec" in user or "auth-provider" in user:
         raise ConfigError(f"{path}: exec and auth-provider users are not supported; use a token")
     headers = {}
@@ -150,7 +166,9 @@ def _from_kubeconfig(path: Path, timeout_s: float) -> httpx.Client:
 
 
 def _named(config: dict[str, Any], section: str, name: str) -> dict[str, Any]:
-    entry: dict[str, Any] = next(e for e in config[section] if e["name"] == name)
+    entry: dict[str, Any] | None = next((e for e in config[section] if e["name"] == name), None)
+    if entry is None:
+        raise ConfigError(f"the kubeconfig's {section} have no entry named {name!r}")
     return entry
 
 
@@ -172,9 +190,21 @@ def _cert(user: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
+_SPILLED: dict[str, str] = {}  # inline certificate data -> its file, one per process
+
+
 def _spill(data: str) -> str:
-    # httpx reads certificates from files: write the kubeconfig's inline ones to private files.
-    handle, name = tempfile.mkstemp(prefix="specgate-kube-", suffix=".pem")
-    with os.fdopen(handle, "wb") as out:
-        out.write(base64.b64decode(data))
-    return name
+    # httpx reads certificates from files: write the kubeconfig's inline ones to private
+    # files once per process (the traffic job connects every pass), removed at exit.
+    if data not in _SPILLED:
+        handle, name = tempfile.mkstemp(prefix="specgate-kube-", suffix=".pem")
+        with os.fdopen(handle, "wb") as out:
+            out.write(base64.b64decode(data))
+        atexit.register(_remove, name)
+        _SPILLED[data] = name
+    return _SPILLED[data]
+
+
+def _remove(name: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(name)

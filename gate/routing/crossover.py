@@ -162,9 +162,10 @@ def from_bands(bands: Sequence[Mapping[str, Any]], at: datetime) -> Crossover | 
         The crossover of segment `all`, source `load_bands`.
     """
     calls = [_band_call(band) for band in bands]
-    won = [i for i, call in enumerate(calls) if call == "wins"]
-    after = won[-1] + 1 if won else 0
-    lost = next((i for i in range(after, len(calls)) if calls[i] == "loses"), None)
+    # Only the wins below the first band proven to lose count: a win above a proven loss
+    # must not send the loads in between to the candidate.
+    lost = next((i for i, call in enumerate(calls) if call == "loses"), None)
+    won = [i for i, call in enumerate(calls[:lost]) if call == "wins"]
     if not won and lost is None:
         return None
     low = math.floor(_load(bands[won[-1]])) + 1 if won else None

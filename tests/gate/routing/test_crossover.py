@@ -36,6 +36,16 @@ def test_the_bands_cross_over_above_the_load_of_the_highest_winning_band():
     assert seg.text == "between 3 and 10 running requests"
 
 
+def test_a_win_above_a_band_proven_to_lose_never_routes_the_loads_in_between():
+    # Wins at ~1, proven to lose at ~4, wins again at ~8: the loads from 4 up stay with
+    # the baseline (the highest win alone would send them to the slower candidate).
+    bands = [band(1.0, 0.7, 0.9), band(4.0, 1.2, 1.5), band(8.0, 0.8, 0.95)]
+    cross = from_bands(bands, NOW)
+    assert cross is not None
+    seg = cross.of("all")
+    assert (seg.level, seg.low, seg.high) == (2, 2, 4)
+
+
 def test_bands_that_prove_nothing_are_no_source_and_losing_ones_say_never():
     assert from_bands([band(1.0, 0.9, 1.1), band(4.0, 0.95, 1.2)], NOW) is None
     assert from_bands([band(1.0, 0.0, math.inf)], NOW) is None  # too few pairs
