@@ -90,14 +90,47 @@ def reconcile_all(
     wrote = 0
     for rollout_id in ids:
         with sessions() as session, session.begin():
-            wrote += reconcile(
-                session,
-                rollout_id=rollout_id,
-                api=api,
-                publisher=publisher,
-                confirm_timeout_s=confirm_timeout_s,
-            )
+            changed = reconcile(session, rollout_id=rollout_id, api=api, publisher=publisher)
+        wrote += changed
+        if changed:
+            _await_confirmation(
+                sessions, rollout_id=rollout_id, api=api, publisher=publisher,
+                timeout=confirm_timeout_s,
+            )  # fmt: skip
     return wrote
+
+
+def _await_confirmation(
+    sessions: sessionmaker[Session],
+    *,
+    rollout_id: int,
+    api: KubeApi,
+    publisher: Publisher | None,
+    timeout: float,
+) -> None:
+    """Poll the written objects' status until it confirms the change or `timeout` passes
+    (the next pass confirms it then), one short transaction per look: the rollout's row is
+    never locked while waiting, so a kill through the API never waits behind it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with sessions() as session, session.begin():
+            link = session.get(ControllerLink, rollout_id)
+            rollout = repository.get_rollout(session, rollout_id, for_update=True)
+            if link is None or link.target is None or rollout is None:
+                return
+            if not link.written or link.written.get("verified"):
+                return
+            driver = Driver(parse_target(link.target), api)
+            try:
+                _confirm(session, link=link, rollout=rollout, driver=driver, current=driver.read())
+            except (KubeUnreachable, KubeError, Hold) as exc:
+                _hold(session, rollout, _why_held(exc), publisher)
+                return
+            if link.written and link.written.get("verified"):
+                return
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.2)  # outside any transaction
 
 
 def hold_all(sessions: sessionmaker[Session], *, publisher: Publisher | None, reason: str) -> None:
@@ -127,30 +160,31 @@ def reconcile(
     rollout_id: int,
     api: KubeApi,
     publisher: Publisher | None,
-    confirm_timeout_s: float = 10.0,
 ) -> int:
-    """One pass over one link's objects; return how many objects were written."""
+    """One pass over one link's objects; return how many objects were written (their
+    confirmation is awaited after the transaction, `_await_confirmation`)."""
     link = session.get(ControllerLink, rollout_id)
     rollout = repository.get_rollout(session, rollout_id, for_update=True)
     if link is None or link.target is None or rollout is None:
         return 0
     driver = Driver(parse_target(link.target), api)
     try:
-        return _pass(session, link=link, rollout=rollout, driver=driver, timeout=confirm_timeout_s)
-    except KubeUnreachable as exc:
-        _hold(
-            session, rollout, f"{exc.message}; specgate holds and never promotes blind", publisher
-        )
-    except KubeError as exc:
-        _hold(session, rollout, f"the API server refused: {exc.message}", publisher)
-    except Hold as exc:
-        _hold(session, rollout, str(exc), publisher)
+        return _pass(session, link=link, rollout=rollout, driver=driver)
+    except (KubeUnreachable, KubeError, Hold) as exc:
+        _hold(session, rollout, _why_held(exc), publisher)
     return 0
 
 
-def _pass(
-    session: Session, *, link: ControllerLink, rollout: Rollout, driver: Driver, timeout: float
-) -> int:
+def _why_held(exc: KubeUnreachable | KubeError | Hold) -> str:
+    """Return the hold reason for a pass that could not go on."""
+    if isinstance(exc, KubeUnreachable):
+        return f"{exc.message}; specgate holds and never promotes blind"
+    if isinstance(exc, KubeError):
+        return f"the API server refused: {exc.message}"
+    return str(exc)
+
+
+def _pass(session: Session, *, link: ControllerLink, rollout: Rollout, driver: Driver) -> int:
     desired = desired_of(rollout, driver.target)
     if desired is None:
         return 0
@@ -164,10 +198,7 @@ def _pass(
         _confirm(session, link=link, rollout=rollout, driver=driver, current=current)
         if not link.written or not link.written.get("verified"):
             return 0
-    changed = _write(session, link=link, rollout=rollout, driver=driver, desired=desired)
-    if changed:
-        _wait_confirmed(session, link=link, rollout=rollout, driver=driver, timeout=timeout)
-    return changed
+    return _write(session, link=link, rollout=rollout, driver=driver, desired=desired)
 
 
 def _write(
@@ -207,17 +238,6 @@ def _put_all(driver: Driver, changed: Objects) -> Objects:
     for name, body in changed.items():
         driver.api.replace(driver.ref(name), body, dry_run=True)
     return {n: driver.api.replace(driver.ref(n), b, dry_run=False) for n, b in changed.items()}
-
-
-def _wait_confirmed(
-    session: Session, *, link: ControllerLink, rollout: Rollout, driver: Driver, timeout: float
-) -> None:
-    deadline = time.monotonic() + timeout
-    while link.written and not link.written.get("verified"):
-        _confirm(session, link=link, rollout=rollout, driver=driver, current=driver.read())
-        if time.monotonic() > deadline:
-            return
-        time.sleep(0.2)
 
 
 def _confirm(

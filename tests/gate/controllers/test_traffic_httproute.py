@@ -250,3 +250,26 @@ def test_an_unreachable_api_server_after_promotion_is_recorded_once(specgate, cl
     assert state(specgate, rollout_id) is RolloutState.PROMOTED
     (blocked,) = audit(specgate, "controller.traffic.blocked")
     assert "unreachable" in blocked.reason
+
+
+def test_a_kill_never_waits_behind_a_pass_awaiting_the_status(specgate, cluster):
+    # The pass waits for the gateway to confirm its change; meanwhile the rollout's row
+    # must be free, or a kill through the API would wait behind it.
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sqlalchemy import text
+
+    from gate.rollouts import repository
+    from tests.waits import wait_until
+
+    cluster.fake.reactors = []  # no status yet: the pass keeps polling
+    rollout_id = linked(specgate, RolloutMode.CANARY)
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(drive, specgate, cluster, 60)
+        assert wait_until(lambda: cluster.weights()[EAGLE] == 500, timeout=30)
+        with specgate.sessions() as session, session.begin():
+            session.execute(text("SET LOCAL lock_timeout = '3s'"))  # a deadline, not a timing
+            assert repository.get_rollout(session, rollout_id, for_update=True) is not None
+        gateway_controller(cluster.fake, cluster.fake.read(ROUTE))  # now it confirms
+        assert waiting.result(timeout=60) == 1
+    assert len(audit(specgate, "controller.traffic.applied")) == 1
