@@ -22,16 +22,21 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    """Add the columns."""
+    """Add the columns, and an index for the gate's look at a stage's episodes."""
     with op.batch_alter_table("requests") as batch:
         batch.add_column(sa.Column("episode", sa.Text(), nullable=True))
         batch.add_column(sa.Column("episode_source", sa.String(16), nullable=True))
     with op.batch_alter_table("pairs") as batch:
         batch.add_column(sa.Column("episode", sa.Text(), nullable=True))
+    # The gate asks, every run, whether a stage's episodes hold several pairs.
+    op.create_index(
+        op.f("ix_pairs_rollout_id_stage_episode"), "pairs", ["rollout_id", "stage", "episode"]
+    )
 
 
 def downgrade() -> None:
     """Drop the columns."""
+    op.drop_index(op.f("ix_pairs_rollout_id_stage_episode"), table_name="pairs")
     with op.batch_alter_table("pairs") as batch:
         batch.drop_column("episode")
     with op.batch_alter_table("requests") as batch:

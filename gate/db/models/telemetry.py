@@ -86,6 +86,8 @@ class Pair(Base):
         Index(None, "state", "deadline"),
         # The gate folds a stage's pairs in this order (see `gate.pairs.watermark`).
         Index(None, "rollout_id", "stage", "evaluated_at", "id"),
+        # Whether a stage's episodes hold several pairs (`gate.verdicts.service`).
+        Index(None, "rollout_id", "stage", "episode"),
         # Complete pairs still waiting for their evaluations: the sweep enqueues them again.
         Index(
             None,
