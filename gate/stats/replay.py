@@ -314,8 +314,17 @@ def parity_values(base: Record | None, cand: Record | None) -> list[float] | Non
             # (llama.cpp: one per verify step), so text compared only where they do not
             # would compare a chosen subset of its answers with all of the other side's.
             if stat != "mean_logprob" or lp_ok:
-                out[2 * i + k] = values.get(stat, np.nan)
+                out[2 * i + k] = _resolved(values.get(stat, np.nan))
     return out
+
+
+# Below this a statistic is 0: the fold squares differences in Postgres, whose float8
+# raises on underflow (a difference of two values this small would square below 1e-308).
+TINY = 1e-50
+
+
+def _resolved(value: float) -> float:
+    return 0.0 if abs(value) < TINY else value
 
 
 def partial_logprobs(base: Record | None, cand: Record | None) -> bool:

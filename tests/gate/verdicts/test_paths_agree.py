@@ -527,3 +527,27 @@ def _with_loads(pg_session, rollout, raw: list[dict]) -> list[dict]:
         )
     pg_session.flush()  # the scrapes exist when the pairs are stamped
     return records
+
+
+def test_answer_statistics_too_small_to_square_fold_as_zero(pg_session):
+    # A mean log-prob of -5e-324 (hypothesis found it): squared in Postgres's float8 it
+    # underflowed and the fold raised; below 1e-50 a statistic is 0 on both paths.
+    side = {"ttft_s": 0.2, "tpot_s": 0.02, "e2e_s": 1.0, "status": "ok", "evals": {"task": True},
+            "draft_tokens": 0, "accepted_tokens": 0}  # fmt: skip
+    raw = []
+    for k in range(60):
+        mean = -1e-200 * (k + 1)  # the candidate's -5e-324: differences near 1e-200
+        sampled = {**side, "temperature": 0.8, "top_p": 1.0, "max_tokens": 64, "seed": None,
+                   "finish_reason": "stop", "output_tokens": 10, "logprob_tokens": 10,
+                   "logprob_sum": mean * 10, "distinct_2": 0.5}  # fmt: skip
+        cand = {**sampled, "logprob_sum": -5e-324}
+        raw.append({"segment": "chat", "baseline": dict(sampled), "candidate": cand,
+                    "lag_s": 0, "control": 1, "id_rank": k})  # fmt: skip
+    records = as_records(raw, episodes=False)
+    rollout = factories.rollout(pg_session, name=f"tiny-{next(_names)}")
+    store(pg_session, [dict(r) for r in records], rollout.id)
+    fold(pg_session, rollout_id=rollout.id, stage=0, policy=PARITY_POLICY)
+    exported = list(pair_records(pg_session, rollout_id=rollout.id))
+    want = replay(exported, PARITY_POLICY, every=len(exported)).verdict
+    got = compute(pg_session, rollout=rollout, policy=PARITY_POLICY)
+    assert_same_verdict(got, want, skip={FEEDBACK})
