@@ -82,11 +82,12 @@ def episode_of(headers: Mapping[str, str], body: Mapping[str, Any]) -> Episode:
                 value = "user:" + _digest(value.encode())
             return Episode(value, source, tuple(ignored))
         ignored.append(f"{source.value}: {why}")
-    prefix = conversation_prefix(body)
-    if prefix is None:
+    opening = conversation_prefix(body)
+    if opening is None:
         return Episode(ignored=tuple(ignored)) if ignored else OWN
+    prefix, continues = opening
     named = "prefix:" + _digest(prefix)
-    if not _continues(body):
+    if not continues:
         return Episode(ignored=tuple(ignored), opening=named)
     return Episode(named, EpisodeSource.PREFIX, tuple(ignored))
 
@@ -130,27 +131,21 @@ def _why_bad(value: Any) -> str | None:
     return None
 
 
-def conversation_prefix(body: Mapping[str, Any]) -> bytes | None:
-    """Return the bytes the prefix hash covers: a chat request's messages up to and including
-    its first user message, as (role, content); None without a user message."""
+def conversation_prefix(body: Mapping[str, Any]) -> tuple[bytes, bool] | None:
+    """Return the bytes the prefix hash covers (a chat request's messages up to and including
+    its first user message, as (role, content)) and whether messages follow them; None
+    without a user message."""
     messages = body.get("messages")
     if not isinstance(messages, list):
         return None
     prefix = []
-    for message in messages:
+    for i, message in enumerate(messages):
         if not isinstance(message, Mapping):
             return None
         prefix.append((message.get("role"), message.get("content")))
         if message.get("role") == "user":
-            return orjson.dumps(prefix, option=orjson.OPT_SORT_KEYS)
+            return orjson.dumps(prefix, option=orjson.OPT_SORT_KEYS), i < len(messages) - 1
     return None
-
-
-def _continues(body: Mapping[str, Any]) -> bool:
-    """Return whether a chat request carries messages after its first user message."""
-    messages = body["messages"]
-    first = next(i for i, m in enumerate(messages) if m.get("role") == "user")
-    return first < len(messages) - 1
 
 
 def _digest(data: bytes) -> str:
