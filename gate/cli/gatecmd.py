@@ -16,6 +16,7 @@ from gate.cli.common import read_input
 from gate.cli.gatecheck import check
 from gate.db.enums import RolloutMode
 from gate.errors import ConfigError
+from gate.stats.arms_replay import ArmsReplayResult, has_arms, replay_arms
 from gate.stats.policy import Policy, load_policy, load_tolerance
 from gate.stats.replay import ReplayResult, read_pairs, replay
 from gate.stats.rule import Code
@@ -90,10 +91,16 @@ def replay_command(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Backtest recorded pairs: the first decisive verdict and the pair count it came at."""
+    """Backtest recorded pairs: the first decisive verdict and the pair count it came at.
+
+    Pairs that name their arm (`arm`) are judged arm by arm, and the best arm is chosen."""
     judged = _policy(policy)
+    records = read_pairs(pairs)
+    if has_arms(records):
+        _replay_arms(records, judged, every, mode, stage, promoted=promoted, as_json=as_json)
+        return
     result = replay(
-        read_pairs(pairs),
+        records,
         judged,
         every=every,
         mode=mode,
@@ -118,6 +125,73 @@ def replay_command(
     console.print(
         f"{result.decision.value} at pair {result.pairs:,} ({where}, look {result.looks})"
     )
+
+
+def _replay_arms(
+    records: list[dict[str, Any]],
+    policy: Policy,
+    every: int,
+    mode: RolloutMode,
+    stage: int,
+    *,
+    promoted: bool,
+    as_json: bool,
+) -> None:
+    """Replay several arms' pairs and print the choice (shadow mode only)."""
+    if mode is not RolloutMode.SHADOW:
+        raise ConfigError("pairs of several arms are replayed in shadow mode only")
+    result = replay_arms(
+        records, policy, every=every, stage=stage,
+        load_match=load_tolerance(policy, promoted=promoted),
+    )  # fmt: skip
+    if as_json:
+        typer.echo(json.dumps(arms_json(result), indent=2))
+        return
+    table = Table("arm", "state", "decision", "pairs", "ratio", "interval", "reasons")
+    for arm in result.arms:
+        ratio = "-" if arm.ratio is None else f"{arm.ratio:.4f}"
+        reasons = ", ".join(arm.verdict.reason_codes) if arm.verdict else "-"
+        table.add_row(
+            arm.name, arm.state.name.lower(), arm.decision.value, str(arm.pairs), ratio,
+            f"[{arm.lower:.4f}, {arm.upper:.4f}]", reasons,
+        )  # fmt: skip
+    console = Console()
+    console.print(table)
+    where = "first decisive look" if result.decisive else "no decision; last look"
+    console.print(
+        f"{result.decision.value} at pair {result.pairs:,} ({where}, look {result.looks});"
+        f" winner {result.winner or '-'}, leader {result.leader or '-'}"
+    )
+
+
+def arms_json(result: ArmsReplayResult) -> dict[str, Any]:
+    """Return a multi-arm replay as JSON: the choice, then each arm with its own verdict."""
+    return {
+        "decision": result.decision.value,
+        "pairs": result.pairs,
+        "decisive": result.decisive,
+        "looks": result.looks,
+        "total_pairs": result.total_pairs,
+        "winner": result.winner,
+        "leader": result.leader,
+        "arms": [
+            {
+                "arm": arm.name,
+                "state": arm.state.name.lower(),
+                "decision": arm.decision.value,
+                "pairs": arm.pairs,
+                "ratio": arm.ratio,
+                "interval": [_finite(arm.lower), _finite(arm.upper)],
+                "reason_codes": list(arm.verdict.reason_codes) if arm.verdict else [],
+                "summary": arm.verdict.summary if arm.verdict else None,
+            }
+            for arm in result.arms
+        ],
+    }
+
+
+def _finite(value: float) -> float | None:
+    return value if np.isfinite(value) else None
 
 
 def _replay_json(result: ReplayResult) -> dict[str, Any]:

@@ -214,6 +214,20 @@ class Promotion(_Model):
     load_match: float = Field(1.0, ge=0.0)
 
 
+class Arms(_Model):
+    """Several candidate configurations in one rollout (`gate.stats.arms`).
+
+    `slots`: the arms budgeted in advance (each arm's gate spends 1 / slots of each alpha);
+    `tie_margin`: two arms whose primary ratios are proven within this relative difference
+    are tied; `alpha_choice`: the chance, under continuous monitoring, of a strict
+    preference between equal arms or of choosing an arm beyond the margin of the best.
+    """
+
+    slots: int = Field(4, ge=1, le=64)
+    tie_margin: float = Field(0.05, gt=0.0, lt=1.0)
+    alpha_choice: float = Field(0.05, gt=0.0, lt=0.5)
+
+
 class Policy(_Model):
     """A rollout's gate policy."""
 
@@ -227,6 +241,7 @@ class Policy(_Model):
     segment_margin_factor: float = Field(2.5, ge=1.0)
     stages: list[float] = Field(default_factory=lambda: [1.0, 5.0, 25.0, 100.0], min_length=1)
     promotion: Promotion = Promotion()
+    arms: Arms = Arms()
     min_pairs: int = Field(1000, ge=1)
     min_duration_s: float = Field(1800.0, ge=0.0)
     warmup_pairs: int = Field(200, ge=1)
@@ -478,6 +493,11 @@ promotion:              # what the promoted rollout routes to the candidate
   crossover_max_age_s: 604800.0  # an older crossover (or none): all to the baseline
   load_match: 1.0       # promoted so, the gate judges only the mirrored pairs whose two
                         # routes' running requests differ by at most this (and are known)
+arms:                   # several candidate configurations in one rollout (pairs name one)
+  slots: 4              # arms budgeted: each arm's gate spends alpha / slots
+  tie_margin: 0.05      # arms proven within 5% of each other (primary ratio) are tied
+  alpha_choice: 0.05    # chance of a strict preference between equal arms, or of
+                        # choosing one more than the margin slower than the best
 min_pairs: 1000         # complete pairs after warm-up before any promotion
 min_duration_s: 1800.0  # and 30 minutes, to cover load swings
 warmup_pairs: 200       # excluded from tests; fixes tail thresholds and acceptance level

@@ -1,0 +1,110 @@
+"""The multi-arm rule: per-arm kills, the anytime-valid choice, ties, late arms."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gate.stats.arms import ArmState, ArmStream, arm_intervals, arm_policy, choose
+from gate.stats.policy import Policy
+from gate.stats.rule import Code
+from gate.stats.sequences import MeanStats
+
+POLICY = Policy()
+LOOKS = 6
+SD = 0.35  # a paired TPOT log-ratio's spread in the simulation
+
+
+def stream(
+    ratio: float, n: list[float], code: list[int] | None = None, sd: float = SD
+) -> ArmStream:
+    """An arm whose mean log-ratio is exactly log(ratio), with `n` pairs at each look."""
+    count = np.asarray(n, dtype=np.float64)
+    mu = np.log(ratio)
+    return ArmStream(
+        pairs=count,
+        code=np.asarray(code or [Code.CONTINUE] * len(n), dtype=np.int64),
+        primary=MeanStats(count, mu * count, count * (mu * mu + sd * sd)),
+    )
+
+
+GROWING = [0, 50, 500, 2000, 8000, 20000]
+PROMOTE_LATE = [Code.CONTINUE] * 4 + [Code.PROMOTE] * 2
+
+
+def test_each_arm_spends_its_slot_of_both_alphas():
+    judged = arm_policy(POLICY)
+    assert judged.alpha_kill == pytest.approx(POLICY.alpha_kill / POLICY.arms.slots)
+    assert judged.alpha_promote == pytest.approx(POLICY.alpha_promote / POLICY.arms.slots)
+
+
+def test_the_clearly_best_arm_is_promoted_once_its_own_gate_promotes():
+    got = choose(POLICY, [stream(0.75, GROWING, PROMOTE_LATE), stream(0.9, GROWING, PROMOTE_LATE)])
+    assert list(got.code) == [Code.CONTINUE] * 4 + [Code.PROMOTE] * 2
+    assert list(got.winner[4:]) == [0, 0] and list(got.leader[2:]) == [0] * 4
+    assert got.state[0, 3] == ArmState.BEST and got.state[0, 4] == ArmState.PROMOTED
+    assert got.state[1, 4] == ArmState.RUNNING
+    assert got.state[0, 0] == ArmState.WAITING
+
+
+def test_a_slower_arm_whose_gate_promotes_is_not_chosen_over_a_faster_one():
+    slow_promotes = [Code.PROMOTE] * LOOKS
+    got = choose(POLICY, [stream(0.75, GROWING), stream(0.9, GROWING, slow_promotes)])
+    assert (got.winner == -1).all() and (got.code == Code.CONTINUE).all()
+
+
+def test_equal_arms_are_tied_not_ranked_and_the_tie_may_promote():
+    got = choose(POLICY, [stream(0.8, GROWING, PROMOTE_LATE), stream(0.8, GROWING)])
+    assert got.state[0, -1] == ArmState.PROMOTED and got.state[1, -1] == ArmState.TIED
+    # Before the intervals fit inside the tie margin, neither is best.
+    assert got.state[0, 2] == ArmState.RUNNING and got.code[2] == Code.CONTINUE
+
+
+def test_a_killed_arm_stops_counting_and_a_fast_harmful_arm_blocks_until_killed():
+    harmful = stream(0.6, GROWING, [Code.CONTINUE] * 4 + [Code.KILL, Code.CONTINUE])
+    got = choose(POLICY, [stream(0.75, GROWING, [Code.PROMOTE] * LOOKS), harmful])
+    assert list(got.code[3:]) == [Code.CONTINUE, Code.PROMOTE, Code.PROMOTE]
+    assert list(got.state[1, 4:]) == [ArmState.KILLED, ArmState.KILLED]
+    assert got.leader[3] == 1 and got.leader[4] == 0
+
+
+def test_all_arms_killed_is_a_kill_and_all_live_holding_a_hold():
+    kill = [Code.CONTINUE, Code.KILL] + [Code.CONTINUE] * 4
+    hold = [Code.CONTINUE] * 5 + [Code.HOLD]
+    got = choose(POLICY, [stream(1.0, GROWING, kill), stream(1.0, [0, 0, 0, 50, 80, 90], hold)])
+    assert got.code[1] == Code.CONTINUE  # the second arm is still to come: no kill
+    assert got.code[5] == Code.HOLD
+    got = choose(POLICY, [stream(1.0, GROWING, kill), stream(1.0, GROWING, kill)])
+    assert list(got.code[:2]) == [Code.CONTINUE, Code.KILL]
+
+
+def test_an_arm_added_later_waits_then_must_be_beaten_before_a_choice():
+    late = [0, 0, 0, 10, 5000, 20000]
+    got = choose(POLICY, [stream(0.75, GROWING, [Code.PROMOTE] * LOOKS), stream(0.9, late)])
+    assert list(got.state[1, :3]) == [ArmState.WAITING] * 3
+    assert got.code[2] == Code.PROMOTE  # alone, the first arm is best by default
+    assert got.code[3] == Code.CONTINUE  # ten pairs bound nothing: no choice over it yet
+    assert got.code[4] == Code.PROMOTE
+
+
+def test_intervals_cover_at_the_choice_alpha_split_over_slots():
+    est, _lo, hi = arm_intervals(POLICY, [stream(0.8, [1000.0])])
+    radius = float(hi[0, 0] - est[0, 0])
+    assert est[0, 0] == pytest.approx(np.log(0.8))
+    # Wider than a 95% pointwise interval: it is time-uniform and split four ways.
+    assert radius > 1.96 * SD / np.sqrt(1000) * 1.5
+
+
+def test_more_arms_than_slots_is_refused():
+    with pytest.raises(ValueError, match=r"arms.slots"):
+        choose(POLICY, [stream(1.0, GROWING)] * (POLICY.arms.slots + 1))
+
+
+def test_runs_broadcast_like_looks():
+    runs = np.asarray([GROWING, GROWING], dtype=np.float64)
+    fast = ArmStream(runs, np.full(runs.shape, Code.PROMOTE), MeanStats(runs, np.log(0.75) * runs,
+                     runs * (np.log(0.75) ** 2 + SD**2)))  # fmt: skip
+    slow = ArmStream(runs, np.full(runs.shape, Code.CONTINUE), MeanStats(runs, np.log(0.9) * runs,
+                     runs * (np.log(0.9) ** 2 + SD**2)))  # fmt: skip
+    got = choose(POLICY, [fast, slow])
+    assert got.code.shape == runs.shape and (got.winner[:, -1] == 0).all()
