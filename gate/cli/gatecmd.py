@@ -184,6 +184,11 @@ def arms_json(result: ArmsReplayResult) -> dict[str, Any]:
                 "interval": [_finite(arm.lower), _finite(arm.upper)],
                 "reason_codes": list(arm.verdict.reason_codes) if arm.verdict else [],
                 "summary": arm.verdict.summary if arm.verdict else None,
+                # Tokens per verify step (comparable across draft lengths), and the pairs
+                # with the repetition-loop signature among those where it can be read.
+                "acceptance_length": arm.acceptance.length,
+                "loop_pairs": arm.acceptance.looping,
+                "loop_compared": arm.acceptance.compared,
             }
             for arm in result.arms
         ],

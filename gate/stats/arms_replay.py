@@ -15,6 +15,7 @@ import numpy as np
 
 from gate.db.enums import Decision, RolloutMode
 from gate.errors import BadRequest, InputMalformed
+from gate.stats.acceptance_length import AcceptanceLength, summarise
 from gate.stats.arms import ArmLooks, ArmState, ArmStream, arm_policy, choose
 from gate.stats.cumulative import at_look, looks_every, to_stats
 from gate.stats.ids import ALL
@@ -37,6 +38,7 @@ class ArmResult:
     lower: float
     upper: float
     verdict: VerdictResult | None
+    acceptance: AcceptanceLength  # over the arm's pairs up to that look
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ def has_arms(records: Iterable[Record]) -> bool:
 @dataclass(frozen=True)
 class _Arm:
     name: str
+    rows: list[Record]
     stats: GateStats
     looks: IntArray  # the arm's own looks (its pair counts)
     index: IntArray  # per global look: the arm's own look index (-1: not started)
@@ -99,7 +102,7 @@ def replay_arms(
         stats = to_stats(columns(rows, judged, RolloutMode.SHADOW), judged, own,
                          next_share=next_share, load_match=load_match)  # fmt: skip
         index = np.where(counts > 0, np.searchsorted(own, counts), -1)
-        arms.append(_Arm(name, stats, own, index))
+        arms.append(_Arm(name, rows, stats, own, index))
         streams.append(_stream(judged, stats, counts, index))
     got = choose(policy, streams)
     decisive = np.flatnonzero(got.code != Code.CONTINUE)
@@ -151,13 +154,41 @@ def _result(policy: Policy, arm: _Arm, got: ArmLooks, k: int, at: int) -> ArmRes
     own = int(arm.index[at])
     verdict = None if own < 0 else decide(policy, at_look(arm.stats, own))
     estimate = float(got.estimate[k, at])
+    pairs = 0 if own < 0 else int(arm.looks[own])
     return ArmResult(
         name=arm.name,
         state=state,
         decision=Decision.CONTINUE if verdict is None else verdict.decision,
-        pairs=0 if own < 0 else int(arm.looks[own]),
+        pairs=pairs,
         ratio=float(np.exp(estimate)) if np.isfinite(estimate) else None,
         lower=float(np.exp(got.lower[k, at])),
         upper=float(np.exp(got.upper[k, at])),
         verdict=verdict,
+        acceptance=acceptance_of(arm.rows[:pairs]),
+    )
+
+
+_COUNTS = (
+    ("candidate", "output_tokens"),
+    ("candidate", "accepted_tokens"),
+    ("candidate", "draft_tokens"),
+    ("candidate", "distinct_2"),
+    ("baseline", "distinct_2"),
+)
+
+
+def acceptance_of(records: list[Record]) -> AcceptanceLength:
+    """Return the acceptance length of the records' candidate calls (control pairs aside)."""
+    rows = [
+        [_number((r.get(side) or {}).get(key)) for side, key in _COUNTS]
+        for r in records
+        if not r.get("is_control")
+    ]
+    values = np.asarray(rows, dtype=np.float64).reshape(len(rows), len(_COUNTS)).T
+    return summarise(*values)
+
+
+def _number(value: object) -> float:
+    return (
+        float(value) if isinstance(value, int | float) and not isinstance(value, bool) else np.nan
     )

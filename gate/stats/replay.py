@@ -28,6 +28,11 @@ One JSON object per line, one line per pair, in fold order (below):
   evaluators, tails) take the episode as the unit (`gate.stats.sequences`: `EpisodeMean`,
   `EpisodeCounts`); without any, every pair is its own and the verdicts are those of
   independent pairs.
+* `arm` (optional): the string that names the candidate configuration (route) the pair's
+  candidate call used, in a rollout with several (issue 40; stored in `pairs.arm`). A file
+  where no record names one is the single-arm case, judged as before; where some do, every
+  record must (null or absent there is a malformed record), each arm's pairs are judged as
+  their own stream and the best arm is chosen (`gate.stats.arms_replay`, shadow mode).
 * `is_control`: a baseline-vs-baseline pair; `candidate` is then the second baseline call.
   Control pairs feed only the greedy-mismatch control rate.
 * side `status`: ok | error | timeout | fallback | dropped | cancelled, read through the

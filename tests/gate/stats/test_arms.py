@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -108,3 +111,12 @@ def test_runs_broadcast_like_looks():
                      runs * (np.log(0.9) ** 2 + SD**2)))  # fmt: skip
     got = choose(POLICY, [fast, slow])
     assert got.code.shape == runs.shape and (got.winner[:, -1] == 0).all()
+
+
+def test_the_arms_simulation_counts_the_choice_it_benchmarks():
+    sys.path.insert(0, str(Path(__file__).parents[3] / "bench"))
+    import arms_sim
+
+    row = arms_sim.run_case("three", POLICY, runs=6, pairs=3000, every=100, seed=1)
+    assert row["runs"] == 6 and row["winner_share"]["0"][0] == row["promote"][0] > 0.5
+    assert row["arm_chosen_ever"][2][0] == 0.0 and row["arm_killed_ever"][2][0] > 0.5

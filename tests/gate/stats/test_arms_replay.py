@@ -67,6 +67,8 @@ def test_cli_json_names_the_winner_and_each_arms_state(three_arms, tmp_path):
     assert body["decision"] == "promote" and body["winner"] == "ngram-k4"
     states = {a["arm"]: a["state"] for a in body["arms"]}
     assert states == {"ngram-k4": "promoted", "ngram-k2": "running", "ngram-k8": "killed"}
+    # Simulated records carry no output token counts: no acceptance length to report.
+    assert all(a["acceptance_length"] is None and a["loop_compared"] == 0 for a in body["arms"])
     table = runner.invoke(app, args)
     assert table.exit_code == 0 and "winner ngram-k4" in table.output
 

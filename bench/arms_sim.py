@@ -1,0 +1,163 @@
+"""Several candidate configurations (arms) in one rollout (issue 40), by seeded simulation.
+
+Shadow stage 0 of the default policy; each sampled request is mirrored to one arm in turn,
+so every arm has the same number of pairs at every look (a look every `--every` pairs of
+each arm, up to `--pairs` per arm). Each arm's pairs are drawn by `gate.stats.simulate`
+(`Scenario`: its TPOT ratio to the baseline, its evaluator drop), judged by the gate's
+rule at the arm's alpha share (`arms.arm_policy`), and the arms by `arms.choose`.
+Cases (the first decisive rollout verdict of each run; "ever": at any look to the end):
+
+* `three`: arm 0 25 % faster (TPOT ratio 0.75), arm 1 10 % faster, arm 2 30 % faster
+  but 5 points worse on an evaluator (the tempting harmful arm): the best arm chosen,
+  the harmful one killed and never chosen, median pairs per arm at the decision;
+* `equal`: two arms, both 20 % faster: a strict preference declared at any look;
+* `aa`: three arms equal to the baseline: any arm killed, any promotion, at any look.
+
+Rates carry 95 % Clopper-Pearson intervals.
+
+    nice -n 10 python bench/arms_sim.py --runs 400 --seed 40 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+import numpy as np
+
+from gate.stats.arms import ArmLooks, ArmState, ArmStream, arm_policy, choose
+from gate.stats.cumulative import looks_every, to_stats
+from gate.stats.ids import ALL
+from gate.stats.policy import Policy, at_stage
+from gate.stats.rule import Code, apply_rule
+from gate.stats.sequences import MeanStats
+from gate.stats.simulate import CHUNK_PAIRS, Scenario, clopper_pearson, draw_pairs
+
+CASES: dict[str, tuple[Scenario, ...]] = {
+    "three": (
+        Scenario("best", tpot_ratio=0.75),
+        Scenario("second", tpot_ratio=0.90),
+        Scenario("harmful", tpot_ratio=0.70, eval_drops=(0.05, 0.0)),
+    ),
+    "equal": (Scenario("a", tpot_ratio=0.8), Scenario("b", tpot_ratio=0.8)),
+    "aa": (Scenario("a"), Scenario("b"), Scenario("c")),
+}
+
+
+def simulate_arms(
+    arms: tuple[Scenario, ...], policy: Policy, runs: int, pairs: int, every: int,
+    rng: np.random.Generator,
+) -> ArmLooks:  # fmt: skip
+    """Return the multi-arm rule at every look of `runs` runs (arms x runs x looks)."""
+    stage = at_stage(policy, 0)
+    judged = arm_policy(stage)
+    looks = looks_every(pairs, every)
+    streams = []
+    for arm in arms:
+        s = Scenario(arm.name, pairs=pairs, every=every, tpot_ratio=arm.tpot_ratio,
+                     eval_drops=arm.eval_drops)  # fmt: skip
+        stats = to_stats(draw_pairs(s, judged, runs, rng), judged, looks)
+        cell = stats.cells[(policy.primary.metric, ALL)]
+        assert isinstance(cell, MeanStats)
+        code = apply_rule(judged, stats).code
+        streams.append(ArmStream(np.broadcast_to(looks, code.shape), code, cell))
+    return choose(stage, streams)
+
+
+def run_case(
+    name: str, policy: Policy, runs: int, pairs: int, every: int, seed: int
+) -> dict[str, Any]:
+    """Return one case's rates over `runs` seeded runs."""
+    arms, rng = CASES[name], np.random.default_rng(seed)
+    looks = looks_every(pairs, every)
+    chunk = max(1, CHUNK_PAIRS // pairs)
+    parts = [
+        _outcomes(simulate_arms(arms, policy, min(chunk, runs - start), pairs, every, rng), looks)
+        for start in range(0, runs, chunk)
+    ]
+    out = {k: np.concatenate([p[k] for p in parts], axis=-1) for k in parts[0]}
+    return _summary(name, out, runs, pairs)
+
+
+def _outcomes(got: ArmLooks, looks: np.ndarray) -> dict[str, np.ndarray]:
+    """Per run: the first decisive look's code, winner and pairs; kills; strict preference."""
+    decisive = got.code != Code.CONTINUE
+    hit = decisive.any(axis=-1)
+    first = np.where(hit, decisive.argmax(axis=-1), looks.size - 1)
+    rows = np.arange(first.size)
+    killed = got.state == ArmState.KILLED
+    strict = np.zeros(first.shape, dtype=bool)
+    for i in range(got.state.shape[0]):
+        for j in range(got.state.shape[0]):
+            if i != j:
+                strict |= (got.upper[i] < got.lower[j]).any(axis=-1)
+    return {
+        "code": np.where(hit, got.code[rows, first], Code.CONTINUE),
+        "winner": np.where(hit, got.winner[rows, first], -1),
+        "pairs": np.where(hit, looks[first], np.nan),
+        "killed_at_decision": killed[:, rows, first],
+        "killed_ever": killed[..., -1],
+        "promoted_ever": (got.code == Code.PROMOTE).any(axis=-1),
+        "chosen_ever": np.stack([(got.winner == k).any(axis=-1) for k in range(killed.shape[0])]),
+        "strict": strict,
+    }
+
+
+def _rate(k: int, n: int) -> list[float]:
+    return [round(x, 4) for x in clopper_pearson(int(k), n)]
+
+
+def _summary(name: str, out: dict[str, np.ndarray], runs: int, pairs: int) -> dict[str, Any]:
+    promoted = out["code"] == Code.PROMOTE
+    row: dict[str, Any] = {
+        "case": name,
+        "runs": runs,
+        "pairs_per_arm": pairs,
+        "promote": _rate(promoted.sum(), runs),
+        "kill": _rate((out["code"] == Code.KILL).sum(), runs),
+        "winner_share": {
+            str(k): _rate((out["winner"] == k).sum(), runs) for k in range(len(CASES[name]))
+        },
+        "median_pairs_per_arm_at_decision": _median(out["pairs"][promoted]),
+        "arm_killed_by_decision": [_rate(k.sum(), runs) for k in out["killed_at_decision"]],
+        "arm_killed_ever": [_rate(k.sum(), runs) for k in out["killed_ever"]],
+        "arm_chosen_ever": [_rate(k.sum(), runs) for k in out["chosen_ever"]],
+        "any_arm_killed_ever": _rate(out["killed_ever"].any(axis=0).sum(), runs),
+        "promoted_ever": _rate(out["promoted_ever"].sum(), runs),
+        "strict_preference_ever": _rate(out["strict"].sum(), runs),
+    }
+    return row
+
+
+def _median(values: np.ndarray) -> float | None:
+    return float(np.median(values)) if values.size else None
+
+
+def main() -> None:
+    """Run the cases and print (and optionally save) their rates."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=400)
+    ap.add_argument("--seed", type=int, default=40)
+    ap.add_argument("--pairs", type=int, default=6000, help="pairs per arm")
+    ap.add_argument("--aa-pairs", type=int, default=20_000, help="pairs per arm, A/A")
+    ap.add_argument("--every", type=int, default=50)
+    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    policy, rows = Policy(), []
+    for k, name in enumerate(args.cases.split(",")):
+        t0 = time.perf_counter()
+        pairs = args.aa_pairs if name == "aa" else args.pairs
+        row = run_case(name, policy, args.runs, pairs, args.every, args.seed + k)
+        row["wall_s"] = round(time.perf_counter() - t0, 1)
+        rows.append(row)
+        print(json.dumps(row))
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(rows, handle, indent=2)
+
+
+if __name__ == "__main__":
+    main()

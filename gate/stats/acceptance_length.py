@@ -1,0 +1,105 @@
+"""Acceptance length: tokens emitted per verify step, the acceptance statistic comparable across k.
+
+The acceptance rate (accepted / drafted tokens) has the draft budget as its denominator,
+so a longer draft lowers it even when it emits more tokens per step: ranking draft
+lengths k by rate picks too short a k. The acceptance length L does not: each target
+forward pass emits its accepted draft tokens plus one of its own, so a request that
+emitted `output` tokens, `accepted` of them drafted, took `output - accepted` passes and
+
+    L = output / (output - accepted),
+
+1 without speculation and at most k + 1. Over requests the length is the ratio of the sums
+(tokens per pass over the arm's traffic), not the mean of per-request ratios.
+
+Too high is a harm of its own: L near k + 1 means nearly every draft was taken whole,
+which on an n-gram drafter is the signature of a degenerate repetition loop (the answer
+copies itself, so its own n-grams predict it). A pair shows the signature (`looping`) when
+the candidate's L reaches `LOOP_SHARE` of k + 1 (k = drafted tokens per pass, so a
+drafter that proposed nothing on some passes needs a correspondingly longer run of hits)
+and its answer's distinct-2 (distinct word bigrams / bigrams) fell below `LOOP_DISTINCT`
+of the baseline answer's. The collapse detector (`gate.stats.change`) watches acceptance
+falling and misses this.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gate.stats.sequences import BoolArray, FloatArray
+
+# L at least this share of k + 1: nearly every pass took its whole draft.
+LOOP_SHARE = 0.9
+# Candidate distinct-2 below this share of the baseline's: the answer repeats itself.
+LOOP_DISTINCT = 0.5
+
+
+@dataclass(frozen=True)
+class AcceptanceLength:
+    """Tokens emitted per verify step over a set of requests, and the loop signatures."""
+
+    length: float | None  # None: no request with token counts
+    requests: int
+    looping: int  # pairs with the repetition-loop signature
+    compared: int  # pairs where the signature could be read (both distinct-2 known)
+
+
+def passes(output: FloatArray, accepted: FloatArray) -> FloatArray:
+    """Return each request's target forward passes (NaN where the counts cannot be right).
+
+    Args:
+        output: tokens the request emitted.
+        accepted: of those, drafted tokens the target accepted.
+
+    Returns:
+        output - accepted where output > accepted >= 0, else NaN.
+    """
+    ok = np.isfinite(output) & np.isfinite(accepted) & (accepted >= 0) & (output > accepted)
+    return np.where(ok, output - accepted, np.nan)
+
+
+def looping(
+    output: FloatArray,
+    accepted: FloatArray,
+    drafted: FloatArray,
+    distinct_2: FloatArray,
+    baseline_distinct_2: FloatArray,
+) -> BoolArray:
+    """Return which pairs show the repetition-loop signature (False where unreadable).
+
+    Args:
+        output, accepted, drafted: the candidate's emitted, accepted and drafted tokens.
+        distinct_2: the candidate answer's distinct-2.
+        baseline_distinct_2: the baseline answer's, for the same prompt.
+
+    Returns:
+        L >= LOOP_SHARE (k + 1) with k = drafted / passes, and distinct-2 below
+        LOOP_DISTINCT of the baseline's.
+    """
+    steps = passes(output, accepted)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        near_full = output >= LOOP_SHARE * (drafted + steps)
+        repeats = distinct_2 < LOOP_DISTINCT * baseline_distinct_2
+    return np.asarray(np.isfinite(steps) & (drafted > 0) & near_full & repeats)
+
+
+def summarise(
+    output: FloatArray,
+    accepted: FloatArray,
+    drafted: FloatArray,
+    distinct_2: FloatArray,
+    baseline_distinct_2: FloatArray,
+) -> AcceptanceLength:
+    """Return the pooled acceptance length of requests and their loop signatures."""
+    steps = passes(output, accepted)
+    known = np.isfinite(steps)
+    total = float(np.sum(steps[known]))
+    comparable = known & np.isfinite(distinct_2) & np.isfinite(baseline_distinct_2)
+    loops = looping(output, accepted, drafted, distinct_2, baseline_distinct_2)
+    return AcceptanceLength(
+        length=float(np.sum(output[known])) / total if total > 0 else None,
+        requests=int(known.sum()),
+        looping=int(np.sum(loops & comparable)),
+        compared=int(comparable.sum()),
+    )
