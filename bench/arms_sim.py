@@ -11,7 +11,12 @@ Cases (the first decisive rollout verdict of each run; "ever": at any look to th
   but 5 points worse on an evaluator (the tempting harmful arm): the best arm chosen,
   the harmful one killed and never chosen, median pairs per arm at the decision;
 * `equal`: two arms, both 20 % faster: a strict preference declared at any look;
-* `aa`: three arms equal to the baseline: any arm killed, any promotion, at any look.
+* `aa`: three arms equal to the baseline: any arm killed, any promotion, at any look;
+* `three-adaptive`, `equal-adaptive`: the same arms with traffic moved toward the leader
+  (`toward_leader`: each block gives every arm `every` pairs and the current leader
+  `every` more), the allocation the choice's guarantee must survive.
+
+"pairs" at a decision count every arm's pairs together.
 
 Rates carry 95 % Clopper-Pearson intervals.
 
@@ -46,13 +51,12 @@ CASES: dict[str, tuple[Scenario, ...]] = {
 }
 
 
-def simulate_arms(
+def arm_streams(
     arms: tuple[Scenario, ...], policy: Policy, runs: int, pairs: int, every: int,
     rng: np.random.Generator,
-) -> ArmLooks:  # fmt: skip
-    """Return the multi-arm rule at every look of `runs` runs (arms x runs x looks)."""
-    stage = at_stage(policy, 0)
-    judged = arm_policy(stage)
+) -> list[ArmStream]:  # fmt: skip
+    """Return each arm's gate codes and primary statistics every `every` of its pairs."""
+    judged = arm_policy(at_stage(policy, 0))
     looks = looks_every(pairs, every)
     streams = []
     for arm in arms:
@@ -63,18 +67,72 @@ def simulate_arms(
         assert isinstance(cell, MeanStats)
         code = apply_rule(judged, stats).code
         streams.append(ArmStream(np.broadcast_to(looks, code.shape), code, cell))
-    return choose(stage, streams)
+    return streams
+
+
+def toward_leader(streams: list[ArmStream]) -> list[ArmStream]:
+    """Re-time the arms' streams as if traffic moved toward the leader.
+
+    Each block of traffic gives every arm one step of its stream (`every` pairs) and the
+    current leader one more: the arm not yet killed with the lowest mean log-ratio at the
+    end of the previous block (a predictable, data-dependent allocation).
+    """
+    n_arms, (runs, steps) = len(streams), streams[0].code.shape
+    taken = np.zeros((n_arms, runs), dtype=np.int64)
+    killed = np.zeros((n_arms, runs), dtype=bool)
+    rows, at = np.arange(runs), []
+    for _ in range(steps // 2):
+        taken += 1
+        last = taken - 1
+        mean = np.stack([_mean(s.primary, last[k]) for k, s in enumerate(streams)])
+        killed |= np.stack([s.code[rows, last[k]] == Code.KILL for k, s in enumerate(streams)])
+        leader = np.argmin(np.where(killed, np.inf, mean), axis=0)
+        taken[leader, rows] += 1
+        at.append(taken - 1)
+    index = np.stack(at, axis=-1)  # arms x runs x blocks
+    return [_take(s, index[k]) for k, s in enumerate(streams)]
+
+
+def _mean(stats: MeanStats, at: np.ndarray) -> np.ndarray:
+    rows = np.arange(at.size)
+    n = np.asarray(stats.n)[rows, at]
+    return np.where(n > 0, np.asarray(stats.total)[rows, at] / np.maximum(n, 1), np.inf)
+
+
+def _take(s: ArmStream, index: np.ndarray) -> ArmStream:
+    def pick(values: Any) -> np.ndarray:
+        return np.take_along_axis(np.asarray(values), index, axis=-1)
+
+    stats = MeanStats(pick(s.primary.n), pick(s.primary.total), pick(s.primary.total_sq))
+    return ArmStream(pick(s.pairs), pick(s.code), stats)
+
+
+def simulate_arms(
+    name: str, policy: Policy, runs: int, pairs: int, every: int, rng: np.random.Generator
+) -> tuple[ArmLooks, np.ndarray]:
+    """Return the multi-arm rule at every look of `runs` runs, and each look's total pairs."""
+    adaptive = name.endswith(ADAPTIVE)
+    arms = CASES[name.removesuffix(ADAPTIVE)]
+    streams = arm_streams(arms, policy, runs, pairs, every, rng)
+    looks = looks_every(pairs, every) * len(arms)
+    if adaptive:
+        streams = toward_leader(streams)
+        looks = np.arange(1, streams[0].code.shape[-1] + 1) * every * (len(arms) + 1)
+    return choose(at_stage(policy, 0), streams), looks
+
+
+# A case name with this suffix moves traffic toward the leader (`toward_leader`).
+ADAPTIVE = "-adaptive"
 
 
 def run_case(
     name: str, policy: Policy, runs: int, pairs: int, every: int, seed: int
 ) -> dict[str, Any]:
     """Return one case's rates over `runs` seeded runs."""
-    arms, rng = CASES[name], np.random.default_rng(seed)
-    looks = looks_every(pairs, every)
+    rng = np.random.default_rng(seed)
     chunk = max(1, CHUNK_PAIRS // pairs)
     parts = [
-        _outcomes(simulate_arms(arms, policy, min(chunk, runs - start), pairs, every, rng), looks)
+        _outcomes(*simulate_arms(name, policy, min(chunk, runs - start), pairs, every, rng))
         for start in range(0, runs, chunk)
     ]
     out = {k: np.concatenate([p[k] for p in parts], axis=-1) for k in parts[0]}
@@ -118,9 +176,10 @@ def _summary(name: str, out: dict[str, np.ndarray], runs: int, pairs: int) -> di
         "promote": _rate(promoted.sum(), runs),
         "kill": _rate((out["code"] == Code.KILL).sum(), runs),
         "winner_share": {
-            str(k): _rate((out["winner"] == k).sum(), runs) for k in range(len(CASES[name]))
+            str(k): _rate((out["winner"] == k).sum(), runs)
+            for k in range(len(CASES[name.removesuffix(ADAPTIVE)]))
         },
-        "median_pairs_per_arm_at_decision": _median(out["pairs"][promoted]),
+        "median_pairs_at_decision": _median(out["pairs"][promoted]),
         "arm_killed_by_decision": [_rate(k.sum(), runs) for k in out["killed_at_decision"]],
         "arm_killed_ever": [_rate(k.sum(), runs) for k in out["killed_ever"]],
         "arm_chosen_ever": [_rate(k.sum(), runs) for k in out["chosen_ever"]],
@@ -143,7 +202,7 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=6000, help="pairs per arm")
     ap.add_argument("--aa-pairs", type=int, default=20_000, help="pairs per arm, A/A")
     ap.add_argument("--every", type=int, default=50)
-    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--cases", default=",".join([*CASES, "three-adaptive", "equal-adaptive"]))
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     policy, rows = Policy(), []

@@ -25,7 +25,11 @@ Error budgets (`Policy.arms`):
   monitoring. Per-arm sequences rather than sequences on pairwise differences cost width
   (the radii add instead of adding in quadrature) but need nothing about how traffic is
   split between arms: an arm that starts later, or a share moved toward the leaders at
-  any time, leaves each arm's pairs i.i.d. and each sequence valid.
+  any time by a rule that reads only pairs already seen (a predictable allocation),
+  leaves each arm's pairs i.i.d. and each sequence valid (`bench/arms_sim.py`, the
+  `-adaptive` cases, simulates it). Two caveats, as for the primary gain: the mean
+  sequence is asymptotic (unbounded below `MIN_N` pairs), and the choice's budget is per
+  stage, like `alpha_promote`.
 
 An arm is best (or tied best) when, against every other live arm, it beats it or ties it.
 The rollout promotes when a best-or-tied arm's own gate promotes; among several, the one

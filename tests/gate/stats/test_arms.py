@@ -120,3 +120,19 @@ def test_the_arms_simulation_counts_the_choice_it_benchmarks():
     row = arms_sim.run_case("three", POLICY, runs=6, pairs=3000, every=100, seed=1)
     assert row["runs"] == 6 and row["winner_share"]["0"][0] == row["promote"][0] > 0.5
     assert row["arm_chosen_ever"][2][0] == 0.0 and row["arm_killed_ever"][2][0] > 0.5
+
+
+def test_moving_traffic_toward_the_leader_gives_it_the_extra_pairs():
+    sys.path.insert(0, str(Path(__file__).parents[3] / "bench"))
+    import arms_sim
+
+    grid = np.arange(1.0, 11.0)[None, :] * 50
+    fast, slow = (stream(r, list(grid[0])) for r in (0.75, 0.9))
+    as_runs = [
+        ArmStream(grid, s.code[None, :], MeanStats(*(np.asarray(v)[None, :] for v in
+                  (s.primary.n, s.primary.total, s.primary.total_sq))))
+        for s in (fast, slow)
+    ]  # fmt: skip
+    moved = arms_sim.toward_leader(as_runs)
+    assert list(moved[0].pairs[0]) == [100, 200, 300, 400, 500]
+    assert list(moved[1].pairs[0]) == [50, 100, 150, 200, 250]
