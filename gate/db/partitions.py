@@ -139,11 +139,12 @@ def drop_before(engine: Engine, table: str, cut: datetime) -> list[str]:
     return old
 
 
-def default_rows(conn: Connection, table: str) -> int:
-    """Return how many rows sit in a partitioned table's default partition (0: none)."""
+def default_rows(conn: Connection, table: str, cap: int = 1_000_000) -> int:
+    """Return how many rows (up to `cap`) sit in a table's default partition (0: none)."""
     if period_s(conn, table) is None:
         return 0
-    return int(conn.execute(text(f"SELECT count(*) FROM {table}_default")).scalar_one())
+    query = f"SELECT count(*) FROM (SELECT 1 FROM {table}_default LIMIT {int(cap)}) AS held"
+    return int(conn.execute(text(query)).scalar_one())
 
 
 def _layout(table: str) -> Layout:
