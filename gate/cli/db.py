@@ -46,7 +46,8 @@ def current(database_url: DatabaseOption = None) -> None:
 @app.command()
 def partition(
     tables: Annotated[
-        list[str] | None, typer.Argument(help="Tables to partition (default: spans).")
+        list[str] | None,
+        typer.Argument(help="Tables to partition (default: spans and engine_samples)."),
     ] = None,
     period: Annotated[str, typer.Option(help="One partition per hour, day or week.")] = "day",
     batch: Annotated[int, typer.Option(min=1, help="Rows copied per transaction.")] = 20_000,

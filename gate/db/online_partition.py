@@ -78,6 +78,8 @@ def _prepare(conn: Connection, table: str, period: int, echo: Echo) -> int:
     )
     for name, definition in _secondary_indexes(conn, table):
         conn.execute(text(_retarget(definition, name, table, new)))
+    for name, definition in _foreign_keys(conn, table):  # LIKE copies none
+        conn.execute(text(f"ALTER TABLE {new} ADD CONSTRAINT {name} {definition}"))
     conn.execute(text(f"CREATE TABLE {new}_default PARTITION OF {new} DEFAULT"))
     oldest = conn.execute(text(f"SELECT min({spec.column}) FROM {table}")).scalar()
     now = datetime.now(UTC)
@@ -126,6 +128,9 @@ def _swap(conn: Connection, table: str) -> None:
     conn.execute(text(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"))
     conn.execute(text(f"DROP TRIGGER specgate_mirror ON {table}"))
     conn.execute(text(f"DROP FUNCTION {table}_mirror()"))
+    # A serial column's sequence follows the new table, or dropping the old one takes it.
+    for sequence, column in _owned_sequences(conn, table):
+        conn.execute(text(f"ALTER SEQUENCE {sequence} OWNED BY {new}.{column}"))
     # Index names are schema-wide: the old table's go aside, the new table's take them.
     for name, _ in _all_indexes(conn, table):
         conn.execute(text(f"ALTER INDEX {name} RENAME TO {_aside(name)}"))
@@ -196,6 +201,30 @@ def _retarget(definition: str, name: str, table: str, new: str) -> str:
     return renamed.replace(f" ON public.{table} ", f" ON public.{new} ").replace(
         f" ON ONLY public.{table} ", f" ON public.{new} "
     )
+
+
+def _foreign_keys(conn: Connection, table: str) -> list[tuple[str, str]]:
+    rows = conn.execute(
+        text(
+            "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint "
+            "WHERE conrelid = to_regclass(:t) AND contype = 'f'"
+        ),
+        {"t": table},
+    ).all()
+    return [(name, definition) for name, definition in rows]
+
+
+def _owned_sequences(conn: Connection, table: str) -> list[tuple[str, str]]:
+    rows = conn.execute(
+        text(
+            "SELECT s.relname, a.attname FROM pg_depend d "
+            "JOIN pg_class s ON s.oid = d.objid AND s.relkind = 'S' "
+            "JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid "
+            "WHERE d.refobjid = to_regclass(:t) AND d.deptype = 'a'"
+        ),
+        {"t": table},
+    ).all()
+    return [(sequence, column) for sequence, column in rows]
 
 
 def _children(conn: Connection, table: str) -> list[str]:

@@ -32,8 +32,12 @@ class Layout:
 
 # Tables `specgate db partition` converts. spans: by `start_time`, the span's own time, so
 # a re-sent span lands in the same partition and `(trace_id, span_id, start_time)` keeps
-# ingest idempotent. See docs/architecture.md for the other telemetry tables.
-LAYOUTS = {"spans": Layout("spans", "start_time", ("trace_id", "span_id", "start_time"))}
+# ingest idempotent. engine_samples: by `scraped_at`; nothing refers to its id. See
+# docs/architecture.md for the other telemetry tables.
+LAYOUTS = {
+    "spans": Layout("spans", "start_time", ("trace_id", "span_id", "start_time")),
+    "engine_samples": Layout("engine_samples", "scraped_at", ("id", "scraped_at")),
+}
 PERIODS = {"hour": 3600, "day": 86_400, "week": 604_800}
 # Partitions kept ready past the current one.
 AHEAD = 3

@@ -9,14 +9,16 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import Engine, text
-from sqlalchemy.orm import sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
 
 from collectors.retention import purge
 from gate.db import migrate, online_partition, partitions, storage
 from gate.db.engine import make_engine
+from gate.db.models import EngineSample
 from gate.db.rows import SpanRow
 from gate.periodic import maintain_partitions
 from gate.settings import CollectorSettings
+from tests.collectors.factory import make_rollout
 
 HOUR = 3600
 NOW = datetime.now(UTC)
@@ -187,3 +189,38 @@ def test_a_time_bounded_query_reads_only_its_partitions(engine: Engine) -> None:
     assert len(read) == 3 + partitions.AHEAD
     assert "spans_default" in plan
     assert partitions.partition_name("spans", since - timedelta(hours=1)) not in plan
+
+
+def samples(session: Session, route_id: int, n: int, start: datetime) -> None:
+    """Scraped samples as `collectors.scrape_job` stores them (ORM rows)."""
+    session.add_all(
+        EngineSample(
+            route_id=route_id, metric="vllm:num_requests_running", labels={}, value=float(i),
+            scraped_at=start + timedelta(minutes=10 * i),
+        )
+        for i in range(n)
+    )  # fmt: skip
+
+
+def test_engine_samples_keep_their_ids_route_cascade_and_sequence(engine: Engine) -> None:
+    with Session(engine) as session, session.begin():
+        ids = make_rollout(session)
+        samples(session, ids.baseline_route, 30, NOW - timedelta(hours=4))
+    with engine.connect() as conn:
+        before = conn.execute(text("SELECT id, scraped_at, value FROM engine_samples")).all()
+
+    online_partition.convert(engine, "engine_samples", period=HOUR, echo=lambda _line: None)
+    assert online_partition.drop_old(engine, "engine_samples")  # its sequence stays
+
+    with Session(engine) as session, session.begin():
+        samples(session, ids.candidate_route, 3, NOW)
+    with engine.connect() as conn:
+        after = conn.execute(text("SELECT id, scraped_at, value FROM engine_samples")).all()
+        assert partitions.period_s(conn, "engine_samples") == HOUR
+    assert set(before) <= set(after) and len(after) == 33
+    assert len({row.id for row in after}) == 33  # new ids continue the old sequence
+    with engine.begin() as conn:  # the route's cascade still holds
+        conn.execute(text("DELETE FROM rollouts"))
+        conn.execute(text("DELETE FROM routes WHERE id = :r"), {"r": ids.baseline_route})
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM engine_samples")).scalar() == 3
