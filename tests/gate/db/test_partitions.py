@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, event, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from collectors.retention import purge
@@ -17,6 +17,7 @@ from gate.db.engine import make_engine
 from gate.db.models import EngineSample
 from gate.db.rows import SpanRow
 from gate.periodic import maintain_partitions
+from gate.routing import crossover
 from gate.settings import CollectorSettings
 from tests.collectors.factory import make_rollout
 
@@ -195,7 +196,7 @@ def samples(session: Session, route_id: int, n: int, start: datetime) -> None:
     """Scraped samples as `collectors.scrape_job` stores them (ORM rows)."""
     session.add_all(
         EngineSample(
-            route_id=route_id, metric="vllm:num_requests_running", labels={}, value=float(i),
+            route_id=route_id, metric="requests_running", labels={}, value=float(i),
             scraped_at=start + timedelta(minutes=10 * i),
         )
         for i in range(n)
@@ -224,3 +225,31 @@ def test_engine_samples_keep_their_ids_route_cascade_and_sequence(engine: Engine
         conn.execute(text("DELETE FROM routes WHERE id = :r"), {"r": ids.baseline_route})
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM engine_samples")).scalar() == 3
+
+
+def test_the_crossover_s_sample_query_reads_only_recent_partitions(engine: Engine) -> None:
+    with Session(engine) as session, session.begin():
+        ids = make_rollout(session)
+        samples(session, ids.baseline_route, 6 * 6, NOW - timedelta(hours=6))
+    online_partition.convert(engine, "engine_samples", period=HOUR, echo=lambda _line: None)
+    seen: list[tuple[str, object]] = []
+
+    def capture(_conn, _cursor, statement, parameters, _context, _many) -> None:
+        if "engine_samples" in statement:
+            seen.append((statement, parameters))
+
+    event.listen(engine, "before_cursor_execute", capture)
+    with Session(engine) as session:
+        since = NOW - timedelta(minutes=30)
+        assert crossover.running(session, [ids.baseline_route], since=since)
+    event.remove(engine, "before_cursor_execute", capture)
+    statement, parameters = seen[-1]
+    with engine.connect() as conn:
+        cursor = conn.connection.driver_connection.cursor()
+        cursor.execute("EXPLAIN " + statement, parameters)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        every = [name for name, _, _ in partitions.partitions(conn, "engine_samples")]
+    read = [name for name in every if name in plan]
+    # The hour holding `since`, this one, and the ones ahead (and the default), no older.
+    assert len(read) == 2 + partitions.AHEAD
+    assert partitions.partition_name("engine_samples", partitions.floor(since, HOUR)) in read
