@@ -145,7 +145,7 @@ def _swap(conn: Connection, table: str) -> None:
 
 
 def _aside(name: str) -> str:
-    return f"{name[:50]}_unpartitioned"
+    return f"{name[:48]}_unpartitioned"  # within the 63 characters of a name
 
 
 _MIRROR = """

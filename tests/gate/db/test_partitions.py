@@ -4,6 +4,9 @@ default partition, retention by drop, pruning."""
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -253,3 +256,24 @@ def test_the_crossover_s_sample_query_reads_only_recent_partitions(engine: Engin
     # The hour holding `since`, this one, and the ones ahead (and the default), no older.
     assert len(read) == 2 + partitions.AHEAD
     assert partitions.partition_name("engine_samples", partitions.floor(since, HOUR)) in read
+
+
+def test_the_command_converts_with_progress_then_drops_the_old_table(
+    engine: Engine, empty_pg_url: str, tmp_path
+) -> None:
+    write(engine, spans(30, NOW - timedelta(hours=3)))
+
+    def specgate(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "gate", "db", "partition", *args],
+            capture_output=True, text=True, timeout=120, cwd=tmp_path,
+            env={**os.environ, "SPECGATE_DATABASE_URL": empty_pg_url},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    out = specgate("spans", "--period", "hour", "--batch", "10")
+    assert "spans: copied 30/30 rows" in out and "swapped" in out
+    assert len(contents(engine)) == 30
+    assert "dropped spans_unpartitioned" in specgate("spans", "--drop-old")
+    assert "already partitioned" in specgate("spans")
