@@ -118,8 +118,13 @@ def drop_against_delete(flat: Engine, split: Engine, rows: int) -> dict[str, obj
             conn.execute(text(FILL.format(table="spans")), {"start": start, "n": rows})
         with engine.begin() as conn:
             conn.execute(text("ANALYZE spans"))
+    name = partitions.partition_name("spans", start)
     started = time.perf_counter()
-    dropped = partitions.drop_before(split, "spans", start + timedelta(hours=1))
+    with split.begin() as conn:  # what `partitions.drop_before` runs, timed step by step
+        conn.execute(text(f"ALTER TABLE spans DETACH PARTITION {name}"))
+    detach_s = time.perf_counter() - started
+    with split.begin() as conn:
+        conn.execute(text(f"DROP TABLE {name}"))
     drop_s = time.perf_counter() - started
     table = SpanRecord.__table__
     cut = start + timedelta(hours=1)
@@ -127,7 +132,7 @@ def drop_against_delete(flat: Engine, split: Engine, rows: int) -> dict[str, obj
     deleted = _repeat(flat, lambda: _delete_spans(table, cut, 5_000))  # type: ignore[arg-type]
     delete_s = time.perf_counter() - started
     return {
-        "rows": rows, "partitions_dropped": len(dropped), "drop_s": round(drop_s, 3),
+        "rows": rows, "detach_s": round(detach_s, 3), "detach_and_drop_s": round(drop_s, 3),
         "batched_delete_rows": deleted, "batched_delete_s": round(delete_s, 1),
     }  # fmt: skip
 
