@@ -70,6 +70,7 @@ def create_app(
 
     @app.get("/metrics", include_in_schema=False)
     def metrics() -> Response:
+        app.state.pipeline.count_default_rows()
         body, content_type = prometheus.exposition(registry)
         return Response(body, media_type=content_type)
 

@@ -60,6 +60,13 @@ class CollectorMetrics:
             registry=registry,
             multiprocess_mode="livemin",
         )
+        # Rows no time partition holds (`gate.db.partitions`): counted when /metrics is read.
+        self.spans_default_rows = Gauge(
+            "specgate_collector_spans_default_rows",
+            "Spans in the default partition of time-partitioned spans (0: none, or unpartitioned).",
+            registry=registry,
+            multiprocess_mode="max",
+        )
         self.batch_seconds = Histogram(
             "specgate_collector_batch_seconds",
             "Time to write one batch (one transaction).",

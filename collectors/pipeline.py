@@ -6,13 +6,14 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from collectors.exporter import SinkSpanExporter
 from collectors.metrics import CollectorMetrics
 from collectors.spool import Spool
 from collectors.store import SpanStore
 from collectors.writer import BatchWriter, LandedCallback, WriterLimits
-from gate.db import storage
+from gate.db import partitions, storage
 from gate.db.engine import engine_from_settings
 from gate.settings import CollectorSettings, Settings
 
@@ -29,6 +30,17 @@ class Pipeline:
     def exporter(self) -> SinkSpanExporter:
         """Return an SDK exporter feeding this pipeline (the embedded default's span path)."""
         return SinkSpanExporter(self.writer.enqueue, flush=self.writer.flush)
+
+    def count_default_rows(self) -> None:
+        """Set the gauge of spans in the default partition (kept as it was if the query fails)."""
+        if not storage.of(self.engine).partitions:
+            return
+        try:
+            with self.engine.connect() as conn:
+                rows = partitions.default_rows(conn, "spans")
+        except SQLAlchemyError:
+            return  # the database being down is the writer's alert, not this one's
+        self.metrics.spans_default_rows.set(rows)
 
     def close(self) -> None:
         """Stop the writer (queued spans are written or spooled) and release the engine."""

@@ -1,4 +1,8 @@
-"""Retention: purge captured content after a short age and raw spans after a longer one."""
+"""Retention: purge captured content after a short age and raw spans after a longer one.
+
+Partitioned `spans` (`gate.db.partitions`) lose whole partitions; unpartitioned tables are
+deleted from in batches.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, Table, delete, null, select, tuple_, update
+from sqlalchemy import Engine, MetaData, Table, delete, null, select, tuple_, update
 
-from gate.db import storage
+from gate.db import partitions, storage
 from gate.db.base import utcnow
 from gate.db.engine import engine_from_settings
 from gate.db.models import Generation, RequestRecord, SpanRecord
@@ -28,12 +32,13 @@ CONTENT_ATTRIBUTES = (a.PROMPT, a.OUTPUT, a.OUTPUT_EXTRA, a.REQUEST_BODY)
 
 @dataclass(frozen=True, slots=True)
 class PurgeResult:
-    """Rows touched by one purge."""
+    """Rows touched by one purge (and the span partitions it dropped)."""
 
     spans_deleted: int
     spans_scrubbed: int
     generations_scrubbed: int
     requests_scrubbed: int
+    partitions_dropped: tuple[str, ...] = ()
 
     @property
     def touched(self) -> int:
@@ -64,17 +69,19 @@ def purge(
     spans_cut = now - timedelta(days=settings.retention_spans_days)
     size = settings.retention_batch_rows
     chosen = storage.of(engine)
+    dropped, spans = _drop_span_partitions(engine, chosen, spans_cut)
     result = PurgeResult(
-        spans_deleted=_repeat(engine, lambda: _delete_spans(spans_cut, size)),
+        spans_deleted=_repeat(engine, lambda: _delete_spans(spans, spans_cut, size)),
         spans_scrubbed=_repeat(engine, lambda: _scrub_spans(content_cut, size, chosen)),
         generations_scrubbed=_repeat(engine, lambda: _scrub_generations(content_cut, size, now)),
         requests_scrubbed=_repeat(engine, lambda: _scrub_requests(content_cut, size)),
+        partitions_dropped=tuple(dropped),
     )
     log.info(
         "collector.retention_purged spans_deleted=%d spans_scrubbed=%d generations_scrubbed=%d "
-        "requests_scrubbed=%d",
+        "requests_scrubbed=%d partitions_dropped=%d",
         result.spans_deleted, result.spans_scrubbed, result.generations_scrubbed,
-        result.requests_scrubbed,
+        result.requests_scrubbed, len(dropped),
     )  # fmt: skip
     return result
 
@@ -91,10 +98,28 @@ def _repeat(engine: Engine, statement: Any) -> int:
             return total
 
 
-def _delete_spans(cut: datetime, size: int) -> tuple[Any, int]:
-    key = tuple_(_SPANS.c.trace_id, _SPANS.c.span_id)
-    old = select(_SPANS.c.trace_id, _SPANS.c.span_id).where(_SPANS.c.start_time < cut).limit(size)
-    return delete(_SPANS).where(key.in_(old)), size
+def _drop_span_partitions(
+    engine: Engine, chosen: Storage, cut: datetime
+) -> tuple[list[str], Table]:
+    """Drop span partitions wholly past `cut`; return them and where rows are still deleted.
+
+    On partitioned `spans` only its default partition is deleted from row by row: the
+    partition straddling the cut goes whole at a later turn.
+    """
+    if not chosen.partitions:
+        return [], _SPANS
+    with engine.connect() as conn:
+        period = partitions.period_s(conn, _SPANS.name)
+    if period is None:
+        return [], _SPANS
+    dropped = partitions.drop_before(engine, _SPANS.name, cut)
+    return dropped, _SPANS.to_metadata(MetaData(), name=f"{_SPANS.name}_default")
+
+
+def _delete_spans(table: Table, cut: datetime, size: int) -> tuple[Any, int]:
+    key = tuple_(table.c.trace_id, table.c.span_id)
+    old = select(table.c.trace_id, table.c.span_id).where(table.c.start_time < cut).limit(size)
+    return delete(table).where(key.in_(old)), size
 
 
 def _scrub_spans(cut: datetime, size: int, chosen: Storage) -> tuple[Any, int]:

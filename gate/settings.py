@@ -86,6 +86,9 @@ class GateSettings(BaseModel):
     pair_requeue_max: int = Field(5, ge=0)
     scrape_interval_s: float = Field(15.0, gt=0)
     purge_interval_s: float = Field(3600.0, gt=0)
+    # Creating time partitions ahead (`gate.db.partitions`; Postgres tables converted by
+    # `specgate db partition`): well under the shortest period (an hour).
+    partition_interval_s: float = Field(600.0, gt=0)
     # Traffic links (k8s-traffic): how often their objects are brought to the rollout's state
     # (a kill reaches them within it); the API server from this kubeconfig, else the pod's
     # service account; how long a write may wait for its status conditions in one pass.

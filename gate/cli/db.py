@@ -1,4 +1,4 @@
-"""`specgate db`: schema migrations."""
+"""`specgate db`: schema migrations and time partitions."""
 
 from __future__ import annotations
 
@@ -41,3 +41,48 @@ def current(database_url: DatabaseOption = None) -> None:
     url = settings_with(database_url).resolved_database_url()
     at = migrate.current_revision(url) or "none (run `specgate db upgrade`)"
     typer.echo(f"database {migrate.describe(url)}: at {at}, newest {migrate.head_revision()}")
+
+
+@app.command()
+def partition(
+    tables: Annotated[
+        list[str] | None,
+        typer.Argument(help="Tables to partition (default: spans and engine_samples)."),
+    ] = None,
+    period: Annotated[str, typer.Option(help="One partition per hour, day or week.")] = "day",
+    batch: Annotated[int, typer.Option(min=1, help="Rows copied per transaction.")] = 20_000,
+    drop_old: Annotated[
+        bool, typer.Option("--drop-old", help="Drop the unpartitioned tables a conversion kept.")
+    ] = False,
+    database_url: DatabaseOption = None,
+) -> None:
+    """Range-partition telemetry tables by time online (Postgres): copy in batches, swap.
+
+    The old table stays as <table>_unpartitioned until you run this again with --drop-old.
+    The periodic `partitions` job then creates partitions ahead, and retention drops them.
+    """
+    from gate.db import online_partition, partitions
+    from gate.db.engine import make_engine
+    from gate.db.storage import is_embedded
+
+    url = settings_with(database_url).resolved_database_url()
+    if is_embedded(url):
+        raise typer.BadParameter("partitioning needs Postgres; SQLite stays unpartitioned")
+    if period not in partitions.PERIODS:
+        raise typer.BadParameter(f"--period is one of {', '.join(partitions.PERIODS)}")
+    engine = make_engine(url)
+    try:
+        for table in tables or list(partitions.LAYOUTS):
+            if table not in partitions.LAYOUTS:
+                raise typer.BadParameter(
+                    f"{table}: partitionable are {', '.join(partitions.LAYOUTS)}"
+                )
+            if drop_old:
+                dropped = online_partition.drop_old(engine, table)
+                typer.echo(f"{table}: {'dropped' if dropped else 'no'} {table}_unpartitioned")
+                continue
+            online_partition.convert(
+                engine, table, period=partitions.PERIODS[period], batch=batch, echo=typer.echo
+            )
+    finally:
+        engine.dispose()

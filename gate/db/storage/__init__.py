@@ -42,6 +42,9 @@ class Storage(Protocol):
     #: The verdict folds a shadow stage's new pairs into stored state in SQL (the slice
     #: queries of `gate/verdicts/` are Postgres SQL); otherwise the verdict replays the stage.
     folds_in_sql: bool
+    #: Telemetry tables may be range-partitioned by time (`gate.db.partitions`), so
+    #: retention drops whole partitions and the periodic job creates them ahead.
+    partitions: bool
 
     def create_engine(self, url: str, *, echo: bool) -> Engine:
         """Create the SQLAlchemy engine for `url` with this database's connection setup."""

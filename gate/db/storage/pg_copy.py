@@ -71,7 +71,8 @@ def insert_spans(conn: Connection, rows: Sequence[SpanRow], received_at: datetim
             copy.set_types(_stage_types(_SPAN_TYPES))
             for row in rows:
                 copy.write_row(_span_tuple(row, received_at, resources))
-        cur.execute(_insert_select("spans", SPAN_COLUMNS, _SPANS_STAGE, _KEY))
+        # No conflict target: on partitioned `spans` the key also holds `start_time`.
+        cur.execute(_insert_select("spans", SPAN_COLUMNS, _SPANS_STAGE, _KEY, target=False))
         inserted: int = cur.rowcount
     return max(inserted, 0)
 
@@ -163,14 +164,17 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _insert_select(table: str, columns: Iterable[str], stage: str, key: Sequence[str]) -> str:
+def _insert_select(
+    table: str, columns: Iterable[str], stage: str, key: Sequence[str], *, target: bool = True
+) -> str:
     names = list(columns)
     selected = [f"{name}::jsonb" if name in _JSON_COLUMNS else name for name in names]
+    conflict = f"({', '.join(key)})" if target else ""
     # Key order makes concurrent writers take a table's row locks in the same order; across
     # tables two batches can still deadlock, and the writer runs the loser again.
     return (
         f"INSERT INTO {table} ({', '.join(names)}) SELECT {', '.join(selected)} FROM {stage} "
-        f"ORDER BY {', '.join(key)} ON CONFLICT ({', '.join(key)}) DO NOTHING"
+        f"ORDER BY {', '.join(key)} ON CONFLICT {conflict} DO NOTHING"
     )
 
 

@@ -59,6 +59,7 @@ class PostgresStorage:
 
     single_writer = False
     folds_in_sql = True
+    partitions = True
 
     def create_engine(self, url: str, *, echo: bool) -> Engine:
         psycopg = make_url(url).get_driver_name() == "psycopg"

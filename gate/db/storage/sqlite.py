@@ -61,6 +61,7 @@ class SqliteStorage:
 
     single_writer = True
     folds_in_sql = False
+    partitions = False
 
     def create_engine(self, url: str, *, echo: bool) -> Engine:
         database = make_url(url).database

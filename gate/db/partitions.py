@@ -1,0 +1,157 @@
+"""Time partitions of Postgres telemetry tables: convert, create ahead, drop by age.
+
+A partitioned table is declaratively range-partitioned on its time column, one partition
+per period (`<table>_pYYYYMMDDHHMMSS`), plus `<table>_default` for rows no partition
+holds, so a write past the last partition is never lost. The period lives in the parent's
+comment (`specgate:period=<seconds>`), so the periodic job needs no setting to follow it.
+`convert` turns today's unpartitioned table into that layout online. Postgres only: callers
+ask `gate.db.storage.of(bind).partitions` first. The layout is in docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import Connection, Engine, text
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How one table is partitioned: its time column and the key that includes it."""
+
+    table: str
+    column: str
+    key: tuple[str, ...]
+
+
+# Tables `specgate db partition` converts. spans: by `start_time`, the span's own time, so
+# a re-sent span lands in the same partition and `(trace_id, span_id, start_time)` keeps
+# ingest idempotent. engine_samples: by `scraped_at`; nothing refers to its id. See
+# docs/architecture.md for the other telemetry tables.
+LAYOUTS = {
+    "spans": Layout("spans", "start_time", ("trace_id", "span_id", "start_time")),
+    "engine_samples": Layout("engine_samples", "scraped_at", ("id", "scraped_at")),
+}
+PERIODS = {"hour": 3600, "day": 86_400, "week": 604_800}
+# Partitions kept ready past the current one.
+AHEAD = 3
+_COMMENT = re.compile(r"specgate:period=(\d+)")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+Echo = Callable[[str], None]
+
+
+def period_s(conn: Connection, table: str) -> int | None:
+    """Return the partition period of a partitioned table, or None when it is not one."""
+    row = conn.execute(
+        text(
+            "SELECT obj_description(c.oid, 'pg_class') FROM pg_class c "
+            "WHERE c.oid = to_regclass(:t) AND c.relkind = 'p'"
+        ),
+        {"t": table},
+    ).first()
+    if row is None:
+        return None
+    found = _COMMENT.search(row[0] or "")
+    return int(found.group(1)) if found else None
+
+
+def floor(moment: datetime, period: int) -> datetime:
+    """Return the start of the period holding `moment` (periods count from the epoch)."""
+    seconds = int((moment - _EPOCH).total_seconds()) // period * period
+    return _EPOCH + timedelta(seconds=seconds)
+
+
+def partition_name(table: str, start: datetime) -> str:
+    """Return the name of the partition of `table` starting at `start`."""
+    return f"{table}_p{start:%Y%m%d%H%M%S}"
+
+
+def partitions(conn: Connection, table: str) -> list[tuple[str, datetime, datetime]]:
+    """Return (name, from, to) of a table's range partitions, oldest first."""
+    rows = conn.execute(
+        text(
+            "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i "
+            "JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = to_regclass(:t)"
+        ),
+        {"t": table},
+    ).all()
+    found = []
+    for name, bound in rows:
+        moments = re.findall(r"'([^']+)'", bound)
+        if len(moments) == 2:
+            start, end = (datetime.fromisoformat(m).astimezone(UTC) for m in moments)
+            found.append((name, start, end))
+    return sorted(found, key=lambda p: p[1])
+
+
+def create_partition(
+    conn: Connection, table: str, column: str, start: datetime, period: int
+) -> str:
+    """Create the partition of `table` (by `column`) starting at `start`, moving in the rows
+    its default partition holds for it."""
+    name = partition_name(table, start)
+    end = start + timedelta(seconds=period)
+    bounds = {"a": start, "b": end}
+    conn.execute(text(f"CREATE TABLE {name} (LIKE {table} INCLUDING DEFAULTS)"))
+    # The default must not hold rows of the new range when it is attached: move them.
+    conn.execute(
+        text(
+            f"WITH moved AS (DELETE FROM {table}_default WHERE {column} >= :a AND "
+            f"{column} < :b RETURNING *) INSERT INTO {name} SELECT * FROM moved"
+        ),
+        bounds,
+    )
+    conn.execute(
+        text(
+            f"ALTER TABLE {table} ATTACH PARTITION {name} FOR VALUES FROM "
+            f"('{start.isoformat()}') TO ('{end.isoformat()}')"
+        )
+    )
+    return name
+
+
+def ensure_ahead(conn: Connection, table: str, now: datetime, ahead: int = AHEAD) -> list[str]:
+    """Create the missing partitions from the current period to `ahead` past it."""
+    period = period_s(conn, table)
+    if period is None:
+        return []
+    have = {start for _, start, _ in partitions(conn, table)}
+    first = floor(now, period)
+    wanted = (first + timedelta(seconds=period * i) for i in range(ahead + 1))
+    column = _layout(table).column
+    return [create_partition(conn, table, column, s, period) for s in wanted if s not in have]
+
+
+def drop_before(engine: Engine, table: str, cut: datetime) -> list[str]:
+    """Detach and drop every partition wholly older than `cut`; return their names."""
+    with engine.connect() as conn:
+        old = [name for name, _, end in partitions(conn, table) if end <= cut]
+    for name in old:
+        # A default partition rules out DETACH ... CONCURRENTLY; a plain detach is a
+        # catalog change, so wait briefly for the parent's lock and retry next turn.
+        with engine.begin() as conn:
+            conn.execute(text("SET LOCAL lock_timeout = '5s'"))
+            conn.execute(text(f"ALTER TABLE {table} DETACH PARTITION {name}"))
+        with engine.begin() as conn:
+            conn.execute(text(f"DROP TABLE {name}"))
+    return old
+
+
+def default_rows(conn: Connection, table: str, cap: int = 1_000_000) -> int:
+    """Return how many rows (up to `cap`) sit in a table's default partition (0: none)."""
+    if period_s(conn, table) is None:
+        return 0
+    query = f"SELECT count(*) FROM (SELECT 1 FROM {table}_default LIMIT {int(cap)}) AS held"
+    return int(conn.execute(text(query)).scalar_one())
+
+
+def _layout(table: str) -> Layout:
+    if table not in LAYOUTS:
+        raise ValueError(f"{table} is not a partitionable table ({', '.join(LAYOUTS)})")
+    return LAYOUTS[table]
