@@ -94,6 +94,9 @@ class GateFold(Base):
     control: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     # The load bands' sums per band (`gate.stats.incremental.BandSums`).
     bands: Mapped[list[Any] | None] = mapped_column(JSONType)
+    # Per cell, its episode sums and whether an episode holds two pairs
+    # (`gate.stats.episode_sums`; NULL: none folded).
+    episodes: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
 
 
