@@ -58,11 +58,7 @@ def _pairs_verdict(session: Session, *, rollout: Rollout, policy: Policy) -> Ver
     foldable = all(aggregates.foldable(g) for g in incremental.folded())
     # Promoted and routed by load, only load-matched pairs are judged (both paths alike).
     matched = load_tolerance(policy, promoted=rollout.state is RolloutState.PROMOTED)
-    if (
-        storage.of(session).folds_in_sql
-        and rollout.mode is RolloutMode.SHADOW
-        and foldable
-    ):
+    if storage.of(session).folds_in_sql and rollout.mode is RolloutMode.SHADOW and foldable:
         state = folds.fold(
             session, rollout_id=rollout.id, stage=rollout.stage, policy=policy, load_match=matched
         )
