@@ -94,6 +94,7 @@ def run_gate(session: Session, *, rollout_id: int, publisher: Publisher | None) 
         n_pairs=result.n_pairs,
         bands=result.band_rows(),
         unmatched=result.unmatched,
+        episodes=result.n_episodes,
     )
     session.add(verdict)
     session.flush()

@@ -31,6 +31,7 @@ from gate.exactness import BINS
 from gate.pairs.export import pair_records
 from gate.pairs.load import RUNNING
 from gate.parity import answer_stats
+from gate.reports.headline.summary import headline
 from gate.stats.columns import PairColumns
 from gate.stats.cumulative import at_look, to_stats
 from gate.stats.incremental import to_stats as folded_stats
@@ -39,7 +40,7 @@ from gate.stats.replay import columns, fold_order, replay
 from gate.stats.rule import FEEDBACK, BandStats, GateStats
 from gate.stats.verdict import VerdictResult, decide
 from gate.verdicts.folds import fold
-from gate.verdicts.service import compute
+from gate.verdicts.service import compute, run_gate
 from tests import factories
 from tests.gate.stats.test_sql import as_floats, store
 
@@ -459,6 +460,11 @@ def test_a_stage_with_episodes_is_judged_with_the_episode_as_the_unit(pg_session
     assert {r["episode"] for r in exported} == {f"ep{e}" for e in range(30)}
     assert_same_verdict(got, replay(exported, POLICY, every=len(exported)).verdict, {FEEDBACK})
     assert got.n_episodes == 29  # ep0's four pairs fall in the warm-up
+    # The stored verdict and its headline carry the episodes beside the pairs.
+    rollout.policy = POLICY.model_dump(mode="json")  # what the periodic gate reads
+    stored = run_gate(pg_session, rollout_id=rollout.id, publisher=None)
+    assert (stored.n_pairs, stored.episodes) == (got.n_pairs, 29)
+    assert headline(stored, policy=POLICY).episodes == 29
     alone = replay([{**r, "episode": None} for r in exported], POLICY, every=len(exported))
     (mine,) = [c for c in got.cells if (c.metric, c.segment) == ("tpot", "all")]
     (theirs,) = [c for c in alone.verdict.cells if (c.metric, c.segment) == ("tpot", "all")]
