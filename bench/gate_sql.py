@@ -1,6 +1,6 @@
 """Time gate verdicts over N stored pairs in Postgres (the incremental fold path).
 
-    python bench/gate_sql.py --pairs 1000000 --new 1000 --repeat 5
+    python bench/gate_sql.py --pairs 1000000 --new 1000 --repeat 5 [--episode-len 10]
 
 Creates a throwaway database on the local server, builds it with the migrations, loads N
 complete, evaluated shadow pairs (two generations and two evaluations each, five
@@ -59,6 +59,7 @@ def load(
     start: datetime,
     seed: int,
     stamped: datetime | None = None,
+    episode_len: int = 0,
 ) -> None:
     """COPY pairs `first` .. `first + n - 1`, created 150 ms apart from `start`.
 
@@ -77,7 +78,7 @@ def load(
         with cur.copy(
             "COPY pairs (id, rollout_id, stage, state, is_control, segment, "
             "created_at, deadline, completed_at, evaluated_at, parity, baseline_load, "
-            "candidate_load, baseline_load_source, candidate_load_source) FROM STDIN"
+            "candidate_load, baseline_load_source, candidate_load_source, episode) FROM STDIN"
         ) as copy:
             for i, pair_id in enumerate(ids):
                 at = created[i]
@@ -87,7 +88,7 @@ def load(
                 copy.write_row(
                     (pair_id, rollout_id, 0, "complete", False, segment, at,
                      at + timedelta(minutes=5), at, evaluated, d, float(loads[i, 0]),
-                     float(loads[i, 1]), "engine", "engine")
+                     float(loads[i, 1]), "engine", "engine", episode(first + i, episode_len))
                 )  # fmt: skip
         with cur.copy(
             "COPY generations (id, rollout_id, pair_id, cohort, segment, status, "
@@ -113,6 +114,19 @@ def load(
                     copy.write_row((gid, "task", "1", bool(passed[i]), "{}", created[i]))
         conn.execute("SELECT setval('generations_id_seq', %s)", (2 * (first + n) + 1,))
         conn.commit()
+
+
+# Conversations in flight at once (`--episode-len`): pair j is in conversation j % this of
+# its block, so conversations interleave and the newest pairs continue folded ones.
+CONCURRENT = 50
+
+
+def episode(j: int, length: int) -> str | None:
+    """Return pair j's episode: conversations of `length` pairs (0: none, every pair alone)."""
+    if length <= 0:
+        return None
+    block = j // (length * CONCURRENT)
+    return f"ep{block * CONCURRENT + j % CONCURRENT}"
 
 
 # The generation columns sampled-output parity reads (as `gate.pairs.export` writes them).
@@ -166,7 +180,7 @@ def bench(url: str, args: argparse.Namespace) -> None:
         rollout_id = rollout.id
     start = datetime.now(UTC) - timedelta(days=3)
     started = time.perf_counter()
-    load(dsn, rollout_id, args.pairs, first=0, start=start, seed=0)
+    load(dsn, rollout_id, args.pairs, first=0, start=start, seed=0, episode_len=args.episode_len)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("ANALYZE")
     print(f"loaded {args.pairs:,} pairs in {time.perf_counter() - started:.1f} s")
@@ -179,9 +193,13 @@ def bench(url: str, args: argparse.Namespace) -> None:
         # Created minutes ago, evaluated just now: after the last fold's horizon.
         now = datetime.now(UTC)
         batch_start = now - timedelta(minutes=5)
-        load(dsn, rollout_id, args.new, first=first, start=batch_start, seed=k + 1, stamped=now)
+        load(
+            dsn, rollout_id, args.new, first=first, start=batch_start, seed=k + 1, stamped=now,
+            episode_len=args.episode_len,
+        )  # fmt: skip
         runs.append(timed_verdict(sessions, rollout_id))
     report(f"verdict, {args.new:,} new pairs", runs)
+    print(f"episodes: {runs[-1][1].n_episodes}")
 
 
 def main() -> None:
@@ -191,6 +209,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     # E.g. '{"guardrails": {"load_bands": {"enabled": false}}}' (the bands' cost alone).
     parser.add_argument("--policy", default="{}", help="policy fields (JSON) over the default")
+    parser.add_argument(
+        "--episode-len", type=int, default=0,
+        help="pairs per conversation, 50 interleaved at a time (0: no episodes; issue 39)",
+    )  # fmt: skip
     parser.add_argument("--server", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
     args = parser.parse_args()
     admin = create_engine(args.server, isolation_level="AUTOCOMMIT")

@@ -84,6 +84,8 @@ class VerdictOut(Out):
     summary: str
     estimates: list[dict[str, Any]]
     n_pairs: int
+    # Episodes among the tested pairs (None: no episode held two pairs; issue 39).
+    episodes: int | None = None
     created_at: datetime
     # Per load band of the candidate: primary ratio, interval, both routes' loads.
     bands: list[dict[str, Any]] = []

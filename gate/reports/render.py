@@ -41,8 +41,9 @@ def _too_early(report: WeeklyReport) -> list[str]:
             continue
         head = week.glance.headline
         seen = head.pairs_seen if head.pairs_seen is not None else head.n_pairs
+        episodes = f", {head.episodes:,} episodes tested" if head.episodes is not None else ""
         out.append(
-            f"{week.name} ({seen:,} pairs seen, about {head.pairs_needed:,} more needed "
+            f"{week.name} ({seen:,} pairs seen{episodes}, about {head.pairs_needed:,} more needed "
             f"for {head.next_decision})"
         )
     return out

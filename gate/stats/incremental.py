@@ -35,7 +35,9 @@ import numpy as np
 
 from gate.db.enums import RolloutMode
 from gate.parity import STATISTICS
+from gate.stats import episode_sums
 from gate.stats.change import CollapseState, log_evalues, update
+from gate.stats.episode_sums import Sums
 from gate.stats.exactness import TokenBins
 from gate.stats.ids import ALL, Cell, MetricId
 from gate.stats.load_bands import band_labels
@@ -55,8 +57,9 @@ from gate.stats.sequences import CountStats, FloatArray, MeanStats, PairedCounts
 # Bump when what a fold stores changes meaning: stored states then refold from scratch.
 # 2: pooled and undeclared collapse detectors; 3: sampled-output parity; 4: load bands;
 # 5: parity's text statistics on every eligible pair, no mean log-prob scale after partial
-# log-probabilities; 6: per-token exactness; 7: pairs left out as not load-matched.
-FOLD_VERSION = 7
+# log-probabilities; 6: per-token exactness; 7: pairs left out as not load-matched;
+# 8: episode sums.
+FOLD_VERSION = 8
 # The bucket of pairs whose segment the policy does not declare ("all" is never declared).
 POOLED_ONLY = ALL
 Key = tuple[datetime, uuid.UUID]
@@ -190,6 +193,10 @@ class FoldState:
     control: Mapping[str, CellStats] = field(default_factory=dict)
     # The load bands' sums, one per band of `guardrails.load_bands.edges` (pooled).
     bands: tuple[BandSums, ...] = ()
+    # Each cell's episode sums (`gate.stats.episode_sums`), and whether an episode of the
+    # stage holds two pairs (until then the cells are those of independent pairs).
+    episodes: Sums = field(default_factory=dict)
+    shared: bool = False
 
 
 @dataclass(frozen=True)
@@ -207,6 +214,11 @@ class Delta:
     acceptance: Mapping[str, FloatArray]
     control: Mapping[str, CellStats] = field(default_factory=dict)
     bands: tuple[BandSums, ...] = ()
+    # Pairs of the slice that name an episode; what the slice adds to the episode sums
+    # (`gate.verdicts.episodes`), and whether an episode of the stage now holds two pairs.
+    named: int = 0
+    episodes: Sums = field(default_factory=dict)
+    shared: bool = False
 
 
 def policy_key(policy: Policy, load_match: float | None = None) -> str:
@@ -284,6 +296,8 @@ def add(state: FoldState, delta: Delta) -> FoldState:
         collapse=collapse,
         control=_merge(state.control, delta.control),
         bands=tuple(map(_plus, state.bands, delta.bands)) if state.bands else delta.bands,
+        episodes=episode_sums.merge(state.episodes, delta.episodes),
+        shared=state.shared or delta.shared,
     )
 
 
@@ -300,6 +314,14 @@ def to_stats(state: FoldState, policy: Policy, *, next_share: float | None = 1.0
         s: state.collapse.get(s, CollapseState()).max_log_sr for s in collapse_segments(policy)
     }
     elapsed = (state.last_at - state.first_at) if state.first_at and state.last_at else None
+    control: dict[tuple[str, str], CellStats] = {
+        Cell(metric_id(m), ALL): _control_cell(state, m, c) for m, c in state.control.items()
+    }
+    bands = _bands(state, policy, next_share)
+    if state.shared:  # an episode holds two pairs: the episode is the unit, as in replay
+        cells, control = _episodic(state, cells), _episodic(state, control, control=True)
+        bands = bands and _episodic_bands(state, bands)
+    live = state.episodes.get(episode_sums.LIVE, {}).get(ALL, episode_sums.NONE)
     return GateStats(
         cells=cells,
         n_pairs=pooled.live,
@@ -308,11 +330,36 @@ def to_stats(state: FoldState, policy: Policy, *, next_share: float | None = 1.0
         elapsed_s=elapsed.total_seconds() if elapsed else 0.0,
         warmed_up=state.pairs > policy.warmup_pairs,
         collapse=collapse if enabled else {},
-        control={
-            Cell(metric_id(m), ALL): _control_cell(state, m, c) for m, c in state.control.items()
-        },
-        bands=_bands(state, policy, next_share),
+        control=control,
+        bands=bands,
+        n_episodes=live.episodes if state.shared else None,
     )
+
+
+def _episodic(
+    state: FoldState, cells: Mapping[tuple[str, str], CellStats], *, control: bool = False
+) -> dict[tuple[str, str], CellStats]:
+    """Return the cells with their episode sums (means and paired counts; others as they are)."""
+    out = dict(cells)
+    for (metric, segment), cell in cells.items():
+        if isinstance(cell, TwoCounts) or not isinstance(cell, MeanStats | PairedCounts):
+            continue
+        key = episode_sums.control_key(metric) if control else metric
+        sums = state.episodes.get(key, {}).get(segment, episode_sums.NONE)
+        if metric_id(metric).guardrail in _PARITY:
+            sums = episode_sums.scaled(sums, _scale(state, metric))
+        out[Cell(metric_id(metric), segment)] = episode_sums.episodic(cell, sums)
+    return out
+
+
+def _episodic_bands(state: FoldState, bands: BandStats) -> BandStats:
+    """Return the load bands' gains with their episode sums (pooled)."""
+    per = [state.episodes.get(episode_sums.band_key(i), {}) for i in range(len(bands.gain))]
+    gains = [
+        episode_sums.episodic(g, p.get(ALL, episode_sums.NONE))
+        for g, p in zip(bands.gain, per, strict=True)
+    ]
+    return replace(bands, gain=tuple(g for g in gains if isinstance(g, MeanStats)))
 
 
 def _control_cell(state: FoldState, metric: str, raw: CellStats) -> CellStats:
@@ -343,6 +390,7 @@ def folded() -> list[Guardrail]:
 
 
 _NOT_IN_BUCKETS = (Source.EVALUATOR, Source.FEEDBACK)
+_PARITY = {g.id for g in tested(RolloutMode.SHADOW) if g.source is Source.PARITY}
 
 
 def metrics(g: Guardrail) -> list[MetricId]:

@@ -60,6 +60,7 @@ from gate.stats.sequences import (
     BoolArray,
     CohortCounts,
     EpisodeCounts,
+    EpisodeMean,
     FloatArray,
     IntArray,
     Interval,
@@ -182,10 +183,18 @@ def harm_interval(
         alpha_promote = alpha_kill = alpha_kill / 2
     if isinstance(stats, MeanStats) and rule.floor is not None:
         acc = bounded_mean_interval(stats, alpha_lower=alpha_promote, alpha_upper=alpha_kill)
+        lower, upper = np.asarray(acc.lower), np.asarray(acc.upper)
+        if isinstance(stats, EpisodeMean):  # never narrower than the clustered interval
+            clustered = mean_interval(
+                stats, alpha_lower=alpha_promote, alpha_upper=alpha_kill, n_opt=n_opt
+            )
+            single = _each_alone(stats)
+            lower = np.where(single, lower, np.minimum(lower, np.asarray(clustered.lower)))
+            upper = np.where(single, upper, np.maximum(upper, np.asarray(clustered.upper)))
         return Interval(
             estimate=rule.floor - np.asarray(acc.estimate),
-            lower=rule.floor - np.asarray(acc.upper),
-            upper=rule.floor - np.asarray(acc.lower),
+            lower=rule.floor - upper,
+            upper=rule.floor - lower,
         )
     if isinstance(stats, MeanStats):
         return mean_interval(stats, alpha_lower=alpha_kill, alpha_upper=alpha_promote, n_opt=n_opt)
@@ -253,10 +262,18 @@ def _check(
         return exceeds(stats, rule.kill_at, alpha_kill), below(stats, rule.margin, alpha_promote)
     if isinstance(stats, MeanStats) and rule.floor is not None:
         # Harm is floor minus the mean: killed when the mean is proven below the floor.
-        return (
-            bounded_rejects(stats, rule.floor, alpha_kill, above=False),
-            bounded_rejects(stats, rule.floor, alpha_promote, above=True),
-        )
+        below_floor = bounded_rejects(stats, rule.floor, alpha_kill, above=False)
+        above_floor = bounded_rejects(stats, rule.floor, alpha_promote, above=True)
+        if isinstance(stats, EpisodeMean):
+            # With episodes both must hold: the exact bet and the clustered interval (a
+            # hard conversation lowers every one of its requests' acceptance).
+            got = harm_interval(
+                stats, rule, alpha_kill=alpha_kill, alpha_promote=alpha_promote, n_opt=n_opt
+            )
+            single = _each_alone(stats)
+            below_floor = np.where(single, below_floor, below_floor & (np.asarray(got.lower) > 0))
+            above_floor = np.where(single, above_floor, above_floor & (np.asarray(got.upper) < 0))
+        return below_floor, above_floor
     got = harm_interval(
         stats, rule, alpha_kill=alpha_kill, alpha_promote=alpha_promote, n_opt=n_opt
     )
@@ -272,6 +289,11 @@ def _every_pair_alone(stats: EpisodeCounts) -> BoolArray:
     on independent pairs; elsewhere the asymptotic one with episodes as the unit. Which
     one depends on how the pairs arrived, never on their outcomes."""
     return np.asarray(np.asarray(stats.difference.episodes) >= np.asarray(stats.n))
+
+
+def _each_alone(stats: EpisodeMean) -> BoolArray:
+    """Return where every episode of a mean's cell holds one value (see `_every_pair_alone`)."""
+    return np.asarray(np.asarray(stats.episodes) >= np.asarray(stats.n))
 
 
 def _ends(got: Interval) -> tuple[FloatArray, FloatArray, FloatArray]:

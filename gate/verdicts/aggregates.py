@@ -1,6 +1,6 @@
 """The SQL aggregates of a new slice of pairs, and the `Delta` they fold into the state.
 
-Each foldable shadow guardrail adds its share to one query over the slice (`_Part`: row
+Each foldable shadow guardrail adds its share to one query over the slice (`Part`: row
 columns, aggregates, parameters), with the load bands' sums; a second query counts the
 evaluators' paired results and the greedy-parity rates. `delta` reads the rows back into
 per-bucket cells, the control slice's parity cells and the acceptance series.
@@ -74,7 +74,7 @@ def _paired(name: str, bad_b: str, bad_c: str, valid: str = "live") -> str:
     )
 
 
-def _exceeds(side: str, column: str, alias: str) -> str:
+def exceeds(side: str, column: str, alias: str) -> str:
     # NULL thresholds (no warm-up data) leave the comparison NULL: not counted.
     return f"({side}_failed OR coalesce({side}_{column} > thr_{alias}, false))"
 
@@ -87,7 +87,7 @@ _LATENCY = (Source.TTFT, Source.TPOT, Source.E2E)
 
 
 @dataclass(frozen=True)
-class _Part:
+class Part:
     """One guardrail's share of the slice query: row columns, aggregates, parameters."""
 
     columns: list[str]
@@ -95,24 +95,24 @@ class _Part:
     params: dict[str, Any]
 
 
-def _part(g: Guardrail, alias: str, warm: WarmUp | None) -> _Part:
+def part(g: Guardrail, alias: str, warm: WarmUp | None) -> Part:
     """Return the SQL that builds one guardrail's statistics (see `foldable`)."""
     column = g.source.value
     if g.shadow is Family.PAIRED_LOG_RATIO:
-        return _Part([_log_ratio(column, alias)], _ratio(alias), {})
+        return Part([_log_ratio(column, alias)], _ratio(alias), {})
     if g.shadow is Family.EXCEEDANCE:
         threshold, params = _threshold_case(alias, warm.tail(g.id) if warm else None)
         valid = f"live AND thr_{alias} IS NOT NULL"
-        bad_b, bad_c = _exceeds("b", column, alias), _exceeds("c", column, alias)
-        return _Part([threshold], _paired(alias, bad_b, bad_c, valid), params)
+        bad_b, bad_c = exceeds("b", column, alias), exceeds("c", column, alias)
+        return Part([threshold], _paired(alias, bad_b, bad_c, valid), params)
     if g.source is Source.FAILED:
-        return _Part([], _paired(alias, "b_failed", "c_failed"), {})
+        return Part([], _paired(alias, "b_failed", "c_failed"), {})
     if g.source is Source.ACCEPTANCE:
-        return _Part([], _ACCEPTANCE.replace("{a}", alias), {})
+        return Part([], _ACCEPTANCE.replace("{a}", alias), {})
     if g.source is Source.PARITY:
-        return _Part(*_parity(alias), {})
+        return Part(*_parity(alias), {})
     if g.source is Source.EXACTNESS:
-        return _Part([], _exactness(alias), {})
+        return Part([], _exactness(alias), {})
     raise AssertionError(f"not foldable: {g.id}")
 
 
@@ -127,7 +127,7 @@ def _parity(alias: str) -> tuple[list[str], str]:
     sums = [f"count(*) FILTER (WHERE parity IS NOT NULL) AS {alias}_sampled"]
     for i in range(len(STATISTICS)):
         d = f"{alias}_d{i}"
-        for key, valid in ((f"{alias}_{i}", "live"), (f"{alias}_{i}c", _CONTROL)):
+        for key, valid in ((f"{alias}_{i}", "live"), (f"{alias}_{i}c", CONTROL)):
             sums.append(
                 f"count({d}) FILTER (WHERE {valid}) AS {key}_n, "
                 f"coalesce(sum({d}) FILTER (WHERE {valid}), 0) AS {key}_s, "
@@ -166,7 +166,7 @@ def _token_bins(row: Any, alias: str, side: str) -> TokenBins:
     return TokenBins(float(row[f"{key}_n"]), float(row[f"{key}_cut"]), bins, off, off_p)
 
 
-def _bands(policy: Policy) -> _Part:
+def band_part(policy: Policy) -> Part:
     """Return the load bands' sums: per band of the candidate's load, the primary's clipped
     log-ratio over live pairs with both loads known, and both routes' loads summed."""
     metric = policy.primary.metric
@@ -187,7 +187,7 @@ def _bands(policy: Policy) -> _Part:
             f"coalesce(sum(baseline_load) FILTER (WHERE {member}), 0) AS band{b}_b"
         )
     params = {"edges": list(policy.guardrails.load_bands.edges)}
-    return _Part([_log_ratio(metric, "band"), band], ",\n  ".join(sums), params)
+    return Part([_log_ratio(metric, "band"), band], ",\n  ".join(sums), params)
 
 
 def _band_sums(rows: Any, policy: Policy) -> tuple[BandSums, ...]:
@@ -207,7 +207,7 @@ def _band_sums(rows: Any, policy: Policy) -> tuple[BandSums, ...]:
 
 
 # The control slice's tested pairs (the data-quality alarm's).
-_CONTROL = "NOT warm AND NOT dropped AND is_control"
+CONTROL = "NOT warm AND NOT dropped AND is_control"
 
 
 _FOLDABLE = {
@@ -221,11 +221,11 @@ _FOLDABLE = {
 }
 
 
-def _in_main(g: Guardrail) -> bool:
+def in_main(g: Guardrail) -> bool:
     return g.source is not Source.GREEDY
 
 
-def _main_query(parts: list[_Part]) -> str:
+def _main_query(parts: list[Part]) -> str:
     columns = ", ".join(c for part in parts for c in part.columns)
     aggregates = ",\n  ".join(part.aggregates for part in parts)
     # `k`: each row's place in fold order, so the pooled series is merged from the buckets'.
@@ -236,6 +236,7 @@ SELECT seg, count(*) AS pairs, count(*) FILTER (WHERE warm) AS warm_n,
   count(*) FILTER (WHERE live) AS live_n, count(*) FILTER (WHERE NOT warm AND dropped) AS dropped_n,
   count(*) FILTER (WHERE live AND b_failed AND c_failed) AS both_failed_n,
   count(*) FILTER (WHERE unmatched) AS unmatched_n,
+  count(*) FILTER (WHERE episode IS NOT NULL) AS named_n,
   min(created_at) AS first_at, max(created_at) AS last_at,
   {aggregates},
   array_agg(acc ORDER BY evaluated_at, id)
@@ -246,16 +247,19 @@ FROM t GROUP BY seg"""
 
 # One row per pair x evaluator with each side's result; both-failed ties are counted
 # per bucket instead (`Bucket.both_failed`), so an evaluator first seen later gets them.
-_EVALS = (
-    SLICE
-    + """, e AS (
+# Per pair and evaluator, each side's result (passes only if every result passed).
+EVALUATIONS = """, e AS (
   SELECT y.id, ev.evaluator,
          bool_and(ev.passed) FILTER (WHERE g.id = y.b_id) AS b_pass,
          bool_and(ev.passed) FILTER (WHERE g.id = y.c_id) AS c_pass
   FROM y JOIN generations g ON g.pair_id = y.id
   JOIN evaluations ev ON ev.generation_id = g.id
   GROUP BY y.id, ev.evaluator
-), f AS (
+)"""
+_EVALS = (
+    SLICE
+    + EVALUATIONS
+    + """, f AS (
   SELECT y.seg, y.is_control, y.b_failed, y.c_failed, e.evaluator, e.b_pass, e.c_pass,
          y.live AND NOT (y.b_failed AND y.c_failed)
            AND (e.b_pass IS NOT NULL OR y.b_failed) AND (e.c_pass IS NOT NULL OR y.c_failed)
@@ -276,8 +280,8 @@ FROM f GROUP BY seg, evaluator
 def delta(session: Session, piece: Slice, policy: Policy, warm: WarmUp | None) -> Delta:
     """Return the slice's statistics; `warm` holds the thresholds its live pairs use."""
     params = piece.params(policy)
-    main = {f"g{i}": g for i, g in enumerate(folded()) if _in_main(g)}
-    parts = [*(_part(g, alias, warm) for alias, g in main.items()), _bands(policy)]
+    main = {f"g{i}": g for i, g in enumerate(folded()) if in_main(g)}
+    parts = [*(part(g, alias, warm) for alias, g in main.items()), band_part(policy)]
     query = text(_main_query(parts))
     extra = {k: v for part in parts for k, v in part.params.items()}
     rows = session.execute(query, {**params, **extra}).mappings().all()
@@ -308,6 +312,7 @@ def delta(session: Session, piece: Slice, policy: Policy, warm: WarmUp | None) -
         },
         control=_control(rows, main),
         bands=_band_sums(rows, policy),
+        named=sum(row["named_n"] for row in rows),
     )
 
 

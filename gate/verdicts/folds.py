@@ -15,9 +15,10 @@ from sqlalchemy.orm import Session
 from gate.db import storage
 from gate.db.models import GateFold
 from gate.pairs.watermark import fold_horizon
-from gate.stats import incremental
-from gate.stats.incremental import FoldState
+from gate.stats import episode_sums, incremental
+from gate.stats.incremental import FoldState, Key
 from gate.stats.policy import Policy
+from gate.verdicts import episodes
 from gate.verdicts.aggregates import delta
 from gate.verdicts.slices import Slice, first_keys, last_key
 from gate.verdicts.warmup import warmup
@@ -68,7 +69,26 @@ def _advance(
         if len(keys) == needed:
             whole = Slice(rollout_id, stage, after=None, upto=keys[-1], warm_upto=keys[-1])
             state = replace(state, warmup=warmup(session, whole, policy))
-    return incremental.add(state, delta(session, piece, policy, state.warmup))
+    added = delta(session, piece, policy, state.warmup)
+    names = {*state.evaluators, *added.evaluators}
+    if names - set(state.evaluators) and any(b.both_failed for b in state.buckets.values()):
+        # Ties folded before an evaluator was first seen are its ties too (replay counts
+        # them): its episode sums need those pairs again, so fold the stage from scratch.
+        return _advance(session, FoldState(policy_key=state.policy_key), judged, policy, horizon)
+    if added.named:
+        warm_end = piece.warm_upto if needed > 0 else _warm_end(session, piece, policy)
+        piece = replace(piece, warm_upto=warm_end)
+    sums, shared = episodes.added(session, piece, policy, state.warmup, delta=added, names=names)
+    return incremental.add(state, replace(added, episodes=sums, shared=shared))
+
+
+def _warm_end(session: Session, piece: Slice, policy: Policy) -> Key | None:
+    """Return the last warm-up pair of the stage, in fold order (None: no warm-up)."""
+    if policy.warmup_pairs <= 0:
+        return None
+    whole = replace(piece, after=None, warm_upto=None)
+    keys = first_keys(session, whole, policy, policy.warmup_pairs)
+    return keys[-1] if keys else None
 
 
 def _locked_row(session: Session, *, rollout_id: int, stage: int) -> GateFold:
@@ -107,6 +127,8 @@ def _load(row: GateFold) -> FoldState:
         collapse=incremental.load_collapse(row.collapse),
         control=incremental.load_control(row.control),
         bands=incremental.load_bands(row.bands),
+        episodes=episode_sums.load((row.episodes or {}).get("sums")),
+        shared=bool((row.episodes or {}).get("shared", False)),
     )
 
 
@@ -121,3 +143,4 @@ def _save(row: GateFold, state: FoldState) -> None:
     row.collapse = incremental.dump(state.collapse)
     row.control = incremental.dump(state.control)
     row.bands = [incremental.dump(b) for b in state.bands]
+    row.episodes = {"shared": state.shared, "sums": episode_sums.dump(state.episodes)}

@@ -15,13 +15,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from sqlalchemy import exists, func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gate.audit import GATE_ACTOR
 from gate.db import storage
 from gate.db.enums import Decision, RolloutMode, RolloutState
-from gate.db.models import Pair, Rollout, Verdict
+from gate.db.models import Rollout, Verdict
 from gate.errors import InvalidPolicy
 from gate.pairs.export import pair_records
 from gate.rollouts import service as rollouts
@@ -54,17 +54,11 @@ def compute(session: Session, *, rollout: Rollout, policy: Policy) -> VerdictRes
 
 def _pairs_verdict(session: Session, *, rollout: Rollout, policy: Policy) -> VerdictResult:
     """Return the pairs' verdict on the rollout's current stage (at its share of alpha_kill)."""
-    # A guardrail whose statistics the fold's SQL does not build yet is judged by replay;
-    # so is a stage whose episodes hold several pairs (the fold keeps no per-episode sums yet).
+    # A guardrail whose statistics the fold's SQL does not build yet is judged by replay.
     foldable = all(aggregates.foldable(g) for g in incremental.folded())
     # Promoted and routed by load, only load-matched pairs are judged (both paths alike).
     matched = load_tolerance(policy, promoted=rollout.state is RolloutState.PROMOTED)
-    if (
-        storage.of(session).folds_in_sql
-        and rollout.mode is RolloutMode.SHADOW
-        and foldable
-        and not _has_episodes(session, rollout_id=rollout.id, stage=rollout.stage)
-    ):
+    if storage.of(session).folds_in_sql and rollout.mode is RolloutMode.SHADOW and foldable:
         state = folds.fold(
             session, rollout_id=rollout.id, stage=rollout.stage, policy=policy, load_match=matched
         )
@@ -85,14 +79,6 @@ def _pairs_verdict(session: Session, *, rollout: Rollout, policy: Policy) -> Ver
     return judged.verdict
 
 
-def _has_episodes(session: Session, *, rollout_id: int, stage: int) -> bool:
-    """Return whether an episode of the stage holds two pairs or more (episodes of one pair
-    each are independent pairs, which the fold judges exactly as replay does)."""
-    named = (Pair.rollout_id == rollout_id) & (Pair.stage == stage) & Pair.episode.is_not(None)
-    shared = select(Pair.episode).where(named).group_by(Pair.episode).having(func.count() > 1)
-    return session.scalar(select(exists(shared))) or False
-
-
 def run_gate(session: Session, *, rollout_id: int, publisher: Publisher | None) -> Verdict:
     """Judge a running rollout, store the verdict, and kill or hold it when the policy says."""
     rollout = rollouts.get_rollout(session, rollout_id=rollout_id)
@@ -108,6 +94,7 @@ def run_gate(session: Session, *, rollout_id: int, publisher: Publisher | None) 
         n_pairs=result.n_pairs,
         bands=result.band_rows(),
         unmatched=result.unmatched,
+        episodes=result.n_episodes,
     )
     session.add(verdict)
     session.flush()

@@ -90,16 +90,30 @@ _STAGE = "rollout_id = :rollout AND stage = :stage"
 _RANGE = (
     "(evaluated_at, id) > (:after_at, :after_id) AND (evaluated_at, id) <= (:upto_at, :upto_id)"
 )
-SLICE = f"""
-WITH p AS (
-  SELECT id, is_control, state, created_at, evaluated_at, parity, baseline_load, candidate_load,
+_CLOSED = f"{_STAGE} AND state IN ('complete', 'dropped')"
+_PAIR = """id, is_control, state, created_at, evaluated_at, parity, baseline_load, candidate_load,
+         episode, (evaluated_at, id) <= (:after_at, :after_id) AS old,
          CASE WHEN segment = ANY(CAST(:segments AS text[])) THEN segment
               ELSE :pooled_only END AS seg,
-         (evaluated_at, id) <= (:warm_at, :warm_id) AS warm
-  FROM pairs WHERE {_STAGE} AND state IN ('complete', 'dropped') AND {_RANGE}
+         (evaluated_at, id) <= (:warm_at, :warm_id) AS warm"""
+# The slice's pairs, and (`EPISODE_SLICE`) the earlier pairs of the episodes they name:
+# `old` marks those, so the fold can add what the slice changes in each episode's sums.
+_SLICE_PAIRS = f"SELECT {_PAIR} FROM pairs WHERE {_CLOSED} AND {_RANGE}"
+_EARLIER_OF_EPISODES = f"""SELECT {_PAIR} FROM pairs
+  WHERE {_CLOSED} AND (evaluated_at, id) <= (:after_at, :after_id) AND episode IN (
+    SELECT episode FROM pairs WHERE {_CLOSED} AND {_RANGE} AND episode IS NOT NULL)"""
+
+
+def _slice(pairs: str) -> str:
+    return _ROWS.replace("{pairs}", pairs)
+
+
+_ROWS = f"""
+WITH p AS (
+  {{pairs}}
 ), x AS (
   SELECT p.id, p.seg, p.is_control, p.created_at, p.evaluated_at, p.warm, p.parity,
-         p.baseline_load, p.candidate_load,
+         p.baseline_load, p.candidate_load, p.episode, p.old,
          (p.state = 'dropped' OR b.id IS NULL OR c.id IS NULL
           OR b.status IN ({_UNATTRIBUTABLE}) OR c.status IN ({_UNATTRIBUTABLE})) AS dropped,
          b.id AS b_id, c.id AS c_id,
@@ -119,6 +133,8 @@ WITH p AS (
          NOT b_failed AND NOT c_failed AS both_ok FROM j
 )
 """
+SLICE = _slice(_SLICE_PAIRS)
+EPISODE_SLICE = _slice(f"{_SLICE_PAIRS}\n  UNION ALL {_EARLIER_OF_EPISODES}")
 
 _LAST = f"""SELECT evaluated_at, id FROM pairs WHERE {_STAGE} AND evaluated_at <= :horizon
 ORDER BY evaluated_at DESC, id DESC LIMIT 1"""

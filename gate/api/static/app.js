@@ -445,7 +445,7 @@ function percent(fraction) {
 
   function renderTimeline(data) {
     const items = [
-      ...data.verdicts.map((v) => ({ at: v.created_at, what: `verdict: ${v.decision} (stage ${v.stage + 1}, ${v.n_pairs} pairs)`, by: "gate", why: v.reasons.join(" ") || v.summary })),
+      ...data.verdicts.map((v) => ({ at: v.created_at, what: `verdict: ${v.decision} (stage ${v.stage + 1}, ${v.n_pairs} pairs${v.episodes == null ? "" : `, ${v.episodes} episodes`})`, by: "gate", why: v.reasons.join(" ") || v.summary })),
       ...data.events.map((e) => ({ at: e.created_at, what: `${e.action}: ${e.from_state || "–"} → ${e.to_state || "–"}`, by: e.actor, why: e.reason })),
     ].sort((a, b) => Date.parse(b.at) - Date.parse(a.at));
     const body = $("timeline").querySelector("tbody");

@@ -62,6 +62,8 @@ class Verdict(Base):
     bands: Mapped[list[dict[str, Any]]] = mapped_column(JSONType, default=list, server_default="[]")
     # Pairs left out as not load-matched (promoted and routed by load; 0: all judged).
     unmatched: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Episodes among the tested pairs (NULL: no episode held two pairs; issue 39).
+    episodes: Mapped[int | None] = mapped_column(Integer)
 
 
 class GateFold(Base):
@@ -94,6 +96,9 @@ class GateFold(Base):
     control: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     # The load bands' sums per band (`gate.stats.incremental.BandSums`).
     bands: Mapped[list[Any] | None] = mapped_column(JSONType)
+    # Per cell, its episode sums and whether an episode holds two pairs
+    # (`gate.stats.episode_sums`; NULL: none folded).
+    episodes: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
 
 

@@ -53,6 +53,8 @@ class Facts:
     n_pairs: int
     # Pairs left out as not load-matched (promoted and routed by load).
     unmatched: int = 0
+    # Episodes among the tested pairs (None: none held two pairs, or not recorded).
+    episodes: int | None = None
 
     @classmethod
     def of(cls, verdict: Any) -> Facts:
@@ -68,6 +70,7 @@ class Facts:
             cells=tuple(Cell.from_json(r) for r in (rows or [])),
             n_pairs=int(get("n_pairs") or 0),
             unmatched=int((get("unmatched") if _has(verdict, "unmatched") else 0) or 0),
+            episodes=_episodes(verdict, get),
         )
 
 
@@ -93,3 +96,11 @@ def _num(value: Any) -> float | None:
         return None
     number = float(value)
     return number if math.isfinite(number) else None
+
+
+def _episodes(verdict: Any, get: Any) -> int | None:
+    """Return a verdict's episodes: a row's `episodes`, a result's `n_episodes`."""
+    for key in ("episodes", "n_episodes"):
+        if _has(verdict, key) and get(key) is not None:
+            return int(get(key))
+    return None

@@ -71,6 +71,8 @@ class Headline(BaseModel):
     # Pairs left out as not load-matched (a promoted rollout routed by load judges only
     # pairs whose routes' running requests were close, `promotion.load_match`).
     unmatched: int = 0
+    # Episodes among the tested pairs (None: no episode held two pairs).
+    episodes: int | None = None
     # Evaluated pairs of the stage so far, warm-up included (None: pace unknown).
     pairs_seen: int | None = None
     # The kill, hold or promote the headline leads with (None: it leads with the verdict).
@@ -121,6 +123,7 @@ def headline(
         next_decision=goal,
         n_pairs=facts.n_pairs,
         unmatched=facts.unmatched,
+        episodes=facts.episodes,
         pairs_seen=pace.pairs if pace else None,
     )
 

@@ -18,8 +18,8 @@ import pytest
 from gate.stats.betting import BET_FRACTIONS, bounded_log_wealth
 from gate.stats.policy import ALL, Policy, load_policy
 from gate.stats.registry import Rule, rule_for
-from gate.stats.rule import GateStats, apply_rule, harm_interval
-from gate.stats.sequences import FloatArray, MeanStats
+from gate.stats.rule import GateStats, _check, apply_rule, harm_interval
+from gate.stats.sequences import EpisodeMean, FloatArray, MeanStats
 from gate.stats.simulate import clopper_pearson
 
 ALPHA = 0.05
@@ -124,3 +124,27 @@ def test_the_bound_is_below_the_capital_and_monotone_in_m(seed: int):
         assert (bound <= np.asarray(exact) + 1e-9).all()
         steps = np.diff(bound)
         assert (steps <= 1e-12).all() if above else (steps >= -1e-12).all()
+
+
+def test_with_episodes_the_floor_is_not_proven_on_pairs_alone():
+    # 40 conversations of 25 requests: half accept 0.75 of drafts, half 0.35 (mean 0.55,
+    # floor 0.5). As 1,000 independent requests the bet proves the floor; with the
+    # conversation as the unit (40 of them) it is not proven either way (issue 39).
+    rule = _floor_rule(0.5)
+    rng = np.random.default_rng(39)
+    level = np.repeat(np.where(np.arange(40) % 2 == 0, 0.75, 0.35), 25)
+    x = np.clip(level + rng.normal(0.0, 0.05, level.size), 0.0, 1.0)
+    episode = np.repeat(np.arange(40), 25)
+    sums = np.bincount(episode, weights=x)
+    plain = MeanStats(float(x.size), float(x.sum()), float((x * x).sum()))
+    clustered = EpisodeMean(
+        plain.n, plain.total, plain.total_sq, 40.0,
+        float((sums * sums).sum()), float((sums * 25).sum()), 40.0 * 25**2,
+    )  # fmt: skip
+    levels = {"alpha_kill": 0.005, "alpha_promote": 0.025, "n_opt": 1000.0}
+    _, inside_alone = _check(plain, rule, **levels)
+    harmful, inside = _check(clustered, rule, **levels)
+    assert bool(inside_alone) and not bool(inside) and not bool(harmful)
+    got = harm_interval(clustered, rule, **levels)
+    alone = harm_interval(plain, rule, **levels)
+    assert float(got.upper) > 0.0 > float(alone.upper)

@@ -114,6 +114,13 @@ SCENARIOS = {
     "speedup": (Scenario("speedup", 900, tpot_ratio=0.6), PROMPT, Decision.PROMOTE),
     "quality drop": (Scenario("drop", 900, eval_drops=(0.3, 0.0)), QUICK, Decision.KILL),
     "collapse": (Scenario("collapse", 900, collapse_at=400), QUICK, Decision.KILL),
+    # Conversations of 5-20 pairs interleaved, crossing batches (issue 39): folded, with
+    # each episode's earlier pairs read again when a batch adds to it.
+    "episodes": (
+        Scenario("episodes", 900, tpot_ratio=0.6, episode_len=(5, 20), episode_icc=0.5),
+        PROMPT,
+        Decision.CONTINUE,  # 83 episodes: too few to prove the TTFT margin yet
+    ),
 }
 
 
@@ -134,6 +141,9 @@ def test_batches_folded_between_gate_runs_equal_a_replay_from_scratch(pg_session
     assert verdict.decision is final, verdict.summary
     if name == "collapse":
         assert any(code.startswith("kill:acceptance_collapse:") for code in verdict.reason_codes)
+    if name == "episodes":  # judged with the episode as the unit, by the fold
+        assert 45 <= folded_stats(state, policy).n_episodes < 180
+        assert " episodes" in verdict.summary
 
 
 def test_another_policy_refolds_from_scratch(pg_session):

@@ -31,6 +31,7 @@ from gate.exactness import BINS
 from gate.pairs.export import pair_records
 from gate.pairs.load import RUNNING
 from gate.parity import answer_stats
+from gate.reports.headline.summary import headline
 from gate.stats.columns import PairColumns
 from gate.stats.cumulative import at_look, to_stats
 from gate.stats.incremental import to_stats as folded_stats
@@ -39,7 +40,7 @@ from gate.stats.replay import columns, fold_order, replay
 from gate.stats.rule import FEEDBACK, BandStats, GateStats
 from gate.stats.verdict import VerdictResult, decide
 from gate.verdicts.folds import fold
-from gate.verdicts.service import compute
+from gate.verdicts.service import compute, run_gate
 from tests import factories
 from tests.gate.stats.test_sql import as_floats, store
 
@@ -253,7 +254,6 @@ def assert_same_verdict(got: VerdictResult, want: VerdictResult, skip: set[str] 
 )
 def test_replay_simulation_and_the_fold_agree_on_every_guardrail(pg_session, raw, mode, episodes):
     records = as_records(raw, episodes)
-    named = any(r["episode"] for r in records)
     if mode is RolloutMode.CANARY:
         records = canary(records, len(raw))
     ordered = fold_order(records)
@@ -270,11 +270,11 @@ def test_replay_simulation_and_the_fold_agree_on_every_guardrail(pg_session, raw
         rollout = factories.rollout(pg_session, name=f"prop-{next(_names)}")
         store(pg_session, [dict(r) for r in records], rollout.id)
         state = fold(pg_session, rollout_id=rollout.id, stage=0, policy=POLICY)
-        if state.pairs and not named:
-            # Feedback arrives after the fold: it is not folded (replay's records carry none).
-            assert_same_stats(folded_stats(state, POLICY), replayed, skip={FEEDBACK})
         if state.pairs:
-            # With episodes the gate replays the stage (the fold keeps no episode sums).
+            # Feedback arrives after the fold: it is not folded (replay's records carry none).
+            # With episodes the fold keeps each cell's episode sums (issue 39).
+            assert_same_stats(folded_stats(state, POLICY), replayed, skip={FEEDBACK})
+            assert (folded_stats(state, POLICY).n_episodes is None) is (replayed.n_episodes is None)
             got = compute(pg_session, rollout=rollout, policy=POLICY)
             assert_same_verdict(got, want, skip={FEEDBACK})
             exported = list(pair_records(pg_session, rollout_id=rollout.id))
@@ -353,8 +353,8 @@ PARITY_POLICY = POLICY.model_copy(update={"warmup_pairs": 12})
 )
 @given(raw=st.lists(parity_pair, min_size=20, max_size=60))
 def test_the_fold_builds_the_parity_and_control_cells_as_replay_does(pg_session, raw):
-    # The fold keeps no per-episode sums (a stage with shared episodes is replayed).
-    policy, records = PARITY_POLICY, as_records(raw, episodes=False)
+    # Parity's cells and its control cells carry episode sums too (issue 39).
+    policy, records = PARITY_POLICY, as_records(raw)
     cols = columns(fold_order(records), policy, RolloutMode.SHADOW)
     replayed = at_look(to_stats(cols, policy, np.array([len(records)])), 0)
     rollout = factories.rollout(pg_session, name=f"parity-{next(_names)}")
@@ -440,8 +440,8 @@ def test_the_fold_builds_the_load_bands_as_replay_does(pg_session, raw):
 
 
 def test_a_stage_with_episodes_is_judged_with_the_episode_as_the_unit(pg_session):
-    # 30 episodes of 4 pairs, each episode's TPOT ratio its own: the fold (independent
-    # pairs) would give a narrower interval than the episodes do.
+    # 30 episodes of 4 pairs, each episode's TPOT ratio its own: the fold keeps episode
+    # sums (issue 39), so its interval is as wide as replay's, not that of independent pairs.
     rng = np.random.default_rng(39)
     raw = []
     for e in range(30):
@@ -458,7 +458,13 @@ def test_a_stage_with_episodes_is_judged_with_the_episode_as_the_unit(pg_session
     got = compute(pg_session, rollout=rollout, policy=POLICY)
     exported = list(pair_records(pg_session, rollout_id=rollout.id))
     assert {r["episode"] for r in exported} == {f"ep{e}" for e in range(30)}
-    assert_same_verdict(got, replay(exported, POLICY, every=len(exported)).verdict)
+    assert_same_verdict(got, replay(exported, POLICY, every=len(exported)).verdict, {FEEDBACK})
+    assert got.n_episodes == 29  # ep0's four pairs fall in the warm-up
+    # The stored verdict and its headline carry the episodes beside the pairs.
+    rollout.policy = POLICY.model_dump(mode="json")  # what the periodic gate reads
+    stored = run_gate(pg_session, rollout_id=rollout.id, publisher=None)
+    assert (stored.n_pairs, stored.episodes) == (got.n_pairs, 29)
+    assert headline(stored, policy=POLICY).episodes == 29
     alone = replay([{**r, "episode": None} for r in exported], POLICY, every=len(exported))
     (mine,) = [c for c in got.cells if (c.metric, c.segment) == ("tpot", "all")]
     (theirs,) = [c for c in alone.verdict.cells if (c.metric, c.segment) == ("tpot", "all")]

@@ -1,0 +1,111 @@
+"""The fold's episode sums: what a stage's cells need beyond their plain sums (issue 39).
+
+An `EpisodeMean` (`gate.stats.sequences`) holds, beside a cell's count, sum and sum of
+squares, four sums over episodes: the episodes with a value, and of S_e^2, S_e n_e and
+n_e^2. They add over episodes but not over pairs, so the Postgres fold keeps them per cell
+(metric x declared segment, and pooled: an episode crossing segments is one episode of the
+pooled cell and one per segment it touched) and adds what a slice's pairs change in them
+given the earlier pairs of their episodes (`gate.verdicts.episodes`). A pair without an
+episode is its own, with episode sums equal to its plain sums (`alone`), so a slice that
+names no episode needs no query. `episodic` turns a plain cell and its sums into what
+replay builds; the fold does so only once an episode of the stage holds two pairs
+(replay's `_episode_column`), before which the statistics are those of independent pairs.
+
+Keys: a cell's metric id (`tpot`, `parity:length`, `eval:judge`); `control:<metric>` for
+the control slice's parity cells; `band:<i>` for the load bands; `live` for the pairs the
+gate tests (its episodes are the verdict's episode count). All but `band:`, `control:`
+and `live` per declared segment and pooled (`all`); those pooled only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gate.stats.sequences import EpisodeCounts, EpisodeMean, MeanStats, PairedCounts
+
+LIVE = "live"
+
+
+@dataclass(frozen=True)
+class EpisodeSums:
+    """Sums over a cell's episodes: episodes with a value, S_e^2, S_e n_e and n_e^2."""
+
+    episodes: float = 0.0
+    sq: float = 0.0
+    cross: float = 0.0
+    n_sq: float = 0.0
+
+
+# Key -> segment (declared, or `all` pooled) -> sums.
+Sums = Mapping[str, Mapping[str, EpisodeSums]]
+NONE = EpisodeSums()
+
+
+def control_key(metric: str) -> str:
+    """Return the key of a control cell's episode sums."""
+    return f"control:{metric}"
+
+
+def band_key(band: int) -> str:
+    """Return the key of a load band's episode sums."""
+    return f"band:{band}"
+
+
+def difference(counts: PairedCounts) -> MeanStats:
+    """Return paired 0/1 counts as the mean of their differences in {-1, 0, 1}."""
+    return MeanStats(counts.n, counts.worse - counts.better, counts.worse + counts.better)
+
+
+def alone(plain: MeanStats | PairedCounts) -> EpisodeSums:
+    """Return the episode sums of values that are each their own episode."""
+    mean = difference(plain) if isinstance(plain, PairedCounts) else plain
+    n, total, total_sq = (float(x) for x in (mean.n, mean.total, mean.total_sq))
+    return EpisodeSums(n, total_sq, total, n)
+
+
+def scaled(sums: EpisodeSums, scale: float | None) -> EpisodeSums:
+    """Return the sums of d as sums of z = d / scale (none without a scale)."""
+    if scale is None:
+        return NONE
+    return EpisodeSums(sums.episodes, sums.sq / scale**2, sums.cross / scale, sums.n_sq)
+
+
+def episodic(cell: MeanStats | PairedCounts, sums: EpisodeSums) -> EpisodeMean | EpisodeCounts:
+    """Return a plain cell with its episode sums, as replay builds it with episodes."""
+    if isinstance(cell, PairedCounts):
+        mean = episodic(difference(cell), sums)
+        assert isinstance(mean, EpisodeMean)
+        return EpisodeCounts(cell.n, cell.worse, cell.better, mean)
+    return EpisodeMean(
+        cell.n, cell.total, cell.total_sq, sums.episodes, sums.sq, sums.cross, sums.n_sq
+    )
+
+
+def merge(a: Sums, b: Sums) -> dict[str, dict[str, EpisodeSums]]:
+    """Return two sets of episode sums added cell by cell."""
+    out = {key: dict(per) for key, per in a.items()}
+    for key, per in b.items():
+        mine = out.setdefault(key, {})
+        for segment, s in per.items():
+            old = mine.get(segment, NONE)
+            mine[segment] = EpisodeSums(
+                old.episodes + s.episodes, old.sq + s.sq, old.cross + s.cross, old.n_sq + s.n_sq
+            )
+    return out
+
+
+def dump(sums: Sums) -> dict[str, dict[str, list[float]]]:
+    """Return episode sums as JSON."""
+    return {
+        key: {seg: [s.episodes, s.sq, s.cross, s.n_sq] for seg, s in per.items()}
+        for key, per in sums.items()
+    }
+
+
+def load(doc: Mapping[str, Mapping[str, list[float]]] | None) -> dict[str, dict[str, EpisodeSums]]:
+    """Return episode sums from their `dump`."""
+    return {
+        key: {seg: EpisodeSums(*(float(x) for x in raw)) for seg, raw in per.items()}
+        for key, per in (doc or {}).items()
+    }
