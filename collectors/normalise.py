@@ -179,6 +179,10 @@ def _normalise_one(out: Normalised, row: SpanRow, pair_deadline_s: float) -> dic
     return None
 
 
+# `pairs.arm`'s width (an arm's name is at most that, `gate.rollouts.schemas.ARM_NAME`).
+ARM_CHARS = 64
+
+
 def pair_rows(row: SpanRow, deadline_s: float) -> tuple[RequestRow | None, PairRow]:
     """Return the `requests` row (if the span names a request) and the `pairs` row."""
     attrs = row.attributes
@@ -217,6 +221,7 @@ def pair_rows(row: SpanRow, deadline_s: float) -> tuple[RequestRow | None, PairR
         "is_control": bool(attrs.get(a.PAIR_IS_CONTROL, False)),
         "segment": segment,
         "episode": episode,
+        "arm": _str(attrs.get(a.ARM), ARM_CHARS),
         "created_at": row.start_time,
         "deadline": _after(row.start_time, deadline if deadline is not None else deadline_s),
     }
@@ -236,6 +241,7 @@ def pair_stub(row: SpanRow, generation: GenerationRow, deadline_s: float) -> Pai
         "is_control": generation["cohort"] == _CONTROL,
         "segment": generation["segment"],
         "episode": None,  # the pair span's, when it lands
+        "arm": _str(row.attributes.get(a.ARM), ARM_CHARS),
         "created_at": row.start_time,
         "deadline": _after(row.start_time, deadline_s),
     }

@@ -106,10 +106,12 @@ def seed_pairs(
     segment: str = "chat",
     stage: int = 0,
     loads: Callable[[int], tuple[float, float]] | None = None,
+    arm: str | None = None,
 ) -> None:
     """Insert `count` complete, evaluated pairs with realistic latency noise (log-sd 0.5
     shared within a pair) and one evaluator ('task'), in bulk; `loads(i)` gives pair i's
-    (baseline, candidate) running requests as stamped (None: no loads)."""
+    (baseline, candidate) running requests as stamped (None: no loads); `arm` names the
+    arm of a rollout with several candidates they were mirrored to."""
     import numpy as np
     from sqlalchemy import insert
 
@@ -132,6 +134,7 @@ def seed_pairs(
                 "deadline": created + timedelta(minutes=5),
                 # Evaluated in creation order, as a steady evaluation queue would.
                 "evaluated_at": created + timedelta(seconds=2),
+                "arm": arm,
                 **(_loads(loads(i)) if loads else {}),
             }
         )

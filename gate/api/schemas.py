@@ -7,10 +7,25 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any, Generic, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
-from gate.db.enums import Cohort, Decision, GenerationStatus, PairState, RolloutMode, RolloutState
-from gate.rollouts.schemas import POLICY, PolicyDict
+from gate.db.enums import (
+    ArmState,
+    Cohort,
+    Decision,
+    GenerationStatus,
+    PairState,
+    RolloutMode,
+    RolloutState,
+)
+from gate.rollouts.schemas import POLICY, ArmIn, PolicyDict
 
 T = TypeVar("T")
 
@@ -46,6 +61,20 @@ class RouteOut(Out):
     auth: dict[str, Any] | None = None
 
 
+class ArmOut(Out):
+    name: str
+    route_id: int
+    route: str
+    state: ArmState
+    added_at: datetime
+    killed_at: datetime | None
+
+    @field_validator("route", mode="before")
+    @classmethod
+    def _route_name(cls, route: object) -> object:
+        return getattr(route, "name", route)  # the row's route, or the name already
+
+
 class RolloutOut(Out):
     id: int
     name: str
@@ -61,6 +90,8 @@ class RolloutOut(Out):
     created_at: datetime
     started_at: datetime | None
     ended_at: datetime | None
+    # Several candidates (issue 40); empty for a rollout of one (`candidate_route_id`).
+    arms: list[ArmOut] = []
 
 
 class AuditOut(Out):
@@ -138,6 +169,10 @@ class RolloutPatch(BaseModel):
     sample_rate: float | None = Field(None, ge=0.0, le=1.0, strict=True)
     mode: RolloutMode | None = None
     policy: PolicyDict | None = Field(None, description=POLICY)
+
+
+class ArmAdd(ArmIn):
+    reason: str = Field(min_length=1, max_length=2000, description="Why; kept in the audit trail.")
 
 
 class KillAll(BaseModel):

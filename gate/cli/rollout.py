@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
@@ -25,7 +26,7 @@ from gate.errors import Conflict, InputMalformed
 from gate.reports import glance, headline
 from gate.rollouts import repository, service
 from gate.rollouts.exposure import exposure_of, percent
-from gate.rollouts.schemas import RolloutIn
+from gate.rollouts.schemas import ArmIn, RolloutIn
 from gate.rollouts.states import Action
 from gate.routing import service as routing
 from gate.routing.deployment import publisher
@@ -40,7 +41,18 @@ def create(
     name: Annotated[str, typer.Option()],
     alias: Annotated[str, typer.Option(help="The model name clients ask for.")],
     baseline: Annotated[str, typer.Option(help="Baseline route name.")],
-    candidate: Annotated[str, typer.Option(help="Candidate route name.")],
+    candidate: Annotated[
+        str | None, typer.Option(help="Candidate route name (or give --arm instead).")
+    ] = None,
+    arm: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="NAME=ROUTE, once per arm, instead of --candidate: several candidate routes "
+            "compared in one shadow rollout; each sampled request (and every request of its "
+            "episode) is mirrored to one active arm, in equal shares. Pair records name the "
+            "arm (`arm`).",
+        ),
+    ] = None,
     mode: Annotated[RolloutMode, typer.Option()] = RolloutMode.SHADOW,
     sample_rate: Annotated[
         float,
@@ -71,15 +83,19 @@ def create(
     loaded = read_yaml(policy, "policy file") if policy else {}
     if not isinstance(loaded, dict):
         raise InputMalformed(f"policy file {policy} must hold a mapping")
-    spec = RolloutIn(
-        name=name,
-        alias=alias,
-        baseline_route=baseline,
-        candidate_route=candidate,
-        mode=mode,
-        sample_rate=sample_rate,
-        policy=loaded,
-    )
+    try:
+        spec = RolloutIn(
+            name=name,
+            alias=alias,
+            baseline_route=baseline,
+            candidate_route=candidate,
+            arms=[_arm(given) for given in arm] if arm else None,
+            mode=mode,
+            sample_rate=sample_rate,
+            policy=loaded,
+        )
+    except ValidationError as exc:
+        raise InputMalformed(_said(exc)) from None
     with cli_transaction(settings_with(database_url)) as db:
         existing = repository.get_rollout_by_name(db, name) if exists_ok else None
         if existing is not None:
@@ -91,12 +107,28 @@ def create(
     typer.echo(line)
 
 
+def _arm(given: str) -> ArmIn:
+    """Read one --arm NAME=ROUTE."""
+    name, sep, route = given.partition("=")
+    if not sep:
+        raise InputMalformed(f"--arm {given!r}: give NAME=ROUTE, e.g. k4=ngram-k4")
+    try:
+        return ArmIn(name=name, route=route)
+    except ValidationError as exc:
+        raise InputMalformed(f"--arm {given!r}: {_said(exc)}") from None
+
+
+def _said(exc: ValidationError) -> str:
+    return "; ".join(str(error["msg"]).removeprefix("Value error, ") for error in exc.errors())
+
+
 def _same_rollout(rollout: Rollout, spec: RolloutIn) -> None:
     """Refuse to reuse a rollout whose spec differs from the one asked for."""
     have = {
         "alias": rollout.alias,
         "baseline": rollout.baseline_route.name,
-        "candidate": rollout.candidate_route.name,
+        "candidate": None if rollout.arms else rollout.candidate_route.name,
+        "arms": [(a.name, a.route.name) for a in rollout.arms] or None,
         "mode": rollout.mode,
         "sample rate": rollout.sample_rate,
         "policy": rollout.policy,
@@ -105,6 +137,7 @@ def _same_rollout(rollout: Rollout, spec: RolloutIn) -> None:
         "alias": spec.alias,
         "baseline": spec.baseline_route,
         "candidate": spec.candidate_route,
+        "arms": [(a.name, a.route) for a in spec.arms] if spec.arms else None,
         "mode": spec.mode,
         "sample rate": spec.sample_rate,
         "policy": spec.policy,
@@ -172,10 +205,11 @@ def show(
 
 
 def _describe(r: Rollout) -> str:
+    arms = "".join(f"\n  arm {a.name}: {a.route.name} ({a.state.value})" for a in r.arms)
     return (
         f"rollout {r.id} {r.name}: alias={r.alias} mode={r.mode.value} state={r.state.value} "
         f"stage={r.stage} sample_rate={r.sample_rate:g} version={r.version}\n"
-        f"  {exposure_of(r).describe()}"
+        f"  {exposure_of(r).describe()}{arms}"
     )
 
 
@@ -186,6 +220,48 @@ def _act(action: Action, rollout_id: int, reason: str, database_url: str | None)
             db,
             rollout_id=rollout_id,
             action=action,
+            actor=cli_actor(),
+            reason=reason,
+            publisher=publisher(settings, db),
+        )
+        line = _describe(rollout)
+    typer.echo(line)
+
+
+@app.command("add-arm")
+def add_arm(
+    rollout_id: int,
+    name: Annotated[str, typer.Option(help="The arm's name, as pair records carry it.")],
+    route: Annotated[str, typer.Option(help="Its candidate route.")],
+    reason: ReasonOption,
+    database_url: DatabaseOption = None,
+) -> None:
+    """Add an arm to a live rollout with arms: mirrored to from the next sampled request."""
+    settings = settings_with(database_url)
+    with cli_transaction(settings) as db:
+        rollout = routing.add_arm(
+            db,
+            rollout_id=rollout_id,
+            spec=ArmIn(name=name, route=route),
+            actor=cli_actor(),
+            reason=reason,
+            publisher=publisher(settings, db),
+        )
+        line = _describe(rollout)
+    typer.echo(line)
+
+
+@app.command("kill-arm")
+def kill_arm(
+    rollout_id: int, name: str, reason: ReasonOption, database_url: DatabaseOption = None
+) -> None:
+    """Kill one arm: no more mirroring to it; the other arms go on."""
+    settings = settings_with(database_url)
+    with cli_transaction(settings) as db:
+        rollout = routing.kill_arm(
+            db,
+            rollout_id=rollout_id,
+            name=name,
             actor=cli_actor(),
             reason=reason,
             publisher=publisher(settings, db),

@@ -23,6 +23,13 @@ class RolloutState(StrEnum):
     PROMOTED = "promoted"
 
 
+class ArmState(StrEnum):
+    """An arm of a rollout with several candidates: mirrored to, or killed on its own."""
+
+    ACTIVE = "active"
+    KILLED = "killed"
+
+
 class PairState(StrEnum):
     OPEN = "open"
     COMPLETE = "complete"

@@ -88,6 +88,8 @@ class PairRow(TypedDict):
     is_control: bool
     segment: str
     episode: str | None
+    # The arm of a rollout with several candidates (`rollout_arms.name`), or None.
+    arm: str | None
     created_at: datetime
     deadline: datetime
 
@@ -179,5 +181,5 @@ ENGINE_FIELDS: tuple[EngineField, ...] = ("queue_s", "input_tokens", "output_tok
 SPAN_COLUMNS: tuple[str, ...] = tuple(column.name for column in SPANS.columns)
 # Facts the pair span owns; a stub written from a route span gets them when it lands.
 PAIR_SPAN_FIELDS = (
-    "request_id", "is_control", "deadline", "created_at", "stage", "segment", "episode"
+    "request_id", "is_control", "deadline", "created_at", "stage", "segment", "episode", "arm"
 )  # fmt: skip

@@ -13,19 +13,20 @@ from typing import Any
 from gate.gateway import logprobs
 from gate.gateway.call import Gateway
 from gate.gateway.sampling import unit_hash
-from gate.routing.snapshot import RolloutRouting
+from gate.routing.snapshot import RolloutRouting, RouteTarget
 
 
 def asked(
-    gw: Gateway, routing: RolloutRouting, body: dict[str, Any], key: bytes
+    gw: Gateway, routing: RolloutRouting, paired: RouteTarget, body: dict[str, Any], key: bytes
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None] | None:
     """Return the bodies asking a sampled pair's (baseline, candidate) calls for the
     logprobs the policy reads (None: a side sends the client's body), or None when
-    neither side asks. Parity asks both sides for the sampled tokens' own; exactness asks
-    the candidate for `top_logprobs`, and the baseline on the policy's control share of
+    neither side asks (`paired`: the pair's candidate route, its arm's where it has
+    one). Parity asks both sides for the sampled tokens' own; exactness asks the
+    candidate for `top_logprobs`, and the baseline on the policy's control share of
     pairs (by the hash of the request's episode, so a request, and every request of its
     episode, is asked the same way every time)."""
-    if not _may_ask(gw, routing, body):
+    if not _may_ask(gw, routing, paired, body):
         return None
     parity = gw.settings.ask_logprobs == "on" or routing.parity
     exactness = routing.exactness
@@ -41,7 +42,9 @@ def asked(
     return logprobs.ask(body, top=top if baseline_too else None), candidate
 
 
-def _may_ask(gw: Gateway, routing: RolloutRouting, body: dict[str, Any]) -> bool:
+def _may_ask(
+    gw: Gateway, routing: RolloutRouting, paired: RouteTarget, body: dict[str, Any]
+) -> bool:
     """Whether a sampled pair's calls may ask for logprobs the client did not: at
     temperature > 0, where the client's request says nothing of them and can make a pair
     the statistics read (no fixed seed, one answer), where the setting is not off, and
@@ -50,5 +53,5 @@ def _may_ask(gw: Gateway, routing: RolloutRouting, body: dict[str, Any]) -> bool
         return False
     if logprobs.left_alone(body) or not logprobs.pairable(body):
         return False
-    routes = (routing.baseline.id, routing.candidate.id)
+    routes = (routing.baseline.id, paired.id)
     return all(gw.rejecting.may_ask(route) for route in routes)

@@ -20,7 +20,7 @@ from gate.gateway.spans import CallContext, SpanEmitter
 from gate.gateway.transport import Transport
 from gate.rollouts.states import RoutingPlan
 from gate.routing.health import RouteHealth
-from gate.routing.snapshot import RolloutRouting, RouteTarget
+from gate.routing.snapshot import Arm, RolloutRouting, RouteTarget
 from gate.routing.sync import RoutingState
 from gate.settings import Settings
 
@@ -68,6 +68,13 @@ class Call:
     # The candidate's payload where it differs from the baseline's `payload` (it asks
     # for alternatives the baseline is not asked for). A side not asked sends `unasked`.
     candidate_payload: bytes | None = None
+    # A rollout with several candidates: the arm this sampled request is mirrored to.
+    arm: Arm | None = None
+
+    @property
+    def candidate(self) -> RouteTarget:
+        """Return the candidate route of this request: its arm's, or the rollout's."""
+        return self.routing.candidate if self.arm is None else self.arm.route
 
     def payload_for(self, cohort: Cohort) -> bytes:
         """Return what the call of `cohort` sends to its route."""

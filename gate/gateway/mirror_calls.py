@@ -20,7 +20,11 @@ def schedule_mirrors(gw: Gateway, call: Call, assignment: Assignment) -> None:
     if assignment.control:
         _mirror(gw, call, call.routing.baseline, Cohort.CONTROL)
     elif call.plan.mirror:
-        _mirror(gw, call, call.routing.candidate, Cohort.CANDIDATE)
+        _mirror(gw, call, call.candidate, Cohort.CANDIDATE)
+
+
+def _arm_active(gw: Gateway, call: Call, arm: str) -> bool:
+    return gw.routing.arm_active(call.routing.alias, call.routing.rollout_id, arm)
 
 
 def _mirror(gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort) -> None:
@@ -30,6 +34,8 @@ def _mirror(gw: Gateway, call: Call, route: RouteTarget, cohort: Cohort) -> None
             plan = gw.routing.current_plan(call.routing.alias, call.routing.rollout_id)
             if not (plan.control_slice if cohort is Cohort.CONTROL else plan.mirror):
                 dropped("the rollout stopped mirroring before the call started")
+            elif call.arm is not None and not _arm_active(gw, call, call.arm.name):
+                dropped("the arm was killed before the call started")
             elif cohort is Cohort.CANDIDATE and not gw.health.admit(route.id):
                 skipped()  # the baseline (control) is never skipped
             else:

@@ -26,7 +26,7 @@ from gate.gateway.intake import read_json_body, segment_of, tenant_of
 from gate.gateway.mirror_calls import schedule_mirrors
 from gate.gateway.observe import CallResult
 from gate.gateway.responses import ClientGone, EventStreamResponse, unless_disconnected
-from gate.gateway.sampling import Assignment, assign, sticky_key
+from gate.gateway.sampling import Assignment, assign, choose_arm, sticky_key
 from gate.gateway.spans import CallContext
 from gate.gateway.upstream import (
     FIRST_BYTE_TIMEOUT,
@@ -54,7 +54,7 @@ async def handle(gw: Gateway, request: Request, endpoint: str) -> Response | Eve
     if assignment.sampled:
         inflight = (
             gw.inflight.get(call.routing.baseline.id, 0),
-            gw.inflight.get(call.routing.candidate.id, 0),
+            gw.inflight.get(call.candidate.id, 0),
         )
         call.parent = gw.spans.pair_span(
             call.ctx,
@@ -118,8 +118,13 @@ async def _prepare(
     if stream and not wants_usage:
         upstream = {**upstream, "stream_options": {**(options or {}), "include_usage": True}}
     capture = assignment.sampled and gw.settings.capture_content
+    # Several candidates: the pair's arm (a control pair compares the baseline with itself).
+    arm = None
+    if routing.arms and assignment.sampled and not assignment.control:
+        arm = choose_arm(routing.rollout_id, key, routing.arms)
+    paired = routing.candidate if arm is None else arm.route
     unasked = payload = candidate_payload = None
-    asked = asks.asked(gw, routing, upstream, key) if assignment.sampled else None
+    asked = asks.asked(gw, routing, paired, upstream, key) if assignment.sampled else None
     if asked is not None:
         unasked = encode(upstream)
         baseline, candidate = asked
@@ -135,6 +140,7 @@ async def _prepare(
         capture=capture,
         tenant=tenant_of(declared.inputs),
         episode=episode,
+        arm=None if arm is None else arm.name,
     )
     call = Call(
         request=request,
@@ -151,6 +157,7 @@ async def _prepare(
         prompt=prompt_text(upstream) if capture else None,
         unasked=unasked,
         candidate_payload=candidate_payload,
+        arm=arm,
     )
     return call, assignment, declared.inputs
 

@@ -6,6 +6,7 @@ import hashlib
 from dataclasses import dataclass
 
 from gate.rollouts.states import PrimaryTarget, RoutingPlan
+from gate.routing.snapshot import Arm
 
 _SCALE = float(2**64)
 
@@ -49,3 +50,20 @@ def assign(
         return NOT_SAMPLED
     control = plan.control_slice and unit_hash(rollout_id, key, b"control") < control_rate
     return Assignment(sampled=True, control=control, canary=split and u < fraction)
+
+
+def choose_arm(rollout_id: int, key: bytes, arms: tuple[Arm, ...]) -> Arm:
+    """Return the one arm a sampled request is mirrored to: the arm whose hash of the
+    request's sticky key is highest (rendezvous hashing).
+
+    Each active arm gets an equal share, and every request of an episode the same arm.
+    The choice depends on the key and the set of active arms only, never on an arm's
+    own outcomes, so each arm's pairs are a hash-chosen sample of the same traffic (a
+    predictable allocation: each arm's stream is valid on its own, as one rollout's).
+    Killing an arm moves only its own episodes to the others; adding one takes an equal
+    share from each.
+    One arm rather than all: mirroring every arm would multiply the candidate load by
+    the number of arms, and the arms' calls on one request would share its prompt and
+    the routes' load at that moment, making their streams dependent.
+    """
+    return max(arms, key=lambda arm: unit_hash(rollout_id, key, arm.salt))

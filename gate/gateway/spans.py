@@ -44,6 +44,8 @@ class CallContext:
     capture: bool
     tenant: str | None = None
     episode: Episode = OWN
+    # The arm of a rollout with several candidates this pair is mirrored to.
+    arm: str | None = None
     # Routed by load: why, the crossover and the running requests (`gate.gateway.by_load`).
     by_load: tuple[str, int | None, float | None] | None = None
 
@@ -212,6 +214,8 @@ def _ids(ctx: CallContext) -> dict[str, Any]:
         ids[A.PAIR_ID] = ctx.pair_id
     if ctx.tenant:
         ids[A.TENANT] = ctx.tenant
+    if ctx.arm is not None:
+        ids[A.ARM] = ctx.arm
     if ctx.by_load is not None:
         why, level, running = ctx.by_load
         ids[A.ROUTED_BY_LOAD] = why

@@ -136,6 +136,9 @@ def _records(
             "pair_id": str(pair.id),
             "segment": pair.segment,
             "episode": pair.episode,
+            # The arm of a rollout with several candidates; null: it has one (or a
+            # control pair, which compares the baseline with itself).
+            "arm": pair.arm,
             "created_at": pair.created_at.isoformat(),
             "evaluated_at": pair.evaluated_at.isoformat() if pair.evaluated_at else None,
             "is_control": pair.is_control,

@@ -127,19 +127,17 @@ def _computed(session: Session, rows: list[_Row], max_gap_s: float) -> list[Pair
         rollout = session.get(Rollout, rollout_id)
         assert rollout is not None
         first, last = mine[0].start - gap, mine[-1].start + gap
-        gauges = [
-            _gauge(session, route_id, first, last)
-            for route_id in (rollout.baseline_route_id, rollout.candidate_route_id)
-        ]
+        # A pair of an arm (issue 40) was answered by that arm's route.
+        arms = {arm.name: arm.route_id for arm in rollout.arms}
+        gauges: dict[int, list[tuple[datetime, float]]] = {}
         replicas = _replicas(session, rollout_id, first, last)
-        out += [
-            PairLoad(
-                r.pair_id,
-                r.start,
-                *(_load(gauges[role], replicas, r.start, r.seen, role, gap) for role in (0, 1)),
-            )
-            for r in mine
-        ]
+        for r in mine:
+            routes = (rollout.baseline_route_id, arms.get(r.arm or "", rollout.candidate_route_id))
+            for route_id in routes:
+                if route_id not in gauges:
+                    gauges[route_id] = _gauge(session, route_id, first, last)
+            loads = (_load(gauges[routes[k]], replicas, r.start, r.seen, k, gap) for k in (0, 1))
+            out.append(PairLoad(r.pair_id, r.start, *loads))
     return out
 
 
@@ -151,18 +149,19 @@ class _Row:
     pair_id: uuid.UUID
     start: datetime
     seen: _Seen | None
+    arm: str | None = None
 
 
 def _pairs(session: Session, where: list[ColumnElement[bool]]) -> list[_Row]:
     statement = (
-        select(Pair.rollout_id, Pair.id, Pair.created_at, RequestRecord)
+        select(Pair.rollout_id, Pair.id, Pair.created_at, RequestRecord, Pair.arm)
         .outerjoin(RequestRecord, RequestRecord.id == Pair.request_id)
         .where(*where)
         .order_by(Pair.created_at, Pair.id)
     )
     return [
-        _Row(rollout_id, pair_id, start, None if request is None else _seen(request))
-        for rollout_id, pair_id, start, request in session.execute(statement)
+        _Row(rollout_id, pair_id, start, None if request is None else _seen(request), arm)
+        for rollout_id, pair_id, start, request, arm in session.execute(statement)
     ]
 
 

@@ -15,7 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gate import audit
-from gate.db.models import Rollout, Route
+from gate.db.models import Rollout, RolloutArm, Route
 from gate.errors import Conflict, NotFound
 from gate.rollouts import repository, service
 from gate.rollouts.schemas import RouteIn
@@ -97,7 +97,12 @@ def _differences(route: Route, spec: RouteIn) -> list[str]:
 
 
 def _refuse_if_used(session: Session, route: Route, verb: str) -> None:
-    uses = or_(Rollout.baseline_route_id == route.id, Rollout.candidate_route_id == route.id)
+    armed = select(RolloutArm.rollout_id).where(RolloutArm.route_id == route.id)
+    uses = or_(
+        Rollout.baseline_route_id == route.id,
+        Rollout.candidate_route_id == route.id,
+        Rollout.id.in_(armed),
+    )
     names = list(session.scalars(select(Rollout.name).where(uses).order_by(Rollout.id).limit(5)))
     if names:
         total = session.scalar(select(func.count()).select_from(Rollout).where(uses))

@@ -5,7 +5,14 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, GetJsonSchemaHandler, HttpUrl, field_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    GetJsonSchemaHandler,
+    HttpUrl,
+    field_validator,
+    model_validator,
+)
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
@@ -24,6 +31,16 @@ POLICY = (
     "this schema (422): stages rise strictly within (0, 100], segments are unique and exclude "
     "'all' and 'undeclared', segment_floors name declared segments, and the evaluators named "
     "exist and take the options given."
+)
+
+
+# An arm's name is what pair records carry (`arm`): short, and plain in a URL path.
+ARM_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+MAX_ARMS = 8
+ARMS = (
+    "Several candidate routes (arms), instead of `candidate_route`; each sampled request "
+    "is mirrored to one of the active arms, the same one for every request of an episode. "
+    f"1 to {MAX_ARMS} arms, names and routes unique, shadow mode only: 422."
 )
 
 
@@ -77,16 +94,47 @@ class RouteIn(BaseModel):
         return config
 
 
+class ArmIn(BaseModel):
+    """One candidate of a rollout with several: the name its pairs carry, and its route."""
+
+    name: str = Field(pattern=ARM_NAME, description="Letters, digits, '.', '_', '-'; 1-64.")
+    route: str = Field(min_length=1, max_length=128, pattern=NO_NUL)
+
+
 class RolloutIn(BaseModel):
-    """A rollout of a candidate route beside a baseline route, under one model alias."""
+    """A rollout of a candidate route, or of several (arms), beside a baseline route,
+    under one model alias."""
 
     name: str = Field(min_length=1, max_length=128, pattern=NO_NUL)
     alias: str = Field(min_length=1, max_length=256, pattern=NO_NUL)
     baseline_route: str = Field(pattern=NO_NUL)
-    candidate_route: str = Field(pattern=NO_NUL)
+    candidate_route: str | None = Field(None, pattern=NO_NUL)
+    arms: list[ArmIn] | None = Field(None, description=ARMS)
     mode: RolloutMode = RolloutMode.SHADOW
     sample_rate: float = Field(0.1, ge=0.0, le=1.0, strict=True)
     policy: PolicyDict = Field(default_factory=dict, description=POLICY)
+
+    @model_validator(mode="after")
+    def _one_candidate_or_arms(self) -> RolloutIn:
+        if (self.candidate_route is None) == (self.arms is None):
+            raise ValueError("give exactly one of candidate_route or arms")
+        if self.arms is not None:
+            check_arms(self.arms, self.mode)
+        return self
+
+
+def check_arms(arms: list[ArmIn], mode: RolloutMode) -> None:
+    """Refuse arms that are too few or many, named or routed twice, or in canary mode."""
+    if not 1 <= len(arms) <= MAX_ARMS:
+        raise ValueError(f"give 1 to {MAX_ARMS} arms, not {len(arms)}")
+    for what, values in (("name", [a.name for a in arms]), ("route", [a.route for a in arms])):
+        twice = sorted({v for v in values if values.count(v) > 1})
+        if twice:
+            raise ValueError(f"each arm needs its own {what}: {', '.join(twice)} given twice")
+    if mode is not RolloutMode.SHADOW:
+        # A canary serves users from its candidate: which arm would answer them is the
+        # choice the arms are there to make.
+        raise ValueError("arms are compared in shadow mode only")
 
 
 def _check_storable(value: Any) -> None:

@@ -11,7 +11,7 @@ from sqlalchemy.orm.exc import StaleDataError
 from evaluators.registry import build_evaluators
 from gate import audit
 from gate.db.base import utcnow
-from gate.db.enums import RolloutState, RouteRole
+from gate.db.enums import RolloutMode, RolloutState, RouteRole
 from gate.db.models import Rollout, Route
 from gate.errors import (
     BadRequest,
@@ -22,7 +22,7 @@ from gate.errors import (
     NotFound,
     StaleVersion,
 )
-from gate.rollouts import repository
+from gate.rollouts import arms, repository
 from gate.rollouts.schemas import RolloutIn, RouteIn
 from gate.rollouts.states import IDEMPOTENT, TRANSITIONS, Action, target_state
 from gate.stats.policy import load_policy
@@ -63,9 +63,12 @@ def check_policy(policy: dict[str, Any]) -> None:
 
 
 def create_rollout(session: Session, *, spec: RolloutIn, actor: str) -> Rollout:
-    """Create a pending rollout of the candidate route beside the baseline route."""
-    baseline = _route(session, spec.baseline_route, RouteRole.BASELINE)
-    candidate = _route(session, spec.candidate_route, RouteRole.CANDIDATE)
+    """Create a pending rollout of the candidate route (or arms) beside the baseline route."""
+    baseline = arms.route_in_role(session, spec.baseline_route, RouteRole.BASELINE)
+    rows = arms.new_arms(session, spec.arms or [])
+    first = spec.candidate_route if spec.arms is None else spec.arms[0].route
+    assert first is not None  # RolloutIn gives one or the other
+    candidate = arms.route_in_role(session, first, RouteRole.CANDIDATE)
     check_policy(spec.policy)  # refuse a bad policy before anything is stored
     if repository.live_rollout_for_alias(session, spec.alias) is not None:
         raise Conflict(f"alias {spec.alias!r} already has a live rollout")
@@ -79,13 +82,21 @@ def create_rollout(session: Session, *, spec: RolloutIn, actor: str) -> Rollout:
         policy=spec.policy,
         state=RolloutState.PENDING,
         stage=0,
+        arms=rows,
     )
     session.add(rollout)
     try:
         session.flush()
     except IntegrityError:
         raise Conflict(f"rollout {spec.name!r} already exists") from None
-    audit.record(session, actor=actor, action="create", rollout_id=rollout.id, to_state="pending")
+    audit.record(
+        session,
+        actor=actor,
+        action="create",
+        rollout_id=rollout.id,
+        to_state="pending",
+        details={"arms": [arm.name for arm in rows]} if rows else None,
+    )
     return rollout
 
 
@@ -119,6 +130,8 @@ def transition(
         raise InvalidTransition(f"cannot {action.value} a rollout that is {current.value}")
     if action is Action.PROMOTE and rollout.stage + 1 < len(stages(rollout)):
         return _advance_stage(session, rollout, actor=actor, reason=reason)
+    if action is Action.PROMOTE:
+        arms.check_promotable(rollout)
     _apply(rollout, target)
     audit.record(
         session,
@@ -137,15 +150,6 @@ def transition(
 def stages(rollout: Rollout) -> tuple[float, ...]:
     """Return the rollout's traffic stages (percent of its sample rate), from its policy."""
     return tuple(load_policy(rollout.policy).stages)
-
-
-def _route(session: Session, name: str, role: RouteRole) -> Route:
-    route = repository.get_route_by_name(session, name)
-    if route is None:
-        raise BadRequest(f"route {name!r} does not exist")
-    if route.role is not role:
-        raise BadRequest(f"route {name!r} is a {route.role.value} route, not a {role.value} one")
-    return route
 
 
 def _check_version(rollout: Rollout, expected: int | None) -> None:
@@ -196,6 +200,8 @@ def update_rollout(
         raise BadRequest(f"cannot update {', '.join(sorted(unknown))}")
     if "policy" in changes:
         check_policy(changes["policy"])
+    if rollout.arms and changes.get("mode", RolloutMode.SHADOW) is not RolloutMode.SHADOW:
+        raise BadRequest("a rollout with arms stays in shadow mode: arms are compared there")
     for field, value in changes.items():
         setattr(rollout, field, value)
     audit.record(

@@ -11,7 +11,8 @@ from sqlalchemy.orm import Session
 from gate.db.enums import RolloutState
 from gate.db.hooks import after_commit
 from gate.db.models import Rollout
-from gate.rollouts import repository, service
+from gate.rollouts import arms, repository, service
+from gate.rollouts.schemas import ArmIn
 from gate.rollouts.states import Action
 from gate.routing.pubsub import Publisher, RoutingChange
 
@@ -39,6 +40,43 @@ def change_state(
         session, publisher, RoutingChange(rollout.id, rollout.state.value, rollout.version)
     )
     return rollout
+
+
+def add_arm(
+    session: Session,
+    *,
+    rollout_id: int,
+    spec: ArmIn,
+    actor: str,
+    reason: str,
+    publisher: Publisher | None,
+) -> Rollout:
+    """Add an arm; gateways reload the rollout's arms once the transaction commits."""
+    rollout = arms.add_arm(session, rollout_id=rollout_id, spec=spec, actor=actor, reason=reason)
+    _publish_reload(session, publisher, rollout)
+    return rollout
+
+
+def kill_arm(
+    session: Session,
+    *,
+    rollout_id: int,
+    name: str,
+    actor: str,
+    reason: str,
+    publisher: Publisher | None,
+) -> Rollout:
+    """Kill one arm; gateways reload the rollout's arms once the transaction commits."""
+    rollout = arms.kill_arm(session, rollout_id=rollout_id, name=name, actor=actor, reason=reason)
+    _publish_reload(session, publisher, rollout)
+    return rollout
+
+
+def _publish_reload(session: Session, publisher: Publisher | None, rollout: Rollout) -> None:
+    # The message names the rollout's unchanged state: a gateway reads the database on
+    # every message, and that read brings the arms (`gate.routing.sync`).
+    change = RoutingChange(rollout.id, rollout.state.value, rollout.version)
+    publish_after_commit(session, publisher, change)
 
 
 def kill_all(

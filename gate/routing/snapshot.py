@@ -14,7 +14,7 @@ from typing import Literal
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, joinedload
 
-from gate.db.enums import RolloutMode, RolloutState
+from gate.db.enums import ArmState, RolloutMode, RolloutState
 from gate.db.models import Rollout, Route, Verdict
 from gate.errors import InvalidPolicy
 from gate.rollouts.states import BASELINE_ONLY, RoutingPlan, routing_plan
@@ -43,6 +43,16 @@ class RouteTarget:
     # The route's auth header, read from its credential source; kept out of repr and
     # comparisons so it never reaches a log or an error message.
     headers: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One active arm of a rollout with several candidates: its name and its route."""
+
+    name: str
+    route: RouteTarget
+    # What the arm's hash is salted with (`gate.gateway.sampling.choose_arm`), made once.
+    salt: bytes = field(default=b"", repr=False)
 
 
 @dataclass(frozen=True)
@@ -82,6 +92,9 @@ class RolloutRouting:
     # Promoted, the candidate serves only below the crossover (`promotion.route_by_load`);
     # None when promotion sends it everything.
     by_load: ByLoad | None = None
+    # A rollout with several candidates: its active arms, in the order they were added;
+    # empty for a rollout of one candidate (`candidate`).
+    arms: tuple[Arm, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -233,6 +246,11 @@ def _route_with(rollout: Rollout, stage_percent: float, secrets_dir: Path) -> Ro
         plan=routing_plan(rollout.state, rollout.mode),
         killed_at=_epoch(rollout.ended_at) if rollout.state is RolloutState.KILLED else 0.0,
         verdict_at=_epoch(rollout.started_at) if rollout.state is RolloutState.RUNNING else 0.0,
+        arms=tuple(
+            Arm(arm.name, target(arm.route, secrets_dir), salt=f"arm:{arm.name}".encode())
+            for arm in rollout.arms
+            if arm.state is ArmState.ACTIVE
+        ),
     )
 
 

@@ -93,6 +93,13 @@ class RoutingState:
             return BASELINE_ONLY
         return self.plan(routing)
 
+    def arm_active(self, alias: str, rollout_id: int, arm: str) -> bool:
+        """Whether `arm` of `rollout_id` is still one the gateway mirrors to."""
+        routing = self.lookup(alias)
+        if routing is None or routing.rollout_id != rollout_id:
+            return False
+        return any(active.name == arm for active in routing.arms)
+
     async def refresh(self) -> bool:
         """Reload from the database; keep the old snapshot (aging toward stale) on failure."""
         pushes_before = self._pushes

@@ -50,6 +50,9 @@ PAIR_ID = "specgate.pair.id"  # UUID string
 REQUEST_ID = "specgate.request.id"  # UUID string
 SEGMENT = "specgate.segment"
 TENANT = "specgate.tenant"
+# The arm of a rollout with several candidates whose route the pair's candidate call
+# went to (`rollout_arms.name`); absent: the rollout has one candidate, or a control pair.
+ARM = "specgate.arm"
 # A promoted rollout's request routed by load (`gate.gateway.by_load`): why it went where
 # it went ("below_crossover" | "above_crossover" | "crossover_stale" | "crossover_missing"),
 # the segment's crossover and the candidate's running requests it was compared with.

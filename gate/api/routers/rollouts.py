@@ -10,6 +10,7 @@ from sqlalchemy import select
 from gate.api.deps import Admin, Operator, Reader, ServicesDep, SessionDep, require
 from gate.api.idempotency import KeyHeader, run_once
 from gate.api.schemas import (
+    ArmAdd,
     AuditOut,
     KillAll,
     Reason,
@@ -166,6 +167,62 @@ def _register(action: Action, scope: Scope, summary: str) -> None:
 
 for _action, (_scope, _summary) in ACTIONS.items():
     _register(_action, _scope, _summary)
+
+
+ArmName = Annotated[str, Path(max_length=64)]
+
+
+@router.post("/rollouts/{rollout_id}/arms", response_model=RolloutOut, status_code=201)
+def add_arm(
+    request: Request,
+    rollout_id: RolloutId,
+    body: ArmAdd,
+    db: SessionDep,
+    svc: ServicesDep,
+    who: Admin,
+    key: KeyHeader = None,
+) -> dict[str, Any]:
+    """Add an arm to a live rollout with arms: mirrored to from the next sampled request."""
+
+    def work() -> dict[str, Any]:
+        rollout = routing.add_arm(
+            db,
+            rollout_id=rollout_id,
+            spec=body,
+            actor=who.actor,
+            reason=body.reason,
+            publisher=svc.publisher,
+        )
+        return RolloutOut.model_validate(rollout).model_dump(mode="json")
+
+    return run_once(db, key=key, actor=who.actor, request=request, body=body, work=work)
+
+
+@router.post("/rollouts/{rollout_id}/arms/{name}/kill", response_model=RolloutOut)
+def kill_arm(
+    request: Request,
+    rollout_id: RolloutId,
+    name: ArmName,
+    body: Reason,
+    db: SessionDep,
+    svc: ServicesDep,
+    who: Operator,
+    key: KeyHeader = None,
+) -> dict[str, Any]:
+    """Kill one arm: no more mirroring to it, the other arms go on (409 for the last one)."""
+
+    def work() -> dict[str, Any]:
+        rollout = routing.kill_arm(
+            db,
+            rollout_id=rollout_id,
+            name=name,
+            actor=who.actor,
+            reason=body.reason,
+            publisher=svc.publisher,
+        )
+        return RolloutOut.model_validate(rollout).model_dump(mode="json")
+
+    return run_once(db, key=key, actor=who.actor, request=request, body=body, work=work)
 
 
 @router.post("/kill", response_model=list[RolloutOut])

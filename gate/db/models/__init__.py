@@ -7,6 +7,7 @@ from gate.db.models.control import (
     Deployment,
     IdempotencyKey,
     Rollout,
+    RolloutArm,
     Route,
 )
 from gate.db.models.controllers import ControllerKind, ControllerLink
@@ -31,6 +32,7 @@ __all__ = [
     "Report",
     "RequestRecord",
     "Rollout",
+    "RolloutArm",
     "Route",
     "SpanRecord",
     "Verdict",

@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Enum, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import Enum, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from gate.db.base import Base, BigIntPK, JSONType, UTCDateTime, utcnow
-from gate.db.enums import RolloutMode, RolloutState, RouteRole
+from gate.db.enums import ArmState, RolloutMode, RolloutState, RouteRole
 
 
 def str_enum(enum: type[Any], name: str) -> Enum:
@@ -68,9 +68,37 @@ class Rollout(Base):
 
     baseline_route: Mapped[Route] = relationship(foreign_keys=[baseline_route_id])
     candidate_route: Mapped[Route] = relationship(foreign_keys=[candidate_route_id])
+    # Several candidates (issue 40): every arm, the first one's route also in
+    # `candidate_route_id`; none for a rollout of one candidate (its pairs name no arm).
+    arms: Mapped[list[RolloutArm]] = relationship(
+        order_by="RolloutArm.id", lazy="selectin", cascade="all, delete-orphan"
+    )
 
     # Optimistic concurrency: every UPDATE checks and bumps `version`.
     __mapper_args__ = {"version_id_col": version}  # noqa: RUF012
+
+
+class RolloutArm(Base):
+    """One candidate route of a rollout with several: its name on pairs, and its state."""
+
+    __tablename__ = "rollout_arms"
+    __table_args__ = (
+        UniqueConstraint("rollout_id", "name"),
+        UniqueConstraint("rollout_id", "route_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    rollout_id: Mapped[int] = mapped_column(ForeignKey("rollouts.id", ondelete="CASCADE"))
+    route_id: Mapped[int] = mapped_column(ForeignKey("routes.id"))
+    # What pairs and pair records call it (`pairs.arm`).
+    name: Mapped[str] = mapped_column(String(64))
+    state: Mapped[ArmState] = mapped_column(
+        str_enum(ArmState, "arm_state"), default=ArmState.ACTIVE
+    )
+    added_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    killed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    route: Mapped[Route] = relationship(lazy="joined")
 
 
 class AuditEvent(Base):

@@ -111,6 +111,9 @@ class Pair(Base):
     # The request's episode (`requests.episode`), the gate's unit of independence; NULL:
     # the pair is its own episode.
     episode: Mapped[str | None] = mapped_column(Text)
+    # The arm whose route answered as the candidate (`rollout_arms.name`); NULL: the
+    # rollout has one candidate.
+    arm: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     deadline: Mapped[datetime] = mapped_column(UTCDateTime)
     completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import httpx
 
+from gate.db.models import Rollout, RolloutArm
 from gate.engines.sim import SimProfile
+from gate.gateway.sampling import choose_arm
+from gate.rollouts import service
+from gate.rollouts.schemas import RouteIn
 from gate.rollouts.states import Action
 from gate.routing import service as routing_service
+from gate.telemetry import attributes as A
 from tests.gate.gateway.conftest import ALIAS, gateway_stack
 from tests.waits import wait_until
 
@@ -43,3 +48,50 @@ def test_queued_mirrors_do_not_start_after_a_kill(tmp_path):
         assert wait_until(lambda: stack.routing.lookup(ALIAS).state.value == "killed")
         assert wait_until(lambda: inflight(stack.url) == 0)
         assert len(stack.candidate_log.bodies) == 1, "a queued mirror started after the kill"
+
+
+def test_queued_mirrors_to_a_killed_arm_do_not_start(tmp_path):
+    slow = SimProfile(ttft_s=1.0, spec_tokens=4, acceptance=0.7)
+    with gateway_stack(
+        tmp_path, candidate=slow, mirror_max_concurrency=1, mirror_deadline_s=30.0
+    ) as stack:
+        with stack.factory() as session, session.begin():
+            # Two arms: "a" on the slow candidate, "b" on a second route.
+            other = RouteIn(
+                name="spec-b", base_url=stack.baseline_url + "/v1", model="sim", role="candidate"
+            )
+            second = service.create_route(session, spec=other, actor="t")
+            rollout = session.get(Rollout, stack.rollout_id)
+            rollout.arms = [
+                RolloutArm(name="a", route_id=rollout.candidate_route_id),
+                RolloutArm(name="b", route_id=second.id),
+            ]
+        assert wait_until(lambda: len(stack.routing.lookup(ALIAS).arms) == 2)
+        arms = stack.routing.lookup(ALIAS).arms
+        to_a = [
+            e
+            for e in (f"ep-{n}" for n in range(100))
+            if choose_arm(stack.rollout_id, e.encode(), arms).name == "a"
+        ]
+        client = stack.client()
+        for episode in to_a[:4]:
+            client.chat.completions.create(
+                model=ALIAS, messages=MESSAGES, extra_headers={"X-Specgate-Episode": episode}
+            )
+        assert wait_until(lambda: len(stack.candidate_log.bodies) == 1)
+        assert inflight(stack.url) == 4, "one mirror running, three queued"
+        with stack.factory() as session, session.begin():
+            routing_service.kill_arm(
+                session,
+                rollout_id=stack.rollout_id,
+                name="a",
+                actor="t",
+                reason="t",
+                publisher=stack.bus,
+            )
+        assert wait_until(lambda: [a.name for a in stack.routing.lookup(ALIAS).arms] == ["b"])
+        assert wait_until(lambda: inflight(stack.url) == 0)
+        assert len(stack.candidate_log.bodies) == 1, "a queued mirror started after the arm's kill"
+        dropped = [s for s in stack.spans("candidate") if s.attributes.get(A.STATUS) == "dropped"]
+        assert len(dropped) == 3 and {s.attributes[A.ARM] for s in dropped} == {"a"}
+        assert stack.routing.lookup(ALIAS).state.value == "running"

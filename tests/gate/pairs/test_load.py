@@ -10,10 +10,12 @@ import pytest
 
 from gate.db.base import utcnow
 from gate.db.enums import Cohort, PairState
-from gate.db.models import EngineSample, RequestRecord
+from gate.db.models import EngineSample, RequestRecord, RolloutArm
 from gate.pairs.export import pair_records
 from gate.pairs.load import RUNNING, pair_loads
 from gate.pairs.watermark import stamp_evaluated
+from gate.rollouts import repository, service
+from gate.rollouts.schemas import RouteIn
 from tests import factories
 
 pytestmark = pytest.mark.postgres
@@ -107,3 +109,25 @@ def test_a_load_is_stamped_once_and_exported_as_stamped(pg_session):
     assert (mine.candidate_load, mine.candidate_load_source) == (3.0, "gateway")
     (record,) = pair_records(pg_session, rollout_id=rollout.id)
     assert (record["baseline"]["load"], record["candidate"]["load"]) == (4.0, 3.0)
+
+
+def test_a_pair_of_an_arm_reads_its_arms_route(pg_session):
+    rollout = factories.rollout(pg_session)
+    service.create_route(
+        pg_session,
+        spec=RouteIn(name="k8", base_url="http://127.0.0.1:9/v1", model="m", role="candidate"),
+        actor="test",
+    )
+    rollout.arms = [
+        RolloutArm(name="k2", route_id=rollout.candidate_route_id),
+        RolloutArm(name="k8", route_id=repository.get_route_by_name(pg_session, "k8").id),
+    ]
+    pg_session.flush()
+    for route_id, value in ((rollout.candidate_route_id, 1.0), (rollout.arms[1].route_id, 9.0)):
+        gauge(pg_session, route_id, 0, value)
+        gauge(pg_session, route_id, 10, value)
+    first, second = pair(pg_session, rollout.id, 2), pair(pg_session, rollout.id, 3)
+    first.arm, second.arm = "k2", "k8"
+    pg_session.flush()
+    loads = {p.pair_id: p.candidate.value for p in pair_loads(pg_session, rollout_id=rollout.id)}
+    assert loads == {first.id: 1.0, second.id: 9.0}
