@@ -21,7 +21,7 @@ from sqlalchemy.dialects import postgresql
 JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
 
 revision: str = "0027"
-down_revision: str | None = "0024"
+down_revision: str | None = "0026"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
