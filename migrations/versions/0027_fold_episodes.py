@@ -7,7 +7,7 @@ none folded. Stored states refold from scratch (`FOLD_VERSION` 8). `verdicts.epi
 the episodes among the tested pairs (NULL: no episode held two pairs, or before this).
 
 Revision ID: 0027
-Revises: 0024
+Revises: 0026
 Create Date: 2026-11-29 00:20:00.000000
 """
 
