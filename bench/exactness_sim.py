@@ -123,7 +123,7 @@ def build_pool(verify: str, prompts: int, answers: int, seed: int, top_p: float)
         prompt = base + base[: rng.integers(8, 20)]
         for _ in range(answers):
             fit, tv, n, where = answer(prompt, background, verify, gen, top_p)
-            rows.append([fit.tokens, fit.cut, *fit.bins, fit.off, fit.off_p])
+            rows.append([fit.tokens, fit.cut, *fit.bins, fit.off, fit.off_p, fit.off_p2])
             tv_sum, tv_n = tv_sum + tv, tv_n + n
             starts.append(len(places))
             places += where
@@ -158,6 +158,7 @@ def fresh_rows(pool: dict[str, Any], picks: np.ndarray, rng: np.random.Generator
     first = pool["first"][index]
     np.add.at(out[:, 2 + BINS], owner, ~((k == 0) & (first > 0)))
     np.add.at(out[:, 3 + BINS], owner, 1.0 - first)
+    np.add.at(out[:, 4 + BINS], owner, (1.0 - first) ** 2)
     out[:, 0] = lengths
     return out.reshape(*picks.shape, FIT_WIDTH)
 

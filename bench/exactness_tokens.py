@@ -13,6 +13,9 @@ the run's candidate calls and prints the calls each part of the test needs to pr
 deviation (looks every 10 calls): a projection from the real engine's own calls, for a
 candidate whose demo run stops before its test decides.
 
+The resampling also reports the most-likely test without the squares (`off_p2` absent)
+and with the Poisson bound it used before them, for comparison.
+
 Usage: python bench/exactness_tokens.py HOME/specgate.db [--every 50] [--margin 0.003]
        [--alpha A] [--resample 200 --calls 1500]
 """
@@ -22,11 +25,20 @@ from __future__ import annotations
 import argparse
 import json
 import sqlite3
+from dataclasses import replace
 
 import numpy as np
 
 from gate.exactness import BINS
-from gate.stats.exactness import FIRST_SHARE, TESTS, TokenBins, _any_set, _first_rejects, deviation
+from gate.stats.exactness import (
+    FIRST_BETS,
+    FIRST_SHARE,
+    TESTS,
+    TokenBins,
+    _any_set,
+    _first_rejects,
+    deviation,
+)
 
 
 def main() -> None:
@@ -43,9 +55,9 @@ def main() -> None:
         "SELECT exactness FROM generations WHERE cohort = 'candidate' "
         "AND exactness IS NOT NULL ORDER BY started_at"
     )
-    table = [[d["n"], d["cut"], d.get("off", 0), d.get("off_p", 0), *d["bins"]]
-             for d in (json.loads(raw) for (raw,) in rows)]  # fmt: skip
-    sums = np.zeros(4 + BINS)  # n, cut, off, off_p, bins
+    table = [[d["n"], d["cut"], d.get("off", 0), d.get("off_p", 0), d.get("off_p2", 0),
+              *d["bins"]] for d in (json.loads(raw) for (raw,) in rows)]  # fmt: skip
+    sums = np.zeros(5 + BINS)  # n, cut, off, off_p, off_p2, bins
     print("| calls | tested tokens | cut | off | off_p | shift per token | most-likely test | "
           "bin sets | deviation (TV est [lo, hi]) |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|")
@@ -66,14 +78,21 @@ def _resample(table: np.ndarray, args: argparse.Namespace) -> None:
     looks = np.arange(10, args.calls + 1, 10)
     picks = rng.integers(0, len(table), (args.resample, args.calls))
     cum = np.cumsum(table[picks], axis=1)[:, looks - 1]  # runs x looks x fields
-    stats = TokenBins(cum[..., 0], cum[..., 1], tuple(cum[..., 4 + b] for b in range(BINS)),
-                      cum[..., 2], cum[..., 3])  # fmt: skip
+    stats = TokenBins(cum[..., 0], cum[..., 1], tuple(cum[..., 5 + b] for b in range(BINS)),
+                      cum[..., 2], cum[..., 3], cum[..., 4])  # fmt: skip
     each = FIRST_SHARE * args.alpha / 2.0
     first = _first_rejects(stats, args.margin, each, toward=True) | _first_rejects(
         stats, args.margin, each, toward=False
     )
     rest = _any_set(stats, args.margin, (1.0 - FIRST_SHARE) * args.alpha / TESTS, beyond=True)
-    for name, hit in (("most-likely test", first), ("bin sets", rest), ("either", first | rest)):
+    bare = replace(stats, off_p2=0.0)  # without the squares: the bound X^2 / n alone
+    no_squares = _first_rejects(bare, args.margin, each, toward=True) | _first_rejects(
+        bare, args.margin, each, toward=False
+    )
+    poisson = _poisson_rejects(stats, args.margin, each)
+    for name, hit in (("most-likely test", first), ("bin sets", rest), ("either", first | rest),
+                      ("most-likely test, squares not stored", no_squares),
+                      ("most-likely test, Poisson bound (before)", poisson)):  # fmt: skip
         at = np.where(hit.any(axis=1), looks[hit.argmax(axis=1)], np.nan)
         done = np.isfinite(at)
         q = np.nanpercentile(at, [10, 50, 90]) if done.any() else [np.nan] * 3
@@ -83,9 +102,24 @@ def _resample(table: np.ndarray, args: argparse.Namespace) -> None:
         )
 
 
+def _poisson_rejects(stats: TokenBins, margin: float, alpha: float) -> np.ndarray:
+    """Return where the most-likely test as it was before the squares rejects (either way)."""
+    n, z, r = (
+        np.asarray(v, dtype=np.float64)[..., None] for v in (stats.n, stats.off, stats.off_p)
+    )
+    lam = FIRST_BETS
+    out = np.zeros(np.shape(stats.n), dtype=bool)
+    for log_cap in (-lam * z - np.expm1(-lam) * (r - n * margin),
+                    lam * z - np.expm1(lam) * (r + n * margin)):  # fmt: skip
+        top = log_cap.max(axis=-1)
+        mean = top + np.log(np.exp(log_cap - top[..., None]).mean(axis=-1))
+        out |= mean >= np.log(1.0 / alpha)
+    return out
+
+
 def _row(calls: int, sums: np.ndarray, margin: float, alpha: float) -> None:
-    n, cut, off, off_p = (float(v) for v in sums[:4])
-    stats = TokenBins(n, cut, tuple(float(b) for b in sums[4:]), off, off_p)
+    n, cut, off, off_p, off_p2 = (float(v) for v in sums[:5])
+    stats = TokenBins(n, cut, tuple(float(b) for b in sums[5:]), off, off_p, off_p2)
     each = FIRST_SHARE * alpha / 2.0
     first = bool(_first_rejects(stats, margin, each, toward=True)) or bool(
         _first_rejects(stats, margin, each, toward=False)

@@ -8,7 +8,8 @@ of that interval) is Uniform(0, 1) given everything before it. Instead of drawin
 point, a call keeps the expected share of it in each of `BINS` equal bins of [0, 1]: its
 fractional bin counts (`TokenFit.bins`), summed over its tokens, and how many of its
 tokens were not their position's most likely outcome against the sum of their chances not
-to be (`TokenFit.off`, `off_p`: the most-likely test's sums). Under the null each
+to be, and the sum of those chances' squares (`TokenFit.off`, `off_p`, `off_p2`: the
+most-likely test's sums). Under the null each
 token's shares have expectation 1 / `BINS` per bin whatever came before, so the sums are
 what a test martingale needs (`gate.stats.exactness`); only these sums are stored, never
 the arrays.
@@ -126,6 +127,9 @@ class TokenFit:
     # Absent (stored before them): 0 and 0, which leaves that test's capital as it was.
     off: int = 0
     off_p: float = 0.0
+    # The sum of the squares of those chances: the most-likely test's variance term (a
+    # Bernoulli's q (1 - q) rather than a Poisson's q). Absent: 0, the Poisson bound.
+    off_p2: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         """Return the stored fields (`generations.exactness`, the replay side's `exactness`)."""
@@ -136,6 +140,7 @@ class TokenFit:
             "bins": [round(b, 9) for b in self.bins],
             "off": self.off,
             "off_p": round(self.off_p, 9),
+            "off_p2": round(self.off_p2, 9),
         }
 
     @classmethod
@@ -161,7 +166,14 @@ class TokenFit:
             raise ValueError("exactness.off_p must be a number from 0 to n") from None
         if off_p > counts[0] + _SLACK * max(1, counts[0]):
             raise ValueError("exactness.off_p must be a number from 0 to n")
-        return cls(counts[0], shares, counts[1], counts[2], off, min(off_p, float(counts[0])))
+        off_p = min(off_p, float(counts[0]))
+        try:
+            off_p2 = _share(raw.get("off_p2", 0))
+        except ValueError:
+            raise ValueError("exactness.off_p2 must be a number from 0 to off_p") from None
+        if off_p2 > off_p + _SLACK * max(1, counts[0]):  # each square is at most its chance
+            raise ValueError("exactness.off_p2 must be a number from 0 to off_p")
+        return cls(counts[0], shares, counts[1], counts[2], off, off_p, min(off_p2, off_p))
 
 
 # Rounding the stored shares (9 decimals) moves them and their sum by less than this.
@@ -235,7 +247,7 @@ def exactness_fields(
     stop = _Stops(frozenset(eos))
     bins = [0.0] * BINS
     tokens = cut = skipped = off = 0
-    off_p = 0.0
+    off_p = off_p2 = 0.0
     for token, value, top in positions:
         listed = trusted(top, top_logprobs)
         placed = place(listed, token, sampling, mode=mode, eos=stop, logprob=value)
@@ -247,9 +259,10 @@ def exactness_fields(
             tokens += 1
             off += not placed.is_first
             off_p += 1.0 - placed.first_p
+            off_p2 += (1.0 - placed.first_p) ** 2
             for b, share in enumerate(occupancy(*placed.interval)):
                 bins[b] += share
-    return TokenFit(tokens, tuple(bins), cut, skipped, off, off_p)
+    return TokenFit(tokens, tuple(bins), cut, skipped, off, off_p, off_p2)
 
 
 def _positions(logprobs: Mapping[str, Any]) -> Iterable[tuple[str, float, list[tuple[str, float]]]]:

@@ -76,15 +76,15 @@ class Verdict:
 
 def total(fits: Iterable[TokenFit | None]) -> TokenBins:
     """Return the summed statistics of some calls (an untestable call adds nothing)."""
-    n = cut = off = off_p = 0.0
+    n = cut = off = off_p = off_p2 = 0.0
     bins = [0.0] * BINS
     for fit in fits:
         if fit is None:
             continue
         n, cut = n + fit.tokens, cut + fit.cut
-        off, off_p = off + fit.off, off_p + fit.off_p
+        off, off_p, off_p2 = off + fit.off, off_p + fit.off_p, off_p2 + fit.off_p2
         bins = [a + b for a, b in zip(bins, fit.bins, strict=True)]
-    return TokenBins(n, cut, tuple(bins), off, off_p)
+    return TokenBins(n, cut, tuple(bins), off, off_p, off_p2)
 
 
 def judge(fits: list[TokenFit | None], *, margin: float, alpha: float, errors: int = 0) -> Verdict:

@@ -11,12 +11,12 @@ sums alone). Tokens within an answer need no independence: only the conditional
 expectation given the past enters.
 
 The most-likely test: a tested token is not its position's most likely outcome with the
-chance q its position gives (`off`, `off_p` sum the events and the chances). A sampler that
-moves mass towards the most likely token moves that event's chance by its per-token total
-variation, wherever each position's most likely token lies in [0, 1], which no fixed bin
-set does; Poisson-style bets on the two sums are test supermartingales
-(`_first_log_capitals`). It takes `FIRST_SHARE` of the level, the bin sets and the cut
-rate the rest.
+chance q its position gives (`off`, `off_p`, `off_p2` sum the events, the chances and their
+squares). A sampler that moves mass towards the most likely token moves that event's
+chance by its per-token total variation, wherever each position's most likely token lies
+in [0, 1], which no fixed bin set does; bets on the sums are test supermartingales whose
+variance term is a Bernoulli's q (1 - q), not a Poisson's q (`_first_log_capitals`). It
+takes `FIRST_SHARE` of the level, the bin sets and the cut rate the rest.
 
 The null is "per-token total variation at most `margin`" (real engines are exact only up
 to numerics): a token whose sampling distribution is within total variation d of the
@@ -79,6 +79,8 @@ class TokenBins:
     # their chances not to be (`gate.exactness.TokenFit.off`, `off_p`).
     off: Num = 0.0
     off_p: Num = 0.0
+    # The sum of the squares of those chances (`TokenFit.off_p2`; 0 when not stored).
+    off_p2: Num = 0.0
 
     @classmethod
     def empty(cls) -> TokenBins:
@@ -88,8 +90,8 @@ class TokenBins:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TokenBins):
             return NotImplemented
-        mine = (self.n, self.cut, *self.bins, self.off, self.off_p)
-        theirs = (other.n, other.cut, *other.bins, other.off, other.off_p)
+        mine = (self.n, self.cut, *self.bins, self.off, self.off_p, self.off_p2)
+        theirs = (other.n, other.cut, *other.bins, other.off, other.off_p, other.off_p2)
         return all(np.array_equal(a, b) for a, b in zip(mine, theirs, strict=True))
 
     def __hash__(self) -> int:
@@ -119,23 +121,33 @@ def harmful(stats: TokenBins, margin: float, alpha: float) -> BoolArray:
     return np.asarray(first | _any_set(stats, margin, rest, beyond=True))
 
 
-def _first_log_capitals(stats: TokenBins, margin: float, *, toward: bool) -> FloatArray:
+def _first_log_capitals(stats: TokenBins, margin: Num, *, toward: bool) -> FloatArray:
     """Return the most-likely test's log capital per bet (last axis: `FIRST_BETS`).
 
     A tested token is not its position's most likely outcome (z = 1) with chance q under
-    the target; a sampler within total variation `margin` of it gives chance within q +-
-    margin. For lam > 0 and z in {0, 1}: E exp(-lam z) <= exp(-(q - margin)(1 - e^-lam))
-    when the chance is at least q - margin, and E exp(lam z) <= exp((q + margin)(e^lam
-    - 1)) when it is at most q + margin: so exp(-lam Z + (1 - e^-lam)(R - n margin))
-    (mass moved `toward` the most likely) and exp(lam Z - (e^lam - 1)(R + n margin))
-    (away from it) are test supermartingales, computed exactly from the sums Z (`off`),
-    R (`off_p`) and n alone.
+    the target; a sampler within total variation `margin` of it gives chance p within q
+    +- margin. With c = 1 - e^-lam and x = q - margin: E exp(-lam z) = 1 - c p <= exp(-c x
+    - c^2 x^2 / 2) (log(1 - y) <= -y - y^2 / 2 for y in [0, 1); for x < 0 the right side
+    is >= 1), so exp(-lam Z + c X + c^2 Q / 2) is a test supermartingale against mass moved
+    `toward` the most likely, X and Q summing x and x^2. Away from it, with b = e^lam - 1
+    and x = q + margin: log(1 + b p) <= b x - b^2 e^-lam x^2 / 2 (log(1 + y) <= y - y^2 /
+    (2 (1 + y)), and the right side grows in x up to 1 / c, past 1 + margin for every bet
+    where it is used). Q is computed from the sums Z (`off`), R (`off_p`), S (`off_p2`)
+    and n, and replaced by a lower bound (S absent or partial counts as less, and Q >=
+    X^2 / n always): a smaller Q only lowers the capital, so the test stays exact.
     """
-    n, z, r = (as_array(v)[..., None] for v in (stats.n, stats.off, stats.off_p))
+    n, z, r, s = (as_array(v)[..., None] for v in (stats.n, stats.off, stats.off_p, stats.off_p2))
+    margin = as_array(margin)[..., None]
     lam = FIRST_BETS
+    sign = -1.0 if toward else 1.0
+    x = r + sign * n * margin  # the summed x
+    q2 = np.maximum(s + 2.0 * sign * margin * r + n * margin**2, x**2 / np.maximum(n, 1.0))
     if toward:
-        return np.asarray(-lam * z + (1.0 - np.exp(-lam)) * (r - n * margin))
-    return np.asarray(lam * z - np.expm1(lam) * (r + n * margin))
+        c = -np.expm1(-lam)
+        return np.asarray(-lam * z + c * x + 0.5 * c**2 * q2)
+    b = np.expm1(lam)
+    usable = -np.expm1(-lam) * (1.0 + margin) <= 1.0
+    return np.asarray(lam * z - b * x + np.where(usable, 0.5 * b**2 * np.exp(-lam), 0.0) * q2)
 
 
 def _first_rejects(stats: TokenBins, margin: float, alpha: float, *, toward: bool) -> BoolArray:
@@ -265,12 +277,31 @@ def _first_interval(stats: TokenBins, alpha: float) -> tuple[FloatArray, FloatAr
     hi_a = (((lam * z + log_g) / gain - r) / safe).min(axis=-1)
     estimate = np.abs(r - z)[..., 0] / safe[..., 0]
     low = np.maximum(np.where(toward[..., 0], lo_t, lo_a), 0.0)
+    # The lower bound as the test proves it (with the squares' variance term): the
+    # largest margin at which one bet still rejects, by bisection.
+    low = np.maximum(low, _first_proven(stats, alpha / FIRST_BETS.size, toward[..., 0]))
     high = np.clip(np.where(toward[..., 0], hi_t, hi_a), 0.0, 1.0)
     return (
         np.where(n[..., 0] > 0, estimate, np.nan),
         np.asarray(low),
         np.asarray(np.maximum(high, low)),
     )
+
+
+def _first_proven(stats: TokenBins, alpha: float, toward: BoolArray) -> FloatArray:
+    """Return the largest margin that one most-likely bet rejects at `alpha` (0: none)."""
+    lo = np.zeros(np.shape(as_array(stats.n)))
+    hi = np.ones_like(lo)
+    for _ in range(30):
+        mid = (lo + hi) / 2.0
+        capitals = np.where(
+            toward[..., None],
+            _first_log_capitals(stats, mid, toward=True),
+            _first_log_capitals(stats, mid, toward=False),
+        )
+        proven = capitals.max(axis=-1) >= np.log(1.0 / alpha)
+        lo, hi = np.where(proven, mid, lo), np.where(proven, hi, mid)
+    return np.asarray(lo)
 
 
 def explain(estimate: float, lower: float, upper: float) -> str:

@@ -26,7 +26,9 @@ def _sums(acc: Acc, valid: BoolArray, side: FloatArray, seg: int | None) -> Toke
     # Components first: Acc sums along the pairs axis, which must come last.
     parts = np.moveaxis(np.where(usable[..., None], np.nan_to_num(side), 0.0), -1, 0)
     sums = acc(parts, seg)
-    return TokenBins(sums[0], sums[1], tuple(sums[2 : 2 + BINS]), sums[2 + BINS], sums[3 + BINS])
+    return TokenBins(
+        sums[0], sums[1], tuple(sums[2 : 2 + BINS]), sums[2 + BINS], sums[3 + BINS], sums[4 + BINS]
+    )
 
 
 def _builder(valid: BoolArray, side: FloatArray) -> Builder:

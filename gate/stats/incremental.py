@@ -456,7 +456,8 @@ def dump(value: Any) -> Any:
     if isinstance(value, TokenBins):
         bins = [float(b) for b in value.bins]
         return {"n": float(value.n), "cut": float(value.cut), "bins": bins,
-                "off": float(value.off), "off_p": float(value.off_p)}  # fmt: skip
+                "off": float(value.off), "off_p": float(value.off_p),
+                "off_p2": float(value.off_p2)}  # fmt: skip
     if is_dataclass(value) and not isinstance(value, type):
         return dump(asdict(value))
     if isinstance(value, Mapping):
@@ -526,8 +527,8 @@ def load_control(doc: Mapping[str, Any] | None) -> dict[str, CellStats]:
 def _load_bins(raw: Mapping[str, Any]) -> TokenBins:
     bins = tuple(float(b) for b in raw["bins"])
     # Dumped before the most-likely test's sums: 0 and 0, its capital unmoved.
-    off, off_p = float(raw.get("off", 0.0)), float(raw.get("off_p", 0.0))
-    return TokenBins(float(raw["n"]), float(raw["cut"]), bins, off, off_p)
+    off, off_p, off_p2 = (float(raw.get(k, 0.0)) for k in ("off", "off_p", "off_p2"))
+    return TokenBins(float(raw["n"]), float(raw["cut"]), bins, off, off_p, off_p2)
 
 
 def load_bands(doc: list[Any] | None) -> tuple[BandSums, ...]:

@@ -61,8 +61,9 @@ One JSON object per line, one line per pair, in fold order (below):
   request's settings make impossible, "skipped": positions not tested, "bins": [20
   fractional shares of the probability-integral-transform bins, summing to n], "off":
   tested tokens that were not their position's most likely outcome, "off_p": the sum of
-  their chances not to be (both optional, 0 when absent: the most-likely test then reads
-  nothing of the call)}`, or null
+  their chances not to be, "off_p2": the sum of those chances' squares (all three
+  optional, 0 when absent: without the first two the most-likely test reads nothing of
+  the call, without the third it bounds the variance less tightly)}`, or null
   when the call carried no `top_logprobs`. `gate.exactness.exactness_fields` computes it
   from any call's OpenAI-format `logprobs` object, its sampling settings and the number
   of alternatives it asked for (`top_logprobs=`), so calls
@@ -259,14 +260,14 @@ class _Builder:
         return {stat: values[:, i, :] for i, stat in enumerate(STATISTICS)}
 
 
-# Per side: tested tokens, cut tokens, the bins, then the most-likely test's two sums.
-FIT_WIDTH = 4 + BINS
+# Per side: tested tokens, cut tokens, the bins, then the most-likely test's three sums.
+FIT_WIDTH = 5 + BINS
 _NO_FIT = [np.nan] * FIT_WIDTH
 
 
 def _fit_row(fit: TokenFit) -> list[float]:
     """Return a call's sums in the exactness columns' order (`FIT_WIDTH`)."""
-    return [fit.tokens, fit.cut, *fit.bins, fit.off, fit.off_p]
+    return [fit.tokens, fit.cut, *fit.bins, fit.off, fit.off_p, fit.off_p2]
 
 
 def episode_of(record: Record) -> str | None:

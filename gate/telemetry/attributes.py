@@ -110,8 +110,9 @@ LOGPROB_SUM = "specgate.logprobs.sum"  # float
 # string exactly `TokenFit.as_dict()`: {"n": tested tokens, "cut": tokens the request's
 # settings make impossible, "skipped": positions not tested, "bins": 20 floats summing to
 # n, "off": tested tokens not their position's most likely, "off_p": the sum of their
-# chances not to be}. Computed by the gateway from choice 0's `top_logprobs` (n = 1
-# answers at temperature > 0, where the rollout's policy enables `guardrails.exactness`),
+# chances not to be, "off_p2": the sum of those chances' squares}. Computed by the
+# gateway from choice 0's `top_logprobs` (n = 1 answers at temperature > 0, where the
+# rollout's policy enables `guardrails.exactness`),
 # after the call ended and off its event loop; absent when the answer carried no
 # alternatives. The collector stores it in `generations.exactness`.
 EXACTNESS = "specgate.exactness"  # JSON string

@@ -149,8 +149,10 @@ def _exactness(alias: str) -> str:
         column = f"{side}_exact"
         parts = [("n", f"{column} ->> 'n'"), ("cut", f"{column} ->> 'cut'")]
         parts += [(f"b{b}", f"{column} -> 'bins' ->> {b}") for b in range(BINS)]
-        # Stored before the most-likely test's sums: none (0), its capital unmoved.
-        parts += [(key, f"coalesce({column} ->> '{key}', '0')") for key in ("off", "off_p")]
+        # Stored before the most-likely test's sums (or its squares): 0, as if never seen.
+        parts += [
+            (key, f"coalesce({column} ->> '{key}', '0')") for key in ("off", "off_p", "off_p2")
+        ]
         name = f"{alias}_{side}"
         sums += [
             f"coalesce(sum(CAST({expr} AS float)) FILTER (WHERE {valid}), 0) AS {name}_{key}"
@@ -162,8 +164,8 @@ def _exactness(alias: str) -> str:
 def _token_bins(row: Any, alias: str, side: str) -> TokenBins:
     key = f"{alias}_{side}"
     bins = tuple(float(row[f"{key}_b{b}"]) for b in range(BINS))
-    off, off_p = float(row[f"{key}_off"]), float(row[f"{key}_off_p"])
-    return TokenBins(float(row[f"{key}_n"]), float(row[f"{key}_cut"]), bins, off, off_p)
+    off, off_p, off_p2 = (float(row[f"{key}_{k}"]) for k in ("off", "off_p", "off_p2"))
+    return TokenBins(float(row[f"{key}_n"]), float(row[f"{key}_cut"]), bins, off, off_p, off_p2)
 
 
 def band_part(policy: Policy) -> Part:

@@ -82,7 +82,7 @@ def test_greedy_calls_and_calls_without_alternatives_are_not_tested():
 
 
 def test_stored_fields_read_back_and_malformed_ones_are_refused():
-    fit = TokenFit(3, tuple([3 / BINS] * BINS), cut=1, skipped=2, off=1, off_p=0.75)
+    fit = TokenFit(3, tuple([3 / BINS] * BINS), cut=1, skipped=2, off=1, off_p=0.75, off_p2=0.3)
     assert TokenFit.from_dict(fit.as_dict()) == fit
     with pytest.raises(ValueError):
         TokenFit.from_dict({"n": 1, "bins": [0.0] * 3})
@@ -90,9 +90,12 @@ def test_stored_fields_read_back_and_malformed_ones_are_refused():
     for off, off_p in ((4, 1.0), (-1, 1.0), (1, 3.5), (1, -0.5), (1.5, 1.0), (1, "x")):
         with pytest.raises(ValueError, match="off"):
             TokenFit.from_dict({**stored, "off": off, "off_p": off_p})
+    for off_p2 in (0.8, -0.1, "x"):  # each square is at most its chance: at most off_p
+        with pytest.raises(ValueError, match="off_p2"):
+            TokenFit.from_dict({**stored, "off": 1, "off_p": 0.75, "off_p2": off_p2})
     # Stored before the most-likely test's sums: none, which leaves its capital unmoved.
     legacy = TokenFit.from_dict(stored)
-    assert (legacy.off, legacy.off_p) == (0, 0.0)
+    assert (legacy.off, legacy.off_p, legacy.off_p2) == (0, 0.0, 0.0)
 
 
 def test_each_token_says_whether_it_was_its_positions_most_likely_and_that_ones_chance():
@@ -104,6 +107,7 @@ def test_each_token_says_whether_it_was_its_positions_most_likely_and_that_ones_
     assert fit.off == 1  # only the last token was not its position's most likely
     assert fit.off_p == pytest.approx(0.4 + 0.2 + 0.3)  # the chances not to be
     assert fit.as_dict()["off"] == 1 and fit.as_dict()["off_p"] == pytest.approx(0.9)
+    assert fit.off_p2 == pytest.approx(0.4**2 + 0.2**2 + 0.3**2)
 
 
 @pytest.mark.parametrize("mode", ["processed", "raw"])

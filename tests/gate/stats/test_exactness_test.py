@@ -82,3 +82,30 @@ def test_the_most_likely_test_keeps_its_level_for_an_exact_sampler_at_every_look
     even = tuple(n / BINS for _ in range(BINS))
     killed = harmful(TokenBins(n, np.zeros_like(n), even, off, off_p), 0.0005, 0.05)
     assert killed.any(axis=1).mean() < 0.05
+
+
+def test_the_most_likely_test_uses_the_bernoulli_variance_when_the_squares_are_stored():
+    # Half the positions open (q = 0.9), half near-certain copies (q = 0.02): a Poisson
+    # bound takes each token's variance as q, a Bernoulli's is q (1 - q), a tenth of it
+    # at the open ones. A shift of 0.035 per token over 2,000 tokens is proven only with
+    # the squares (`off_p2`); without them, as before.
+    n, r, s = 2_000.0, 1_000 * 0.9 + 1_000 * 0.02, 1_000 * 0.81 + 1_000 * 0.02**2
+    even = bins(n).bins
+    for off in (r - n * 0.035, r + n * 0.035):  # towards and away from the most likely
+        assert harmful(TokenBins(n, 0.0, even, off, r, s), 0.005, 0.01)
+        assert not harmful(TokenBins(n, 0.0, even, off, r), 0.005, 0.01)
+
+
+def test_the_most_likely_test_keeps_its_level_with_the_squares_at_every_look():
+    # As above, with `off_p2` stored and chances spread to both ends (many open choices,
+    # where the Bernoulli variance is far below the Poisson one), at no margin.
+    rng = np.random.default_rng(12)
+    runs, tokens = 4_000, 3_000
+    q = 0.95 * rng.beta(0.4, 0.4, (runs, tokens))
+    z = rng.random((runs, tokens)) < q
+    looks = np.arange(100, tokens + 1, 100)
+    sums = [np.cumsum(v, axis=1)[:, looks - 1] for v in (z, q, q**2)]
+    n = np.broadcast_to(looks.astype(float), sums[0].shape)
+    even = tuple(n / BINS for _ in range(BINS))
+    killed = harmful(TokenBins(n, np.zeros_like(n), even, *sums), 0.0, 0.05)
+    assert killed.any(axis=1).mean() < 0.05

@@ -58,15 +58,18 @@ _ids = itertools.count()  # the pairs of every example share one session's table
 latency = st.one_of(st.none(), st.floats(0.001, 30.0))
 # A call's per-token exactness sums (`gate.exactness.TokenFit.as_dict`), lossy or not.
 # The shares sum to n, as `TokenFit.from_dict` requires.
-# The most-likely test's sums: `off` of the n tokens, chances `off_p` (absent: legacy).
+# The most-likely test's sums: `off` of the n tokens, chances `off_p`, their squares
+# `off_p2` (at most `off_p`; absent: legacy).
 exactness = st.builds(
     lambda n, cut, w, off: {"n": n, "cut": cut, "skipped": 0, "bins": [n * x / sum(w) for x in w],
                             **({} if off is None else {"off": int(off[0] * n),
-                                                       "off_p": off[1] * n})},
+                                                       "off_p": off[1] * n,
+                                                       "off_p2": off[1] * off[2] * n})},
     st.integers(0, 80),
     st.integers(0, 3),
     st.lists(st.floats(0.01, 6.0), min_size=BINS, max_size=BINS),
-    st.one_of(st.none(), st.tuples(st.floats(0.0, 1.0), st.floats(0.0, 1.0))),
+    st.one_of(st.none(), st.tuples(st.floats(0.0, 1.0), st.floats(0.0, 1.0),
+                                   st.floats(0.0, 1.0))),
 )  # fmt: skip
 side = st.fixed_dictionaries(
     {
