@@ -1,7 +1,7 @@
-"""Retention: purge captured content after a short age and raw spans after a longer one.
+"""Retention: purge captured content after a short age, raw spans and engine samples later.
 
-Partitioned `spans` (`gate.db.partitions`) lose whole partitions; unpartitioned tables are
-deleted from in batches.
+Partitioned tables (`gate.db.partitions`) lose whole partitions; unpartitioned tables and
+default partitions are deleted from in batches.
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, MetaData, Table, delete, null, select, tuple_, update
+from sqlalchemy import Column, Engine, MetaData, Table, delete, null, select, tuple_, update
 
 from gate.db import partitions, storage
 from gate.db.base import utcnow
 from gate.db.engine import engine_from_settings
-from gate.db.models import Generation, RequestRecord, SpanRecord
+from gate.db.models import EngineSample, Generation, RequestRecord, SpanRecord
 from gate.db.storage import Storage
 from gate.settings import CollectorSettings, Settings
 from gate.telemetry import attributes as a
@@ -26,18 +26,20 @@ log = logging.getLogger(__name__)
 _SPANS: Table = SpanRecord.__table__  # type: ignore[assignment]
 _GENERATIONS: Table = Generation.__table__  # type: ignore[assignment]
 _REQUESTS: Table = RequestRecord.__table__  # type: ignore[assignment]
+_SAMPLES: Table = EngineSample.__table__  # type: ignore[assignment]
 # Span attributes that carry captured content; the rest of the span is kept until it ages out.
 CONTENT_ATTRIBUTES = (a.PROMPT, a.OUTPUT, a.OUTPUT_EXTRA, a.REQUEST_BODY)
 
 
 @dataclass(frozen=True, slots=True)
 class PurgeResult:
-    """Rows touched by one purge (and the span partitions it dropped)."""
+    """Rows touched by one purge (and the partitions it dropped)."""
 
     spans_deleted: int
     spans_scrubbed: int
     generations_scrubbed: int
     requests_scrubbed: int
+    samples_deleted: int = 0
     partitions_dropped: tuple[str, ...] = ()
 
     @property
@@ -48,6 +50,7 @@ class PurgeResult:
             + self.spans_scrubbed
             + self.generations_scrubbed
             + self.requests_scrubbed
+            + self.samples_deleted
         )
 
 
@@ -63,25 +66,34 @@ def run_purge(settings: Settings) -> PurgeResult:
 def purge(
     engine: Engine, settings: CollectorSettings, *, now: datetime | None = None
 ) -> PurgeResult:
-    """Purge content older than its age, then spans older than theirs, in batches."""
+    """Purge content older than its age, then spans and samples older than theirs."""
     now = now or utcnow()
     content_cut = now - timedelta(days=settings.retention_content_days)
     spans_cut = now - timedelta(days=settings.retention_spans_days)
+    samples_cut = now - timedelta(days=settings.retention_samples_days)
     size = settings.retention_batch_rows
     chosen = storage.of(engine)
-    dropped, spans = _drop_span_partitions(engine, chosen, spans_cut)
+    span_parts, spans = _drop_partitions(engine, chosen, _SPANS, spans_cut)
+    sample_parts, samples = _drop_partitions(engine, chosen, _SAMPLES, samples_cut)
+    span_key = (spans.c.trace_id, spans.c.span_id)
     result = PurgeResult(
-        spans_deleted=_repeat(engine, lambda: _delete_spans(spans, spans_cut, size)),
+        spans_deleted=_repeat(
+            engine, lambda: _delete_before(spans.c.start_time, span_key, spans_cut, size)
+        ),
         spans_scrubbed=_repeat(engine, lambda: _scrub_spans(content_cut, size, chosen)),
         generations_scrubbed=_repeat(engine, lambda: _scrub_generations(content_cut, size, now)),
         requests_scrubbed=_repeat(engine, lambda: _scrub_requests(content_cut, size)),
-        partitions_dropped=tuple(dropped),
+        samples_deleted=_repeat(
+            engine,
+            lambda: _delete_before(samples.c.scraped_at, (samples.c.id,), samples_cut, size),
+        ),
+        partitions_dropped=tuple(span_parts + sample_parts),
     )
     log.info(
         "collector.retention_purged spans_deleted=%d spans_scrubbed=%d generations_scrubbed=%d "
-        "requests_scrubbed=%d partitions_dropped=%d",
+        "requests_scrubbed=%d samples_deleted=%d partitions_dropped=%d",
         result.spans_deleted, result.spans_scrubbed, result.generations_scrubbed,
-        result.requests_scrubbed, len(dropped),
+        result.requests_scrubbed, result.samples_deleted, len(result.partitions_dropped),
     )  # fmt: skip
     return result
 
@@ -98,28 +110,32 @@ def _repeat(engine: Engine, statement: Any) -> int:
             return total
 
 
-def _drop_span_partitions(
-    engine: Engine, chosen: Storage, cut: datetime
+def _drop_partitions(
+    engine: Engine, chosen: Storage, table: Table, cut: datetime
 ) -> tuple[list[str], Table]:
-    """Drop span partitions wholly past `cut`; return them and where rows are still deleted.
+    """Drop a table's partitions wholly past `cut`; return them and where rows are still
+    deleted.
 
-    On partitioned `spans` only its default partition is deleted from row by row: the
+    On a partitioned table only its default partition is deleted from row by row: the
     partition straddling the cut goes whole at a later turn.
     """
     if not chosen.partitions:
-        return [], _SPANS
+        return [], table
     with engine.connect() as conn:
-        period = partitions.period_s(conn, _SPANS.name)
+        period = partitions.period_s(conn, table.name)
     if period is None:
-        return [], _SPANS
-    dropped = partitions.drop_before(engine, _SPANS.name, cut)
-    return dropped, _SPANS.to_metadata(MetaData(), name=f"{_SPANS.name}_default")
+        return [], table
+    dropped = partitions.drop_before(engine, table.name, cut)
+    return dropped, table.to_metadata(MetaData(), name=f"{table.name}_default")
 
 
-def _delete_spans(table: Table, cut: datetime, size: int) -> tuple[Any, int]:
-    key = tuple_(table.c.trace_id, table.c.span_id)
-    old = select(table.c.trace_id, table.c.span_id).where(table.c.start_time < cut).limit(size)
-    return delete(table).where(key.in_(old)), size
+def _delete_before(
+    moment: Column[Any], key: tuple[Column[Any], ...], cut: datetime, size: int
+) -> tuple[Any, int]:
+    """Delete one batch of `moment`'s table's rows older than `cut`, chosen by `key`."""
+    old = select(*key).where(moment < cut).limit(size)
+    chosen = key[0].in_(old) if len(key) == 1 else tuple_(*key).in_(old)
+    return delete(moment.table).where(chosen), size
 
 
 def _scrub_spans(cut: datetime, size: int, chosen: Storage) -> tuple[Any, int]:

@@ -64,8 +64,11 @@ class CollectorSettings(BaseModel):
     collector_ack_timeout_s: float = Field(5.0, gt=0)
     collector_retry_after_s: int = Field(5, ge=1)
     # Retention: captured content goes sooner than raw spans; generations' numbers stay.
+    # Engine samples feed the crossover and load stamp (minutes to hours back) and the
+    # dashboards' engine panels (a dashboard's range).
     retention_content_days: float = Field(7.0, gt=0)
     retention_spans_days: float = Field(14.0, gt=0)
+    retention_samples_days: float = Field(14.0, gt=0)
     retention_batch_rows: int = Field(5_000, ge=1)
     # Engine /metrics scraping.
     scrape_timeout_s: float = Field(5.0, gt=0)

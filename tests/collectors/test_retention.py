@@ -10,10 +10,12 @@ from sqlalchemy.orm import Session
 
 from collectors.retention import purge
 from collectors.store import SpanStore
-from gate.db.models import Generation, RequestRecord, SpanRecord
+from gate.db import migrate
+from gate.db.engine import make_engine
+from gate.db.models import EngineSample, Generation, RequestRecord, SpanRecord
 from gate.settings import load_settings
 from gate.telemetry import attributes as a
-from tests.collectors.factory import START, Ids, gateway_spans
+from tests.collectors.factory import START, Ids, gateway_spans, make_rollout
 
 
 def check_purge(engine: Engine, ids: Ids) -> None:
@@ -56,3 +58,32 @@ def test_purge_on_postgres(pg_engine, pg_ids):
 
 def test_purge_on_sqlite(sqlite_engine, sqlite_ids):
     check_purge(sqlite_engine, sqlite_ids)
+
+
+def check_samples_age_out(engine: Engine) -> None:
+    with Session(engine) as session, session.begin():
+        route = make_rollout(session).baseline_route
+        session.add_all(
+            EngineSample(route_id=route, metric="requests_running", value=1.0,
+                         scraped_at=START + timedelta(days=day))
+            for day in range(5)
+        )  # fmt: skip
+    settings = load_settings(retention_samples_days=2, retention_batch_rows=2)
+    assert purge(engine, settings, now=START + timedelta(days=4)).samples_deleted == 2
+    with Session(engine) as session:
+        kept = session.scalars(select(EngineSample.scraped_at)).all()
+    assert sorted(kept) == [START + timedelta(days=day) for day in (2, 3, 4)]
+
+
+@pytest.mark.postgres
+def test_samples_age_out_on_postgres(empty_pg_url):
+    migrate.upgrade(empty_pg_url)  # a database of its own: the count is of every sample
+    engine = make_engine(empty_pg_url)
+    try:
+        check_samples_age_out(engine)
+    finally:
+        engine.dispose()
+
+
+def test_samples_age_out_on_sqlite(sqlite_engine):
+    check_samples_age_out(sqlite_engine)

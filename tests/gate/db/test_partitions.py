@@ -253,8 +253,10 @@ def test_the_crossover_s_sample_query_reads_only_recent_partitions(engine: Engin
         plan = "\n".join(row[0] for row in cursor.fetchall())
         every = [name for name, _, _ in partitions.partitions(conn, "engine_samples")]
     read = [name for name in every if name in plan]
-    # The hour holding `since`, this one, and the ones ahead (and the default), no older.
-    assert len(read) == 2 + partitions.AHEAD
+    # The hour holding `since`, this one (the same past half past), and the ones ahead (and
+    # the default), no older.
+    hours = {partitions.floor(since, HOUR), partitions.floor(NOW, HOUR)}
+    assert len(read) == len(hours) + partitions.AHEAD
     assert partitions.partition_name("engine_samples", partitions.floor(since, HOUR)) in read
 
 
@@ -277,3 +279,27 @@ def test_the_command_converts_with_progress_then_drops_the_old_table(
     assert len(contents(engine)) == 30
     assert "dropped spans_unpartitioned" in specgate("spans", "--drop-old")
     assert "already partitioned" in specgate("spans")
+
+
+def test_retention_drops_old_engine_sample_partitions(engine: Engine) -> None:
+    with Session(engine) as session, session.begin():
+        ids = make_rollout(session)
+        samples(session, ids.baseline_route, 6, NOW - timedelta(days=2))  # one hour's worth
+        samples(session, ids.baseline_route, 6, NOW - timedelta(hours=1))
+    online_partition.convert(engine, "engine_samples", period=HOUR, echo=lambda _line: None)
+    with Session(engine) as session, session.begin():  # older than every partition
+        samples(session, ids.baseline_route, 1, NOW - timedelta(days=3))
+
+    result = purge(engine, CollectorSettings(retention_samples_days=1), now=NOW)
+
+    old = partitions.partition_name(
+        "engine_samples", partitions.floor(NOW - timedelta(days=2), HOUR)
+    )
+    assert old in result.partitions_dropped and result.samples_deleted == 1
+    with engine.connect() as conn:
+        left = conn.execute(text("SELECT min(scraped_at), count(*) FROM engine_samples")).one()
+        assert all(
+            end > NOW - timedelta(days=1)
+            for _, _, end in partitions.partitions(conn, "engine_samples")
+        )
+    assert left[1] == 6 and left[0] >= NOW - timedelta(hours=1)
