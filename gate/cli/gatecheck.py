@@ -109,6 +109,8 @@ def _say(head: str, verdict: Verdict | None, as_json: bool, decision: Decision) 
                 n_pairs=verdict.n_pairs,
                 estimates=verdict.estimates,
             )
+            if verdict.arms is not None:  # several candidates: the winner and each arm
+                body.update(winner=verdict.arms.get("winner"), arms=verdict.arms)
         typer.echo(json.dumps(body, default=str))
         return
     console = Console()

@@ -16,7 +16,7 @@ from gate.cli.common import read_input
 from gate.cli.gatecheck import check
 from gate.db.enums import RolloutMode
 from gate.errors import ConfigError
-from gate.stats.arms_replay import ArmsReplayResult, has_arms, replay_arms
+from gate.stats.arms_replay import has_arms, replay_arms, to_json
 from gate.stats.policy import Policy, load_policy, load_tolerance
 from gate.stats.replay import ReplayResult, read_pairs, replay
 from gate.stats.rule import Code
@@ -145,7 +145,7 @@ def _replay_arms(
         load_match=load_tolerance(policy, promoted=promoted),
     )  # fmt: skip
     if as_json:
-        typer.echo(json.dumps(arms_json(result), indent=2))
+        typer.echo(json.dumps(to_json(result), indent=2))
         return
     table = Table("arm", "state", "decision", "pairs", "ratio", "interval", "reasons")
     for arm in result.arms:
@@ -162,41 +162,6 @@ def _replay_arms(
         f"{result.decision.value} at pair {result.pairs:,} ({where}, look {result.looks});"
         f" winner {result.winner or '-'}, leader {result.leader or '-'}"
     )
-
-
-def arms_json(result: ArmsReplayResult) -> dict[str, Any]:
-    """Return a multi-arm replay as JSON: the choice, then each arm with its own verdict."""
-    return {
-        "decision": result.decision.value,
-        "pairs": result.pairs,
-        "decisive": result.decisive,
-        "looks": result.looks,
-        "total_pairs": result.total_pairs,
-        "winner": result.winner,
-        "leader": result.leader,
-        "arms": [
-            {
-                "arm": arm.name,
-                "state": arm.state.name.lower(),
-                "decision": arm.decision.value,
-                "pairs": arm.pairs,
-                "ratio": arm.ratio,
-                "interval": [_finite(arm.lower), _finite(arm.upper)],
-                "reason_codes": list(arm.verdict.reason_codes) if arm.verdict else [],
-                "summary": arm.verdict.summary if arm.verdict else None,
-                # Tokens per verify step (comparable across draft lengths), and the pairs
-                # with the repetition-loop signature among those where it can be read.
-                "acceptance_length": arm.acceptance.length,
-                "loop_pairs": arm.acceptance.looping,
-                "loop_compared": arm.acceptance.compared,
-            }
-            for arm in result.arms
-        ],
-    }
-
-
-def _finite(value: float) -> float | None:
-    return value if np.isfinite(value) else None
 
 
 def _replay_json(result: ReplayResult) -> dict[str, Any]:

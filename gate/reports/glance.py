@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from pydantic import BaseModel
 from sqlalchemy.orm import Session
@@ -41,6 +42,9 @@ class Glance(BaseModel):
     # With `promotion.route_by_load`: the crossover per segment the gateway routes by once
     # the rollout is promoted (`gate.reports.crossover`); None without it.
     crossover: CrossoverView | None = None
+    # A rollout with several candidates: the verdict's choice (winner, leader) and each
+    # arm's state, decision, pairs, ratio and interval (`verdicts.arms`); None: one candidate.
+    arms: dict[str, Any] | None = None
 
 
 def of_rollout(
@@ -82,6 +86,7 @@ def of_rollout(
         crossover=crossover_view(session, rollout=rollout, policy=policy, now=until)
         if policy.promotion.route_by_load
         else None,
+        arms=verdict.arms if verdict else None,
     )
 
 

@@ -8,13 +8,14 @@ read the routing state learn the new set of arms.
 
 from __future__ import annotations
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
 
 from gate import audit
 from gate.db.base import utcnow
-from gate.db.enums import ArmState, RolloutState, RouteRole
-from gate.db.models import Rollout, RolloutArm, Route
+from gate.db.enums import ArmState, Decision, RolloutState, RouteRole
+from gate.db.models import Rollout, RolloutArm, Route, Verdict
 from gate.errors import BadRequest, Conflict, NotFound, StaleVersion
 from gate.rollouts import repository
 from gate.rollouts.schemas import MAX_ARMS, ArmIn
@@ -77,16 +78,38 @@ def kill_arm(session: Session, *, rollout_id: int, name: str, actor: str, reason
     return rollout
 
 
-def check_promotable(rollout: Rollout) -> None:
-    """Make the one active arm the rollout's candidate before a final promotion, or refuse
-    while several are active (a promoted rollout serves one candidate)."""
+def check_promotable(session: Session, rollout: Rollout, *, actor: str) -> None:
+    """Make the winning arm the rollout's candidate before a final promotion: the one
+    active arm, or the winner of the newest verdict on this stage, the other active arms
+    retired (killed, audited); refuse while several are active and none has won."""
     if not rollout.arms:
         return
     active = [a for a in rollout.arms if a.state is ArmState.ACTIVE]
+    winner = _winner(session, rollout) if len(active) > 1 else None
+    for arm in active if winner in {a.name for a in active} else []:
+        if arm.name != winner:
+            reason = f"retired at the final promotion: arm {winner!r} won the best-arm choice"
+            kill_arm(session, rollout_id=rollout.id, name=arm.name, actor=actor, reason=reason)
+    active = [a for a in rollout.arms if a.state is ArmState.ACTIVE]
     if len(active) != 1:
         names = ", ".join(a.name for a in active)
-        raise Conflict(f"{len(active)} arms are active ({names}): kill all but the winner first")
+        raise Conflict(f"{len(active)} arms are active ({names}) and no verdict on this stage "
+                       "names a winner: kill all but the winner first")  # fmt: skip
     rollout.candidate_route_id = active[0].route_id
+
+
+def _winner(session: Session, rollout: Rollout) -> str | None:
+    """Return the arm the newest verdict on the rollout's stage promotes (None: none)."""
+    newest = session.scalars(
+        select(Verdict)
+        .where(Verdict.rollout_id == rollout.id, Verdict.stage == rollout.stage)
+        .order_by(Verdict.created_at.desc(), Verdict.id.desc())
+        .limit(1)
+    ).first()
+    if newest is None or newest.decision is not Decision.PROMOTE or not newest.arms:
+        return None
+    winner = newest.arms.get("winner")
+    return winner if isinstance(winner, str) else None
 
 
 def _locked(session: Session, rollout_id: int) -> Rollout:

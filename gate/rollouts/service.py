@@ -131,7 +131,7 @@ def transition(
     if action is Action.PROMOTE and rollout.stage + 1 < len(stages(rollout)):
         return _advance_stage(session, rollout, actor=actor, reason=reason)
     if action is Action.PROMOTE:
-        arms.check_promotable(rollout)
+        arms.check_promotable(session, rollout, actor=actor)
     _apply(rollout, target)
     audit.record(
         session,

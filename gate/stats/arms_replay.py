@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 
@@ -192,3 +193,38 @@ def _number(value: object) -> float:
     return (
         float(value) if isinstance(value, int | float) and not isinstance(value, bool) else np.nan
     )
+
+
+def to_json(result: ArmsReplayResult) -> dict[str, Any]:
+    """Return a multi-arm replay as JSON: the choice, then each arm with its own verdict."""
+    return {
+        "decision": result.decision.value,
+        "pairs": result.pairs,
+        "decisive": result.decisive,
+        "looks": result.looks,
+        "total_pairs": result.total_pairs,
+        "winner": result.winner,
+        "leader": result.leader,
+        "arms": [
+            {
+                "arm": arm.name,
+                "state": arm.state.name.lower(),
+                "decision": arm.decision.value,
+                "pairs": arm.pairs,
+                "ratio": arm.ratio,
+                "interval": [_finite(arm.lower), _finite(arm.upper)],
+                "reason_codes": list(arm.verdict.reason_codes) if arm.verdict else [],
+                "summary": arm.verdict.summary if arm.verdict else None,
+                # Tokens per verify step (comparable across draft lengths), and the pairs
+                # with the repetition-loop signature among those where it can be read.
+                "acceptance_length": arm.acceptance.length,
+                "loop_pairs": arm.acceptance.looping,
+                "loop_compared": arm.acceptance.compared,
+            }
+            for arm in result.arms
+        ],
+    }
+
+
+def _finite(value: float) -> float | None:
+    return value if np.isfinite(value) else None

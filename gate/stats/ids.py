@@ -76,6 +76,8 @@ class ReasonKind(StrEnum):
     MIN_DURATION = "continue:min_duration"
     GAIN_UNPROVEN = "continue:gain_unproven"
     UNPROVEN = "continue:unproven"
+    # Several arms: no best-or-tied arm's own gate promotes yet (`gate.stats.arms`).
+    ARM_CHOICE_OPEN = "continue:arm_choice_open"
 
 
 @dataclass(frozen=True)

@@ -99,6 +99,15 @@ class VerdictResult:
         return [_json_ready(asdict(band)) for band in self.bands]
 
 
+NO_PAIRS = VerdictResult(
+    decision=Decision.CONTINUE,
+    reason_codes=("no_pairs",),
+    summary="continue: no evaluated pairs in this stage yet",
+    cells=(),
+    n_pairs=0,
+)
+
+
 def decide(policy: Policy, stats: GateStats) -> VerdictResult:
     """Decide one look: continue, promote, kill or hold, with reasons and estimates."""
     ev = apply_rule(policy, stats)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -31,25 +32,35 @@ from gate.routing.pubsub import Publisher
 from gate.stats import incremental
 from gate.stats.policy import Policy, at_stage, load_policy, load_tolerance, next_stage_share
 from gate.stats.replay import replay
-from gate.stats.verdict import VerdictResult, decide
+from gate.stats.verdict import NO_PAIRS, VerdictResult, decide
 from gate.verdicts import aggregates, availability, folds
+from gate.verdicts import arms as armgate
 
 log = logging.getLogger(__name__)
-NO_PAIRS = VerdictResult(
-    decision=Decision.CONTINUE,
-    reason_codes=("no_pairs",),
-    summary="continue: no evaluated pairs in this stage yet",
-    cells=(),
-    n_pairs=0,
-)
 # What the gate does to a running rollout on its own, per decision.
 AUTOMATIC = {Decision.KILL: Action.KILL, Decision.HOLD: Action.HOLD}
 
 
 def compute(session: Session, *, rollout: Rollout, policy: Policy) -> VerdictResult:
     """Return the verdict on the rollout's current stage, its candidate's down time included."""
-    result = _pairs_verdict(session, rollout=rollout, policy=policy)
-    return availability.judge(result, policy, availability.outage(session, rollout_id=rollout.id))
+    return _with_arms(session, rollout=rollout, policy=policy)[0]
+
+
+def _with_arms(
+    session: Session, *, rollout: Rollout, policy: Policy
+) -> tuple[VerdictResult, dict[str, Any] | None]:
+    """Return the verdict, and with arms the choice as JSON (None: one candidate).
+
+    The outage is a global guardrail: it counts the rollout's candidate calls of every arm
+    since any last answered, so it kills only when no arm answers; one arm that is down
+    fails its own pairs' failure guardrail and is killed on its own.
+    """
+    if rollout.arms:
+        result, choice = armgate.judge(session, rollout=rollout, policy=policy)
+    else:
+        result, choice = _pairs_verdict(session, rollout=rollout, policy=policy), None
+    down = availability.outage(session, rollout_id=rollout.id)
+    return availability.judge(result, policy, down), choice
 
 
 def _pairs_verdict(session: Session, *, rollout: Rollout, policy: Policy) -> VerdictResult:
@@ -83,7 +94,7 @@ def run_gate(session: Session, *, rollout_id: int, publisher: Publisher | None) 
     """Judge a running rollout, store the verdict, and kill or hold it when the policy says."""
     rollout = rollouts.get_rollout(session, rollout_id=rollout_id)
     policy = load_policy(rollout.policy)
-    result = compute(session, rollout=rollout, policy=policy)
+    result, choice = _with_arms(session, rollout=rollout, policy=policy)
     verdict = Verdict(
         rollout_id=rollout.id,
         stage=rollout.stage,
@@ -95,9 +106,12 @@ def run_gate(session: Session, *, rollout_id: int, publisher: Publisher | None) 
         bands=result.band_rows(),
         unmatched=result.unmatched,
         episodes=result.n_episodes,
+        arms=choice,
     )
     session.add(verdict)
     session.flush()
+    if choice is not None and _acts(rollout, policy, Action.KILL):
+        armgate.act(session, rollout=rollout, got=choice, publisher=publisher)
     action = AUTOMATIC.get(result.decision)
     if action is not None and _acts(rollout, policy, action):
         routing.change_state(

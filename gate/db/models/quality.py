@@ -64,6 +64,8 @@ class Verdict(Base):
     unmatched: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # Episodes among the tested pairs (NULL: no episode held two pairs; issue 39).
     episodes: Mapped[int | None] = mapped_column(Integer)
+    # A rollout with arms: the choice and each arm's outcome (NULL: one candidate; issue 40).
+    arms: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
 
 
 class GateFold(Base):

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from gate.verdicts.service import run_gate
+from tests import factories
+
 pytestmark = pytest.mark.postgres
 
 
@@ -179,3 +182,31 @@ def test_a_rollout_with_arms_stays_in_shadow_mode(api):
         f"/v1/rollouts/{made['id']}", json=patch, headers=api.headers("admin")
     )
     assert refused.status_code == 400 and "shadow mode" in refused.text
+
+
+def test_the_gate_judges_each_arm_and_the_glance_and_promotion_follow_it(api, pg_committing):
+    policy = {"segments": ["chat"], "warmup_pairs": 50, "min_pairs": 300, "stages": [100]}
+    made = armed(api, arms=("k2", "k4", "k8"), policy={**policy, "min_duration_s": 0}).json()
+    rid = made["id"]
+    post(api, f"/v1/rollouts/{rid}/start", {"reason": "go"})
+    with pg_committing() as db, db.begin():
+        factories.seed_pairs(db, rid, 600, tpot_ratio=0.95, arm="k2", seed=1)
+        factories.seed_pairs(db, rid, 600, tpot_ratio=0.7, arm="k4", seed=2)
+        factories.seed_pairs(db, rid, 600, candidate_pass=0.6, arm="k8", seed=3)
+    with pg_committing() as db, db.begin():
+        verdict = run_gate(db, rollout_id=rid, publisher=None)
+    assert verdict.decision.value == "promote", verdict.summary
+    look = api.client.get(f"/v1/rollouts/{rid}/glance", headers=api.headers("read")).json()
+    arms = look["arms"]
+    assert (arms["winner"], arms["leader"]) == ("k4", "k4")
+    assert {a["arm"]: a["state"] for a in arms["arms"]} == {
+        "k2": "running", "k4": "promoted", "k8": "killed"
+    }  # fmt: skip
+    k4 = next(a for a in arms["arms"] if a["arm"] == "k4")
+    assert k4["interval"][0] <= k4["ratio"] <= k4["interval"][1] < 1
+    promoted = post(api, f"/v1/rollouts/{rid}/promote", {"reason": "ship the winner"})
+    assert promoted.status_code == 200, promoted.text
+    assert promoted.json()["candidate_route_id"] == made["arms"][1]["route_id"]
+    kills = [(r, n) for a, r, n in audit(api, rid) if a == "arm.kill"]
+    assert [n for _, n in kills] == ["k8", "k2"]
+    assert "won the best-arm choice" in kills[1][0]

@@ -15,6 +15,7 @@ from gate.db.engine import make_engine, session_factory
 from gate.rollouts import service
 from gate.rollouts.states import Action
 from tests import factories
+from tests.gate.verdicts.test_arms import armed
 from tests.gate.verdicts.test_service import POLICY
 
 
@@ -113,3 +114,19 @@ def test_export_then_replay_reaches_the_same_decision(store, tmp_path):
     assert replayed.returncode == 0, replayed.stderr
     answer = json.loads(replayed.stdout)
     assert answer["decision"] == "kill" and answer["pairs"] <= 600
+
+
+def test_check_json_names_the_winning_arm(store):
+    url, sessions = store
+    with sessions() as db, db.begin():
+        rollout = armed(db, ["slow", "fast"])
+        factories.seed_pairs(db, rollout.id, 600, tpot_ratio=0.95, arm="slow", seed=1)
+        factories.seed_pairs(db, rollout.id, 600, tpot_ratio=0.7, arm="fast", seed=2)
+        rid = rollout.id
+    result = specgate("gate", "check", "--rollout", str(rid), "--json", url=url)
+    body = json.loads(result.stdout)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert body["winner"] == "fast" and body["arms"]["leader"] == "fast"
+    assert {a["arm"]: a["state"] for a in body["arms"]["arms"]} == {
+        "slow": "running", "fast": "promoted"
+    }  # fmt: skip
