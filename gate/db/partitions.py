@@ -99,7 +99,10 @@ def create_partition(
     end = start + timedelta(seconds=period)
     bounds = {"a": start, "b": end}
     conn.execute(text(f"CREATE TABLE {name} (LIKE {table} INCLUDING DEFAULTS)"))
-    # The default must not hold rows of the new range when it is attached: move them.
+    # The default must not hold rows of the new range when it is attached: move them. Lock
+    # it first (ATTACH takes this lock anyway), or a write in flight for the range lands in
+    # it after the move and the attach fails, every turn while ingest goes on.
+    conn.execute(text(f"LOCK TABLE {table}_default IN ACCESS EXCLUSIVE MODE"))
     conn.execute(
         text(
             f"WITH moved AS (DELETE FROM {table}_default WHERE {column} >= :a AND "

@@ -277,3 +277,45 @@ def test_the_command_converts_with_progress_then_drops_the_old_table(
     assert len(contents(engine)) == 30
     assert "dropped spans_unpartitioned" in specgate("spans", "--drop-old")
     assert "already partitioned" in specgate("spans")
+
+
+def test_a_partition_is_created_while_a_write_for_its_range_is_in_flight(
+    engine: Engine,
+) -> None:
+    import threading
+
+    convert(engine)
+    far = partitions.floor(NOW + timedelta(hours=partitions.AHEAD + 5), HOUR)
+    writer = engine.connect()
+    tx = writer.begin()
+    # A writer's transaction holds a row for the missing partition's range, in the default.
+    storage.of(engine).insert_spans(writer, spans(1, far, prefix="w"), NOW)
+    failed: list[BaseException] = []
+
+    def create() -> None:
+        try:
+            with engine.begin() as conn:
+                partitions.create_partition(conn, "spans", "start_time", far, HOUR)
+        except BaseException as error:  # noqa: BLE001 - reported by the assertion below
+            failed.append(error)
+
+    job = threading.Thread(target=create)
+    job.start()
+    with engine.connect() as watch:
+        for _ in range(600):  # until the job waits on the writer's lock (a deadline, no clock)
+            waiting = watch.execute(
+                text("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+            ).scalar_one()
+            if waiting:
+                break
+            threading.Event().wait(0.05)
+    tx.commit()
+    writer.close()
+    job.join(timeout=30)
+    assert not failed, failed
+    with engine.connect() as conn:
+        assert partitions.default_rows(conn, "spans") == 0
+        held = conn.execute(
+            text(f"SELECT count(*) FROM {partitions.partition_name('spans', far)}")
+        ).scalar_one()
+    assert held == 1
