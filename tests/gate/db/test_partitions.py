@@ -296,7 +296,7 @@ def test_a_partition_is_created_while_a_write_for_its_range_is_in_flight(
         try:
             with engine.begin() as conn:
                 partitions.create_partition(conn, "spans", "start_time", far, HOUR)
-        except BaseException as error:  # noqa: BLE001 - reported by the assertion below
+        except BaseException as error:  # reported by the assertion below
             failed.append(error)
 
     job = threading.Thread(target=create)
