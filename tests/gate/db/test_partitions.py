@@ -319,3 +319,29 @@ def test_a_partition_is_created_while_a_write_for_its_range_is_in_flight(
             text(f"SELECT count(*) FROM {partitions.partition_name('spans', far)}")
         ).scalar_one()
     assert held == 1
+
+
+def test_retention_scrubs_content_while_a_long_read_holds_the_drop_back(engine: Engine) -> None:
+    settings = CollectorSettings(retention_spans_days=1, retention_content_days=0.5)
+    write(
+        engine, spans(5, NOW - timedelta(days=2)) + spans(5, NOW - timedelta(hours=18), prefix="m")
+    )
+    convert(engine)
+    reader = engine.connect()
+    reader.begin()
+    reader.execute(text("SELECT count(*) FROM spans")).scalar_one()  # a report's long read
+    try:
+        held = purge(engine, settings, now=NOW)
+    finally:
+        reader.close()
+    assert held.partitions_dropped == ()
+    with engine.connect() as conn:
+        kept = conn.execute(
+            text("SELECT count(*) FROM spans WHERE attributes ? 'specgate.prompt'")
+        ).scalar()
+    assert kept == 0  # the 7-day rule's scrub ran although no partition could go
+    assert purge(engine, settings, now=NOW).partitions_dropped  # the next turn
+    with engine.connect() as conn:
+        assert all(
+            end > NOW - timedelta(days=1) for _, _, end in partitions.partitions(conn, "spans")
+        )
