@@ -3,7 +3,9 @@
 A pair record names its arm with the optional string field `arm` (the candidate
 configuration whose call the pair compared with the baseline; `gate.stats.replay`
 documents the rest of the schema). A file where no record names one is the single-arm
-case (`replay.replay`); in a file where some do, every record must.
+case (`replay.replay`); in a file where some do, every record must, but a control pair
+(the baseline against itself, which the gateway mirrors to no arm and the export writes
+with a null arm) is in every arm's stream, as `gate.verdicts.arms` judges it.
 """
 
 from __future__ import annotations
@@ -96,7 +98,7 @@ def replay_arms(
     judged = arm_policy(policy)
     arms: list[_Arm] = []
     streams: list[ArmStream] = []
-    for name, positions in _split(records).items():
+    for name, (positions, candidates) in _split(records).items():
         rows = [records[i] for i in positions]
         counts = np.searchsorted(np.asarray(positions), looks, side="right")
         own = np.unique(counts[counts > 0])
@@ -104,7 +106,8 @@ def replay_arms(
                          next_share=next_share, load_match=load_match)  # fmt: skip
         index = np.where(counts > 0, np.searchsorted(own, counts), -1)
         arms.append(_Arm(name, rows, stats, own, index))
-        streams.append(_stream(judged, stats, counts, index))
+        started = np.searchsorted(np.asarray(candidates), looks, side="right")
+        streams.append(_stream(judged, stats, started, index))
     got = choose(policy, streams)
     decisive = np.flatnonzero(got.code != Code.CONTINUE)
     at = int(decisive[0]) if decisive.size else looks.size - 1
@@ -120,15 +123,20 @@ def replay_arms(
     )
 
 
-def _split(records: list[Record]) -> dict[str, list[int]]:
-    """Return each arm's record positions, arms in order of their first pair."""
-    out: dict[str, list[int]] = {}
+def _split(records: list[Record]) -> dict[str, tuple[list[int], list[int]]]:
+    """Return each arm's record positions (the control pairs in every arm's) and those of
+    its own candidate pairs, arms in order of their first pair."""
+    own: dict[str, list[int]] = {}
+    controls: list[int] = []
     for n, record in enumerate(records):
         arm = arm_of(record)
-        if arm is None:
+        if arm is not None:
+            own.setdefault(arm, []).append(n)
+        elif record.get("is_control"):
+            controls.append(n)
+        else:
             raise InputMalformed(f"pair {n + 1}: names no arm, while other pairs do")
-        out.setdefault(arm, []).append(n)
-    return out
+    return {arm: (sorted(mine + controls), mine) for arm, mine in own.items()}
 
 
 def _stream(policy: Policy, stats: GateStats, counts: IntArray, index: IntArray) -> ArmStream:

@@ -303,3 +303,71 @@ def test_retention_drops_old_engine_sample_partitions(engine: Engine) -> None:
             for _, _, end in partitions.partitions(conn, "engine_samples")
         )
     assert left[1] == 6 and left[0] >= NOW - timedelta(hours=1)
+
+
+def test_a_partition_is_created_while_a_write_for_its_range_is_in_flight(
+    engine: Engine,
+) -> None:
+    import threading
+
+    convert(engine)
+    far = partitions.floor(NOW + timedelta(hours=partitions.AHEAD + 5), HOUR)
+    writer = engine.connect()
+    tx = writer.begin()
+    # A writer's transaction holds a row for the missing partition's range, in the default.
+    storage.of(engine).insert_spans(writer, spans(1, far, prefix="w"), NOW)
+    failed: list[BaseException] = []
+
+    def create() -> None:
+        try:
+            with engine.begin() as conn:
+                partitions.create_partition(conn, "spans", "start_time", far, HOUR)
+        except BaseException as error:  # reported by the assertion below
+            failed.append(error)
+
+    job = threading.Thread(target=create)
+    job.start()
+    with engine.connect() as watch:
+        for _ in range(600):  # until the job waits on the writer's lock (a deadline, no clock)
+            waiting = watch.execute(
+                text("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+            ).scalar_one()
+            if waiting:
+                break
+            threading.Event().wait(0.05)
+    tx.commit()
+    writer.close()
+    job.join(timeout=30)
+    assert not failed, failed
+    with engine.connect() as conn:
+        assert partitions.default_rows(conn, "spans") == 0
+        held = conn.execute(
+            text(f"SELECT count(*) FROM {partitions.partition_name('spans', far)}")
+        ).scalar_one()
+    assert held == 1
+
+
+def test_retention_scrubs_content_while_a_long_read_holds_the_drop_back(engine: Engine) -> None:
+    settings = CollectorSettings(retention_spans_days=1, retention_content_days=0.5)
+    write(
+        engine, spans(5, NOW - timedelta(days=2)) + spans(5, NOW - timedelta(hours=18), prefix="m")
+    )
+    convert(engine)
+    reader = engine.connect()
+    reader.begin()
+    reader.execute(text("SELECT count(*) FROM spans")).scalar_one()  # a report's long read
+    try:
+        held = purge(engine, settings, now=NOW)
+    finally:
+        reader.close()
+    assert held.partitions_dropped == ()
+    with engine.connect() as conn:
+        kept = conn.execute(
+            text("SELECT count(*) FROM spans WHERE attributes ? 'specgate.prompt'")
+        ).scalar()
+    assert kept == 0  # the 7-day rule's scrub ran although no partition could go
+    assert purge(engine, settings, now=NOW).partitions_dropped  # the next turn
+    with engine.connect() as conn:
+        assert all(
+            end > NOW - timedelta(days=1) for _, _, end in partitions.partitions(conn, "spans")
+        )

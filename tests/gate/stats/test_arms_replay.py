@@ -101,3 +101,17 @@ def test_several_arms_in_canary_mode_are_refused(three_arms, tmp_path):
     path = write(tmp_path / "arms.jsonl", three_arms[:30])
     result = runner.invoke(app, ["replay", "--pairs", str(path), "--mode", "canary"])
     assert result.exit_code != 0
+
+
+def test_control_pairs_that_name_no_arm_join_every_arm(three_arms):
+    # The gateway mirrors a control pair to no arm, and the export writes its arm as null.
+    controls = [
+        {**r, "arm": None, "is_control": True, "pair_id": f"control-{r['pair_id']}"}
+        for r in three_arms[::10]
+    ]
+    with_controls = sorted(three_arms + controls, key=lambda r: r["created_at"])
+    result = replay_arms(with_controls, POLICY, every=150)
+    assert result.total_pairs == len(three_arms) + len(controls)
+    assert result.winner == "ngram-k4"
+    by_name = {a.name: a for a in result.arms}
+    assert by_name["ngram-k8"].state is ArmState.KILLED
