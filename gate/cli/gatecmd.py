@@ -18,7 +18,7 @@ from gate.db.enums import RolloutMode
 from gate.errors import ConfigError
 from gate.stats.arms_replay import has_arms, replay_arms, to_json
 from gate.stats.policy import Policy, load_policy, load_tolerance
-from gate.stats.replay import ReplayResult, read_pairs, replay
+from gate.stats.replay import ReplayResult, look_fields, read_pairs, replay
 from gate.stats.rule import Code
 from gate.stats.sequences import FloatArray
 from gate.stats.simulate import Outcomes, Scenario, run_scenario
@@ -166,11 +166,7 @@ def _replay_arms(
 
 def _replay_json(result: ReplayResult) -> dict[str, Any]:
     return {
-        "decision": result.decision.value,
-        "pairs": result.pairs,
-        "decisive": result.decisive,
-        "looks": result.looks,
-        "total_pairs": result.total_pairs,
+        **look_fields(result),
         "reason_codes": list(result.verdict.reason_codes),
         "summary": result.verdict.summary,
         "estimates": result.verdict.estimates(),

@@ -23,7 +23,7 @@ from gate.stats.arms import ArmLooks, ArmState, ArmStream, arm_policy, choose
 from gate.stats.cumulative import at_look, looks_every, to_stats
 from gate.stats.ids import ALL
 from gate.stats.policy import Policy, at_stage, next_stage_share
-from gate.stats.replay import Record, columns, fold_order
+from gate.stats.replay import Record, columns, fold_order, look_fields
 from gate.stats.rule import Code, GateStats, apply_rule
 from gate.stats.sequences import IntArray, MeanStats
 from gate.stats.verdict import DECISIONS, VerdictResult, decide
@@ -206,11 +206,7 @@ def _number(value: object) -> float:
 def to_json(result: ArmsReplayResult) -> dict[str, Any]:
     """Return a multi-arm replay as JSON: the choice, then each arm with its own verdict."""
     return {
-        "decision": result.decision.value,
-        "pairs": result.pairs,
-        "decisive": result.decisive,
-        "looks": result.looks,
-        "total_pairs": result.total_pairs,
+        **look_fields(result),
         "winner": result.winner,
         "leader": result.leader,
         "arms": [

@@ -79,7 +79,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import orjson
@@ -109,6 +109,32 @@ class ReplayResult:
     looks: int
     total_pairs: int
     verdict: VerdictResult
+
+
+class Stopped(Protocol):
+    """Where a replay stopped: what a single-arm and a multi-arm replay both report."""
+
+    @property
+    def decision(self) -> Decision: ...
+    @property
+    def pairs(self) -> int: ...
+    @property
+    def decisive(self) -> bool: ...
+    @property
+    def looks(self) -> int: ...
+    @property
+    def total_pairs(self) -> int: ...
+
+
+def look_fields(result: Stopped) -> dict[str, Any]:
+    """Return where a replay stopped: its decision, pairs, whether decisive, looks, total."""
+    return {
+        "decision": result.decision.value,
+        "pairs": result.pairs,
+        "decisive": result.decisive,
+        "looks": result.looks,
+        "total_pairs": result.total_pairs,
+    }
 
 
 def read_pairs(path: Path) -> list[Record]:
