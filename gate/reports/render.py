@@ -195,6 +195,9 @@ def _html_glance(week: RolloutWeek) -> str:
         )
         + "</ul>"
     )
+    if head.arms:
+        parts.append(f"<p>{escape(headline.ARMS_TITLE)}</p>")
+        parts.append(_html_list([arm.text for arm in head.arms]))
     if head.reasons:
         parts.append(_html_list(head.reasons))
     if not has_data:

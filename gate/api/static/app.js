@@ -518,10 +518,37 @@ function percent(fraction) {
       items.push(li);
     }
     $("headline-lines").replaceChildren(...items);
+    renderArms(head.arms || []);
     $("headline-reasons").replaceChildren(...head.reasons.map((r) => el("li", r)));
     $("headline-codes").textContent = head.reason_codes.join(", ") || "none";
     renderGrid(glance.grid);
     renderLoad(glance.bands || [], glance.rehearsal || null);
+  }
+
+  // A rollout with several candidates: one row per arm, the winner or leader marked.
+  const ARM_COLOURS = { killed: "#dc2626", promoted: "#16a34a", best: "#16a34a", tied: "#0891b2", running: "#6b7280", waiting: "#9ca3af" };
+
+  function renderArms(arms) {
+    $("arms").hidden = !arms.length;
+    const head = el("tr");
+    head.append(...["arm", "state", "pairs", `${arms.length ? arms[0].metric : ""} vs baseline`, "choice interval", "why killed"].map((h) => el("th", h)));
+    $("arms-table").tHead.replaceChildren(head);
+    $("arms-table").tBodies[0].replaceChildren(...arms.map((arm) => {
+      const tr = el("tr", null, `arm ${arm.state}${arm.role ? " " + arm.role : ""}`);
+      tr.dataset.arm = arm.arm;
+      // The role as a badge where the state does not already say it ("winner").
+      const badge = arm.role && arm.role !== arm.state_words;
+      const name = el("td", arm.role ? null : arm.arm);
+      if (arm.role) name.append(el("strong", arm.arm));
+      if (badge) name.append(" ", el("span", arm.role, `badge ${arm.role}`));
+      const chip = el("span", arm.state_words, "chip");
+      chip.style.background = ARM_COLOURS[arm.state] || "#6b7280";
+      const state = el("td");
+      state.append(chip);
+      tr.append(name, state, el("td", arm.pairs.toLocaleString()), el("td", arm.estimate),
+        el("td", arm.interval || "no data yet"), el("td", arm.causes.join("; ")));
+      return tr;
+    }));
   }
 
   // The live load bands beside the recorded rehearsal; shown when either exists.

@@ -11,6 +11,7 @@ nowhere else (`parse_reason`), so the words can follow the gate's codes in one p
 - `cells`: one cell in words (name, family, status, estimate, interval);
 - `reasons`: reason codes parsed and said in sentences;
 - `needs`: how many more pairs the next decision needs;
+- `arm_words`: a rollout with several candidates: the winner or leader, each arm's line;
 - `summary`: the headline: the decision's sentence, per-guardrail lines, reasons;
 - `segment_grid`: the guardrail x segment grid;
 - `rehearsal_words`: a recorded rehearsal's sentences;
@@ -18,6 +19,7 @@ nowhere else (`parse_reason`), so the words can follow the gate's codes in one p
 """
 
 from gate.reports.headline.acts import Act, act_of, promotion_next
+from gate.reports.headline.arm_words import ArmLine
 from gate.reports.headline.cells import (
     FAMILIES,
     LABELS,
@@ -57,10 +59,11 @@ from gate.reports.headline.rehearsal_words import (
 )
 from gate.reports.headline.segment_grid import Grid, GridCell, GridRow, grid
 from gate.reports.headline.summary import CAUSES, DECISION_WORDS, Headline, Line, headline
-from gate.reports.headline.text import markdown, text_lines
+from gate.reports.headline.text import ARMS_TITLE, markdown, text_lines
 
 __all__ = [
     "ANSWER_WORDS",
+    "ARMS_TITLE",
     "CALL_WORDS",
     "CAUSES",
     "DECISION_WORDS",
@@ -77,6 +80,7 @@ __all__ = [
     "STATUS_WORDS",
     "TAIL_ORDER",
     "Act",
+    "ArmLine",
     "Cell",
     "Facts",
     "Grid",

@@ -55,6 +55,8 @@ class Facts:
     unmatched: int = 0
     # Episodes among the tested pairs (None: none held two pairs, or not recorded).
     episodes: int | None = None
+    # A rollout with several candidates: the best-arm choice as stored (`verdicts.arms`).
+    arms: Mapping[str, Any] | None = None
 
     @classmethod
     def of(cls, verdict: Any) -> Facts:
@@ -71,6 +73,7 @@ class Facts:
             n_pairs=int(get("n_pairs") or 0),
             unmatched=int((get("unmatched") if _has(verdict, "unmatched") else 0) or 0),
             episodes=_episodes(verdict, get),
+            arms=(get("arms") if _has(verdict, "arms") else None) or None,
         )
 
 

@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from gate.reports.headline.acts import Act
+from gate.reports.headline.arm_words import ArmLine, arm_lines, arms_sentence
 from gate.reports.headline.cells import (
     STATUS_COLOURS,
     STATUS_WORDS,
@@ -80,6 +81,11 @@ class Headline(BaseModel):
     # The gate's latest view: its verdict's decision and sentence, whatever the lead.
     verdict_decision: str = ""
     verdict_sentence: str = ""
+    # A rollout with several candidates: one line per arm, and the choice's winner and
+    # leader (empty and None for a single candidate).
+    arms: list[ArmLine] = []
+    winner: str | None = None
+    leader: str | None = None
 
 
 def headline(
@@ -103,6 +109,9 @@ def headline(
         left = policy.min_duration_s - pace.elapsed_s  # promotion also waits for the clock
         seconds = max(seconds or 0.0, left) if left > 0 else seconds
     view = _sentence(facts, policy, lines, needs, seconds, pace)
+    arms = arm_lines(facts.arms, policy)
+    if arms:
+        view = arms_sentence(view, arms, decision=facts.decision)
     if facts.decision == "promote" and promote_next:
         view = f"{view.rstrip('.')}; {promote_next}."
     words = DECISION_WORDS.get(facts.decision, facts.decision.title())
@@ -125,6 +134,9 @@ def headline(
         unmatched=facts.unmatched,
         episodes=facts.episodes,
         pairs_seen=pace.pairs if pace else None,
+        arms=arms,
+        winner=(facts.arms or {}).get("winner"),
+        leader=(facts.arms or {}).get("leader"),
     )
 
 

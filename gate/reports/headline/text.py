@@ -7,6 +7,9 @@ import textwrap
 from gate.reports.headline.segment_grid import Grid, GridCell
 from gate.reports.headline.summary import Headline
 
+ARMS_TITLE = "Arms (primary metric against the baseline, with the best-arm choice's interval):"
+ARM_MARKS = {"killed": "✗", "promoted": "★", "best": "★", "tied": "=", "waiting": "·"}
+
 
 def text_lines(head: Headline, *, width: int = 100, prefix: str = "") -> list[str]:
     """Return the headline as plain lines no wider than `width` (terminal, logs)."""
@@ -20,6 +23,8 @@ def text_lines(head: Headline, *, width: int = 100, prefix: str = "") -> list[st
         out += _wrap(f"  {mark} {line.text}", width, indent="      ")
     if empty:
         out += _wrap("  · no data yet: " + ", ".join(empty), width, indent="      ")
+    for arm in head.arms:
+        out += _wrap(f"  {ARM_MARKS.get(arm.state, '·')} {arm.text}", width, indent="      ")
     for reason in head.reasons:
         out += _wrap(f"  - {reason}", width, indent="    ")
     return out
@@ -33,6 +38,8 @@ def markdown(head: Headline, table: Grid | None = None) -> list[str]:
     out += [f"- no data yet: {', '.join(empty)}"] if empty else []
     if head.lines:
         out.append("")
+    if head.arms:
+        out += [ARMS_TITLE, "", *[f"- {arm.text}" for arm in head.arms], ""]
     if head.reasons:
         out += ["Why:", "", *[f"- {reason}" for reason in head.reasons], ""]
     if table and table.rows and not _has_data(table):

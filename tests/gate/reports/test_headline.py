@@ -195,3 +195,43 @@ def test_the_glance_of_a_rollout_past_a_stage_reads_that_stage_not_the_last_ones
 def test_reasons_read_without_a_policy_say_the_primary_gain_once():
     sentences = words.reason_sentences(("promote:gain_proven",), None)
     assert sentences == ["The primary latency gain is proven."]
+
+
+ARMED = {
+    "decision": "continue", "n_pairs": 900, "reason_codes": ["continue:min_pairs"],
+    "estimates": [cell("tpot", estimate=0.7, lower=0.65, upper=0.75, status="better")],
+    "arms": {
+        "winner": None, "leader": "k4",
+        "arms": [
+            {"arm": "k4", "state": "running", "decision": "continue", "pairs": 400,
+             "ratio": 0.7, "interval": [0.62, 0.79], "reason_codes": ["continue:min_pairs"]},
+            {"arm": "k8", "state": "killed", "decision": "kill", "pairs": 300,
+             "ratio": 0.8, "interval": [0.7, 0.9], "reason_codes": ["kill:eval:task:all"]},
+            {"arm": "k2", "state": "waiting", "decision": "continue", "pairs": 0,
+             "ratio": None, "interval": [None, None], "reason_codes": []},
+        ],
+    },
+}  # fmt: skip
+
+
+def test_a_verdict_with_arms_names_its_leader_and_the_arms_killed_on_their_own():
+    head = words.headline(ARMED, policy=POLICY)
+    assert head.sentence.startswith("Continue: arm 'k4' leads; faster (TPOT ")
+    assert head.sentence.endswith("; killed on its own: arm 'k8' (harm proven in task).")
+    assert (head.leader, head.winner) == ("k4", None)
+    k4, k8, k2 = head.arms
+    assert (k4.role, k4.estimate, k4.interval) == ("leader", f"{M}30 %", f"{M}38 % to {M}21 %")
+    interval = f"choice interval {M}38 % to {M}21 %"
+    assert k4.text == f"arm k4 (running, leader): TPOT {M}30 % ({interval}), 400 pairs"
+    assert (k8.state_words, k8.causes) == ("killed", ["harm proven in task"])
+    assert k2.text == "arm k2 (no pairs yet): no data yet, 0 pairs"
+    assert any(line.strip().startswith("✗ arm k8 (killed)") for line in words.text_lines(head))
+    assert f"- {k4.text}" in words.markdown(head)
+
+
+def test_a_single_candidate_headline_has_no_arms():
+    single = {key: value for key, value in ARMED.items() if key != "arms"}
+    head = words.headline(single, policy=POLICY)
+    assert head.arms == [] and head.winner is None
+    assert head.sentence.startswith("Continue: faster (TPOT ")
+    assert "arm" not in " ".join(words.text_lines(head))

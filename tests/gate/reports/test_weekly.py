@@ -307,3 +307,22 @@ def test_a_weeks_headline_leads_with_that_weeks_kill_not_a_later_resume(seeded, 
         "The gate's latest view: Kill"
     ), fast
     assert report.summary()["headlines"]["slow"].startswith("Continue")
+
+
+def test_a_rollout_with_arms_lists_its_arms_and_the_winner(pg_session, tmp_path):
+    from gate.db.base import utcnow
+    from tests.gate.ui import glance_seed
+
+    rollout_id = glance_seed.armed(pg_session)
+    report = build_weekly(pg_session, str(Week.containing(utcnow())), out_dir=tmp_path)
+    week = next(w for w in report.rollouts if w.rollout_id == rollout_id)
+    head = week.glance.headline
+    assert head.winner == "k4"
+    assert head.sentence.startswith("Promote: arm 'k4' is the best arm and its own gate promotes")
+    assert "killed on its own: arm 'k8' (harm proven in task)" in head.sentence
+    listed = [line for line in report.markdown.splitlines() if line.startswith("- arm ")]
+    assert [line.split(" (")[0] for line in listed] == ["- arm k4", "- arm k8", "- arm k2"]
+    assert listed[0].startswith(f"- arm k4 (winner): TPOT {words.MINUS}")
+    assert "(killed): " in listed[1] and listed[1].endswith(": harm proven in task")
+    html = (tmp_path / "report.html").read_text()
+    assert "<p>Arms (primary metric" in html and "<li>arm k2 (running): TPOT " in html

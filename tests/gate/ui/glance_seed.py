@@ -11,6 +11,8 @@ from sqlalchemy.orm import Session
 from gate.db.base import utcnow
 from gate.db.models import EngineSample, Generation, Pair
 from gate.pairs.load import RUNNING
+from gate.rollouts import service
+from gate.rollouts.schemas import ArmIn, RolloutIn, RouteIn
 from gate.rollouts.states import Action
 from gate.routing import service as routing
 from gate.stats.simulate import draw_pairs, to_records
@@ -114,5 +116,30 @@ def banded(db: Session, *, name: str = "banded") -> int:
             )  # fmt: skip
     db.flush()
     store(db, records, rollout.id)  # stamps each pair's loads: the scrapes exist
+    run_gate(db, rollout_id=rollout.id, publisher=None)
+    return rollout.id
+
+
+# Three n-gram arms judged by the real gate: k4 faster, k8 harmful (task passes drop), k2
+# barely faster. The gate kills k8 on its own and k4 wins.
+ARMS = {"k4": {"tpot_ratio": 0.7}, "k8": {"candidate_pass": 0.6}, "k2": {"tpot_ratio": 0.95}}
+ARMS_POLICY = {"segments": ["chat"], "warmup_pairs": 50, "min_pairs": 300,
+               "min_duration_s": 0, "stages": [100]}  # fmt: skip
+
+
+def armed(db: Session, *, name: str = "ngram-arms") -> int:
+    """Seed a running rollout with three arms, run the gate once on it, return its id."""
+    routes = [(f"{name}-plain", "baseline"), *[(f"{name}-{a}", "candidate") for a in ARMS]]
+    for route, role in routes:
+        spec = RouteIn(name=route, base_url="http://127.0.0.1:9/v1", model="m", role=role)
+        service.create_route(db, spec=spec, actor="t")
+    arms = [ArmIn(name=a, route=f"{name}-{a}") for a in ARMS]
+    spec = RolloutIn(
+        name=name, alias=name, baseline_route=f"{name}-plain", arms=arms, policy=ARMS_POLICY
+    )
+    rollout = service.create_rollout(db, spec=spec, actor="t")
+    service.transition(db, rollout_id=rollout.id, action=Action.START, actor="t", reason="t")
+    for i, (arm, shape) in enumerate(ARMS.items()):
+        factories.seed_pairs(db, rollout.id, 600, arm=arm, seed=i + 1, **shape)  # type: ignore[arg-type]
     run_gate(db, rollout_id=rollout.id, publisher=None)
     return rollout.id
