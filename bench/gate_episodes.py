@@ -1,7 +1,8 @@
 """The gate with conversations and agent episodes as the unit (issue 39).
 
-Shadow stage 0 of the default policy on interleaved conversations of 5-20 requests
-(`Scenario.episode_len`), an episode random effect on the candidate's TPOT and TTFT
+Stage 0 of the default policy (shadow; `--mode canary`: each episode served by one
+cohort, `--per-request`: a cohort coin per request) on interleaved conversations of 5-20
+requests (`Scenario.episode_len`), an episode random effect on the candidate's TPOT and TTFT
 log-ratios at intra-episode correlation `--iccs`, evaluated with the episode statistics
 (`episode` column: cluster-robust variance) and, on the same draws, as if the pairs were
 independent (the gate before issue 39). Per ICC:
@@ -16,6 +17,7 @@ Each case is `--runs` seeded runs of up to `--pairs` pairs looked at every `--ev
 rates carry 95 % Clopper-Pearson intervals.
 
     nice -n 10 python bench/gate_episodes.py --runs 400 --seed 39 --json out.json
+    nice -n 10 python bench/gate_episodes.py --mode canary --cases aa,boundary --json out.json
 """
 
 from __future__ import annotations
