@@ -1,7 +1,8 @@
 """The gate with conversations and agent episodes as the unit (issue 39).
 
-Shadow stage 0 of the default policy on interleaved conversations of 5-20 requests
-(`Scenario.episode_len`), an episode random effect on the candidate's TPOT and TTFT
+Stage 0 of the default policy (shadow; `--mode canary`: each episode served by one
+cohort, `--per-request`: a cohort coin per request) on interleaved conversations of 5-20
+requests (`Scenario.episode_len`), an episode random effect on the candidate's TPOT and TTFT
 log-ratios at intra-episode correlation `--iccs`, evaluated with the episode statistics
 (`episode` column: cluster-robust variance) and, on the same draws, as if the pairs were
 independent (the gate before issue 39). Per ICC:
@@ -16,6 +17,7 @@ Each case is `--runs` seeded runs of up to `--pairs` pairs looked at every `--ev
 rates carry 95 % Clopper-Pearson intervals.
 
     nice -n 10 python bench/gate_episodes.py --runs 400 --seed 39 --json out.json
+    nice -n 10 python bench/gate_episodes.py --mode canary --cases aa,boundary --json out.json
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from gate.db.enums import RolloutMode
 from gate.stats.cumulative import looks_every, to_stats
 from gate.stats.policy import Policy, at_stage
 from gate.stats.rule import Code, apply_rule
@@ -46,7 +49,7 @@ def run_case(
     for start in range(0, runs, chunk):
         cols = draw_pairs(s, policy, min(chunk, runs - start), rng)
         judged = cols if episodes else replace(cols, episode=None)
-        ev = apply_rule(policy, to_stats(judged, policy, looks))
+        ev = apply_rule(policy, to_stats(judged, policy, looks, mode=s.mode))
         decisive = ev.code != Code.CONTINUE
         first = np.where(decisive.any(axis=-1), decisive.argmax(axis=-1), -1)
         rows = np.arange(first.size)
@@ -82,6 +85,11 @@ def main() -> None:
     ap.add_argument("--every", type=int, default=50)
     ap.add_argument("--iccs", default="0,0.2,0.5")
     ap.add_argument("--cases", default="aa,boundary,gain20")
+    ap.add_argument("--mode", choices=[m.value for m in RolloutMode], default="shadow")
+    ap.add_argument(
+        "--per-request", action="store_true",
+        help="canary: a cohort coin per request instead of per episode (before issue 39)",
+    )  # fmt: skip
     ap.add_argument("--json")
     args = ap.parse_args()
     policy = Policy()
@@ -93,7 +101,8 @@ def main() -> None:
             s = Scenario(
                 f"{case} icc {icc}", pairs=args.pairs, every=args.every,
                 tpot_ratio=ratios[case], episode_len=(5, 20), episode_icc=icc,
-                eval_icc=icc if case == "aa_evals" else 0.0,
+                eval_icc=icc if case == "aa_evals" else 0.0, mode=RolloutMode(args.mode),
+                sticky=not args.per_request,
             )  # fmt: skip
             for episodes in (True, False):
                 t0 = time.monotonic()

@@ -119,6 +119,9 @@ class Scenario:
     # With episodes: the intra-episode correlation of the evaluators' paired differences
     # (0: each pair's results drawn independently).
     eval_icc: float = 0.0
+    # Canary with episodes: each episode served by one cohort as a whole (the gateway's
+    # sticky assignment); False: a coin per request, as before issue 39.
+    sticky: bool = True
 
 
 @dataclass(frozen=True)
@@ -215,7 +218,10 @@ def draw_pairs(s: Scenario, policy: Policy, runs: int, rng: np.random.Generator)
     unserved = np.zeros((*shape, 2), dtype=bool)
     if s.mode is RolloutMode.CANARY:
         # The unserved side never happened: no latency, no failure, no scores.
-        unserved = np.stack([rng.random(shape) < 0.5] * 2, axis=-1)
+        coin = rng.random(shape) < 0.5
+        if episode is not None and s.sticky:  # an episode is served by one cohort
+            coin = np.take_along_axis(coin, episode % s.pairs, axis=-1)
+        unserved = np.stack([coin] * 2, axis=-1)
         unserved[..., 1] = ~unserved[..., 0]
         for x in (ttft, tpot, e2e, *evals.values()):
             x[unserved] = np.nan

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gate.db.enums import RolloutMode
 from gate.stats.columns import Acc, mean
 from gate.stats.cumulative import looks_every, to_stats
 from gate.stats.ids import ALL, Cell, MetricId
@@ -197,3 +198,15 @@ def test_episodes_never_make_a_rate_more_certain_than_independent_pairs():
     assert float(np.asarray(got.upper)) >= 0.01
     harmful, inside = _check(stats, rule, alpha_kill=0.05, alpha_promote=0.05, n_opt=1000.0)
     assert not bool(np.asarray(inside)) and not bool(np.asarray(harmful))
+
+
+def test_simulated_canary_episodes_are_each_served_by_one_cohort():
+    s = Scenario("canary", pairs=600, episode_len=(5, 20), mode=RolloutMode.CANARY)
+    cols = draw_pairs(s, Policy(), 4, np.random.default_rng(39))
+    assert cols.episode is not None
+    served_by_candidate = np.isfinite(cols.acceptance)  # NaN where the candidate did not serve
+    for run in range(4):
+        for ep in np.unique(cols.episode[run]):
+            sides = served_by_candidate[run][cols.episode[run] == ep]
+            assert sides.all() or not sides.any()
+    assert 0.3 < served_by_candidate.mean() < 0.7
