@@ -10,15 +10,16 @@ import pytest
 from gate.engines.workload import parse_jsonl
 from gate.rehearse.runner import Route
 from gate.rehearse.sweep import Plan, levels_up_to, rehearse
-from tests.gate.rehearse.upstream import Engine, engine_app
+from tests.gate.rehearse.upstream import Engine, engine_app, serving_apart
 from tests.servers import serving
 
 ITEMS = parse_jsonl('{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 6}\n' * 3)
 
 
-def sweep(plan: Plan, baseline: Engine, candidate: Engine, items=ITEMS):
+def sweep(plan: Plan, baseline: Engine, candidate: Engine, items=ITEMS, serve=None):
     lines: list[str] = []
-    with serving(engine_app(baseline)) as base, serving(engine_app(candidate)) as cand:
+    serve = serve or (lambda engine: serving(engine_app(engine)))
+    with serve(baseline) as base, serve(candidate) as cand:
         routes = (Route("baseline", f"{base}/v1"), Route("candidate", f"{cand}/v1"))
         levels = asyncio.run(rehearse(routes, items, plan, lines.append))
     return levels, lines
@@ -70,11 +71,15 @@ def test_a_level_holds_its_concurrency_at_the_upstream_and_reports_it(concurrenc
     lines = [f'{{"messages": [{{"role": "user", "content": "q{n}"}}], "max_tokens": {n}}}'
              for n in range(2, 31, 4)]  # fmt: skip
     items = parse_jsonl("\n".join(lines) + "\n")
-    baseline = Engine(gap_s=0.02, by_max_tokens=True)
-    candidate = Engine(gap_s=0.015, by_max_tokens=True)
+    # Token gaps long enough that a worker's turnaround (its client's share of one busy
+    # core) stays a small part of each request, as it is against a real engine.
+    baseline = Engine(gap_s=0.05, by_max_tokens=True)
+    candidate = Engine(gap_s=0.04, by_max_tokens=True)
     plan = Plan(levels=[concurrency], budget_s=120, min_requests=16, max_requests=64,
                 precision=1.0)  # fmt: skip
-    (level,), _ = sweep(plan, baseline, candidate, items)
+    # Each upstream in its own process, as a real engine is: measured in this one, it would
+    # see each request only when this interpreter let its thread run.
+    (level,), _ = sweep(plan, baseline, candidate, items, serve=serving_apart)
     for route, engine in (("baseline", baseline), ("candidate", candidate)):
         # Measured at the upstream (the same clock: it runs in this process): the requests
         # it had in flight, time-averaged over the windows in which the route was measured.

@@ -4,7 +4,10 @@ tokens grows with the requests it is serving at once, as a busy engine's does.""
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import orjson
@@ -62,12 +65,51 @@ def engine_app(engine: Engine) -> Starlette:
         tokens = int(body["max_tokens"]) if engine.by_max_tokens else engine.tokens
         return StreamingResponse(_stream(engine, tokens), media_type="text/event-stream")
 
+    async def timeline(_request: Request) -> Response:
+        return JSONResponse(engine.timeline)
+
     return Starlette(
         routes=[
             Route("/v1/models", models),
             Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/timeline", timeline),
         ]
     )
+
+
+@contextmanager
+def serving_apart(engine: Engine) -> Iterator[str]:
+    """Serve `engine` from its own process; on exit copy its timeline back into `engine`.
+
+    In-process, the upstream's thread waits for the client's interpreter lock, so it sees a
+    request later than the client sent it; apart, it sees what a real engine would. Both
+    processes read the same clock (`perf_counter` is CLOCK_MONOTONIC on Linux).
+    """
+    import httpx
+
+    spawn = multiprocessing.get_context("spawn")
+    parent, child = spawn.Pipe()
+    proc = spawn.Process(target=_serve_apart, args=(engine, child), daemon=True)
+    proc.start()
+    try:
+        if not parent.poll(30):
+            raise RuntimeError("upstream process did not start")
+        base = parent.recv()
+        yield base
+        engine.timeline = [tuple(entry) for entry in httpx.get(f"{base}/timeline").json()]
+    finally:
+        parent.send("stop")
+        proc.join(timeout=10)
+        if proc.is_alive():
+            proc.kill()
+
+
+def _serve_apart(engine: Engine, conn) -> None:  # type: ignore[no-untyped-def]
+    from tests.servers import serving
+
+    with serving(engine_app(engine)) as base:
+        conn.send(base)
+        conn.recv()
 
 
 async def _stream(engine: Engine, tokens: int):  # type: ignore[no-untyped-def]
