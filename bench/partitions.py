@@ -16,13 +16,14 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Engine, create_engine, text
 
-from collectors.retention import _delete_spans, _repeat
+from collectors.retention import _delete_before, _repeat
 from gate.db import migrate, online_partition, partitions, storage
 from gate.db.engine import make_engine
 from gate.db.models import SpanRecord
@@ -118,23 +119,83 @@ def drop_against_delete(flat: Engine, split: Engine, rows: int) -> dict[str, obj
             conn.execute(text(FILL.format(table="spans")), {"start": start, "n": rows})
         with engine.begin() as conn:
             conn.execute(text("ANALYZE spans"))
+            # A partition past retention was written days ago: its pages are on disk.
+            conn.execute(text("CHECKPOINT"))
     name = partitions.partition_name("spans", start)
-    started = time.perf_counter()
-    with split.begin() as conn:  # what `partitions.drop_before` runs, timed step by step
-        conn.execute(text(f"ALTER TABLE spans DETACH PARTITION {name}"))
-    detach_s = time.perf_counter() - started
-    with split.begin() as conn:
-        conn.execute(text(f"DROP TABLE {name}"))
-    drop_s = time.perf_counter() - started
+    with split.connect() as conn:
+        size = int(conn.execute(text(f"SELECT pg_total_relation_size('{name}')")).scalar_one())
+    steps = drop_steps(split, name)
     table = SpanRecord.__table__
+    key = (table.c.trace_id, table.c.span_id)
     cut = start + timedelta(hours=1)
-    started = time.perf_counter()
-    deleted = _repeat(flat, lambda: _delete_spans(table, cut, 5_000))  # type: ignore[arg-type]
+    started = time.perf_counter()  # retention's batches, at its default batch size
+    deleted = _repeat(flat, lambda: _delete_before(table.c.start_time, key, cut, 5_000))
     delete_s = time.perf_counter() - started
     return {
-        "rows": rows, "detach_s": round(detach_s, 3), "detach_and_drop_s": round(drop_s, 3),
+        "rows": rows, "partition_bytes": size, **steps,
+        "unlink_same_bytes_s": round(unlink_control(size), 3),
         "batched_delete_rows": deleted, "batched_delete_s": round(delete_s, 1),
     }  # fmt: skip
+
+
+def drop_steps(engine: Engine, name: str) -> dict[str, object]:
+    """Time what `partitions.drop_before` runs, statement by statement, sampling what the
+    dropping backend waits on from a second connection."""
+    timed: dict[str, float] = {}
+    waits: dict[str, int] = {}
+    with engine.connect() as conn:
+        pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+        conn.commit()
+        started = time.perf_counter()
+        with conn.begin():
+            conn.execute(text(f"ALTER TABLE spans DETACH PARTITION {name}"))
+        timed["detach_s"] = time.perf_counter() - started
+        done = threading.Event()
+        watcher = threading.Thread(target=sample_waits, args=(engine, pid, done, waits))
+        watcher.start()
+        try:
+            tx = conn.begin()
+            started = time.perf_counter()
+            conn.execute(text(f"DROP TABLE {name}"))
+            timed["drop_statement_s"] = time.perf_counter() - started
+            started = time.perf_counter()
+            tx.commit()  # the relation's files are removed here
+            timed["drop_commit_s"] = time.perf_counter() - started
+        finally:
+            done.set()
+            watcher.join()
+    timed["detach_and_drop_s"] = sum(timed.values())
+    return {**{k: round(v, 3) for k, v in timed.items()}, "drop_wait_samples": waits}
+
+
+def sample_waits(engine: Engine, pid: int, done: threading.Event, waits: dict[str, int]) -> None:
+    with engine.connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT")
+        while not done.wait(0.01):
+            row = conn.execute(
+                text(
+                    "SELECT coalesce(wait_event_type || ':' || wait_event, 'running'), state "
+                    "FROM pg_stat_activity WHERE pid = :p"
+                ),
+                {"p": pid},
+            ).one()
+            key = f"{row[0]} ({row[1]})"
+            waits[key] = waits.get(key, 0) + 1
+
+
+def unlink_control(size: int) -> float:
+    """Write and fsync `size` bytes next to the bench, then time their removal: what the
+    filesystem alone takes to free that much."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".unlink-control")
+    chunk = b"\0" * (1 << 20)
+    with open(path, "wb") as handle:
+        for _ in range(max(size >> 20, 1)):
+            handle.write(chunk)
+        handle.flush()
+        os.fsync(handle.fileno())
+    started = time.perf_counter()
+    os.unlink(path)
+    return time.perf_counter() - started
 
 
 def main() -> None:
