@@ -23,10 +23,9 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Engine, create_engine, text
 
-from collectors.retention import _delete_before, _repeat
+from collectors.retention import _SPANS, _delete_before, _repeat
 from gate.db import migrate, online_partition, partitions, storage
 from gate.db.engine import make_engine
-from gate.db.models import SpanRecord
 from gate.db.rows import SpanRow
 
 ADMIN = os.environ.get("BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
@@ -125,7 +124,7 @@ def drop_against_delete(flat: Engine, split: Engine, rows: int) -> dict[str, obj
     with split.connect() as conn:
         size = int(conn.execute(text(f"SELECT pg_total_relation_size('{name}')")).scalar_one())
     steps = drop_steps(split, name)
-    table = SpanRecord.__table__
+    table = _SPANS
     key = (table.c.trace_id, table.c.span_id)
     cut = start + timedelta(hours=1)
     started = time.perf_counter()  # retention's batches, at its default batch size
