@@ -4,10 +4,12 @@ Two fresh databases built by the migrations, one converted by `specgate db parti
 code with a short period. Batches of gateway-shaped raw spans (collector path:
 `storage.insert_spans`) go to both in turn, each stamped with the real clock, so ingest
 crosses partition boundaries while the partitions job creates partitions ahead and
-retention drops old ones. Then one partition of --drop-rows rows is dropped, and the same
-rows deleted in batches from the unpartitioned table.
+retention drops old ones. Then one partition of --drop-rows rows (checkpointed, as a
+partition past retention is) is detached and dropped, each statement and the commit timed,
+and the same rows deleted in batches from the unpartitioned table; the filesystem's removal
+of a file of the partition's size is timed alongside, as a control.
 
-    python bench/partitions.py --seconds 60 --period 10 --drop-rows 1000000
+    nice -n 10 python bench/partitions.py --seconds 45 --period 10 --drop-rows 10000000
 """
 
 from __future__ import annotations
@@ -201,7 +203,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--period", type=int, default=10, help="partition period, seconds")
-    parser.add_argument("--drop-rows", type=int, default=1_000_000)
+    parser.add_argument(
+        "--drop-rows", type=int, default=1_000_000, help="rows in the dropped partition"
+    )
     args = parser.parse_args()
     admin = create_engine(ADMIN, isolation_level="AUTOCOMMIT")
     flat, split = database(admin, "bench_spans_flat"), database(admin, "bench_spans_split")
