@@ -152,7 +152,10 @@ def drop_steps(engine: Engine, name: str) -> dict[str, object]:
             conn.execute(text(f"ALTER TABLE spans DETACH PARTITION {name}"))
         timed["detach_s"] = time.perf_counter() - started
         done = threading.Event()
-        watcher = threading.Thread(target=sample_waits, args=(engine, pid, done, waits))
+        gone: list[float] = []
+        watcher = threading.Thread(
+            target=sample_waits, args=(engine, pid, done, waits, (name, gone))
+        )
         watcher.start()
         try:
             tx = conn.begin()
@@ -162,17 +165,33 @@ def drop_steps(engine: Engine, name: str) -> dict[str, object]:
             started = time.perf_counter()
             tx.commit()  # the relation's files are removed here
             timed["drop_commit_s"] = time.perf_counter() - started
+            committing = started
         finally:
             done.set()
             watcher.join()
     timed["detach_and_drop_s"] = sum(timed.values())
-    return {**{k: round(v, 3) for k, v in timed.items()}, "drop_wait_samples": waits}
+    # Postgres removes a dropped table's files after the commit is visible and its locks
+    # are released: when the table left the catalog for another session.
+    seen = {"drop_seen_by_others_s": round(gone[0] - committing, 3)} if gone else {}
+    return {**{k: round(v, 3) for k, v in timed.items()}, **seen, "drop_wait_samples": waits}
 
 
-def sample_waits(engine: Engine, pid: int, done: threading.Event, waits: dict[str, int]) -> None:
+def sample_waits(
+    engine: Engine,
+    pid: int,
+    done: threading.Event,
+    waits: dict[str, int],
+    table: tuple[str, list[float]],
+) -> None:
+    name, gone = table
     with engine.connect() as conn:
         conn.execution_options(isolation_level="AUTOCOMMIT")
         while not done.wait(0.01):
+            if (
+                not gone
+                and conn.execute(text("SELECT to_regclass(:t)"), {"t": name}).scalar() is None
+            ):
+                gone.append(time.perf_counter())
             row = conn.execute(
                 text(
                     "SELECT coalesce(wait_event_type || ':' || wait_event, 'running'), state "
