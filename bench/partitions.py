@@ -4,10 +4,12 @@ Two fresh databases built by the migrations, one converted by `specgate db parti
 code with a short period. Batches of gateway-shaped raw spans (collector path:
 `storage.insert_spans`) go to both in turn, each stamped with the real clock, so ingest
 crosses partition boundaries while the partitions job creates partitions ahead and
-retention drops old ones. Then one partition of --drop-rows rows is dropped, and the same
-rows deleted in batches from the unpartitioned table.
+retention drops old ones. Then one partition of --drop-rows rows (checkpointed, as a
+partition past retention is) is detached and dropped, each statement and the commit timed,
+and the same rows deleted in batches from the unpartitioned table; the filesystem's removal
+of a file of the partition's size is timed alongside, as a control.
 
-    python bench/partitions.py --seconds 60 --period 10 --drop-rows 1000000
+    nice -n 10 python bench/partitions.py --seconds 45 --period 10 --drop-rows 10000000
 """
 
 from __future__ import annotations
@@ -16,16 +18,16 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Engine, create_engine, text
 
-from collectors.retention import _delete_spans, _repeat
+from collectors.retention import _SPANS, _delete_before, _repeat
 from gate.db import migrate, online_partition, partitions, storage
 from gate.db.engine import make_engine
-from gate.db.models import SpanRecord
 from gate.db.rows import SpanRow
 
 ADMIN = os.environ.get("BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
@@ -118,30 +120,111 @@ def drop_against_delete(flat: Engine, split: Engine, rows: int) -> dict[str, obj
             conn.execute(text(FILL.format(table="spans")), {"start": start, "n": rows})
         with engine.begin() as conn:
             conn.execute(text("ANALYZE spans"))
+            # A partition past retention was written days ago: its pages are on disk.
+            conn.execute(text("CHECKPOINT"))
     name = partitions.partition_name("spans", start)
-    started = time.perf_counter()
-    with split.begin() as conn:  # what `partitions.drop_before` runs, timed step by step
-        conn.execute(text(f"ALTER TABLE spans DETACH PARTITION {name}"))
-    detach_s = time.perf_counter() - started
-    with split.begin() as conn:
-        conn.execute(text(f"DROP TABLE {name}"))
-    drop_s = time.perf_counter() - started
-    table = SpanRecord.__table__
+    with split.connect() as conn:
+        size = int(conn.execute(text(f"SELECT pg_total_relation_size('{name}')")).scalar_one())
+    steps = drop_steps(split, name)
+    table = _SPANS
+    key = (table.c.trace_id, table.c.span_id)
     cut = start + timedelta(hours=1)
-    started = time.perf_counter()
-    deleted = _repeat(flat, lambda: _delete_spans(table, cut, 5_000))  # type: ignore[arg-type]
+    started = time.perf_counter()  # retention's batches, at its default batch size
+    deleted = _repeat(flat, lambda: _delete_before(table.c.start_time, key, cut, 5_000))
     delete_s = time.perf_counter() - started
     return {
-        "rows": rows, "detach_s": round(detach_s, 3), "detach_and_drop_s": round(drop_s, 3),
+        "rows": rows, "partition_bytes": size, **steps,
+        "unlink_same_bytes_s": round(unlink_control(size), 3),
         "batched_delete_rows": deleted, "batched_delete_s": round(delete_s, 1),
     }  # fmt: skip
+
+
+def drop_steps(engine: Engine, name: str) -> dict[str, object]:
+    """Time what `partitions.drop_before` runs, statement by statement, sampling what the
+    dropping backend waits on from a second connection."""
+    timed: dict[str, float] = {}
+    waits: dict[str, int] = {}
+    with engine.connect() as conn:
+        pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+        conn.commit()
+        started = time.perf_counter()
+        with conn.begin():
+            conn.execute(text(f"ALTER TABLE spans DETACH PARTITION {name}"))
+        timed["detach_s"] = time.perf_counter() - started
+        done = threading.Event()
+        gone: list[float] = []
+        watcher = threading.Thread(
+            target=sample_waits, args=(engine, pid, done, waits, (name, gone))
+        )
+        watcher.start()
+        try:
+            tx = conn.begin()
+            started = time.perf_counter()
+            conn.execute(text(f"DROP TABLE {name}"))
+            timed["drop_statement_s"] = time.perf_counter() - started
+            started = time.perf_counter()
+            tx.commit()  # the relation's files are removed here
+            timed["drop_commit_s"] = time.perf_counter() - started
+            committing = started
+        finally:
+            done.set()
+            watcher.join()
+    timed["detach_and_drop_s"] = sum(timed.values())
+    # Postgres removes a dropped table's files after the commit is visible and its locks
+    # are released: when the table left the catalog for another session.
+    seen = {"drop_seen_by_others_s": round(gone[0] - committing, 3)} if gone else {}
+    return {**{k: round(v, 3) for k, v in timed.items()}, **seen, "drop_wait_samples": waits}
+
+
+def sample_waits(
+    engine: Engine,
+    pid: int,
+    done: threading.Event,
+    waits: dict[str, int],
+    table: tuple[str, list[float]],
+) -> None:
+    name, gone = table
+    with engine.connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT")
+        while not done.wait(0.01):
+            if (
+                not gone
+                and conn.execute(text("SELECT to_regclass(:t)"), {"t": name}).scalar() is None
+            ):
+                gone.append(time.perf_counter())
+            row = conn.execute(
+                text(
+                    "SELECT coalesce(wait_event_type || ':' || wait_event, 'running'), state "
+                    "FROM pg_stat_activity WHERE pid = :p"
+                ),
+                {"p": pid},
+            ).one()
+            key = f"{row[0]} ({row[1]})"
+            waits[key] = waits.get(key, 0) + 1
+
+
+def unlink_control(size: int) -> float:
+    """Write and fsync `size` bytes next to the bench, then time their removal: what the
+    filesystem alone takes to free that much."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".unlink-control")
+    chunk = b"\0" * (1 << 20)
+    with open(path, "wb") as handle:
+        for _ in range(max(size >> 20, 1)):
+            handle.write(chunk)
+        handle.flush()
+        os.fsync(handle.fileno())
+    started = time.perf_counter()
+    os.unlink(path)
+    return time.perf_counter() - started
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--period", type=int, default=10, help="partition period, seconds")
-    parser.add_argument("--drop-rows", type=int, default=1_000_000)
+    parser.add_argument(
+        "--drop-rows", type=int, default=1_000_000, help="rows in the dropped partition"
+    )
     args = parser.parse_args()
     admin = create_engine(ADMIN, isolation_level="AUTOCOMMIT")
     flat, split = database(admin, "bench_spans_flat"), database(admin, "bench_spans_split")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -133,27 +134,62 @@ def ensure_ahead(conn: Connection, table: str, now: datetime, ahead: int = AHEAD
 
 
 def drop_before(engine: Engine, table: str, cut: datetime) -> list[str]:
-    """Detach and drop every partition wholly older than `cut`; return their names."""
+    """Detach every partition wholly older than `cut`, then drop the detached ones; return
+    the names dropped."""
     with engine.connect() as conn:
         old = [name for name, _, end in partitions(conn, table) if end <= cut]
-    dropped = []
     for name in old:
-        # A default partition rules out DETACH ... CONCURRENTLY; a plain detach is a
-        # catalog change, so wait briefly for the parent's lock and retry next turn
-        # (a long read holds it; the rest of retention, the content scrub, goes on).
+        if not _detach(engine, table, name):
+            break
+    return _drop_detached(engine, table)
+
+
+# The detach is the one step that locks the parent (ACCESS EXCLUSIVE: a default partition
+# rules out DETACH ... CONCURRENTLY). While it waits for a long read, every writer queues
+# behind it, so it waits briefly, a few times, then leaves the partition to the next turn.
+DETACH_WAIT = "200ms"
+DETACH_TRIES = 3
+DETACHED = "specgate:detached"
+
+
+def _detach(engine: Engine, table: str, name: str) -> bool:
+    """Detach one partition, marking it for the drop in the same transaction."""
+    for _ in range(DETACH_TRIES):
         try:
             with engine.begin() as conn:
-                conn.execute(text("SET LOCAL lock_timeout = '5s'"))
+                conn.execute(text(f"SET LOCAL lock_timeout = '{DETACH_WAIT}'"))
                 conn.execute(text(f"ALTER TABLE {table} DETACH PARTITION {name}"))
+                conn.execute(text(f"COMMENT ON TABLE {name} IS '{DETACHED}'"))
+            return True
         except OperationalError as error:
             if getattr(error.orig, "sqlstate", None) != _LOCK_NOT_AVAILABLE:
                 raise
-            log.warning("partition_detach_waited table=%s partition=%s", table, name)
-            break
+            time.sleep(0.2)
+    log.warning("partition_detach_waited table=%s partition=%s", table, name)
+    return False
+
+
+def _drop_detached(engine: Engine, table: str) -> list[str]:
+    """Drop the partitions detached from `table`, this turn's and any an earlier turn left.
+
+    The drop locks only the detached table; its time is the filesystem freeing the files
+    (bench/partitions.py, BENCHMARKS.md). The mark makes it safe to stop between the two.
+    """
+    with engine.connect() as conn:
+        names = conn.execute(
+            text(
+                "SELECT c.relname FROM pg_class c WHERE c.relkind = 'r' "
+                "AND NOT c.relispartition AND pg_table_is_visible(c.oid) "
+                "AND starts_with(c.relname, :prefix) "
+                "AND obj_description(c.oid, 'pg_class') = :mark ORDER BY c.relname"
+            ),
+            {"prefix": f"{table}_p", "mark": DETACHED},
+        ).scalars()
+        found = list(names)
+    for name in found:
         with engine.begin() as conn:
             conn.execute(text(f"DROP TABLE {name}"))
-        dropped.append(name)
-    return dropped
+    return found
 
 
 _LOCK_NOT_AVAILABLE = "55P03"
