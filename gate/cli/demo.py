@@ -79,7 +79,9 @@ def demo(
     ] = "",
     engine_timeout: Annotated[
         float,
-        typer.Option(min=1.0, help="Seconds each engine may take to load before the demo gives up."),
+        typer.Option(
+            min=1.0, help="Seconds each engine may take to load (a busy host needs more)."
+        ),
     ] = 180.0,
     as_json: Annotated[
         bool,

@@ -210,7 +210,8 @@ def _start_engines(
     engines = {RouteRole.BASELINE: EngineProcess("baseline", [*common, "--cpus", pin[0]], logs)}
     arms = {arm_name(k): EngineProcess(f"ngram-{arm_name(k)}", spec(k), logs) for k in options.arms}
     if not arms:
-        engines[RouteRole.CANDIDATE] = EngineProcess("ngram", spec(options.num_speculative_tokens), logs)
+        candidate = EngineProcess("ngram", spec(options.num_speculative_tokens), logs)
+        engines[RouteRole.CANDIDATE] = candidate
     every = [*engines.values(), *arms.values()]
     started.extend(every)
     what = "n-gram speculative" + (f", FAULT INJECTED: {options.fault}" if options.fault else "")
@@ -219,7 +220,8 @@ def _start_engines(
     with console.status(f"loading {gguf.name} in {len(every)} engines (plain and {what})"):
         for engine in every:
             engine.wait_ready(options.engine_timeout_s)
-    for role, engine in [*((r.value, e) for r, e in engines.items()), *(("arm", e) for e in arms.values())]:
+    roles = [(role.value, e) for role, e in engines.items()] + [("arm", e) for e in arms.values()]
+    for role, engine in roles:
         console.print(f"engine {engine.name} ({role}) ready on {engine.base_url}")
     return engines, arms
 
@@ -262,7 +264,9 @@ def _register(
     baseline only)."""
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     plain = f"demo-{stamp}-plain"
-    routes = [(plain, RouteRole.BASELINE, None, engines[RouteRole.BASELINE])]
+    routes: list[tuple[str, RouteRole, int | None, Engine]] = [
+        (plain, RouteRole.BASELINE, None, engines[RouteRole.BASELINE])
+    ]
     if RouteRole.CANDIDATE in engines:
         routes.append((f"demo-{stamp}-ngram", RouteRole.CANDIDATE,
                        options.num_speculative_tokens, engines[RouteRole.CANDIDATE]))  # fmt: skip

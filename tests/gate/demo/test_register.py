@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from typer.testing import CliRunner
 
+from gate.cli import app
 from gate.db.engine import make_engine, session_factory
 from gate.db.enums import RouteRole
-from gate.cli import app
 from gate.db.models import Rollout, Route
 from gate.demo.run import DemoOptions, _register
 

@@ -61,9 +61,7 @@ def records(seed: int, *, loop_share: float, n: int = 1500, spec: bool = True) -
 def test_the_guardrail_takes_its_own_share_of_the_kill_budget():
     g = find("loop")
     assert g is not None and g.kill_shares(POLICY, 0, canary=False) == 1
-    off = Policy.model_validate(
-        {**POLICY.model_dump(), "guardrails": {"loop": {"enabled": False}}}
-    )
+    off = Policy.model_validate({**POLICY.model_dump(), "guardrails": {"loop": {"enabled": False}}})
     # One share per tested segment (all, chat, code); the alphas are split, not added.
     assert kill_slots(POLICY) == kill_slots(off) + 3
     assert alpha_kill_each(POLICY) * kill_slots(POLICY) == pytest.approx(POLICY.alpha_kill)
