@@ -138,6 +138,11 @@ GOOD_PAIR = f'{{"pair_id": "a", "created_at": 1, "baseline": {SIDE}, "candidate"
         (["nosuch"], USAGE, "nosuch"),
         (["demo", "--fault", "nosuch"], USAGE, "biased-sampler"),
         (["demo", "--fault", "biased-sampler", "--backend", "llamacpp"], USAGE, "transformers"),
+        (["demo", "--arms", "2,four"], USAGE, "2,4,8"),
+        (["demo", "--arms", "4,4"], USAGE, "distinct"),
+        (["demo", "--arms", "1,2,3,4,5"], USAGE, "at most 4"),
+        (["demo", "--arms", "2,4", "--sampled"], USAGE, "llamacpp"),
+        (["demo", "--engine-timeout", "0"], USAGE, "--engine-timeout"),
     ],
 )
 def test_bad_input_files_and_options_are_one_line_with_their_code(

@@ -68,6 +68,21 @@ def demo(
             min=30, help="--sampled: warm-up pairs, which fix the scale of the parity test."
         ),
     ] = 50,
+    arms: Annotated[
+        str,
+        typer.Option(
+            help="Several n-gram arms against plain in one rollout (issue 40): their draft "
+            "lengths, comma-separated, e.g. '2,4,8' (one llama.cpp engine each; each request "
+            "is mirrored to one arm). The gate judges each arm and chooses the best; each "
+            "arm's /metrics is saved for `specgate gate advise --metrics FILE`.",
+        ),
+    ] = "",
+    engine_timeout: Annotated[
+        float,
+        typer.Option(
+            min=1.0, help="Seconds each engine may take to load (a busy host needs more)."
+        ),
+    ] = 180.0,
     as_json: Annotated[
         bool,
         typer.Option(
@@ -83,6 +98,7 @@ def demo(
     print per-segment results and the verdict."""
     console = Console(width=min(Console().width, WIDTH))
     backend = _backend(backend, sampled=sampled, fault=fault)
+    draft_lengths = _arms(arms, backend=backend, sampled=sampled or bool(fault))
     settings = settings_with(database_url).model_copy(
         update={"otlp_endpoint": None, "redis_url": None}
     )
@@ -95,6 +111,8 @@ def demo(
         sampled=sampled,
         fault=fault or None,
         warmup_pairs=warmup_pairs,
+        arms=draft_lengths,
+        engine_timeout_s=engine_timeout,
     )
     try:
         result = run_demo(settings, options, console)
@@ -104,7 +122,8 @@ def demo(
         )
         raise typer.Exit(130) from None
     # The live run is too short for a decision: end on a recording the gate decides on.
-    recording = None if options.parity else replay_recording()
+    # (A recording of one candidate says nothing about arms: a run with arms ends on its own.)
+    recording = None if options.parity or options.arms else replay_recording()
     if as_json:
         typer.echo(json.dumps(as_document(result, recording)))
         return
@@ -124,6 +143,28 @@ def _backend(backend: str, *, sampled: bool, fault: str) -> str:
             "--sampled and --fault run on transformers only", param_hint="--backend"
         )
     return "transformers"
+
+
+def _arms(value: str, *, backend: str, sampled: bool) -> tuple[int, ...]:
+    """Return the arms' draft lengths from `--arms` (empty: one candidate)."""
+    if not value:
+        return ()
+    try:
+        lengths = tuple(int(part) for part in value.split(","))
+    except ValueError:
+        raise typer.BadParameter("give draft lengths such as 2,4,8", param_hint="--arms") from None
+    if len(set(lengths)) != len(lengths) or not all(1 <= k <= 32 for k in lengths):
+        raise typer.BadParameter("distinct draft lengths in 1..32", param_hint="--arms")
+    if len(lengths) > MAX_DEMO_ARMS:
+        raise typer.BadParameter(f"at most {MAX_DEMO_ARMS} arms", param_hint="--arms")
+    if sampled or backend != "llamacpp":
+        raise typer.BadParameter("arms run on the llamacpp backend only, without --sampled "
+                                 "or --fault", param_hint="--arms")  # fmt: skip
+    return lengths
+
+
+# The demo policy's `arms.slots` (the default, 4): each arm's gate spends a fixed share.
+MAX_DEMO_ARMS = 4
 
 
 def as_document(result: DemoResult, recording: RecordingReplay | None = None) -> dict[str, Any]:
@@ -210,10 +251,8 @@ def _show_live(result: DemoResult, console: Console) -> None:
 
 
 def _latency_table(result: DemoResult) -> Table:
-    table = Table(
-        title=f"rollout {result.rollout_id}: plain (base) vs n-gram speculative (spec), "
-        "p50/p99 in ms",
-    )
+    spec = "n-gram arms pooled (spec)" if result.arms else "n-gram speculative (spec)"
+    table = Table(title=f"rollout {result.rollout_id}: plain (base) vs {spec}, p50/p99 in ms")
     for column in ("segment", "pairs", "TTFT base", "TTFT spec", "TPOT base", "TPOT spec",
                    "speedup", "accept"):  # fmt: skip
         table.add_column(column, justify="left" if column == "segment" else "right")

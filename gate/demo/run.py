@@ -31,7 +31,7 @@ from gate.gateway.factory import build_gateway_app
 from gate.reports import glance
 from gate.reports.glance import Glance
 from gate.rollouts import service
-from gate.rollouts.schemas import RolloutIn, RouteIn
+from gate.rollouts.schemas import ArmIn, RolloutIn, RouteIn
 from gate.rollouts.states import Action
 from gate.routing import service as routing
 from gate.routing.deployment import publisher
@@ -65,6 +65,9 @@ class DemoOptions:
     sampled: bool = False
     fault: str | None = None  # a key of FAULTS, injected into the candidate engine
     warmup_pairs: int = 50  # sampled: the pairs that fix the scale of d, tested by nothing
+    # Several n-gram arms against plain (issue 40): their draft lengths, one engine each;
+    # empty: one n-gram candidate of `num_speculative_tokens`.
+    arms: tuple[int, ...] = ()
 
     @property
     def parity(self) -> bool:
@@ -81,6 +84,7 @@ class DemoResult:
     # The answer at a glance of the verdict: what the demo ends with.
     glance: Glance | None = None
     parity: ParityCounts | None = None  # sampled runs: which pairs the parity test could use
+    arms: tuple[str, ...] = ()  # a run with arms: their names (the verdict holds the choice)
 
 
 def demo_policy(segments: list[str]) -> dict[str, object]:
@@ -112,10 +116,11 @@ def run_demo(settings: Settings, options: DemoOptions, console: Console) -> Demo
     logs.mkdir(parents=True, exist_ok=True)
     started: list[EngineProcess | ServerThread] = []
     try:
-        engines = _start_engines(options, gguf, logs, started, console)
+        engines, arms = _start_engines(options, gguf, logs, started, console)
         # Every state change goes through the routing service, published to the gateways.
         bus = publisher(settings, sessions)
-        rollout_id, alias = _register(sessions, engines, options, _policy(options, workload), bus)
+        policy = _policy(options, workload)
+        rollout_id, alias = _register(sessions, engines, options, policy, bus, arms=arms)
         app = build_gateway_app(settings)
         gateway = ServerThread(app)
         started.append(gateway)
@@ -124,6 +129,7 @@ def run_demo(settings: Settings, options: DemoOptions, console: Console) -> Demo
         mirrors = MirrorWatch(app, timeout_s=settings.mirror_deadline_s + 30)
         _replay(base, alias, workload, mirrors, console, lambda: _gate_state(sessions, rollout_id))
         _settle(sessions, rollout_id, options.settle_timeout_s, console)
+        _save_metrics(arms, logs, console)
         gateway.stop()  # flushes spans and drains the in-process evaluations
         started.remove(gateway)
         _settle(sessions, rollout_id, options.settle_timeout_s, console, evaluated=True)
@@ -136,7 +142,7 @@ def run_demo(settings: Settings, options: DemoOptions, console: Console) -> Demo
             rollout = service.get_rollout(session, rollout_id=rollout_id)
             look = glance.of_rollout(session, rollout=rollout, verdict=verdict)
         report = _report(sessions, settings, console)
-        return DemoResult(rollout_id, rows, verdict, report, look, parity)
+        return DemoResult(rollout_id, rows, verdict, report, look, parity, tuple(arms))
     finally:
         for part in reversed(started):
             part.stop()
@@ -187,32 +193,55 @@ def _start_engines(
     logs: Path,
     started: list[EngineProcess | ServerThread],
     console: Console,
-) -> dict[RouteRole, EngineProcess]:
+) -> tuple[dict[RouteRole, EngineProcess], dict[str, EngineProcess]]:
+    """Start the baseline and the candidate engine, or (`options.arms`) one per arm."""
     cores = cpu_cores()
-    # One core per engine, so the two routes never share a core unevenly.
+    # One core for the baseline, one for the speculative side: each request is mirrored to
+    # one arm and waits for its mirror, so the arms' engines never decode at once.
     pin = [str(cores[0]), str(cores[1 % len(cores)])]
     common = ["--model", "smollm2", "--backend", options.backend, "--threads", "1"]
     common += ["--parallel", str(options.parallel)]
     common += ["--gguf", str(gguf)]
-    spec = [
-        "--speculative",
-        "ngram",
-        "--num-speculative-tokens",
-        str(options.num_speculative_tokens),
-        *_candidate_flags(options),
-    ]
-    engines = {
-        RouteRole.BASELINE: EngineProcess("baseline", [*common, "--cpus", pin[0]], logs),
-        RouteRole.CANDIDATE: EngineProcess("ngram", [*common, *spec, "--cpus", pin[1]], logs),
-    }
-    started.extend(engines.values())
+
+    def spec(k: int) -> list[str]:
+        flags = ["--speculative", "ngram", "--num-speculative-tokens", str(k)]
+        return [*common, *flags, *_candidate_flags(options), "--cpus", pin[1]]
+
+    engines = {RouteRole.BASELINE: EngineProcess("baseline", [*common, "--cpus", pin[0]], logs)}
+    arms = {arm_name(k): EngineProcess(f"ngram-{arm_name(k)}", spec(k), logs) for k in options.arms}
+    if not arms:
+        candidate = EngineProcess("ngram", spec(options.num_speculative_tokens), logs)
+        engines[RouteRole.CANDIDATE] = candidate
+    every = [*engines.values(), *arms.values()]
+    started.extend(every)
     what = "n-gram speculative" + (f", FAULT INJECTED: {options.fault}" if options.fault else "")
-    with console.status(f"loading {gguf.name} in two engines (plain and {what})"):
-        for engine in engines.values():
+    if arms:
+        what = "n-gram arms " + ", ".join(arms)
+    with console.status(f"loading {gguf.name} in {len(every)} engines (plain and {what})"):
+        for engine in every:
             engine.wait_ready(options.engine_timeout_s)
-    for role, engine in engines.items():
-        console.print(f"engine {engine.name} ({role.value}) ready on {engine.base_url}")
-    return engines
+    roles = [(role.value, e) for role, e in engines.items()] + [("arm", e) for e in arms.values()]
+    for role, engine in roles:
+        console.print(f"engine {engine.name} ({role}) ready on {engine.base_url}")
+    return engines, arms
+
+
+def arm_name(k: int) -> str:
+    """Return the name of the demo's n-gram arm drafting `k` tokens."""
+    return f"k{k}"
+
+
+def _save_metrics(arms: Mapping[str, EngineProcess], logs: Path, console: Console) -> None:
+    """Keep each arm engine's /metrics, so `specgate gate advise --metrics FILE` can read it
+    after the engines stopped."""
+    for name, engine in arms.items():
+        path = logs / f"metrics-{name}.txt"
+        try:
+            path.write_text(httpx.get(engine.base_url[:-3] + "/metrics", timeout=10).text)
+        except httpx.HTTPError as exc:
+            console.print(f"[yellow]metrics of arm {name} not saved: {exc}[/yellow]")
+            continue
+        console.print(f"arm {name}: engine metrics in {path}")
 
 
 def _candidate_flags(options: DemoOptions) -> list[str]:
@@ -227,33 +256,34 @@ def _register(
     options: DemoOptions,
     policy: dict[str, object],
     bus: Publisher | None,
+    *,
+    arms: Mapping[str, Engine] | None = None,
 ) -> tuple[int, str]:
+    """Register the engines' routes and start a shadow rollout of the candidate, or of the
+    arms (`arms`: name -> engine, in `options.arms` order; `engines` then holds the
+    baseline only)."""
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-    names = {RouteRole.BASELINE: f"demo-{stamp}-plain", RouteRole.CANDIDATE: f"demo-{stamp}-ngram"}
+    plain = f"demo-{stamp}-plain"
+    routes: list[tuple[str, RouteRole, int | None, Engine]] = [
+        (plain, RouteRole.BASELINE, None, engines[RouteRole.BASELINE])
+    ]
+    if RouteRole.CANDIDATE in engines:
+        routes.append((f"demo-{stamp}-ngram", RouteRole.CANDIDATE,
+                       options.num_speculative_tokens, engines[RouteRole.CANDIDATE]))  # fmt: skip
+    arm_routes = {name: f"demo-{stamp}-ngram-{name}" for name in arms or {}}
+    for (name, engine), k in zip((arms or {}).items(), options.arms, strict=False):
+        routes.append((arm_routes[name], RouteRole.CANDIDATE, k, engine))
     with transaction(sessions) as session:
-        for role, engine in engines.items():
-            is_spec = role is RouteRole.CANDIDATE
-            service.create_route(
-                session,
-                spec=RouteIn(
-                    name=names[role],
-                    base_url=engine.base_url,
-                    model="SmolLM2-135M-Instruct",
-                    role=role,
-                    metrics_url=engine.base_url[:-3] + "/metrics",
-                    spec_method="ngram" if is_spec else None,
-                    spec_tokens=options.num_speculative_tokens if is_spec else None,
-                    spec_config={"provider": "llama.cpp"},
-                ),
-                actor=ACTOR,
-            )
+        for name, role, tokens, engine in routes:
+            service.create_route(session, spec=_route(name, role, tokens, engine), actor=ACTOR)
         rollout = service.create_rollout(
             session,
             spec=RolloutIn(
                 name=f"demo-{stamp}",
                 alias=f"demo-{stamp}",
-                baseline_route=names[RouteRole.BASELINE],
-                candidate_route=names[RouteRole.CANDIDATE],
+                baseline_route=plain,
+                candidate_route=None if arm_routes else f"demo-{stamp}-ngram",
+                arms=[ArmIn(name=n, route=r) for n, r in arm_routes.items()] or None,
                 mode=RolloutMode.SHADOW,
                 sample_rate=1.0,
                 policy=policy,
@@ -269,6 +299,19 @@ def _register(
             publisher=bus,
         )
         return rollout.id, rollout.alias
+
+
+def _route(name: str, role: RouteRole, spec_tokens: int | None, engine: Engine) -> RouteIn:
+    return RouteIn(
+        name=name,
+        base_url=engine.base_url,
+        model="SmolLM2-135M-Instruct",
+        role=role,
+        metrics_url=engine.base_url[:-3] + "/metrics",
+        spec_method="ngram" if spec_tokens else None,
+        spec_tokens=spec_tokens,
+        spec_config={"provider": "llama.cpp"},
+    )
 
 
 def _replay(

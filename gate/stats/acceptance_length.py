@@ -18,7 +18,9 @@ the candidate's L reaches `LOOP_SHARE` of k + 1 (k = drafted tokens per pass, so
 drafter that proposed nothing on some passes needs a correspondingly longer run of hits)
 and its answer's distinct-2 (distinct word bigrams / bigrams) fell below `LOOP_DISTINCT`
 of the baseline answer's. The collapse detector (`gate.stats.change`) watches acceptance
-falling and misses this.
+falling and misses this; the `loop` guardrail (`gate.stats.registry`) kills on it: the
+share of pairs with the signature (`loop_outcome`), a paired rate against a baseline that
+never shows it (it drafts nothing), proven above its kill level.
 """
 
 from __future__ import annotations
@@ -82,6 +84,29 @@ def looping(
         near_full = output >= LOOP_SHARE * (drafted + steps)
         repeats = distinct_2 < LOOP_DISTINCT * baseline_distinct_2
     return np.asarray(np.isfinite(steps) & (drafted > 0) & near_full & repeats)
+
+
+def loop_outcome(
+    output: FloatArray,
+    accepted: FloatArray,
+    drafted: FloatArray,
+    distinct_2: FloatArray,
+    baseline_distinct_2: FloatArray,
+) -> FloatArray:
+    """Return each pair's repetition-loop outcome: 1 looping, 0 not, NaN not readable.
+
+    A pair is readable when the candidate drafted (so k is known), its token counts are
+    consistent and both answers' distinct-2 are known; the SQL fold reads the same rows
+    (`gate.verdicts.slices`).
+    """
+    readable = (
+        np.isfinite(passes(output, accepted))
+        & (drafted > 0)
+        & np.isfinite(distinct_2)
+        & np.isfinite(baseline_distinct_2)
+    )
+    loops = looping(output, accepted, drafted, distinct_2, baseline_distinct_2)
+    return np.where(readable, loops.astype(np.float64), np.nan)
 
 
 def summarise(

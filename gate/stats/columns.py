@@ -72,6 +72,9 @@ class PairColumns:
     # episode; a pair without an episode has a code of its own. None: every pair is its own
     # episode (the statistics are then exactly those of independent pairs).
     episode: IntArray | None = None
+    # Per pair: the candidate's repetition-loop signature (`acceptance_length.loop_outcome`:
+    # 1, 0, NaN where not readable). None: not recorded (every pair unreadable).
+    looping: FloatArray | None = None
 
 
 @dataclass(frozen=True)

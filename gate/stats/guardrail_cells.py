@@ -211,6 +211,16 @@ def _acceptance(ctx: Context, g: Guardrail) -> dict[MetricId, Builder]:
     return {MetricId(g.id): mean_builder(has_rate, ctx.cols.acceptance)}
 
 
+def _paired_loops(ctx: Context, g: Guardrail) -> dict[MetricId, Builder]:
+    # The baseline drafts nothing, so it never shows the signature: the paired difference
+    # is the candidate's share of readable pairs that loop.
+    loops = ctx.cols.looping
+    if loops is None:
+        loops = np.full(ctx.cols.segment.shape, np.nan)
+    bad = np.stack([np.zeros(loops.shape, dtype=bool), loops == 1], axis=-1)
+    return {MetricId(g.id): _paired_builder(ctx.both_ok & np.isfinite(loops), bad)}
+
+
 def _evals(cols: PairColumns, policy: Policy) -> dict[MetricId, tuple[BoolArray, BoolArray]]:
     # A failed side fails every evaluator; an unscored ok side leaves the pair out.
     out = {}
@@ -255,6 +265,7 @@ BUILDERS: dict[tuple[Source, Family | None], BuildCells] = {
     (Source.FEEDBACK, Family.UNPAIRED_RATES): _cohort_feedback,
     (Source.GREEDY, Family.TWO_RATES): _greedy,
     (Source.ACCEPTANCE, Family.MEAN_FLOOR): _acceptance,
+    (Source.LOOP, Family.PAIRED_DIFFERENCE): _paired_loops,
     (Source.PARITY, Family.PAIRED_MEAN): paired_parity,
     (Source.PARITY, Family.UNPAIRED_MEANS): cohort_parity,
     (Source.EXACTNESS, Family.TOKEN_PIT): candidate_tokens,

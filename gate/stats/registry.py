@@ -43,6 +43,8 @@ class Source(StrEnum):
     PARITY = "parity"  # per-answer statistics of sampled outputs (gate.parity)
     LOAD = "load"  # each route's running requests at the pair's start (gate.pairs.load)
     EXACTNESS = "exactness"  # the candidate's per-token PIT bin sums (gate.exactness)
+    # The candidate's repetition-loop signature (gate.stats.acceptance_length.loop_outcome)
+    LOOP = "loop"
 
 
 class Family(StrEnum):
@@ -264,6 +266,13 @@ REGISTRY: list[Guardrail] = [
               Source.ACCEPTANCE, Unit.REQUEST, Family.COLLAPSE, Family.COLLAPSE,
               _collapse, harm=Harm.LOWER, scope=Scope.POOLED,
               slots=lambda p, seen: len(collapse_segments(p))),
+    # Too-high acceptance (issue 40): acceptance length near k + 1 with the answer's
+    # distinct-2 collapsed against the baseline's, the signature of a repetition loop,
+    # which the collapse detector (acceptance falling) misses. Shadow only: it reads the
+    # paired baseline answer.
+    Guardrail("loop", "repetition loops: acceptance length near k + 1, distinct-2 collapsed",
+              Source.LOOP, Unit.PAIR, Family.PAIRED_DIFFERENCE, None,
+              _rate(lambda p: p.guardrails.loop)),
     # Sampled-output parity (issue 25): one cell per answer statistic (`parity:<stat>`),
     # d in warm-up standard deviations; mean log-prob only where both sides have complete
     # log-probabilities, length and distinct-2 on every eligible pair. The control slice runs

@@ -88,6 +88,7 @@ from gate.db.enums import Decision, GenerationStatus, Outcome, RolloutMode
 from gate.errors import BadRequest, InputMalformed, InputMissing
 from gate.exactness import BINS, TokenFit
 from gate.parity import STATISTICS, Side, eligibility, side_alone
+from gate.stats.acceptance_length import loop_outcome
 from gate.stats.columns import PairColumns
 from gate.stats.cumulative import at_look, looks_every, to_stats
 from gate.stats.policy import Policy, at_stage, next_stage_share
@@ -185,6 +186,7 @@ class _Builder:
         self.tested = False
         self.episode_codes: dict[str, int] = {}
         self.episode: list[int] = []  # per pair: its episode's code (a new one when none)
+        self.loop: list[tuple[float, ...]] = []  # per pair: what `loop_outcome` reads
 
     def add(self, n: int, record: Record) -> None:
         rows = self.rows
@@ -229,6 +231,7 @@ class _Builder:
         drafts = (cand or {}).get("draft_tokens") or 0
         accepted = (cand or {}).get("accepted_tokens") or 0
         rows["acceptance"].append(np.nan if control or not drafts else min(accepted / drafts, 1.0))
+        self.loop.append(_NO_LOOP if control else _loop_row(base, cand))
 
     def _episode(self, name: str | None) -> int:
         if name is None:
@@ -269,6 +272,7 @@ class _Builder:
             partial_logprobs=np.asarray(self.partial, dtype=bool) if self.sampled else None,
             exactness=self._exact_columns(n) if self.tested else None,
             episode=self._episode_column(),
+            looping=loop_outcome(*np.asarray(self.loop, dtype=np.float64).reshape(n, 5).T),
         )
 
     def _episode_column(self) -> IntArray | None:
@@ -284,6 +288,23 @@ class _Builder:
     def _parity_columns(self, n: int) -> dict[str, FloatArray]:
         values = np.asarray(self.parity, dtype=np.float64).reshape(n, len(STATISTICS), 2)
         return {stat: values[:, i, :] for i, stat in enumerate(STATISTICS)}
+
+
+_NO_LOOP = (np.nan,) * 5
+
+
+def _loop_row(base: Record | None, cand: Record | None) -> tuple[float, ...]:
+    """Return what the loop signature reads of a pair: the candidate's emitted, accepted
+    and drafted tokens, its answer's distinct-2, the baseline answer's (NaN: unknown)."""
+    if base is None or cand is None:
+        return _NO_LOOP
+    accepted, drafted = cand.get("accepted_tokens") or 0, cand.get("draft_tokens") or 0
+    values = (cand.get("output_tokens"), accepted, drafted,
+              cand.get("distinct_2"), base.get("distinct_2"))  # fmt: skip
+    return tuple(
+        float(v) if isinstance(v, int | float) and not isinstance(v, bool) else np.nan
+        for v in values
+    )
 
 
 # Per side: tested tokens, cut tokens, the bins, then the most-likely test's three sums.

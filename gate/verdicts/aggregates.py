@@ -84,6 +84,8 @@ _ACCEPTANCE = (
     " coalesce(sum(acc * acc) FILTER (WHERE live), 0) AS {a}_ss"
 )
 _LATENCY = (Source.TTFT, Source.TPOT, Source.E2E)
+# The loop guardrail's pairs: live, neither side failed, the signature readable.
+LOOP_VALID = "live AND both_ok AND c_loop IS NOT NULL"
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,8 @@ def part(g: Guardrail, alias: str, warm: WarmUp | None) -> Part:
         return Part([], _paired(alias, "b_failed", "c_failed"), {})
     if g.source is Source.ACCEPTANCE:
         return Part([], _ACCEPTANCE.replace("{a}", alias), {})
+    if g.source is Source.LOOP:
+        return Part([], _paired(alias, "false", "c_loop", LOOP_VALID), {})
     if g.source is Source.PARITY:
         return Part(*_parity(alias), {})
     if g.source is Source.EXACTNESS:
@@ -217,6 +221,7 @@ _FOLDABLE = {
     *((src, Family.EXCEEDANCE) for src in _LATENCY),
     (Source.FAILED, Family.PAIRED_DIFFERENCE),
     (Source.ACCEPTANCE, Family.MEAN_FLOOR),
+    (Source.LOOP, Family.PAIRED_DIFFERENCE),
     (Source.GREEDY, Family.TWO_RATES),  # from the evaluator query
     (Source.PARITY, Family.PAIRED_MEAN),
     (Source.EXACTNESS, Family.TOKEN_PIT),

@@ -29,7 +29,15 @@ from gate.stats.incremental import POOLED_ONLY, Delta, WarmUp, folded, metrics
 from gate.stats.policy import Policy
 from gate.stats.registry import Family, Guardrail, Source
 from gate.stats.sequences import MeanStats, PairedCounts
-from gate.verdicts.aggregates import CONTROL, EVALUATIONS, band_part, exceeds, in_main, part
+from gate.verdicts.aggregates import (
+    CONTROL,
+    EVALUATIONS,
+    LOOP_VALID,
+    band_part,
+    exceeds,
+    in_main,
+    part,
+)
 from gate.verdicts.slices import EPISODE_SLICE, Slice
 
 Sums = dict[str, dict[str, EpisodeSums]]
@@ -64,6 +72,8 @@ def _guardrail_values(g: Guardrail, alias: str) -> list[_Value]:
         return [_Value(g.id, "live", _difference("b_failed", "c_failed"))]
     if g.source is Source.ACCEPTANCE:
         return [_Value(g.id, "live AND acc IS NOT NULL", "acc")]
+    if g.source is Source.LOOP:
+        return [_Value(g.id, LOOP_VALID, _difference("false", "c_loop"))]
     if g.source is Source.PARITY:
         out = []
         for i, metric in enumerate(metrics(g)):

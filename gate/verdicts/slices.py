@@ -28,6 +28,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from gate.db.enums import Outcome, sql_statuses
+from gate.stats.acceptance_length import LOOP_DISTINCT, LOOP_SHARE
 from gate.stats.incremental import POOLED_ONLY, Key
 from gate.stats.policy import Policy
 from gate.stats.sequences import LOG_RATIO_CLIP
@@ -86,6 +87,15 @@ _MATCHED = (
     "(CAST(:load_match AS float8) IS NULL"
     " OR coalesce(abs(candidate_load - baseline_load) <= CAST(:load_match AS float8), false))"
 )
+# The candidate's repetition-loop signature (`gate.stats.acceptance_length.loop_outcome`):
+# NULL where not readable (no drafts, inconsistent counts, a distinct-2 unknown or NaN).
+_ACCEPTED, _DRAFTED = "coalesce(c.spec_accepted_tokens, 0)", "coalesce(c.spec_draft_tokens, 0)"
+_LOOP = f"""CASE WHEN NOT p.is_control AND c.output_tokens > {_ACCEPTED} AND {_ACCEPTED} >= 0
+           AND {_DRAFTED} > 0 AND c.distinct_2 < 'Infinity' AND b.distinct_2 < 'Infinity'
+           AND c.distinct_2 > '-Infinity' AND b.distinct_2 > '-Infinity' THEN
+           CAST(c.output_tokens AS float8) >= CAST({LOOP_SHARE!r} AS float8)
+             * CAST({_DRAFTED} + c.output_tokens - {_ACCEPTED} AS float8)
+           AND c.distinct_2 < CAST({LOOP_DISTINCT!r} AS float8) * b.distinct_2 END AS c_loop"""
 _STAGE = "rollout_id = :rollout AND stage = :stage"
 _RANGE = (
     "(evaluated_at, id) > (:after_at, :after_id) AND (evaluated_at, id) <= (:upto_at, :upto_id)"
@@ -122,7 +132,8 @@ WITH p AS (
          b.ttft_s AS b_ttft, c.ttft_s AS c_ttft, b.tpot_s AS b_tpot, c.tpot_s AS c_tpot,
          b.e2e_s AS b_e2e, c.e2e_s AS c_e2e, {_exact("b")}, {_exact("c")},
          CASE WHEN NOT p.is_control AND c.spec_draft_tokens > 0 THEN
-           least(coalesce(c.spec_accepted_tokens, 0)::float / c.spec_draft_tokens, 1.0) END AS acc
+           least(coalesce(c.spec_accepted_tokens, 0)::float / c.spec_draft_tokens, 1.0) END AS acc,
+         {_LOOP}
   FROM p
   LEFT JOIN generations b ON b.pair_id = p.id AND b.cohort = 'baseline'
   LEFT JOIN generations c ON c.pair_id = p.id AND c.cohort IN ('candidate', 'control')

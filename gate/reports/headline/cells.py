@@ -36,6 +36,7 @@ LABELS = {
     "ttft_tail": "TTFT tail",
     "e2e_tail": "end-to-end tail",
     "acceptance": "draft acceptance",
+    "loop": "repetition loops",
     "failures": "route failures",
     "cancels": "client cancels",
     "feedback": "thumbs-down",
@@ -49,6 +50,7 @@ FAMILIES = {
     "ttft_tail": "latency",
     "e2e_tail": "latency",
     "acceptance": "acceptance",
+    "loop": "acceptance",
     "failures": "failures",
     "cancels": "failures",
     "feedback": "quality",
@@ -56,7 +58,7 @@ FAMILIES = {
     "exactness": "parity",
 }
 ROW_ORDER = ("tpot", "e2e", "ttft_p50", "ttft_tail", "e2e_tail", "acceptance")
-TAIL_ORDER = ("failures", "cancels", "feedback", "greedy_mismatch")
+TAIL_ORDER = ("failures", "cancels", "feedback", "greedy_mismatch", "loop")
 # The answer statistics of sampled-output parity (`gate.parity.STATISTICS`), in words.
 PARITY_WORDS = {
     "mean_logprob": "mean log-prob per token under the model",

@@ -240,6 +240,8 @@ def _cause(line: Line) -> str:
     }.get(line.family, "proven harm")
     if line.metric.startswith("parity:"):
         what = "sampled outputs shifted"
+    if line.metric == "loop":
+        what = "the candidate loops (acceptance length near k + 1, distinct-2 collapsed)"
     return f"{what}: {line.label} {line.estimate} (95 % CI {line.interval})"
 
 

@@ -50,25 +50,28 @@ def test_invalid_policies_are_bad_requests(text):
 
 def test_kill_budget_is_split_over_guardrails_segments_and_detectors():
     policy = Policy()
-    # 8 families + 4 evaluator slots + 3 parity statistics, over 5 segments + pooled,
-    # + 7 collapse detectors (5 segments, pooled, undeclared segments pooled), + 1 pooled
-    # per-token exactness test.
-    assert kill_slots(policy) == 15 * 6 + 7 + 1
-    assert alpha_kill_each(policy) == pytest.approx(0.025 / 98)
+    # 9 families (repetition loops among them, issue 40) + 4 evaluator slots + 3 parity
+    # statistics, over 5 segments + pooled, + 7 collapse detectors (5 segments, pooled,
+    # undeclared segments pooled), + 1 pooled per-token exactness test.
+    assert kill_slots(policy) == 16 * 6 + 7 + 1
+    assert alpha_kill_each(policy) == pytest.approx(0.025 / 104)
     # More evaluators than slots are counted, and disabling a family frees budget.
-    assert kill_slots(policy, evaluators_seen=6) == 17 * 6 + 7 + 1
+    assert kill_slots(policy, evaluators_seen=6) == 18 * 6 + 7 + 1
     lean = load_policy("guardrails: {feedback: {enabled: false}}")
-    assert kill_slots(lean) == 14 * 6 + 7 + 1
+    assert kill_slots(lean) == 15 * 6 + 7 + 1
     no_parity = load_policy("guardrails: {output_parity: {enabled: false}}")
-    assert kill_slots(no_parity) == 12 * 6 + 7 + 1
+    assert kill_slots(no_parity) == 13 * 6 + 7 + 1
     no_exactness = load_policy("guardrails: {exactness: {enabled: false}}")
-    assert kill_slots(no_exactness) == 15 * 6 + 7
+    assert kill_slots(no_exactness) == 16 * 6 + 7
+    no_loops = load_policy("guardrails: {loop: {enabled: false}}")
+    assert kill_slots(no_loops) == 15 * 6 + 7 + 1
 
 
 def test_the_cancel_rate_takes_a_kill_share_in_canary_mode_only():
     policy = Policy()
     # Shadow: nobody waits on the mirrored candidate, so there is no cancel-rate test.
-    assert kill_slots(policy) == 15 * 6 + 7 + 1
+    # Canary: no loop test (it reads the paired baseline answer), a cancel-rate test instead.
+    assert kill_slots(policy) == 16 * 6 + 7 + 1
     assert kill_slots(policy, canary=True) == 16 * 6 + 7 + 1
     assert alpha_kill_each(policy, canary=True) == pytest.approx(0.025 / 104)
     assert policy.guardrails.cancels.margin == policy.guardrails.failures.margin

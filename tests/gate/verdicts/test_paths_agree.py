@@ -560,3 +560,35 @@ def test_answer_statistics_too_small_to_square_fold_as_zero(pg_session):
     want = replay(exported, PARITY_POLICY, every=len(exported)).verdict
     got = compute(pg_session, rollout=rollout, policy=PARITY_POLICY)
     assert_same_verdict(got, want, skip={FEEDBACK})
+
+
+def test_looping_pairs_are_read_alike_by_replay_and_the_fold(pg_session):
+    # The repetition-loop signature (issue 40) from the generations' token counts and
+    # distinct-2: looping, healthy, unreadable (no drafts, counts that cannot be) pairs.
+    rng = np.random.default_rng(40)
+    ok = {"ttft_s": 0.2, "tpot_s": 0.02, "e2e_s": 2.0, "status": "ok", "evals": {"task": True}}
+    kinds = {
+        "loops": {"output_tokens": 117, "draft_tokens": 104, "accepted_tokens": 104},
+        "healthy": {"output_tokens": 120, "draft_tokens": 80, "accepted_tokens": 60},
+        "no_drafts": {"output_tokens": 120, "draft_tokens": 0, "accepted_tokens": 0},
+        "impossible": {"output_tokens": 50, "draft_tokens": 80, "accepted_tokens": 60},
+    }
+    raw = []
+    for i in range(240):
+        kind = rng.choice(list(kinds), p=[0.2, 0.6, 0.1, 0.1])
+        d2 = 0.2 if kind == "loops" else float(rng.uniform(0.8, 0.95))
+        raw.append({
+            "segment": "code" if i % 2 else "chat", "lag_s": 1, "control": 5, "id_rank": i,
+            "baseline": {**ok, "tpot_s": 0.02 + rng.uniform(0, 0.002), "output_tokens": 120,
+                         "draft_tokens": 0, "accepted_tokens": 0, "distinct_2": 0.9},
+            "candidate": {**ok, **kinds[kind], "distinct_2": d2},
+        })  # fmt: skip
+    records = as_records(raw)
+    want = replay(records, POLICY, every=len(records)).verdict
+    rollout = factories.rollout(pg_session, name=f"loops-{next(_names)}")
+    store(pg_session, [dict(r) for r in records], rollout.id)
+    got = compute(pg_session, rollout=rollout, policy=POLICY)
+    assert_same_verdict(got, want, skip={FEEDBACK})
+    loop = next(c for c in want.cells if c.metric == "loop" and c.segment == "all")
+    assert 30 < loop.n < 220
+    assert any(code.startswith("kill:loop") for code in want.reason_codes), want.reason_codes
