@@ -34,13 +34,14 @@ from gate.stats.arms_replay import ArmResult, ArmsReplayResult, replay_arms, to_
 from gate.stats.ids import ALL, Reason, ReasonKind
 from gate.stats.policy import Policy, at_stage, load_tolerance, next_stage_share
 from gate.stats.replay import replay
-from gate.stats.rule import Code, GateStats, apply_rule
+from gate.stats.rule import Code, GateStats
 from gate.stats.sequences import MeanStats
 from gate.stats.verdict import DECISIONS, NO_PAIRS, VerdictResult, decide
 from gate.verdicts import folds
 from gate.verdicts.acceptance import ArmSums
 
 CHOICE_OPEN = Reason(ReasonKind.ARM_CHOICE_OPEN).code
+_CODES = {decision: code for code, decision in DECISIONS.items()}
 
 
 def arm_records(session: Session, *, rollout: Rollout) -> dict[str, list[dict[str, Any]]]:
@@ -124,12 +125,14 @@ def _folded(
                                      arm=name, policy=policy, load_match=matched)  # fmt: skip
         if state.pairs:
             stats = incremental.to_stats(state, judged, next_share=share)
-            arms.append((sums.first, rank, name, state.pairs, stats, sums))
+            # The arm's own gate, judged once (its intervals are most of a look's cost).
+            verdict = decide(judged, stats)
+            arms.append((sums.first, rank, name, state.pairs, stats, verdict, sums))
     if not arms:
         return None
     # Replay lists the arms in the order of their first pairs (ties: the rollout's order).
     arms.sort(key=lambda a: a[:2])
-    streams = [_stream(judged, pairs, stats) for _, _, _, pairs, stats, _ in arms]
+    streams = [_stream(judged, a[3], a[4], a[5]) for a in arms]
     got = choose(staged, streams)
     code = Code(int(got.code[0]))
     total = sum(a[3] for a in arms)
@@ -143,15 +146,15 @@ def _folded(
         winner=names[int(got.winner[0])] if got.winner[0] >= 0 else None,
         leader=names[int(got.leader[0])] if got.leader[0] >= 0 else None,
         arms=tuple(
-            _result(got, k, name, pairs, decide(judged, stats), sums)
-            for k, (_, _, name, pairs, stats, sums) in enumerate(arms)
+            _result(got, k, name, pairs, verdict, sums)
+            for k, (_, _, name, pairs, _, verdict, sums) in enumerate(arms)
         ),
     )
 
 
-def _stream(policy: Policy, pairs: int, stats: GateStats) -> ArmStream:
+def _stream(policy: Policy, pairs: int, stats: GateStats, verdict: VerdictResult) -> ArmStream:
     """Return an arm's gate code and primary statistics as a stream of one look."""
-    code = np.atleast_1d(np.asarray(apply_rule(policy, stats).code, dtype=np.int64))
+    code = np.array([_CODES[verdict.decision]], dtype=np.int64)
     cell = stats.cells.get((policy.primary.metric, ALL))
     if not isinstance(cell, MeanStats):
         return ArmStream(np.array([pairs]), code, MeanStats(np.zeros(1), 0.0, 0.0))
