@@ -15,7 +15,7 @@ An arm killed before (by the gate or an operator) is out of the choice; its pair
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -32,6 +32,7 @@ from gate.stats import incremental
 from gate.stats.arms import ArmLooks, ArmState, ArmStream, arm_policy, choose, member
 from gate.stats.arms_replay import ArmResult, ArmsReplayResult, replay_arms, to_json
 from gate.stats.ids import ALL, Reason, ReasonKind
+from gate.stats.incremental import Key
 from gate.stats.policy import Policy, at_stage, load_tolerance, next_stage_share
 from gate.stats.replay import replay
 from gate.stats.rule import Code, GateStats
@@ -119,7 +120,8 @@ def _folded(
     staged = at_stage(policy, rollout.stage)
     judged = arm_policy(staged)
     share = next_stage_share(policy, rollout.stage, RolloutMode.SHADOW)
-    arms = []
+    arms: list[_FoldedArm] = []
+    order: dict[str, tuple[Key | None, int]] = {}
     for rank, name in enumerate(live):
         state, sums = folds.fold_arm(session, rollout_id=rollout.id, stage=rollout.stage,
                                      arm=name, policy=policy, load_match=matched)  # fmt: skip
@@ -127,16 +129,16 @@ def _folded(
             stats = incremental.to_stats(state, judged, next_share=share)
             # The arm's own gate, judged once (its intervals are most of a look's cost).
             verdict = decide(judged, stats)
-            arms.append((sums.first, rank, name, state.pairs, stats, verdict, sums))
+            arms.append(_FoldedArm(name, state.pairs, stats, verdict, sums))
+            order[name] = (sums.first, rank)
     if not arms:
         return None
     # Replay lists the arms in the order of their first pairs (ties: the rollout's order).
-    arms.sort(key=lambda a: a[:2])
-    streams = [_stream(judged, a[3], a[4], a[5]) for a in arms]
-    got = choose(staged, streams)
+    arms.sort(key=lambda a: order[a.name])
+    got = choose(staged, [_stream(judged, a) for a in arms])
     code = Code(int(got.code[0]))
-    total = sum(a[3] for a in arms)
-    names = [a[2] for a in arms]
+    total = sum(a.pairs for a in arms)
+    names = [a.name for a in arms]
     return ArmsReplayResult(
         decision=DECISIONS[code],
         pairs=total,
@@ -145,39 +147,45 @@ def _folded(
         total_pairs=total,
         winner=names[int(got.winner[0])] if got.winner[0] >= 0 else None,
         leader=names[int(got.leader[0])] if got.leader[0] >= 0 else None,
-        arms=tuple(
-            _result(got, k, name, pairs, verdict, sums)
-            for k, (_, _, name, pairs, _, verdict, sums) in enumerate(arms)
-        ),
+        arms=tuple(_result(got, k, arm) for k, arm in enumerate(arms)),
     )
 
 
-def _stream(policy: Policy, pairs: int, stats: GateStats, verdict: VerdictResult) -> ArmStream:
+@dataclass(frozen=True)
+class _FoldedArm:
+    """One arm at the look, from its fold state."""
+
+    name: str
+    pairs: int
+    stats: GateStats
+    verdict: VerdictResult  # its own gate's
+    sums: ArmSums
+
+
+def _stream(policy: Policy, arm: _FoldedArm) -> ArmStream:
     """Return an arm's gate code and primary statistics as a stream of one look."""
-    code = np.array([_CODES[verdict.decision]], dtype=np.int64)
-    cell = stats.cells.get((policy.primary.metric, ALL))
+    pairs, code = np.array([arm.pairs]), np.array([_CODES[arm.verdict.decision]])
+    cell = arm.stats.cells.get((policy.primary.metric, ALL))
     if not isinstance(cell, MeanStats):
-        return ArmStream(np.array([pairs]), code, MeanStats(np.zeros(1), 0.0, 0.0))
+        return ArmStream(pairs, code, MeanStats(np.zeros(1), 0.0, 0.0))
     one = {f.name: np.atleast_1d(np.asarray(getattr(cell, f.name), dtype=np.float64))
            for f in fields(cell)}  # fmt: skip
-    return ArmStream(np.array([pairs]), code, type(cell)(**one))
+    return ArmStream(pairs, code, type(cell)(**one))
 
 
-def _result(
-    got: ArmLooks, k: int, name: str, pairs: int, verdict: VerdictResult, sums: ArmSums
-) -> ArmResult:
+def _result(got: ArmLooks, k: int, arm: _FoldedArm) -> ArmResult:
     """Return arm `k` at the look, as replay's `arms_replay._result` builds it."""
     estimate = float(got.estimate[k, 0])
     return ArmResult(
-        name=name,
+        name=arm.name,
         state=ArmState(int(got.state[k, 0])),
-        decision=verdict.decision,
-        pairs=pairs,
+        decision=arm.verdict.decision,
+        pairs=arm.pairs,
         ratio=float(np.exp(estimate)) if np.isfinite(estimate) else None,
         lower=float(np.exp(got.lower[k, 0])),
         upper=float(np.exp(got.upper[k, 0])),
-        verdict=verdict,
-        acceptance=sums.acceptance.length(),
+        verdict=arm.verdict,
+        acceptance=arm.sums.acceptance.length(),
     )
 
 

@@ -157,6 +157,8 @@ arm_pair = st.tuples(pair.filter(lambda p: p["baseline"] or p["candidate"]),
                      st.sampled_from(["a", "b", "c"]))  # fmt: skip
 
 
+# No shrinking: each example builds a rollout and two looks in Postgres, so shrinking a
+# failure takes many minutes; the failing example is reported as generated.
 @settings(
     phases=[Phase.explicit, Phase.reuse, Phase.generate],
     max_examples=15,
