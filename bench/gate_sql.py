@@ -1,6 +1,6 @@
 """Time gate verdicts over N stored pairs in Postgres (the incremental fold path).
 
-    python bench/gate_sql.py --pairs 1000000 --new 1000 --repeat 5 [--episode-len 10]
+    python bench/gate_sql.py --pairs 1000000 --new 1000 --repeat 5 [--episode-len 10] [--arms 3]
 
 Creates a throwaway database on the local server, builds it with the migrations, loads N
 complete, evaluated shadow pairs (two generations and two evaluations each, five
@@ -17,6 +17,11 @@ the commit of the fold state, each in its own transaction:
 2. verdicts with no new pairs since the last run (`--repeat` times);
 3. verdicts after `--new` new evaluated pairs landed since the last run (`--repeat`
    times, a fresh batch each; loading a batch is not timed).
+
+With `--arms K` (issue 40) the rollout has K candidate arms: pair j goes to arm j % K,
+except every `CONTROL_EVERY`-th pair, a control pair (the baseline against itself, no arm),
+which counts in every arm's stream; the verdict then folds each arm (`gate_folds` per arm)
+and chooses the best arm.
 
 The database is dropped at the end.
 """
@@ -38,9 +43,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from gate.db import migrate
 from gate.db.engine import make_engine, session_factory
-from gate.db.enums import RolloutState
-from gate.db.models import Rollout
+from gate.db.enums import RolloutState, RouteRole
+from gate.db.models import Rollout, RolloutArm
 from gate.pairs.parity import differences
+from gate.rollouts import service as routes
+from gate.rollouts.schemas import RouteIn
 from gate.stats.policy import DEFAULT_SEGMENTS, load_policy
 from gate.stats.verdict import VerdictResult
 from gate.verdicts.service import compute
@@ -60,6 +67,7 @@ def load(
     seed: int,
     stamped: datetime | None = None,
     episode_len: int = 0,
+    arms: int = 0,
 ) -> None:
     """COPY pairs `first` .. `first + n - 1`, created 150 ms apart from `start`.
 
@@ -78,7 +86,7 @@ def load(
         with cur.copy(
             "COPY pairs (id, rollout_id, stage, state, is_control, segment, "
             "created_at, deadline, completed_at, evaluated_at, parity, baseline_load, "
-            "candidate_load, baseline_load_source, candidate_load_source, episode) FROM STDIN"
+            "candidate_load, baseline_load_source, candidate_load_source, episode, arm) FROM STDIN"
         ) as copy:
             for i, pair_id in enumerate(ids):
                 at = created[i]
@@ -86,9 +94,10 @@ def load(
                 segment = SEGMENTS[(first + i) % N_SEGMENTS]
                 d = json.dumps(differences(*sides[i]))
                 copy.write_row(
-                    (pair_id, rollout_id, 0, "complete", False, segment, at,
-                     at + timedelta(minutes=5), at, evaluated, d, float(loads[i, 0]),
-                     float(loads[i, 1]), "engine", "engine", episode(first + i, episode_len))
+                    (pair_id, rollout_id, 0, "complete", is_control(first + i, arms), segment,
+                     at, at + timedelta(minutes=5), at, evaluated, d, float(loads[i, 0]),
+                     float(loads[i, 1]), "engine", "engine", episode(first + i, episode_len),
+                     arm_of(first + i, arms))
                 )  # fmt: skip
         with cur.copy(
             "COPY generations (id, rollout_id, pair_id, cohort, segment, status, "
@@ -96,8 +105,9 @@ def load(
             "started_at, " + ", ".join(PARITY) + ") FROM STDIN"
         ) as copy:
             for i, pair_id in enumerate(ids):
-                for side, cohort in enumerate(("baseline", "candidate")):
-                    tpot = 0.02 * shared[i] * (0.8 if side else 1.0)
+                control = is_control(first + i, arms)
+                for side, cohort in enumerate(("baseline", "control" if control else "candidate")):
+                    tpot = 0.02 * shared[i] * (0.8 if side and not control else 1.0)
                     copy.write_row(
                         (2 * (first + i) + side + 1, rollout_id, pair_id, cohort,
                          SEGMENTS[(first + i) % N_SEGMENTS], "ok", 0.1 * shared[i], tpot,
@@ -114,6 +124,20 @@ def load(
                     copy.write_row((gid, "task", "1", bool(passed[i]), "{}", created[i]))
         conn.execute("SELECT setval('generations_id_seq', %s)", (2 * (first + n) + 1,))
         conn.commit()
+
+
+# With arms, one pair in this many is a control pair (no arm, in every arm's stream).
+CONTROL_EVERY = 20
+
+
+def is_control(j: int, arms: int) -> bool:
+    """Return whether pair j is a control pair (only with arms)."""
+    return arms > 0 and j % CONTROL_EVERY == CONTROL_EVERY - 1
+
+
+def arm_of(j: int, arms: int) -> str | None:
+    """Return pair j's arm (None: one candidate, or a control pair)."""
+    return None if arms <= 0 or is_control(j, arms) else f"arm{j % arms}"
 
 
 # Conversations in flight at once (`--episode-len`): pair j is in conversation j % this of
@@ -178,9 +202,15 @@ def bench(url: str, args: argparse.Namespace) -> None:
         rollout = factories.rollout(db, name="bench", policy=policy)
         rollout.state = RolloutState.RUNNING
         rollout_id = rollout.id
+        for k in range(args.arms):
+            spec = RouteIn(name=f"bench-arm{k}", base_url="http://127.0.0.1:9/v1", model="m",
+                           role=RouteRole.CANDIDATE)  # fmt: skip
+            route = routes.create_route(db, spec=spec, actor="bench")
+            rollout.arms.append(RolloutArm(name=f"arm{k}", route_id=route.id))
     start = datetime.now(UTC) - timedelta(days=3)
     started = time.perf_counter()
-    load(dsn, rollout_id, args.pairs, first=0, start=start, seed=0, episode_len=args.episode_len)
+    load(dsn, rollout_id, args.pairs, first=0, start=start, seed=0, episode_len=args.episode_len,
+         arms=args.arms)  # fmt: skip
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("ANALYZE")
     print(f"loaded {args.pairs:,} pairs in {time.perf_counter() - started:.1f} s")
@@ -195,11 +225,13 @@ def bench(url: str, args: argparse.Namespace) -> None:
         batch_start = now - timedelta(minutes=5)
         load(
             dsn, rollout_id, args.new, first=first, start=batch_start, seed=k + 1, stamped=now,
-            episode_len=args.episode_len,
+            episode_len=args.episode_len, arms=args.arms,
         )  # fmt: skip
         runs.append(timed_verdict(sessions, rollout_id))
     report(f"verdict, {args.new:,} new pairs", runs)
     print(f"episodes: {runs[-1][1].n_episodes}")
+    if args.arms:
+        print(f"arms: {runs[-1][1].summary}")
 
 
 def main() -> None:
@@ -212,6 +244,10 @@ def main() -> None:
     parser.add_argument(
         "--episode-len", type=int, default=0,
         help="pairs per conversation, 50 interleaved at a time (0: no episodes; issue 39)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--arms", type=int, default=0,
+        help="candidate arms; pairs split evenly, 1 in 20 a control pair (0: one candidate)",
     )  # fmt: skip
     parser.add_argument("--server", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
     args = parser.parse_args()

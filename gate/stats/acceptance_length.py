@@ -25,7 +25,7 @@ never shows it (it drafts nothing), proven above its kill level.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -45,6 +45,33 @@ class AcceptanceLength:
     requests: int
     looping: int  # pairs with the repetition-loop signature
     compared: int  # pairs where the signature could be read (both distinct-2 known)
+
+
+@dataclass(frozen=True)
+class AcceptanceSums:
+    """What a set of requests' acceptance length is summed from; additive, so the Postgres
+    fold keeps it per arm (`gate.verdicts.acceptance`)."""
+
+    output: float = 0.0  # tokens emitted by the requests whose passes are known
+    passes: float = 0.0  # their target forward passes
+    requests: int = 0
+    looping: int = 0
+    compared: int = 0
+
+    def plus(self, other: AcceptanceSums) -> AcceptanceSums:
+        """Return the sums of both sets of requests."""
+        return AcceptanceSums(
+            *(getattr(self, f.name) + getattr(other, f.name) for f in fields(self))
+        )
+
+    def length(self) -> AcceptanceLength:
+        """Return the pooled acceptance length: tokens per pass over all the requests."""
+        return AcceptanceLength(
+            length=self.output / self.passes if self.passes > 0 else None,
+            requests=self.requests,
+            looping=self.looping,
+            compared=self.compared,
+        )
 
 
 def passes(output: FloatArray, accepted: FloatArray) -> FloatArray:
@@ -119,12 +146,12 @@ def summarise(
     """Return the pooled acceptance length of requests and their loop signatures."""
     steps = passes(output, accepted)
     known = np.isfinite(steps)
-    total = float(np.sum(steps[known]))
     comparable = known & np.isfinite(distinct_2) & np.isfinite(baseline_distinct_2)
     loops = looping(output, accepted, drafted, distinct_2, baseline_distinct_2)
-    return AcceptanceLength(
-        length=float(np.sum(output[known])) / total if total > 0 else None,
+    return AcceptanceSums(
+        output=float(np.sum(output[known])),
+        passes=float(np.sum(steps[known])),
         requests=int(known.sum()),
         looping=int(np.sum(loops & comparable)),
         compared=int(comparable.sum()),
-    )
+    ).length()

@@ -86,6 +86,13 @@ class ArmLooks:
     upper: FloatArray
 
 
+def member(pair_arm: str | None, arm: str) -> bool:
+    """Return whether a pair naming `pair_arm` is in `arm`'s stream: the arm's own pairs and
+    the pairs that name no arm (the control pairs, the baseline against itself, which count
+    in every arm's). The fold's SQL says the same (`gate.verdicts.slices`)."""
+    return pair_arm is None or pair_arm == arm
+
+
 def arm_policy(policy: Policy) -> Policy:
     """Return `policy` with the alphas each arm's own gate spends (a `slots` share)."""
     slots = policy.arms.slots

@@ -19,7 +19,7 @@ import numpy as np
 from gate.db.enums import Decision, RolloutMode
 from gate.errors import BadRequest, InputMalformed
 from gate.stats.acceptance_length import AcceptanceLength, summarise
-from gate.stats.arms import ArmLooks, ArmState, ArmStream, arm_policy, choose
+from gate.stats.arms import ArmLooks, ArmState, ArmStream, arm_policy, choose, member
 from gate.stats.cumulative import at_look, looks_every, to_stats
 from gate.stats.ids import ALL
 from gate.stats.policy import Policy, at_stage, next_stage_share
@@ -126,17 +126,16 @@ def replay_arms(
 def _split(records: list[Record]) -> dict[str, tuple[list[int], list[int]]]:
     """Return each arm's record positions (the control pairs in every arm's) and those of
     its own candidate pairs, arms in order of their first pair."""
+    named = [arm_of(r) for r in records]
     own: dict[str, list[int]] = {}
-    controls: list[int] = []
-    for n, record in enumerate(records):
-        arm = arm_of(record)
+    for n, (record, arm) in enumerate(zip(records, named, strict=True)):
         if arm is not None:
             own.setdefault(arm, []).append(n)
-        elif record.get("is_control"):
-            controls.append(n)
-        else:
+        elif not record.get("is_control"):
             raise InputMalformed(f"pair {n + 1}: names no arm, while other pairs do")
-    return {arm: (sorted(mine + controls), mine) for arm, mine in own.items()}
+    return {
+        arm: ([n for n, a in enumerate(named) if member(a, arm)], mine) for arm, mine in own.items()
+    }
 
 
 def _stream(policy: Policy, stats: GateStats, counts: IntArray, index: IntArray) -> ArmStream:

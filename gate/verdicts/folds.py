@@ -1,5 +1,10 @@
 """A stage's stored fold state: lock it, fold in the pairs evaluated since, write it back.
 
+One state per (rollout, stage, arm): a rollout of one candidate folds every pair of the
+stage (arm `NO_ARM`); one with several candidates folds each arm's pairs, its own and the
+control pairs (`gate.stats.arms.member`, the same membership replay uses), with the arm's
+sums its verdict shows (`gate.verdicts.acceptance`).
+
 Postgres only (the slice queries are). No commit here: the gate's transaction owns it, so
 the state and the verdict computed from it are stored together or not at all.
 """
@@ -13,15 +18,28 @@ from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from gate.db import storage
+from gate.db.enums import RolloutMode
 from gate.db.models import GateFold
+from gate.db.models.quality import NO_ARM
 from gate.pairs.watermark import fold_horizon
 from gate.stats import episode_sums, incremental
 from gate.stats.incremental import FoldState, Key
 from gate.stats.policy import Policy
-from gate.verdicts import episodes
+from gate.verdicts import acceptance, aggregates, episodes
+from gate.verdicts.acceptance import ArmSums
 from gate.verdicts.aggregates import delta
 from gate.verdicts.slices import Slice, first_keys, last_key
 from gate.verdicts.warmup import warmup
+
+# What one fold state judges: (rollout id, stage, load tolerance, arm (None: every pair)).
+Judged = tuple[int, int, float | None, str | None]
+
+
+def in_sql(session: Session, *, mode: RolloutMode) -> bool:
+    """Return whether a rollout's stage is folded here (Postgres, shadow, every guardrail's
+    statistics built by the fold's SQL); else it is replayed at each look."""
+    foldable = all(aggregates.foldable(g) for g in incremental.folded())
+    return storage.of(session).folds_in_sql and mode is RolloutMode.SHADOW and foldable
 
 
 def fold(
@@ -35,39 +53,69 @@ def fold(
     """Fold the stage's newly evaluated pairs into its stored state; return the state.
 
     `load_match`: judge only load-matched pairs (`policy.load_tolerance`; None: all)."""
+    return _fold(session, (rollout_id, stage, load_match, None), policy)[1]
+
+
+def fold_arm(
+    session: Session,
+    *,
+    rollout_id: int,
+    stage: int,
+    arm: str,
+    policy: Policy,
+    load_match: float | None = None,
+) -> tuple[FoldState, ArmSums]:
+    """Fold the newly evaluated pairs of one arm of the stage (its own and the control
+    pairs, `gate.stats.arms.member`) into its stored state; return it and the arm's sums
+    (first pair, acceptance length), folded up to the same pair."""
+    row, state = _fold(session, (rollout_id, stage, load_match, arm), policy)
+    if state.watermark is None:
+        return state, ArmSums()
+    piece = Slice(rollout_id, stage, after=None, upto=state.watermark, arm=arm)
+    sums, stored = acceptance.advance(session, row.arm_sums, piece, policy)
+    if stored != row.arm_sums:
+        row.arm_sums = stored
+    return state, sums
+
+
+def _fold(session: Session, judged: Judged, policy: Policy) -> tuple[GateFold, FoldState]:
+    """Lock the (rollout, stage, arm) state, fold the new pairs in, write it back."""
     # JIT compiling the wide slice aggregates costs seconds, more than it ever saves here.
     session.execute(text("SET LOCAL jit = off"))
+    rollout_id, stage, load_match, arm = judged
     horizon = fold_horizon(session, rollout_id=rollout_id)
-    row = _locked_row(session, rollout_id=rollout_id, stage=stage)
+    row = _locked_row(session, rollout_id=rollout_id, stage=stage, arm=arm or NO_ARM)
     key = incremental.policy_key(policy, load_match)
     # Another policy (warm-up, segments, quantiles, the load tolerance: a promotion by load
     # turns it on) means other statistics: start over.
     stored = _load(row) if row.policy_key == key else FoldState(policy_key=key)
-    state = _advance(session, stored, (rollout_id, stage, load_match), policy, horizon)
+    state = _advance(session, stored, judged, policy, horizon)
     if state is not stored:
         _save(row, state)
-    return state
+    return row, state
 
 
 def _advance(
     session: Session,
     state: FoldState,
-    judged: tuple[int, int, float | None],
+    judged: Judged,
     policy: Policy,
     horizon: datetime,
 ) -> FoldState:
-    rollout_id, stage, load_match = judged
-    last = last_key(session, rollout_id=rollout_id, stage=stage, horizon=horizon)
+    rollout_id, stage, load_match, arm = judged
+    last = last_key(session, rollout_id=rollout_id, stage=stage, horizon=horizon, arm=arm)
     if last is None or (state.watermark is not None and last <= state.watermark):
         return state
-    piece = Slice(rollout_id, stage, after=state.watermark, upto=last, load_match=load_match)
+    piece = Slice(
+        rollout_id, stage, after=state.watermark, upto=last, load_match=load_match, arm=arm
+    )
     needed = policy.warmup_pairs - state.warm_pairs
     if needed > 0:
         # The warm-up is the first pairs in fold order; fix its thresholds once it is full.
         keys = first_keys(session, piece, policy, needed)
         piece = replace(piece, warm_upto=keys[-1] if keys else None)
         if len(keys) == needed:
-            whole = Slice(rollout_id, stage, after=None, upto=keys[-1], warm_upto=keys[-1])
+            whole = replace(piece, after=None, upto=keys[-1], warm_upto=keys[-1], load_match=None)
             state = replace(state, warmup=warmup(session, whole, policy))
     added = delta(session, piece, policy, state.warmup)
     names = {*state.evaluators, *added.evaluators}
@@ -91,10 +139,10 @@ def _warm_end(session: Session, piece: Slice, policy: Policy) -> Key | None:
     return keys[-1] if keys else None
 
 
-def _locked_row(session: Session, *, rollout_id: int, stage: int) -> GateFold:
+def _locked_row(session: Session, *, rollout_id: int, stage: int, arm: str) -> GateFold:
     statement = (
         select(GateFold)
-        .where(GateFold.rollout_id == rollout_id, GateFold.stage == stage)
+        .where(GateFold.rollout_id == rollout_id, GateFold.stage == stage, GateFold.arm == arm)
         .with_for_update()
         .execution_options(populate_existing=True)
     )
@@ -103,8 +151,8 @@ def _locked_row(session: Session, *, rollout_id: int, stage: int) -> GateFold:
         session.execute(
             storage.of(session)
             .insert(GateFold)
-            .values(rollout_id=rollout_id, stage=stage)
-            .on_conflict_do_nothing(index_elements=["rollout_id", "stage"])
+            .values(rollout_id=rollout_id, stage=stage, arm=arm)
+            .on_conflict_do_nothing(index_elements=["rollout_id", "stage", "arm"])
         )
         row = session.scalars(statement).one()
     return row

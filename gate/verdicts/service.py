@@ -20,7 +20,6 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gate.audit import GATE_ACTOR
-from gate.db import storage
 from gate.db.enums import Decision, RolloutMode, RolloutState
 from gate.db.models import Rollout, Verdict
 from gate.errors import InvalidPolicy
@@ -33,8 +32,8 @@ from gate.stats import incremental
 from gate.stats.policy import Policy, at_stage, load_policy, load_tolerance, next_stage_share
 from gate.stats.replay import replay
 from gate.stats.verdict import NO_PAIRS, VerdictResult, decide
-from gate.verdicts import aggregates, availability, folds
 from gate.verdicts import arms as armgate
+from gate.verdicts import availability, folds
 
 log = logging.getLogger(__name__)
 # What the gate does to a running rollout on its own, per decision.
@@ -65,11 +64,9 @@ def _with_arms(
 
 def _pairs_verdict(session: Session, *, rollout: Rollout, policy: Policy) -> VerdictResult:
     """Return the pairs' verdict on the rollout's current stage (at its share of alpha_kill)."""
-    # A guardrail whose statistics the fold's SQL does not build yet is judged by replay.
-    foldable = all(aggregates.foldable(g) for g in incremental.folded())
     # Promoted and routed by load, only load-matched pairs are judged (both paths alike).
     matched = load_tolerance(policy, promoted=rollout.state is RolloutState.PROMOTED)
-    if storage.of(session).folds_in_sql and rollout.mode is RolloutMode.SHADOW and foldable:
+    if folds.in_sql(session, mode=rollout.mode):
         state = folds.fold(
             session, rollout_id=rollout.id, stage=rollout.stage, policy=policy, load_match=matched
         )

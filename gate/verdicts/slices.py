@@ -48,6 +48,8 @@ class Slice:
     warm_upto: Key | None = None
     # Judge only load-matched pairs within this gap (`policy.load_tolerance`; None: all).
     load_match: float | None = None
+    # One arm's pairs: its own and the control pairs (`gate.stats.arms.member`; None: all).
+    arm: str | None = None
 
     def params(self, policy: Policy) -> dict[str, Any]:
         """Return the bind parameters every slice query takes."""
@@ -66,6 +68,7 @@ class Slice:
             "clip": LOG_RATIO_CLIP,
             "greedy": policy.guardrails.greedy_mismatch.evaluator,
             "load_match": self.load_match,
+            "arm": self.arm,
         }
 
 
@@ -96,7 +99,10 @@ _LOOP = f"""CASE WHEN NOT p.is_control AND c.output_tokens > {_ACCEPTED} AND {_A
            CAST(c.output_tokens AS float8) >= CAST({LOOP_SHARE!r} AS float8)
              * CAST({_DRAFTED} + c.output_tokens - {_ACCEPTED} AS float8)
            AND c.distinct_2 < CAST({LOOP_DISTINCT!r} AS float8) * b.distinct_2 END AS c_loop"""
-_STAGE = "rollout_id = :rollout AND stage = :stage"
+# An arm's pairs (`gate.stats.arms.member`, the one definition): its own and those that name
+# no arm (the control pairs, in every arm's stream); without an arm, every pair.
+_MEMBER = "(CAST(:arm AS text) IS NULL OR arm IS NULL OR arm = CAST(:arm AS text))"
+_STAGE = f"rollout_id = :rollout AND stage = :stage AND {_MEMBER}"
 _RANGE = (
     "(evaluated_at, id) > (:after_at, :after_id) AND (evaluated_at, id) <= (:upto_at, :upto_id)"
 )
@@ -145,6 +151,8 @@ WITH p AS (
 )
 """
 SLICE = _slice(_SLICE_PAIRS)
+# The slice's pairs alone, one row each (columns of `pairs` and the fold's flags).
+SLICE_PAIRS = _SLICE_PAIRS
 EPISODE_SLICE = _slice(f"{_SLICE_PAIRS}\n  UNION ALL {_EARLIER_OF_EPISODES}")
 
 _LAST = f"""SELECT evaluated_at, id FROM pairs WHERE {_STAGE} AND evaluated_at <= :horizon
@@ -154,9 +162,12 @@ WHERE {_STAGE} AND state IN ('complete', 'dropped') AND {_RANGE}
 ORDER BY evaluated_at, id LIMIT :limit"""
 
 
-def last_key(session: Session, *, rollout_id: int, stage: int, horizon: datetime) -> Key | None:
-    """Return the last pair stamped at or before `horizon`, in fold order."""
-    params = {"rollout": rollout_id, "stage": stage, "horizon": horizon}
+def last_key(
+    session: Session, *, rollout_id: int, stage: int, horizon: datetime, arm: str | None = None
+) -> Key | None:
+    """Return the last pair (of `arm`'s; None: any) stamped at or before `horizon`, in fold
+    order."""
+    params = {"rollout": rollout_id, "stage": stage, "horizon": horizon, "arm": arm}
     row = session.execute(text(_LAST), params).first()
     return None if row is None else (row[0], row[1])
 

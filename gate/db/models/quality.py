@@ -68,6 +68,10 @@ class Verdict(Base):
     arms: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
 
 
+# `gate_folds.arm` of a rollout of one candidate (a key column cannot be NULL).
+NO_ARM = ""
+
+
 class GateFold(Base):
     """The gate's running sufficient statistics of one rollout stage, up to a watermark.
 
@@ -80,6 +84,9 @@ class GateFold(Base):
         ForeignKey("rollouts.id", ondelete="CASCADE"), primary_key=True
     )
     stage: Mapped[int] = mapped_column(Integer, primary_key=True)
+    # The arm whose pairs (with the control pairs) are folded (`gate.stats.arms.member`);
+    # NO_ARM: a rollout of one candidate, every pair of the stage (issue 40).
+    arm: Mapped[str] = mapped_column(String(64), primary_key=True, server_default=NO_ARM)
     # The policy fields the statistics depend on, hashed: another policy refolds.
     policy_key: Mapped[str] = mapped_column(String(64), default="")
     # The last pair folded, in fold order (evaluated_at, id).
@@ -101,6 +108,9 @@ class GateFold(Base):
     # Per cell, its episode sums and whether an episode holds two pairs
     # (`gate.stats.episode_sums`; NULL: none folded).
     episodes: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    # What an arm's verdict shows beyond its gate, up to its own watermark: the arm's first
+    # pair and its acceptance-length sums (`gate.verdicts.acceptance`; NULL: none folded).
+    arm_sums: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
 
 

@@ -78,7 +78,7 @@ def store(session, records: list[dict], rollout_id: int | None = None) -> int:
                 "is_control": record["is_control"], "segment": record["segment"],
                 "created_at": created, "deadline": created + timedelta(minutes=5),
                 "evaluated_at": datetime.fromisoformat(record["evaluated_at"]),
-                "episode": record.get("episode"),
+                "episode": record.get("episode"), "arm": record.get("arm"),
             }
         )  # fmt: skip
         second = Cohort.CONTROL if record["is_control"] else Cohort.CANDIDATE
