@@ -35,6 +35,7 @@ from gate.stats.sequences import (
     PairedCounts,
     TwoCounts,
     as_array,
+    cohort_values,
 )
 
 # Fractions of the largest admissible bet; geometric so one is within ~22% of the
@@ -160,9 +161,10 @@ def _values(stats: PairedCounts | CohortCounts) -> tuple[list[float], list[Num]]
         n, worse, better = as_array(stats.n), as_array(stats.worse), as_array(stats.better)
         return [-1.0, 0.0, 1.0], [better, n - worse - better, worse]
     # Inverse-propensity pseudo-outcome: its mean is candidate minus baseline bad rate.
-    cand, base, w = as_array(stats.candidate), as_array(stats.baseline), stats.share
+    cand, base = as_array(stats.candidate), as_array(stats.baseline)
     rest = as_array(stats.n) - cand - base
-    return [-1.0 / (1.0 - w), 0.0, 1.0 / w], [base, rest, cand]
+    low, high = cohort_values(stats.share)
+    return [low, 0.0, high], [base, rest, cand]
 
 
 def exceeds(stats: PairedCounts | CohortCounts, m: float, alpha: float) -> BoolArray:
