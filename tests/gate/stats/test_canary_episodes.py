@@ -82,3 +82,26 @@ def test_sticky_episodes_widen_the_canary_rate_interval():
     wide, narrow = harm_interval(named, rule, **kw), harm_interval(alone, rule, **kw)
     width = (np.asarray(wide.upper) - wide.lower)[0, -1]
     assert width > 2.0 * (np.asarray(narrow.upper) - narrow.lower)[0, -1]
+
+
+def test_thumbs_down_rated_by_conversation_keep_their_level_in_canary():
+    # Whole conversations rated alike, one in ten thumbs-down (a user who dislikes a topic
+    # dislikes every answer): the share moves by whole episodes, as the evaluators' above.
+    s = replace(STICKY_AA, pass_rate=0.999)
+    runs = 30
+    rng = np.random.default_rng(40)
+    cols = draw_pairs(s, POLICY, runs, rng)
+    assert cols.episode is not None
+    down = rng.random((runs, int(cols.episode.max()) + 1)) < 0.1
+    rating = np.take_along_axis(down, cols.episode, axis=-1).astype(np.float64)
+    served = np.isfinite(cols.e2e) | cols.failed
+    cols = replace(cols, feedback=np.where(served, rating[..., None], np.nan))
+    looks = looks_every(s.pairs, s.every)
+    cell = Cell(MetricId("feedback"), ALL)
+    kills = {}
+    for named in (True, False):
+        judged = cols if named else replace(cols, episode=None)
+        ev = apply_rule(POLICY, to_stats(judged, POLICY, looks, mode=CANARY))
+        kills[named] = int(np.broadcast_to(ev.harmful[cell], ev.code.shape).any(axis=-1).sum())
+    assert kills[False] >= 8, kills  # judged as independent requests
+    assert kills[True] <= 2, kills
