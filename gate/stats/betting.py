@@ -6,7 +6,8 @@ weights. With constant bets the capital depends only on how many observations to
 value, so it is computed from counts (sufficient statistics), exactly (non-asymptotic),
 with no ordering of the data. Assumption: observations are i.i.d. (pairs independent of
 each other; in canary mode, cohorts assigned independently of outcomes, as a hash of the
-request does).
+request does). Where a cohort is drawn per episode the requests are not independent
+draws: `gate.stats.rule` then also asks the clustered interval (`EpisodeCohorts`).
 
 Used for paired 0/1 differences in {-1, 0, 1} (evaluator fails, failures, tail
 exceedance), proportions in {0, 1}, and canary cohorts through inverse-propensity
