@@ -26,8 +26,8 @@ One JSON object per line, one line per pair, in fold order (below):
   other value is a malformed record. With episodes, the means' intervals (latency
   log-ratios, parity, canary log-means, load bands), the paired rates (failures,
   evaluators, tails) and the canary cohort rates take the episode as the unit
-  (`gate.stats.sequences`: `EpisodeMean`, `EpisodeCounts`, `EpisodeCohorts`); without any, every pair is its own and the verdicts are those of
-  independent pairs.
+  (`gate.stats.sequences`: `EpisodeMean`, `EpisodeCounts`, `EpisodeCohorts`); without
+  any, every pair is its own and the verdicts are those of independent pairs.
 * `arm` (optional): the string that names the candidate configuration (route) the pair's
   candidate call used, in a rollout with several (issue 40; stored in `pairs.arm`). A file
   where no record names one is the single-arm case, judged as before; where some do, every
