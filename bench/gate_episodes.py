@@ -90,6 +90,10 @@ def main() -> None:
         "--per-request", action="store_true",
         help="canary: a cohort coin per request instead of per episode (before issue 39)",
     )  # fmt: skip
+    ap.add_argument(
+        "--only-episodes", action="store_true",
+        help="skip the same draws judged as independent pairs (the gate before issue 39)",
+    )  # fmt: skip
     ap.add_argument("--json")
     args = ap.parse_args()
     policy = Policy()
@@ -104,7 +108,7 @@ def main() -> None:
                 eval_icc=icc if case == "aa_evals" else 0.0, mode=RolloutMode(args.mode),
                 sticky=not args.per_request,
             )  # fmt: skip
-            for episodes in (True, False):
+            for episodes in (True,) if args.only_episodes else (True, False):
                 t0 = time.monotonic()
                 got = run_case(s, policy, args.runs, args.seed, episodes=episodes)
                 row = {"case": case, "icc": icc, "episodes": episodes, **got}

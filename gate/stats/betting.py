@@ -6,7 +6,8 @@ weights. With constant bets the capital depends only on how many observations to
 value, so it is computed from counts (sufficient statistics), exactly (non-asymptotic),
 with no ordering of the data. Assumption: observations are i.i.d. (pairs independent of
 each other; in canary mode, cohorts assigned independently of outcomes, as a hash of the
-request does).
+request does). Where a cohort is drawn per episode the requests are not independent
+draws: `gate.stats.rule` then also asks the clustered interval (`EpisodeCohorts`).
 
 Used for paired 0/1 differences in {-1, 0, 1} (evaluator fails, failures, tail
 exceedance), proportions in {0, 1}, and canary cohorts through inverse-propensity
@@ -35,6 +36,7 @@ from gate.stats.sequences import (
     PairedCounts,
     TwoCounts,
     as_array,
+    cohort_values,
 )
 
 # Fractions of the largest admissible bet; geometric so one is within ~22% of the
@@ -160,9 +162,10 @@ def _values(stats: PairedCounts | CohortCounts) -> tuple[list[float], list[Num]]
         n, worse, better = as_array(stats.n), as_array(stats.worse), as_array(stats.better)
         return [-1.0, 0.0, 1.0], [better, n - worse - better, worse]
     # Inverse-propensity pseudo-outcome: its mean is candidate minus baseline bad rate.
-    cand, base, w = as_array(stats.candidate), as_array(stats.baseline), stats.share
+    cand, base = as_array(stats.candidate), as_array(stats.baseline)
     rest = as_array(stats.n) - cand - base
-    return [-1.0 / (1.0 - w), 0.0, 1.0 / w], [base, rest, cand]
+    low, high = cohort_values(stats.share)
+    return [low, 0.0, high], [base, rest, cand]
 
 
 def exceeds(stats: PairedCounts | CohortCounts, m: float, alpha: float) -> BoolArray:

@@ -34,12 +34,14 @@ from gate.stats.sequences import (
     BoolArray,
     CohortCounts,
     CountStats,
+    EpisodeCohorts,
     EpisodeCounts,
     EpisodeMean,
     FloatArray,
     IntArray,
     PairedCounts,
     TwoCounts,
+    cohort_values,
 )
 
 
@@ -60,8 +62,19 @@ def _cohort_counts(
     acc: Acc, valid: BoolArray, bad: BoolArray, seg: int | None, share: float
 ) -> CohortCounts:
     hits = valid & bad
-    n = acc(np.asarray(valid.any(axis=-1)), seg)
-    return CohortCounts(n, acc(hits[..., CAND], seg), acc(hits[..., BASE], seg), share)
+    served = np.asarray(valid.any(axis=-1))
+    counts = CohortCounts(
+        acc(served, seg), acc(hits[..., CAND], seg), acc(hits[..., BASE], seg), share
+    )
+    if acc.episodes is None:
+        return counts
+    # Episodes: the cohort is drawn per episode, so its pseudo-outcomes' mean takes the
+    # episode as the unit (`EpisodeCohorts`).
+    low, high = cohort_values(share)
+    x = high * hits[..., CAND].astype(np.float64) + low * hits[..., BASE].astype(np.float64)
+    difference = mean(acc, served, x, seg)
+    assert isinstance(difference, EpisodeMean)
+    return EpisodeCohorts(counts.n, counts.candidate, counts.baseline, share, difference)
 
 
 def _two_counts(acc: Acc, valid: BoolArray, bad: BoolArray, seg: int | None) -> TwoCounts:

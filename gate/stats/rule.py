@@ -59,6 +59,7 @@ from gate.stats.registry import (
 from gate.stats.sequences import (
     BoolArray,
     CohortCounts,
+    EpisodeCohorts,
     EpisodeCounts,
     EpisodeMean,
     FloatArray,
@@ -121,7 +122,8 @@ class GateStats:
     `cells` maps (metric, segment) to statistics: latency metrics (`tpot`, `e2e`,
     `ttft_p50`) hold clipped log-ratios (`MeanStats`, shadow) or log latencies per cohort
     (`TwoMeans`, canary); rate metrics (tails, `failures`, `eval:<name>`, `feedback`) hold
-    `PairedCounts` (shadow) or `CohortCounts` (canary; `cancels` exists in canary only);
+    `PairedCounts` (shadow) or `CohortCounts` (canary; `cancels` exists in canary only),
+    `EpisodeCounts` / `EpisodeCohorts` where pairs name episodes;
     `greedy_mismatch` holds `TwoCounts` (control slice vs candidate pairs); `acceptance`
     holds the candidate's per-request rates (`MeanStats`). Segment `all` pools every pair.
     `collapse` maps segments to the running maximum of the log Shiryaev-Roberts statistic.
@@ -202,15 +204,18 @@ def harm_interval(
         return two_mean_interval(
             stats, alpha_lower=alpha_kill, alpha_upper=alpha_promote, n_opt=n_opt
         )
-    if isinstance(stats, EpisodeCounts):
+    if isinstance(stats, EpisodeCounts | EpisodeCohorts):
         clustered = mean_interval(
             stats.difference, alpha_lower=alpha_kill, alpha_upper=alpha_promote, n_opt=n_opt
         )
         alone = diff_interval(_pairs_of(stats), alpha_lower=alpha_kill, alpha_upper=alpha_promote)
         single = _every_pair_alone(stats)
         (est, a_lo, a_hi), (_, c_lo, c_hi) = _ends(alone), _ends(clustered)
-        # With episodes, never narrower than the exact bet on independent pairs: the
-        # clustered interval is asymptotic, and with no discordant pair its variance is 0.
+        # With episodes, never narrower than the exact bet on independent pairs (requests,
+        # in canary): the clustered interval is asymptotic, and with no discordant pair
+        # (no bad request) its variance is 0.
+        # A cohort's pseudo-outcomes range beyond ±1; a rate difference does not.
+        c_lo, c_hi = np.clip(c_lo, -1.0, 1.0), np.clip(c_hi, -1.0, 1.0)
         return Interval(
             estimate=est,
             lower=np.where(single, a_lo, np.minimum(a_lo, c_lo)),
@@ -244,9 +249,10 @@ def _check(
             stats, rule, alpha_kill=alpha_kill, alpha_promote=alpha_promote, n_opt=n_opt
         )
     # Same answers as the intervals, without bisection: test at the thresholds.
-    if isinstance(stats, EpisodeCounts):
-        got = harm_interval(
-            stats, rule, alpha_kill=alpha_kill, alpha_promote=alpha_promote, n_opt=n_opt
+    if isinstance(stats, EpisodeCounts | EpisodeCohorts):
+        # The exact bet's own bounds are the tests below: only the clustered ones needed.
+        got = mean_interval(
+            stats.difference, alpha_lower=alpha_kill, alpha_upper=alpha_promote, n_opt=n_opt
         )
         single, pairs = _every_pair_alone(stats), _pairs_of(stats)
         bet_kill, bet_inside = (
@@ -280,11 +286,14 @@ def _check(
     return np.asarray(got.lower) > rule.kill_at, np.asarray(got.upper) < rule.margin
 
 
-def _pairs_of(stats: EpisodeCounts) -> PairedCounts:
+def _pairs_of(stats: EpisodeCounts | EpisodeCohorts) -> PairedCounts | CohortCounts:
+    """Return the counts alone, for the exact bet that treats each pair as independent."""
+    if isinstance(stats, EpisodeCohorts):
+        return CohortCounts(stats.n, stats.candidate, stats.baseline, stats.share)
     return PairedCounts(stats.n, stats.worse, stats.better)
 
 
-def _every_pair_alone(stats: EpisodeCounts) -> BoolArray:
+def _every_pair_alone(stats: EpisodeCounts | EpisodeCohorts) -> BoolArray:
     """Return where every episode of the cell is one pair: there, the exact betting sequence
     on independent pairs; elsewhere the asymptotic one with episodes as the unit. Which
     one depends on how the pairs arrived, never on their outcomes."""

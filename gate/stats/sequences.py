@@ -142,6 +142,29 @@ class CohortCounts:
 
 
 @dataclass(frozen=True)
+class EpisodeCohorts(CohortCounts):
+    """Canary cohort counts whose requests come in episodes, each served by one cohort.
+
+    The cohort is drawn once per episode (sticky assignment), so the requests are not
+    independent draws: beside the counts, `difference` holds each request's
+    inverse-propensity pseudo-outcome (`cohort_values`) as an `EpisodeMean`, so that the
+    cell is bounded like a mean with the episode, the randomisation unit, as the unit.
+    """
+
+    difference: EpisodeMean
+
+
+def cohort_values(share: float) -> tuple[float, float]:
+    """Return the pseudo-outcomes of a bad request in the baseline and the candidate cohort.
+
+    With the candidate drawn with probability `share`, -1 / (1 - share) for a baseline
+    request, 1 / share for a candidate one (0 when good): their mean is candidate minus
+    baseline bad rate, whether cohorts are drawn per request or per episode.
+    """
+    return -1.0 / (1.0 - share), 1.0 / share
+
+
+@dataclass(frozen=True)
 class Interval:
     """An estimate with a lower bound at one alpha and an upper bound at another."""
 

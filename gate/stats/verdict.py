@@ -233,7 +233,9 @@ def _intervals(policy: Policy, stats: GateStats, ev: LookFlags) -> dict[Key, Int
     for key in ev.inside:
         cell, rule = stats.cells[key], rule_for(policy, *key)
         assert rule is not None  # evaluate() only keeps cells with a rule
-        if isinstance(cell, PairedCounts | CohortCounts):
+        # Episode cells also need their clustered interval: not batched.
+        if type(cell) in (PairedCounts, CohortCounts):
+            assert isinstance(cell, PairedCounts | CohortCounts)
             batches[cell.share if isinstance(cell, CohortCounts) else None].append(key)
             continue
         out[key] = harm_interval(

@@ -1,0 +1,107 @@
+"""Canary rates when every request of an episode is served by one cohort (issue 39)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from gate.db.enums import RolloutMode
+from gate.stats import registry
+from gate.stats.cumulative import looks_every, to_stats
+from gate.stats.ids import ALL, Cell, MetricId
+from gate.stats.policy import Policy, at_stage
+from gate.stats.registry import Family, rule_for
+from gate.stats.rule import apply_rule, harm_interval
+from gate.stats.sequences import CohortCounts, EpisodeCohorts
+from gate.stats.simulate import Scenario, draw_pairs
+
+POLICY = at_stage(Policy(), 0)
+CANARY = RolloutMode.CANARY
+EVAL = Cell(MetricId("eval", "eval0"), ALL)
+# A/A with long conversations and a bad outcome on half the requests: a cohort drawn per
+# episode moves each cohort's bad count by whole episodes, far more than a coin per request.
+STICKY_AA = Scenario(
+    "canary A/A", pairs=3000, every=250, pass_rate=0.5, episode_len=(20, 40), mode=CANARY
+)
+
+
+def rate_kills(s: Scenario, runs: int, seed: int, *, episodes: bool = True) -> int:
+    """Return how many runs a canary rate guardrail (unpaired rates) ever kills."""
+    cols = draw_pairs(s, POLICY, runs, np.random.default_rng(seed))
+    if not episodes:
+        cols = replace(cols, episode=None)
+    looks = looks_every(s.pairs, s.every)
+    ev = apply_rule(POLICY, to_stats(cols, POLICY, looks, mode=CANARY))
+    rates = {
+        str(g.id) for g in registry.tested(CANARY) if g.family(CANARY) is Family.UNPAIRED_RATES
+    }
+    killed = np.zeros(runs, dtype=bool)
+    for (metric, _), flag in ev.harmful.items():
+        if metric in rates or metric.startswith("eval:"):
+            killed |= np.broadcast_to(flag, ev.code.shape).any(axis=-1)
+    return int(killed.sum())
+
+
+def test_canary_rates_keep_their_level_when_cohorts_are_drawn_per_episode():
+    # Judged as independent requests these runs are killed far above the kill budget.
+    assert rate_kills(STICKY_AA, 30, 39, episodes=False) >= 10
+    assert rate_kills(STICKY_AA, 30, 39) <= 2
+
+
+def test_a_cohort_coin_per_request_is_judged_as_before():
+    s = replace(STICKY_AA, sticky=False)
+    assert rate_kills(s, 30, 39) <= 2
+
+
+def test_episodes_of_one_request_keep_the_exact_bet_unchanged():
+    s = replace(STICKY_AA, pairs=1500, every=500)
+    cols = draw_pairs(s, POLICY, 1, np.random.default_rng(7))
+    looks = looks_every(s.pairs, s.every)
+    own = to_stats(replace(cols, episode=np.arange(s.pairs)[None, :]), POLICY, looks, mode=CANARY)
+    plain = to_stats(replace(cols, episode=None), POLICY, looks, mode=CANARY)
+    assert isinstance(own.cells[EVAL], EpisodeCohorts)
+    assert type(plain.cells[EVAL]) is CohortCounts
+    rule = rule_for(POLICY, str(EVAL.metric), ALL)
+    assert rule is not None
+    kw = {"alpha_kill": 0.001, "alpha_promote": 0.025, "n_opt": 1000.0}
+    a, b = harm_interval(own.cells[EVAL], rule, **kw), harm_interval(plain.cells[EVAL], rule, **kw)
+    for u, v in zip((a.lower, a.upper), (b.lower, b.upper), strict=True):
+        np.testing.assert_array_equal(u, v)
+    np.testing.assert_array_equal(apply_rule(POLICY, own).code, apply_rule(POLICY, plain).code)
+
+
+def test_sticky_episodes_widen_the_canary_rate_interval():
+    cols = draw_pairs(STICKY_AA, POLICY, 1, np.random.default_rng(8))
+    looks = looks_every(STICKY_AA.pairs, STICKY_AA.pairs)
+    named = to_stats(cols, POLICY, looks, mode=CANARY).cells[EVAL]
+    alone = to_stats(replace(cols, episode=None), POLICY, looks, mode=CANARY).cells[EVAL]
+    rule = rule_for(POLICY, str(EVAL.metric), ALL)
+    assert rule is not None
+    kw = {"alpha_kill": 0.001, "alpha_promote": 0.025, "n_opt": 1000.0}
+    wide, narrow = harm_interval(named, rule, **kw), harm_interval(alone, rule, **kw)
+    width = (np.asarray(wide.upper) - wide.lower)[0, -1]
+    assert width > 2.0 * (np.asarray(narrow.upper) - narrow.lower)[0, -1]
+
+
+def test_thumbs_down_rated_by_conversation_keep_their_level_in_canary():
+    # Whole conversations rated alike, one in ten thumbs-down (a user who dislikes a topic
+    # dislikes every answer): the share moves by whole episodes, as the evaluators' above.
+    s = replace(STICKY_AA, pass_rate=0.999)
+    runs = 30
+    rng = np.random.default_rng(40)
+    cols = draw_pairs(s, POLICY, runs, rng)
+    assert cols.episode is not None
+    down = rng.random((runs, int(cols.episode.max()) + 1)) < 0.1
+    rating = np.take_along_axis(down, cols.episode, axis=-1).astype(np.float64)
+    served = np.isfinite(cols.e2e) | cols.failed
+    cols = replace(cols, feedback=np.where(served, rating[..., None], np.nan))
+    looks = looks_every(s.pairs, s.every)
+    cell = Cell(MetricId("feedback"), ALL)
+    kills = {}
+    for named in (True, False):
+        judged = cols if named else replace(cols, episode=None)
+        ev = apply_rule(POLICY, to_stats(judged, POLICY, looks, mode=CANARY))
+        kills[named] = int(np.broadcast_to(ev.harmful[cell], ev.code.shape).any(axis=-1).sum())
+    assert kills[False] >= 8, kills  # judged as independent requests
+    assert kills[True] <= 2, kills
