@@ -176,3 +176,58 @@ def test_pairs_stamped_before_the_parity_fold_get_their_differences_on_postgres(
 ):
     a, g = "7f9c0000-0000-4000-8000-00000000000a", "7f9c0000-0000-4000-8000-00000000000b"
     check_parity_backfill(empty_pg_url, a, g, "false")
+
+
+def check_arm_folds_keep_the_old_rows(url: str) -> None:
+    """Fold states stored before 0030 become the single-candidate states (arm ''), and a
+    downgrade keeps those and drops the arms' (review2)."""
+    migrate.upgrade(url, "0028")
+    engine = make_engine(url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(text(
+                "INSERT INTO routes (name, base_url, model, role, spec_config, created_at) "
+                "VALUES ('b', 'http://b', 'm', 'baseline', '{}', '2025-05-01 00:00:00')"
+            ))
+            connection.execute(text(
+                "INSERT INTO rollouts (name, alias, baseline_route_id, candidate_route_id, mode, "
+                "sample_rate, stage, state, policy, version, created_at, updated_at) VALUES "
+                "('r', 'r', 1, 1, 'shadow', 0.1, 0, 'running', '{}', 1, '2025-05-01', "
+                "'2025-05-01')"
+            ))
+            connection.execute(text(
+                "INSERT INTO gate_folds (rollout_id, stage, policy_key, pairs, warm_pairs, "
+                "segments, evaluators, collapse, updated_at) VALUES "
+                "(1, 0, 'k', 7, 0, '{}', '{}', '{}', '2025-05-01'), "
+                "(1, 1, 'k', 3, 0, '{}', '{}', '{}', '2025-05-01')"
+            ))  # fmt: skip
+        migrate.upgrade(url)
+        with engine.begin() as connection:
+            got = connection.execute(
+                text("SELECT stage, arm, pairs, arm_sums FROM gate_folds ORDER BY stage")
+            ).all()
+            assert [tuple(r) for r in got] == [(0, "", 7, None), (1, "", 3, None)]
+            connection.execute(text(
+                "INSERT INTO gate_folds (rollout_id, stage, arm, policy_key, pairs, warm_pairs, "
+                "segments, evaluators, collapse, updated_at) VALUES "
+                "(1, 0, 'a', 'k', 2, 0, '{}', '{}', '{}', '2025-05-01'), "
+                "(1, 0, 'b', 'k', 2, 0, '{}', '{}', '{}', '2025-05-01')"
+            ))  # fmt: skip
+        migrate.downgrade(url, "0028")
+        with engine.connect() as connection:
+            got = connection.execute(
+                text("SELECT stage, pairs FROM gate_folds ORDER BY stage")
+            ).all()
+        assert [tuple(r) for r in got] == [(0, 7), (1, 3)]
+        migrate.upgrade(url)
+    finally:
+        engine.dispose()
+
+
+def test_fold_states_stored_before_the_arm_key_keep_their_meaning(tmp_path):
+    check_arm_folds_keep_the_old_rows(f"sqlite:///{tmp_path}/arm-folds.db")
+
+
+@pytest.mark.postgres
+def test_fold_states_stored_before_the_arm_key_keep_their_meaning_on_postgres(empty_pg_url):
+    check_arm_folds_keep_the_old_rows(empty_pg_url)

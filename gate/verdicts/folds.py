@@ -89,6 +89,9 @@ def _fold(session: Session, judged: Judged, policy: Policy) -> tuple[GateFold, F
     # Another policy (warm-up, segments, quantiles, the load tolerance: a promotion by load
     # turns it on) means other statistics: start over.
     stored = _load(row) if row.policy_key == key else FoldState(policy_key=key)
+    if row.policy_key != key:
+        # The arm's sums are stored with the state (FOLD_VERSION covers them): start over too.
+        row.arm_sums = None
     state = _advance(session, stored, judged, policy, horizon)
     if state is not stored:
         _save(row, state)

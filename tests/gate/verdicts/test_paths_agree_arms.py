@@ -213,3 +213,23 @@ def test_each_arm_is_folded_once_and_the_verdict_replays_nothing(pg_session, mon
     assert (stored["slow"].pairs, stored["fast"].pairs) == (250, 340)
     assert stored["slow"].watermark_id != mark
     assert all(a.state is ArmState.ACTIVE for a in rollout.arms)
+
+
+def test_an_arm_refolded_from_scratch_starts_its_sums_over(pg_session):
+    # A stored state of another policy or FOLD_VERSION refolds from scratch; the arm's sums
+    # (first pair, acceptance length) are stored with it and must start over too, not be
+    # carried on as the earlier fold left them (review2).
+    db = pg_session
+    rollout, _ = armed(db, ["a", "b"], later=[])
+    factories.seed_pairs(db, rollout.id, 30, arm="a", seed=1)
+    factories.seed_pairs(db, rollout.id, 30, arm="b", seed=2)
+    _, want = folds.fold_arm(db, rollout_id=rollout.id, stage=0, arm="a", policy=POLICY)
+    row = db.scalars(
+        select(GateFold).where(GateFold.rollout_id == rollout.id, GateFold.arm == "a")
+    ).one()
+    stale = {**row.arm_sums, "acceptance": {**row.arm_sums["acceptance"], "requests": 999}}
+    row.policy_key, row.arm_sums = "stored by an earlier FOLD_VERSION", stale
+    db.flush()
+    state, got = folds.fold_arm(db, rollout_id=rollout.id, stage=0, arm="a", policy=POLICY)
+    assert state.pairs == 30
+    assert got == want
