@@ -3,7 +3,7 @@ and what each slice adds to its acceptance length, in SQL.
 
 The acceptance length compares arms across draft lengths (`gate.stats.acceptance_length`);
 the arms' verdict shows it per arm. Its sums are additive, so the fold keeps them per arm
-(`gate_folds.acceptance`) with their own watermark and adds each new slice, as
+(`gate_folds.arm_sums`) with their own watermark and adds each new slice, as
 `gate.stats.arms_replay.acceptance_of` sums the arm's pair records: every pair of the arm
 but the control pairs, whatever its state; a request counts where its passes are known
 (emitted > accepted >= 0), and its loop signature where both answers' distinct-2 are known.
