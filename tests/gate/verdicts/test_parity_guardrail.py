@@ -11,6 +11,7 @@ from collectors.retention import _scrub_generations
 from gate.cli.gatecmd import with_parity
 from gate.db.enums import RolloutMode
 from gate.db.models import GateFold
+from gate.db.models.quality import NO_ARM
 from gate.pairs.export import pair_records
 from gate.parity import answer_stats
 from gate.reports.guardrails import declared as declared_guardrails
@@ -180,7 +181,7 @@ def test_stored_pairs_reach_the_verdict_the_export_and_the_weekly_report(pg_sess
     verdict = run_gate(pg_session, rollout_id=rollout.id, publisher=None)
     assert "kill:parity:mean_logprob:all" in verdict.reason_codes, verdict.summary
     # Judged by the fold (its state stored), not by a replay of the stage's records.
-    state = pg_session.get(GateFold, (rollout.id, 0))
+    state = pg_session.get(GateFold, (rollout.id, 0, NO_ARM))
     assert state is not None and state.pairs == len(rows)
     year, number, _ = datetime.now(UTC).isocalendar()
     report = compute_weekly(pg_session, Week(year, number))
