@@ -562,7 +562,8 @@ def test_answer_statistics_too_small_to_square_fold_as_zero(pg_session):
     assert_same_verdict(got, want, skip={FEEDBACK})
 
 
-def test_looping_pairs_are_read_alike_by_replay_and_the_fold(pg_session):
+@pytest.mark.parametrize("episodes", [False, True])
+def test_looping_pairs_are_read_alike_by_replay_and_the_fold(pg_session, episodes):
     # The repetition-loop signature (issue 40) from the generations' token counts and
     # distinct-2: looping, healthy, unreadable (no drafts, counts that cannot be) pairs.
     rng = np.random.default_rng(40)
@@ -572,15 +573,19 @@ def test_looping_pairs_are_read_alike_by_replay_and_the_fold(pg_session):
         "healthy": {"output_tokens": 120, "draft_tokens": 80, "accepted_tokens": 60},
         "no_drafts": {"output_tokens": 120, "draft_tokens": 0, "accepted_tokens": 0},
         "impossible": {"output_tokens": 50, "draft_tokens": 80, "accepted_tokens": 60},
+        # The baseline's answer collapsed against the candidate's: the baseline side.
+        "baseline_loops": {"output_tokens": 120, "draft_tokens": 80, "accepted_tokens": 60},
     }
     raw = []
     for i in range(240):
-        kind = rng.choice(list(kinds), p=[0.2, 0.6, 0.1, 0.1])
+        kind = rng.choice(list(kinds), p=[0.25, 0.5, 0.1, 0.1, 0.05])
         d2 = 0.2 if kind == "loops" else float(rng.uniform(0.8, 0.95))
+        b_d2 = 0.3 if kind == "baseline_loops" else 0.9
         raw.append({
             "segment": "code" if i % 2 else "chat", "lag_s": 1, "control": 5, "id_rank": i,
+            "episode": f"e{i // 3}" if episodes else None,
             "baseline": {**ok, "tpot_s": 0.02 + rng.uniform(0, 0.002), "output_tokens": 120,
-                         "draft_tokens": 0, "accepted_tokens": 0, "distinct_2": 0.9},
+                         "draft_tokens": 0, "accepted_tokens": 0, "distinct_2": b_d2},
             "candidate": {**ok, **kinds[kind], "distinct_2": d2},
         })  # fmt: skip
     records = as_records(raw)
