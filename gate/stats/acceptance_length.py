@@ -19,8 +19,14 @@ drafter that proposed nothing on some passes needs a correspondingly longer run 
 and its answer's distinct-2 (distinct word bigrams / bigrams) fell below `LOOP_DISTINCT`
 of the baseline answer's. The collapse detector (`gate.stats.change`) watches acceptance
 falling and misses this; the `loop` guardrail (`gate.stats.registry`) kills on it: the
-share of pairs with the signature (`loop_outcome`), a paired rate against a baseline that
-never shows it (it drafts nothing), proven above its kill level.
+share of pairs with the signature (`loop_outcome`), a paired rate against the baseline's
+answer collapsed against the candidate's (`baseline_collapse`), proven above its kill level.
+The baseline drafts nothing, so it never shows the whole signature; but at temperature > 0
+a model loops on its own, and a lossless candidate's looping answers are drafted whole, so
+counting the candidate's loops alone would kill a candidate no worse than the baseline.
+Whenever the two answers are exchangeable (a lossless candidate), P(candidate loops) <=
+P(candidate's distinct-2 collapsed) = P(baseline's collapsed): the paired difference has
+mean <= 0 and the kill keeps its level.
 """
 
 from __future__ import annotations
@@ -134,6 +140,22 @@ def loop_outcome(
     )
     loops = looping(output, accepted, drafted, distinct_2, baseline_distinct_2)
     return np.where(readable, loops.astype(np.float64), np.nan)
+
+
+def baseline_collapse(
+    output: FloatArray,
+    accepted: FloatArray,
+    drafted: FloatArray,
+    distinct_2: FloatArray,
+    baseline_distinct_2: FloatArray,
+) -> FloatArray:
+    """Return each pair's baseline side of the loop guardrail: 1 where the baseline answer's
+    distinct-2 fell below `LOOP_DISTINCT` of the candidate's, 0 not, NaN where the pair is
+    not readable (the same pairs as `loop_outcome`)."""
+    readable = np.isfinite(loop_outcome(output, accepted, drafted, distinct_2, baseline_distinct_2))
+    with np.errstate(invalid="ignore"):
+        collapsed = baseline_distinct_2 < LOOP_DISTINCT * distinct_2
+    return np.where(readable, collapsed.astype(np.float64), np.nan)
 
 
 def summarise(

@@ -72,8 +72,10 @@ class PairColumns:
     # episode; a pair without an episode has a code of its own. None: every pair is its own
     # episode (the statistics are then exactly those of independent pairs).
     episode: IntArray | None = None
-    # Per pair: the candidate's repetition-loop signature (`acceptance_length.loop_outcome`:
-    # 1, 0, NaN where not readable). None: not recorded (every pair unreadable).
+    # Per pair and side (n, 2: baseline, candidate), the loop guardrail's outcome: the
+    # baseline answer collapsed against the candidate's (`acceptance_length.baseline_collapse`),
+    # the candidate's repetition-loop signature (`loop_outcome`); 1, 0, NaN where not
+    # readable. None: not recorded (every pair unreadable).
     looping: FloatArray | None = None
 
 

@@ -225,13 +225,13 @@ def _acceptance(ctx: Context, g: Guardrail) -> dict[MetricId, Builder]:
 
 
 def _paired_loops(ctx: Context, g: Guardrail) -> dict[MetricId, Builder]:
-    # The baseline drafts nothing, so it never shows the signature: the paired difference
-    # is the candidate's share of readable pairs that loop.
+    # The candidate's loop signature against the baseline answer collapsed against the
+    # candidate's (`acceptance_length.baseline_collapse`): a lossless candidate whose model
+    # loops on its own is no worse than the baseline, and the kill keeps its level.
     loops = ctx.cols.looping
     if loops is None:
-        loops = np.full(ctx.cols.segment.shape, np.nan)
-    bad = np.stack([np.zeros(loops.shape, dtype=bool), loops == 1], axis=-1)
-    return {MetricId(g.id): _paired_builder(ctx.both_ok & np.isfinite(loops), bad)}
+        loops = np.full((*ctx.cols.segment.shape, 2), np.nan)
+    return {MetricId(g.id): _paired_builder(ctx.both_ok & np.isfinite(loops[..., 1]), loops == 1)}
 
 
 def _evals(cols: PairColumns, policy: Policy) -> dict[MetricId, tuple[BoolArray, BoolArray]]:

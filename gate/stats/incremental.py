@@ -58,8 +58,9 @@ from gate.stats.sequences import CountStats, FloatArray, MeanStats, PairedCounts
 # 2: pooled and undeclared collapse detectors; 3: sampled-output parity; 4: load bands;
 # 5: parity's text statistics on every eligible pair, no mean log-prob scale after partial
 # log-probabilities; 6: per-token exactness; 7: pairs left out as not load-matched;
-# 8: episode sums.
-FOLD_VERSION = 8
+# 8: episode sums; 9: the loop guardrail's baseline side (its answer collapsed against the
+# candidate's).
+FOLD_VERSION = 9
 # The bucket of pairs whose segment the policy does not declare ("all" is never declared).
 POOLED_ONLY = ALL
 Key = tuple[datetime, uuid.UUID]

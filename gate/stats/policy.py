@@ -188,7 +188,8 @@ class Guardrails(_Model):
     greedy_mismatch: GreedyGuardrail = GreedyGuardrail()
     acceptance: AcceptanceGuardrail = AcceptanceGuardrail()
     # The share of pairs whose candidate shows the repetition-loop signature (issue 40;
-    # `gate.stats.acceptance_length`); a baseline never does. Binds once a pair is readable.
+    # `gate.stats.acceptance_length`), against the share whose baseline answer collapsed
+    # against the candidate's (`baseline_collapse`). Binds once a pair is readable.
     loop: RateGuardrail = RateGuardrail(margin=0.05, kill_at=0.02, required=False)
     load_bands: LoadBands = LoadBands()
     output_parity: ParityGuardrail = ParityGuardrail()
@@ -468,7 +469,7 @@ guardrails:
     collapse_ratio: 0.5 # collapse = acceptance below half its warm-up level
     collapse_horizon: 1000000  # requests per segment the false-alarm budget covers
   loop:                 # repetition loops (issue 40): acceptance length >= 0.9 (k + 1)
-    enabled: true       # with distinct-2 below half the baseline answer's (never a baseline)
+    enabled: true       # with distinct-2 below half the baseline answer's (vs the reverse)
     margin: 0.05        # promotion needs the looping share proven below 5 points
     kill_at: 0.02       # killed once proven above 2 points
     required: false     # binds once a pair is readable (drafts, both answers' distinct-2)

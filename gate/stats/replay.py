@@ -88,7 +88,7 @@ from gate.db.enums import Decision, GenerationStatus, Outcome, RolloutMode
 from gate.errors import BadRequest, InputMalformed, InputMissing
 from gate.exactness import BINS, TokenFit
 from gate.parity import STATISTICS, Side, eligibility, side_alone
-from gate.stats.acceptance_length import loop_outcome
+from gate.stats.acceptance_length import baseline_collapse, loop_outcome
 from gate.stats.columns import PairColumns
 from gate.stats.cumulative import at_look, looks_every, to_stats
 from gate.stats.policy import Policy, at_stage, next_stage_share
@@ -272,8 +272,12 @@ class _Builder:
             partial_logprobs=np.asarray(self.partial, dtype=bool) if self.sampled else None,
             exactness=self._exact_columns(n) if self.tested else None,
             episode=self._episode_column(),
-            looping=loop_outcome(*np.asarray(self.loop, dtype=np.float64).reshape(n, 5).T),
+            looping=self._loop_columns(n),
         )
+
+    def _loop_columns(self, n: int) -> FloatArray:
+        values = np.asarray(self.loop, dtype=np.float64).reshape(n, 5).T
+        return np.stack([baseline_collapse(*values), loop_outcome(*values)], axis=-1)
 
     def _episode_column(self) -> IntArray | None:
         """Each pair's episode code; None when no episode holds two pairs (every pair is then

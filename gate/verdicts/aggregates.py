@@ -112,7 +112,7 @@ def part(g: Guardrail, alias: str, warm: WarmUp | None) -> Part:
     if g.source is Source.ACCEPTANCE:
         return Part([], _ACCEPTANCE.replace("{a}", alias), {})
     if g.source is Source.LOOP:
-        return Part([], _paired(alias, "false", "c_loop", LOOP_VALID), {})
+        return Part([], _paired(alias, "b_loop", "c_loop", LOOP_VALID), {})
     if g.source is Source.PARITY:
         return Part(*_parity(alias), {})
     if g.source is Source.EXACTNESS:

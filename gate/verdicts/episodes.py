@@ -73,7 +73,7 @@ def _guardrail_values(g: Guardrail, alias: str) -> list[_Value]:
     if g.source is Source.ACCEPTANCE:
         return [_Value(g.id, "live AND acc IS NOT NULL", "acc")]
     if g.source is Source.LOOP:
-        return [_Value(g.id, LOOP_VALID, _difference("false", "c_loop"))]
+        return [_Value(g.id, LOOP_VALID, _difference("b_loop", "c_loop"))]
     if g.source is Source.PARITY:
         out = []
         for i, metric in enumerate(metrics(g)):

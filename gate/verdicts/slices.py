@@ -90,15 +90,20 @@ _MATCHED = (
     "(CAST(:load_match AS float8) IS NULL"
     " OR coalesce(abs(candidate_load - baseline_load) <= CAST(:load_match AS float8), false))"
 )
-# The candidate's repetition-loop signature (`gate.stats.acceptance_length.loop_outcome`):
-# NULL where not readable (no drafts, inconsistent counts, a distinct-2 unknown or NaN).
+# The candidate's repetition-loop signature (`gate.stats.acceptance_length.loop_outcome`)
+# and the baseline's side (`baseline_collapse`: its distinct-2 collapsed against the
+# candidate's): NULL where not readable (no drafts, inconsistent counts, a distinct-2
+# unknown or NaN).
 _ACCEPTED, _DRAFTED = "coalesce(c.spec_accepted_tokens, 0)", "coalesce(c.spec_draft_tokens, 0)"
-_LOOP = f"""CASE WHEN NOT p.is_control AND c.output_tokens > {_ACCEPTED} AND {_ACCEPTED} >= 0
+_READABLE = f"""NOT p.is_control AND c.output_tokens > {_ACCEPTED} AND {_ACCEPTED} >= 0
            AND {_DRAFTED} > 0 AND c.distinct_2 < 'Infinity' AND b.distinct_2 < 'Infinity'
-           AND c.distinct_2 > '-Infinity' AND b.distinct_2 > '-Infinity' THEN
+           AND c.distinct_2 > '-Infinity' AND b.distinct_2 > '-Infinity'"""
+_LOOP = f"""CASE WHEN {_READABLE} THEN
            CAST(c.output_tokens AS float8) >= CAST({LOOP_SHARE!r} AS float8)
              * CAST({_DRAFTED} + c.output_tokens - {_ACCEPTED} AS float8)
-           AND c.distinct_2 < CAST({LOOP_DISTINCT!r} AS float8) * b.distinct_2 END AS c_loop"""
+           AND c.distinct_2 < CAST({LOOP_DISTINCT!r} AS float8) * b.distinct_2 END AS c_loop,
+         CASE WHEN {_READABLE} THEN
+           b.distinct_2 < CAST({LOOP_DISTINCT!r} AS float8) * c.distinct_2 END AS b_loop"""
 # An arm's pairs (`gate.stats.arms.member`, the one definition): its own and those that name
 # no arm (the control pairs, in every arm's stream); without an arm, every pair.
 _MEMBER = "(CAST(:arm AS text) IS NULL OR arm IS NULL OR arm = CAST(:arm AS text))"

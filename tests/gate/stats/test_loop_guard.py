@@ -92,3 +92,33 @@ def test_an_arm_that_loops_is_killed_on_its_own():
     assert got["k8"].decision is Decision.KILL
     assert any(c.startswith("kill:loop") for c in got["k8"].verdict.reason_codes)
     assert got["k2"].decision is not Decision.KILL
+
+
+def lossless_records(seed: int, *, own_loops: float, n: int = 1500) -> list[dict]:
+    """A sampled, lossless candidate: each side's answer loops on its own (the model's
+    habit at temperature > 0) with the same probability, independently; the candidate's
+    looping answers are drafted whole by the n-gram drafter, as repetitive text is."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        created = START + timedelta(seconds=i)
+        base = side(rng, loops=False, spec=False)
+        if rng.random() < own_loops:
+            base = {**base, "distinct_2": rng.uniform(0.1, 0.3)}
+        cand = side(rng, loops=bool(rng.random() < own_loops), spec=True)
+        out.append({
+            "segment": "code" if i % 3 else "chat", "created_at": created.isoformat(),
+            "evaluated_at": created.isoformat(), "is_control": False,
+            "baseline": base, "candidate": cand,
+        })  # fmt: skip
+    return out
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_lossless_candidate_whose_model_loops_on_its_own_is_not_killed_for_loops(seed):
+    # Both sides loop alike (same output distribution): no harm of the candidate's, so the
+    # guardrail's kill must keep its level; counting only the candidate's loops kills it.
+    got = replay(lossless_records(seed, own_loops=0.1), POLICY)
+    assert not any(c.startswith("kill:loop") for c in got.verdict.reason_codes), (
+        got.verdict.reason_codes
+    )
