@@ -105,3 +105,20 @@ def test_thumbs_down_rated_by_conversation_keep_their_level_in_canary():
         kills[named] = int(np.broadcast_to(ev.harmful[cell], ev.code.shape).any(axis=-1).sum())
     assert kills[False] >= 8, kills  # judged as independent requests
     assert kills[True] <= 2, kills
+
+
+def test_cohort_imbalance_hold_counts_episodes_when_cohorts_are_drawn_per_episode():
+    # The cohort is drawn once per conversation, so the candidate's share of requests
+    # moves by whole episodes: tested as independent requests, an A/A canary with long
+    # conversations is held for cohort imbalance in a fifth of runs at a level of ~1e-4.
+    s = replace(STICKY_AA, pairs=6000, every=100)
+    runs = 60
+    cols = draw_pairs(s, POLICY, runs, np.random.default_rng(5))
+    looks = looks_every(s.pairs, s.every)
+    named = apply_rule(POLICY, to_stats(cols, POLICY, looks, mode=CANARY))
+    alone = apply_rule(POLICY, to_stats(replace(cols, episode=None), POLICY, looks, mode=CANARY))
+    assert int(alone.imbalanced.any(axis=-1).sum()) >= 5  # judged as independent requests
+    assert int(named.imbalanced.any(axis=-1).sum()) == 0
+    # A real imbalance (half the episodes where 20 % were expected) is still caught.
+    off = apply_rule(POLICY, to_stats(cols, POLICY, looks, mode=CANARY, candidate_share=0.2))
+    assert int(off.imbalanced.any(axis=-1).sum()) >= runs - 2
