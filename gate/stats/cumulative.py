@@ -83,6 +83,11 @@ def to_stats(
     cohorts = None
     if mode is RolloutMode.CANARY:
         served = ctx.served
+        if acc.episodes is not None:
+            # The cohort is drawn per episode: the imbalance check's independent draws are
+            # the episodes (each counted in the cohort of its first served request).
+            first = acc.episodes.before(np.asarray(served.any(axis=-1), dtype=np.float64)) == 0
+            served = served & first[..., None]
         cohorts = (acc(served[..., BASE], None), acc(served[..., CAND], None))
     return GateStats(
         cells=cells,

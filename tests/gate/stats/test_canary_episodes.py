@@ -5,15 +5,16 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pytest
 
 from gate.db.enums import RolloutMode
 from gate.stats import registry
 from gate.stats.cumulative import looks_every, to_stats
 from gate.stats.ids import ALL, Cell, MetricId
 from gate.stats.policy import Policy, at_stage
-from gate.stats.registry import Family, rule_for
-from gate.stats.rule import apply_rule, harm_interval
-from gate.stats.sequences import CohortCounts, EpisodeCohorts
+from gate.stats.registry import Family, Rule, rule_for
+from gate.stats.rule import _check, apply_rule, harm_interval
+from gate.stats.sequences import CohortCounts, EpisodeCohorts, EpisodeMean, cohort_values
 from gate.stats.simulate import Scenario, draw_pairs
 
 POLICY = at_stage(Policy(), 0)
@@ -105,3 +106,47 @@ def test_thumbs_down_rated_by_conversation_keep_their_level_in_canary():
         kills[named] = int(np.broadcast_to(ev.harmful[cell], ev.code.shape).any(axis=-1).sum())
     assert kills[False] >= 8, kills  # judged as independent requests
     assert kills[True] <= 2, kills
+
+
+def test_cohort_imbalance_hold_counts_episodes_when_cohorts_are_drawn_per_episode():
+    # The cohort is drawn once per conversation, so the candidate's share of requests
+    # moves by whole episodes: tested as independent requests, an A/A canary with long
+    # conversations is held for cohort imbalance in a fifth of runs at a level of ~1e-4.
+    s = replace(STICKY_AA, pairs=6000, every=100)
+    runs = 60
+    cols = draw_pairs(s, POLICY, runs, np.random.default_rng(5))
+    looks = looks_every(s.pairs, s.every)
+    named = apply_rule(POLICY, to_stats(cols, POLICY, looks, mode=CANARY))
+    alone = apply_rule(POLICY, to_stats(replace(cols, episode=None), POLICY, looks, mode=CANARY))
+    assert int(alone.imbalanced.any(axis=-1).sum()) >= 5  # judged as independent requests
+    assert int(named.imbalanced.any(axis=-1).sum()) == 0
+    # A real imbalance (half the episodes where 20 % were expected) is still caught.
+    off = apply_rule(POLICY, to_stats(cols, POLICY, looks, mode=CANARY, candidate_share=0.2))
+    assert int(off.imbalanced.any(axis=-1).sum()) >= runs - 2
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="with no bad request the clustered variance is 0 and the promotion rests on the "
+    "exact bet alone, which treats a conversation's requests as independent (unfixed)",
+)
+def test_a_harm_that_fails_whole_conversations_is_not_proven_inside():
+    # The candidate fails every request of 3 % of its conversations (harm 0.03, twice the
+    # 0.015 margin of `failures`), the baseline none. A run whose ~17 candidate episodes
+    # happen to hold none of them has no bad request at all: the clustered interval is a
+    # point at 0, and the bet on ~500 "independent" candidate requests proves it inside.
+    rng = np.random.default_rng(39)
+    runs, episodes, length, w = 400, 34, 30, 0.5
+    _, high = cohort_values(w)
+    bad = (rng.random((runs, episodes)) < w) & (rng.random((runs, episodes)) < 0.03)
+    s = np.where(bad, high * length, 0.0)
+    n, cand = float(episodes * length), bad.sum(axis=-1) * float(length)
+    ones = np.ones(runs)
+    difference = EpisodeMean(
+        n * ones, s.sum(axis=-1), high * high * cand, episodes * ones,
+        (s * s).sum(axis=-1), (s * length).sum(axis=-1), episodes * length**2 * ones,
+    )  # fmt: skip
+    cell = EpisodeCohorts(n * ones, cand, 0.0 * ones, w, difference)
+    rule = Rule(kill_at=0.0, margin=0.015, required=True)
+    _, inside = _check(cell, rule, alpha_kill=1e-4, alpha_promote=0.025, n_opt=1000.0)
+    assert float(np.mean(inside)) <= 0.05  # the promotion budget is 0.025
