@@ -21,7 +21,7 @@ from gate.rollouts.states import BASELINE_ONLY, RoutingPlan, routing_plan
 from gate.routing import crossover
 from gate.routing.credentials import DEFAULT_SECRETS_DIR, route_headers
 from gate.routing.crossover import ByLoad
-from gate.stats.policy import ExactnessGuardrail, Promotion, load_policy
+from gate.stats.policy import ExactnessGuardrail, Policy, Promotion, load_policy
 
 log = logging.getLogger(__name__)
 
@@ -207,8 +207,7 @@ def _routing(rollout: Rollout, secrets_dir: Path) -> RolloutRouting:
         # A row stored before a validation rule existed: baseline only, never a failed load.
         log.warning("routing_policy_invalid rollout=%s error=%s", rollout.id, exc.message)
         return replace(_route_with(rollout, 0.0, secrets_dir), plan=BASELINE_ONLY)
-    ramp = policy.stages
-    routing = _route_with(rollout, ramp[min(rollout.stage, len(ramp) - 1)], secrets_dir)
+    routing = _route_with(rollout, stage_percent(policy, rollout.stage), secrets_dir)
     guardrails = policy.guardrails
     by_load = _by_load(policy.promotion)
     return replace(
@@ -232,6 +231,30 @@ def _exactness(guardrail: ExactnessGuardrail) -> ExactnessAsk | None:
     return ExactnessAsk(guardrail.top_logprobs, guardrail.control_share, guardrail.logprobs_mode)
 
 
+def stage_percent(policy: Policy, stage: int) -> float:
+    """Return the traffic percent of rollout stage `stage` (past the last: the last's)."""
+    return policy.stages[min(stage, len(policy.stages) - 1)]
+
+
+def sampled_fraction(sample_rate: float, percent: float) -> float:
+    """Return the share of requests a rollout samples at a stage of `percent` (the gateway's
+    `fraction`: mirrored in shadow; in canary the candidate's cohort, with a baseline cohort
+    of the same size where room is left, `gate.gateway.sampling.assign`)."""
+    return sample_rate * percent / 100.0
+
+
+def canary_candidate_share(fraction: float) -> float | None:
+    """Return the candidate's share of a canary stage's sampled requests (None: no baseline
+    cohort is left, f >= 1).
+
+    `assign` serves [0, f) by the candidate and [f, min(1, 2f)) by the baseline cohort, so
+    the share is 1/2 up to f = 1/2 and f beyond it.
+    """
+    if fraction >= 1.0:
+        return None
+    return 0.5 if fraction <= 0.5 else fraction
+
+
 def _route_with(rollout: Rollout, stage_percent: float, secrets_dir: Path) -> RolloutRouting:
     return RolloutRouting(
         rollout_id=rollout.id,
@@ -239,7 +262,7 @@ def _route_with(rollout: Rollout, stage_percent: float, secrets_dir: Path) -> Ro
         state=rollout.state,
         mode=rollout.mode,
         stage=rollout.stage,
-        fraction=rollout.sample_rate * stage_percent / 100.0,
+        fraction=sampled_fraction(rollout.sample_rate, stage_percent),
         version=rollout.version,
         baseline=target(rollout.baseline_route, secrets_dir),
         candidate=target(rollout.candidate_route, secrets_dir),

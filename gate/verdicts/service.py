@@ -27,6 +27,7 @@ from gate.pairs.export import pair_records
 from gate.rollouts import service as rollouts
 from gate.rollouts.states import Action
 from gate.routing import service as routing
+from gate.routing import snapshot
 from gate.routing.pubsub import Publisher
 from gate.stats import incremental
 from gate.stats.policy import Policy, at_stage, load_policy, load_tolerance, next_stage_share
@@ -82,9 +83,27 @@ def _pairs_verdict(session: Session, *, rollout: Rollout, policy: Policy) -> Ver
         return NO_PAIRS
     every = len(records)
     judged = replay(
-        records, policy, every=every, mode=rollout.mode, stage=rollout.stage, load_match=matched
+        records,
+        policy,
+        every=every,
+        mode=rollout.mode,
+        stage=rollout.stage,
+        load_match=matched,
+        candidate_share=_canary_share(rollout, policy),
     )
     return judged.verdict
+
+
+def _canary_share(rollout: Rollout, policy: Policy) -> float:
+    """Return the candidate's share of the stage's sampled requests, as the gateway splits
+    them in canary mode (its inverse-propensity weight). A stage that leaves no baseline
+    cohort (all sampled traffic on the candidate) keeps 1/2: nothing can be compared there,
+    and the cohort check holds it."""
+    fraction = snapshot.sampled_fraction(
+        rollout.sample_rate, snapshot.stage_percent(policy, rollout.stage)
+    )
+    share = snapshot.canary_candidate_share(fraction)
+    return 0.5 if share is None else share
 
 
 def run_gate(session: Session, *, rollout_id: int, publisher: Publisher | None) -> Verdict:

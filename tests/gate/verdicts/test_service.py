@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from sqlalchemy import select
 
@@ -97,3 +99,23 @@ def test_the_canary_cancel_rate_on_stored_pairs_agrees_with_replay(db, candidate
     assert verdict.n_pairs == offline.n_pairs and verdict.estimates == offline.estimates()
     assert ("kill:cancels:all" in verdict.reason_codes) is killed, verdict.summary
     assert (verdict.decision is Decision.KILL) is killed
+
+
+def test_a_canary_stage_past_half_the_traffic_is_weighted_by_its_real_cohort_share(db):
+    # Sampling 70 % of the traffic, the gateway serves [0, 0.7) by the candidate and the
+    # remaining [0.7, 1) by the baseline: the candidate's share is 0.7, not 1/2.
+    policy = load_policy(POLICY)
+    records = factories.canary_cancel_records(policy, cancel_rate=0.03, pairs=3000, seed=7,
+                                              candidate_cancel_rate=0.03)  # fmt: skip
+    rng = random.Random(7)
+    kept = [r for r in records if r["baseline"] is None or rng.random() < 0.3 / 0.7]
+    served = sum(r["baseline"] is None for r in kept) / len(kept)
+    assert 0.67 < served < 0.73
+    rollout = running(db, mode=RolloutMode.CANARY, sample_rate=0.7)
+    factories.insert_records(db, rollout.id, kept)
+    verdict = run_gate(db, rollout_id=rollout.id, publisher=None)
+    assert "hold:cohort_imbalance" not in verdict.reason_codes, verdict.summary
+    assert verdict.decision is not Decision.KILL, verdict.summary
+    offline = replay(kept, policy, every=len(kept), mode=RolloutMode.CANARY, candidate_share=0.7)
+    assert (verdict.decision, tuple(verdict.reason_codes)) == (
+        offline.verdict.decision, offline.verdict.reason_codes)  # fmt: skip
