@@ -68,6 +68,8 @@ class ReasonKind(StrEnum):
     CONTROL_EXACTNESS = "alarm:control_exactness"
     DROPPED_SHARE = "hold:dropped_share"
     COHORT_IMBALANCE = "hold:cohort_imbalance"
+    # A canary stage that samples all the traffic leaves no baseline cohort to compare with.
+    NO_BASELINE_COHORT = "hold:no_baseline_cohort"
     MAX_DURATION = "hold:max_duration"
     LOAD_UNTESTED = "hold:load_untested"
     GAIN_PROVEN = "promote:gain_proven"

@@ -106,6 +106,13 @@ NO_PAIRS = VerdictResult(
     cells=(),
     n_pairs=0,
 )
+NO_BASELINE_COHORT = VerdictResult(
+    decision=Decision.HOLD,
+    reason_codes=(ReasonKind.NO_BASELINE_COHORT.value,),
+    summary="hold: this canary stage samples all the traffic, so no baseline cohort is left",
+    cells=(),
+    n_pairs=0,
+)
 
 
 def decide(policy: Policy, stats: GateStats) -> VerdictResult:

@@ -32,7 +32,7 @@ from gate.routing.pubsub import Publisher
 from gate.stats import incremental
 from gate.stats.policy import Policy, at_stage, load_policy, load_tolerance, next_stage_share
 from gate.stats.replay import replay
-from gate.stats.verdict import NO_PAIRS, VerdictResult, decide
+from gate.stats.verdict import NO_BASELINE_COHORT, NO_PAIRS, VerdictResult, decide
 from gate.verdicts import arms as armgate
 from gate.verdicts import availability, folds
 
@@ -81,29 +81,31 @@ def _pairs_verdict(session: Session, *, rollout: Rollout, policy: Policy) -> Ver
     )
     if not records:
         return NO_PAIRS
-    every = len(records)
+    share = _canary_share(rollout, policy)
+    if share is None:
+        return NO_BASELINE_COHORT
     judged = replay(
         records,
         policy,
-        every=every,
+        every=len(records),
         mode=rollout.mode,
         stage=rollout.stage,
         load_match=matched,
-        candidate_share=_canary_share(rollout, policy),
+        candidate_share=share,
     )
     return judged.verdict
 
 
-def _canary_share(rollout: Rollout, policy: Policy) -> float:
-    """Return the candidate's share of the stage's sampled requests, as the gateway splits
-    them in canary mode (its inverse-propensity weight). A stage that leaves no baseline
-    cohort (all sampled traffic on the candidate) keeps 1/2: nothing can be compared there,
-    and the cohort check holds it."""
+def _canary_share(rollout: Rollout, policy: Policy) -> float | None:
+    """Return the candidate's share of the stage's sampled requests as the gateway splits
+    them in canary mode (its inverse-propensity weight; 1/2 in shadow, where it is unused),
+    or None where a canary stage leaves no baseline cohort."""
+    if rollout.mode is not RolloutMode.CANARY:
+        return 0.5
     fraction = snapshot.sampled_fraction(
         rollout.sample_rate, snapshot.stage_percent(policy, rollout.stage)
     )
-    share = snapshot.canary_candidate_share(fraction)
-    return 0.5 if share is None else share
+    return snapshot.canary_candidate_share(fraction)
 
 
 def run_gate(session: Session, *, rollout_id: int, publisher: Publisher | None) -> Verdict:

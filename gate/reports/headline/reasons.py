@@ -106,6 +106,10 @@ def plain_reason(r: ParsedReason, policy: Policy | None) -> str:
         "gain_unproven": f"The {primary} gain is not proven yet.",
         "dropped_share": "Too many pairs were dropped to trust the comparison.",
         "cohort_imbalance": "The cohorts' shares are off their expected split.",
+        "no_baseline_cohort": (
+            "This canary stage sends all sampled traffic to the candidate: no baseline"
+            " cohort is left to compare with (lower the sample rate)."
+        ),
         "max_duration": "No decision within the maximum duration.",
         "candidate_down": (
             "The candidate route did not answer (down, its calls skipped) for longer than"

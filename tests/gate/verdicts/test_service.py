@@ -119,3 +119,15 @@ def test_a_canary_stage_past_half_the_traffic_is_weighted_by_its_real_cohort_sha
     offline = replay(kept, policy, every=len(kept), mode=RolloutMode.CANARY, candidate_share=0.7)
     assert (verdict.decision, tuple(verdict.reason_codes)) == (
         offline.verdict.decision, offline.verdict.reason_codes)  # fmt: skip
+
+
+def test_a_canary_stage_that_leaves_no_baseline_cohort_holds_and_says_why(db):
+    # Sampling all the traffic, a canary stage serves every sampled request by the candidate.
+    policy = load_policy(POLICY)
+    records = factories.canary_cancel_records(policy, cancel_rate=0.03, pairs=600, seed=8,
+                                              candidate_cancel_rate=0.03)  # fmt: skip
+    rollout = running(db, mode=RolloutMode.CANARY, sample_rate=1.0)
+    factories.insert_records(db, rollout.id, [r for r in records if r["baseline"] is None])
+    verdict = run_gate(db, rollout_id=rollout.id, publisher=None)
+    assert verdict.decision is Decision.HOLD, verdict.summary
+    assert verdict.reason_codes == ["hold:no_baseline_cohort"]
