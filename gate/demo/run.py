@@ -24,6 +24,7 @@ from gate.db.models import Pair, Verdict
 from gate.demo.processes import EngineProcess, ServerThread, cpu_cores
 from gate.demo.sampled import PROMPT_LOOKUP_MIN, parity_policy, sampled_workload
 from gate.demo.summary import ParityCounts, SegmentRow, parity_counts, summarise
+from gate.engines.spec import NgramConfig
 from gate.engines.weights import default_encoding, weights_path
 from gate.engines.workload import WorkloadItem, load_workload
 from gate.gateway.app import ProxyDispatch
@@ -203,14 +204,17 @@ def _start_engines(
     common += ["--parallel", str(options.parallel)]
     common += ["--gguf", str(gguf)]
 
-    def spec(k: int) -> list[str]:
-        flags = ["--speculative", "ngram", "--num-speculative-tokens", str(k)]
+    def spec(k: int, lookup: list[str]) -> list[str]:
+        flags = ["--speculative", "ngram", "--num-speculative-tokens", str(k), *lookup]
         return [*common, *flags, *_candidate_flags(options), "--cpus", pin[1]]
 
     engines = {RouteRole.BASELINE: EngineProcess("baseline", [*common, "--cpus", pin[0]], logs)}
-    arms = {arm_name(k): EngineProcess(f"ngram-{arm_name(k)}", spec(k), logs) for k in options.arms}
+    arms = {
+        arm_name(k): EngineProcess(f"ngram-{arm_name(k)}", spec(k, arm_lookup(k)), logs)
+        for k in options.arms
+    }
     if not arms:
-        candidate = EngineProcess("ngram", spec(options.num_speculative_tokens), logs)
+        candidate = EngineProcess("ngram", spec(options.num_speculative_tokens, []), logs)
         engines[RouteRole.CANDIDATE] = candidate
     every = [*engines.values(), *arms.values()]
     started.extend(every)
@@ -242,6 +246,14 @@ def _save_metrics(arms: Mapping[str, EngineProcess], logs: Path, console: Consol
             console.print(f"[yellow]metrics of arm {name} not saved: {exc}[/yellow]")
             continue
         console.print(f"arm {name}: engine metrics in {path}")
+
+
+def arm_lookup(k: int) -> list[str]:
+    """Return an arm's lookup flags: n = 3 (the engine's default), or k where k is shorter,
+    since llama.cpp drafts nothing with a draft shorter than its lookup n
+    (`gate.engines.local.check_llamacpp_lookup`)."""
+    n = str(min(k, NgramConfig().prompt_lookup_max))
+    return ["--prompt-lookup-min", n, "--prompt-lookup-max", n]
 
 
 def _candidate_flags(options: DemoOptions) -> list[str]:

@@ -50,6 +50,8 @@ def build_backend(
     if logprobs_mode != "raw" and backend != "transformers":
         # llama.cpp reports its own (pre-sampling) probabilities; it is left as it is.
         raise ConfigError("--logprobs-mode processed needs --backend transformers")
+    if backend == "llamacpp" and spec is not None:
+        check_llamacpp_lookup(spec)
     if gguf is not None and weights:
         raise ConfigError("give --gguf (a file) or --weights (an encoding), not both")
     if gguf is not None and not gguf.is_file():
@@ -67,3 +69,19 @@ def build_backend(
     return TransformersBackend(
         gguf, spec=spec, threads=threads, verify=verify, logprobs_mode=logprobs_mode
     )
+
+
+def check_llamacpp_lookup(spec: NgramConfig) -> None:
+    """Refuse an n-gram setting llama.cpp would silently run as plain decoding.
+
+    Its `ngram_simple` drafts nothing when the draft length is below the lookup n
+    (`prompt_lookup_max`): measured with xllamacpp 2026.10 on SmolLM2, k = 2 with n = 3 or
+    4 and k = 3 with n = 4 drafted no token, k = n drafted (issue 40's k = 2 arm ran plain).
+    """
+    if spec.num_speculative_tokens < spec.prompt_lookup_max:
+        raise ConfigError(
+            f"llama.cpp's n-gram drafter drafts nothing when --num-speculative-tokens "
+            f"({spec.num_speculative_tokens}) is below --prompt-lookup-max "
+            f"({spec.prompt_lookup_max}): the engine would run as plain decoding; lower "
+            "--prompt-lookup-max (and --prompt-lookup-min) to the draft length or below"
+        )

@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gate.engines import model
 from gate.engines.base import parse_request
 from gate.engines.hf import _Text
+from gate.engines.local import check_llamacpp_lookup
 from gate.engines.metrics import EngineMetrics, Finished
 from gate.engines.ngram import NgramDrafter
 from gate.engines.spec import NgramConfig, SpecStats
@@ -243,3 +244,24 @@ def test_processed_logprobs_are_a_transformers_mode():
         build_backend("transformers", spec=None, logprobs_mode="processed_logprobs")
     with pytest.raises(ConfigError, match="processed needs --backend transformers"):
         build_backend("llamacpp", spec=None, logprobs_mode="processed")
+
+
+def test_llamacpp_refuses_a_draft_shorter_than_its_lookup():
+    # llama.cpp's ngram_simple drafts nothing when k < n: the engine would run plain.
+    from gate.engines.local import build_backend
+
+    with pytest.raises(ConfigError, match="below --prompt-lookup-max"):
+        build_backend("llamacpp", spec=NgramConfig(num_speculative_tokens=2))
+    check_llamacpp_lookup(NgramConfig(num_speculative_tokens=2, prompt_lookup_min=2,
+                                      prompt_lookup_max=2))  # fmt: skip
+
+
+def test_the_demo_arms_lookup_never_exceeds_the_draft_length():
+    from gate.demo.run import arm_lookup
+
+    assert arm_lookup(2) == ["--prompt-lookup-min", "2", "--prompt-lookup-max", "2"]
+    assert arm_lookup(8) == ["--prompt-lookup-min", "3", "--prompt-lookup-max", "3"]
+    for k in range(1, 9):
+        n = int(arm_lookup(k)[-1])
+        check_llamacpp_lookup(NgramConfig(num_speculative_tokens=k, prompt_lookup_min=n,
+                                          prompt_lookup_max=n))  # fmt: skip
