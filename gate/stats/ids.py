@@ -68,8 +68,6 @@ class ReasonKind(StrEnum):
     CONTROL_EXACTNESS = "alarm:control_exactness"
     DROPPED_SHARE = "hold:dropped_share"
     COHORT_IMBALANCE = "hold:cohort_imbalance"
-    # A canary stage that samples all the traffic leaves no baseline cohort to compare with.
-    NO_BASELINE_COHORT = "hold:no_baseline_cohort"
     MAX_DURATION = "hold:max_duration"
     LOAD_UNTESTED = "hold:load_untested"
     GAIN_PROVEN = "promote:gain_proven"
@@ -78,6 +76,9 @@ class ReasonKind(StrEnum):
     MIN_DURATION = "continue:min_duration"
     GAIN_UNPROVEN = "continue:gain_unproven"
     UNPROVEN = "continue:unproven"
+    # A canary stage that samples all the traffic leaves no baseline cohort to compare with:
+    # no pair test can run (continue, so that the candidate-down kill still can).
+    NO_BASELINE_COHORT = "continue:no_baseline_cohort"
     # Several arms: no best-or-tied arm's own gate promotes yet (`gate.stats.arms`).
     ARM_CHOICE_OPEN = "continue:arm_choice_open"
 

@@ -107,9 +107,10 @@ NO_PAIRS = VerdictResult(
     n_pairs=0,
 )
 NO_BASELINE_COHORT = VerdictResult(
-    decision=Decision.HOLD,
+    decision=Decision.CONTINUE,
     reason_codes=(ReasonKind.NO_BASELINE_COHORT.value,),
-    summary="hold: this canary stage samples all the traffic, so no baseline cohort is left",
+    summary="continue: this canary stage samples all the traffic, so no baseline cohort is"
+    " left to compare with; no pair test runs (lower the sample rate)",
     cells=(),
     n_pairs=0,
 )

@@ -121,7 +121,7 @@ def test_a_canary_stage_past_half_the_traffic_is_weighted_by_its_real_cohort_sha
         offline.verdict.decision, offline.verdict.reason_codes)  # fmt: skip
 
 
-def test_a_canary_stage_that_leaves_no_baseline_cohort_holds_and_says_why(db):
+def test_a_canary_stage_that_leaves_no_baseline_cohort_says_why_and_judges_nothing(db):
     # Sampling all the traffic, a canary stage serves every sampled request by the candidate.
     policy = load_policy(POLICY)
     records = factories.canary_cancel_records(policy, cancel_rate=0.03, pairs=600, seed=8,
@@ -129,5 +129,6 @@ def test_a_canary_stage_that_leaves_no_baseline_cohort_holds_and_says_why(db):
     rollout = running(db, mode=RolloutMode.CANARY, sample_rate=1.0)
     factories.insert_records(db, rollout.id, [r for r in records if r["baseline"] is None])
     verdict = run_gate(db, rollout_id=rollout.id, publisher=None)
-    assert verdict.decision is Decision.HOLD, verdict.summary
-    assert verdict.reason_codes == ["hold:no_baseline_cohort"]
+    # Not a hold: a held rollout is not judged, and the candidate-down kill must still run.
+    assert verdict.decision is Decision.CONTINUE, verdict.summary
+    assert verdict.reason_codes == ["continue:no_baseline_cohort"]
