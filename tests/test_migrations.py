@@ -185,16 +185,21 @@ def check_arm_folds_keep_the_old_rows(url: str) -> None:
     engine = make_engine(url)
     try:
         with engine.begin() as connection:
-            connection.execute(text(
-                "INSERT INTO routes (name, base_url, model, role, spec_config, created_at) "
-                "VALUES ('b', 'http://b', 'm', 'baseline', '{}', '2025-05-01 00:00:00')"
-            ))
-            connection.execute(text(
-                "INSERT INTO rollouts (name, alias, baseline_route_id, candidate_route_id, mode, "
-                "sample_rate, stage, state, policy, version, created_at, updated_at) VALUES "
-                "('r', 'r', 1, 1, 'shadow', 0.1, 0, 'running', '{}', 1, '2025-05-01', "
-                "'2025-05-01')"
-            ))
+            connection.execute(
+                text(
+                    "INSERT INTO routes (name, base_url, model, role, spec_config, created_at) "
+                    "VALUES ('b', 'http://b', 'm', 'baseline', '{}', '2025-05-01 00:00:00')"
+                )
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO rollouts (name, alias, baseline_route_id, candidate_route_id, "
+                    "mode, sample_rate, stage, state, policy, version, created_at, updated_at) "
+                    "VALUES "
+                    "('r', 'r', 1, 1, 'shadow', 0.1, 0, 'running', '{}', 1, '2025-05-01', "
+                    "'2025-05-01')"
+                )
+            )
             connection.execute(text(
                 "INSERT INTO gate_folds (rollout_id, stage, policy_key, pairs, warm_pairs, "
                 "segments, evaluators, collapse, updated_at) VALUES "
