@@ -65,7 +65,7 @@ def rehearse(tmp_path: Path, baseline: str, candidate: str) -> tuple[int, dict, 
         sys.executable, "-m", "gate", "rehearse", "--baseline", f"{baseline}/v1",
         "--candidate", f"{candidate}/v1", "--workload", str(workload), "--out", str(out),
         "--max", "1", "--min-requests", "2", "--max-requests", "2", "--max-tokens", "4",
-        "--budget", "120s", "--exactness-requests", "4", "--parity-requests", "1",
+        "--budget", "120s", "--exactness-requests", "10", "--parity-requests", "1",
         "--exactness-max-tokens", "48", "--logprobs-mode", "processed", "--json",
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, env={**os.environ})
