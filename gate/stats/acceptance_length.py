@@ -119,6 +119,24 @@ def looping(
     return np.asarray(np.isfinite(steps) & (drafted > 0) & near_full & repeats)
 
 
+def _readable(
+    output: FloatArray,
+    accepted: FloatArray,
+    drafted: FloatArray,
+    distinct_2: FloatArray,
+    baseline_distinct_2: FloatArray,
+) -> BoolArray:
+    """Return the pairs the loop guardrail reads: the candidate drafted (so k is known), its
+    token counts are consistent and both answers' distinct-2 are known; the SQL fold reads
+    the same rows (`gate.verdicts.slices`)."""
+    return np.asarray(
+        np.isfinite(passes(output, accepted))
+        & (drafted > 0)
+        & np.isfinite(distinct_2)
+        & np.isfinite(baseline_distinct_2)
+    )
+
+
 def loop_outcome(
     output: FloatArray,
     accepted: FloatArray,
@@ -126,18 +144,8 @@ def loop_outcome(
     distinct_2: FloatArray,
     baseline_distinct_2: FloatArray,
 ) -> FloatArray:
-    """Return each pair's repetition-loop outcome: 1 looping, 0 not, NaN not readable.
-
-    A pair is readable when the candidate drafted (so k is known), its token counts are
-    consistent and both answers' distinct-2 are known; the SQL fold reads the same rows
-    (`gate.verdicts.slices`).
-    """
-    readable = (
-        np.isfinite(passes(output, accepted))
-        & (drafted > 0)
-        & np.isfinite(distinct_2)
-        & np.isfinite(baseline_distinct_2)
-    )
+    """Return each pair's repetition-loop outcome: 1 looping, 0 not, NaN not readable."""
+    readable = _readable(output, accepted, drafted, distinct_2, baseline_distinct_2)
     loops = looping(output, accepted, drafted, distinct_2, baseline_distinct_2)
     return np.where(readable, loops.astype(np.float64), np.nan)
 
@@ -152,7 +160,7 @@ def baseline_collapse(
     """Return each pair's baseline side of the loop guardrail: 1 where the baseline answer's
     distinct-2 fell below `LOOP_DISTINCT` of the candidate's, 0 not, NaN where the pair is
     not readable (the same pairs as `loop_outcome`)."""
-    readable = np.isfinite(loop_outcome(output, accepted, drafted, distinct_2, baseline_distinct_2))
+    readable = _readable(output, accepted, drafted, distinct_2, baseline_distinct_2)
     with np.errstate(invalid="ignore"):
         collapsed = baseline_distinct_2 < LOOP_DISTINCT * distinct_2
     return np.where(readable, collapsed.astype(np.float64), np.nan)
