@@ -18,6 +18,7 @@ from gate.demo.recording import RecordingReplay, replay_recording
 from gate.demo.run import FAULTS, DemoOptions, DemoResult, run_demo
 from gate.demo.summary import SegmentRow
 from gate.reports import headline
+from gate.stats.policy import Arms
 
 
 def demo(
@@ -163,8 +164,8 @@ def _arms(value: str, *, backend: str, sampled: bool) -> tuple[int, ...]:
     return lengths
 
 
-# The demo policy's `arms.slots` (the default, 4): each arm's gate spends a fixed share.
-MAX_DEMO_ARMS = 4
+# The demo policy's `arms.slots` (the default): each arm's gate spends a fixed share.
+MAX_DEMO_ARMS = Arms().slots
 
 
 def as_document(result: DemoResult, recording: RecordingReplay | None = None) -> dict[str, Any]:
