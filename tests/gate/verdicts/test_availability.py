@@ -220,9 +220,13 @@ def test_one_refused_connection_is_not_a_kill(tmp_path):
                 ok = GenerationStatus.OK
                 assert wait_until(lambda: candidate_calls(sessions, rid, ok) >= 60, 60), sent
                 proxy.close()  # the blip: the listener is gone, connections are refused
+                # Back as soon as the gateway has marked the route down, so the probe after
+                # the back-off finds it: the gateway's own gauge, not the store, which may
+                # lag the back-off on a loaded host (the probe refused too is a real outage).
+                assert wait_until(lambda: route_down(gateway), 30), sent
+                proxy = TcpProxy("127.0.0.1", port, listen_port=proxy.port)
                 failed = GenerationStatus.ERROR
                 assert wait_until(lambda: candidate_calls(sessions, rid, failed) >= 1, 30)
-                proxy = TcpProxy("127.0.0.1", port, listen_port=proxy.port)  # back at once
                 answered = candidate_calls(sessions, rid, ok)
                 more = lambda: candidate_calls(sessions, rid, ok) >= answered + 300  # noqa: E731
                 assert wait_until(lambda: killed(sessions, rid) or more(), 120), sent
@@ -233,6 +237,12 @@ def test_one_refused_connection_is_not_a_kill(tmp_path):
         verdicts = db.scalars(select(Verdict).where(Verdict.rollout_id == rid)).all()
     assert not killed(sessions, rid), [(v.decision, v.reason_codes) for v in verdicts[-3:]]
     assert candidate_calls(sessions, rid, GenerationStatus.ERROR) <= 3  # the refused calls
+
+
+def route_down(gateway: str) -> bool:
+    """Whether the gateway reports the candidate route down (its in-process gauge)."""
+    metrics = httpx.get(gateway + "/metrics").text
+    return 'specgate_gateway_route_down{route="smol-spec"} 1.0' in metrics
 
 
 def gated_after(sessions: Any, rollout_id: int) -> bool:
