@@ -9,10 +9,9 @@ point, a call keeps the expected share of it in each of `BINS` equal bins of [0,
 fractional bin counts (`TokenFit.bins`), summed over its tokens, and how many of its
 tokens were not their position's most likely outcome against the sum of their chances not
 to be, and the sum of those chances' squares (`TokenFit.off`, `off_p`, `off_p2`: the
-most-likely test's sums). Under the null each
-token's shares have expectation 1 / `BINS` per bin whatever came before, so the sums are
-what a test martingale needs (`gate.stats.exactness`); only these sums are stored, never
-the arrays.
+most-likely test's sums). Under the null each token's shares have expectation 1 / `BINS`
+per bin whatever came before, so the sums are what a test martingale needs
+(`gate.stats.exactness`); only these sums are stored, never the arrays.
 
 `gate.exactness_position` says what makes a token's interval exact (what is tested,
 skipped or cut at one position); `gate.exactness_fit` holds the sums and their stored

@@ -73,7 +73,7 @@ class Sampling:
 
 
 @dataclass(frozen=True)
-class _Position:
+class Placement:
     """A position's outcome: the emitted token's interval, or why it was not placed."""
 
     interval: tuple[float, float] | None = None
@@ -84,8 +84,8 @@ class _Position:
     is_first: bool = False
 
 
-_SKIP = _Position()
-_CUT = _Position(cut=True)
+_SKIP = Placement()
+_CUT = Placement(cut=True)
 
 
 def place(
@@ -96,7 +96,7 @@ def place(
     mode: Mode,
     eos: Container[str] | None = None,
     logprob: float = -math.inf,
-) -> _Position:
+) -> Placement:
     """Return the emitted token's interval at one position (or cut, or not placed)."""
     eos = Stops(EOS) if eos is None else eos
     if token in eos or not top:
@@ -120,13 +120,13 @@ def place(
     first_p = ranked[0][1] / total if ranked else 0.0
     if not listed:  # below the list: the tail, when its share is known
         tail = known.tail
-        return _Position((1.0 - tail / total, 1.0), first_p=first_p) if tail else _SKIP
+        return Placement((1.0 - tail / total, 1.0), first_p=first_p) if tail else _SKIP
     if token not in kept:
         return _SKIP  # its share relative to the known outcomes is not known
     own = kept[token]
     above = sum(w for t, w in kept.items() if (-w, t) < (-own, token))
     is_first = leader == token
-    return _Position((above / total, (above + own) / total), first_p=first_p, is_first=is_first)
+    return Placement((above / total, (above + own) / total), first_p=first_p, is_first=is_first)
 
 
 def _listed(top: Sequence[tuple[str, float]], token: str, logprob: float) -> bool:
