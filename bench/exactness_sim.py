@@ -20,7 +20,7 @@ The exact verifier runs as an A/A with FRESH tokens: a finite pool reused across
 pairs has its own sampling noise (about 0.005 of set deviation at 20k tokens), which
 every run would share. So each of its runs draws, at the positions the real decode loop
 recorded (each position's known outcomes and their probabilities after temperature, as
-`gate.exactness.place` reads them), a fresh token from that distribution: the exact
+`gate.exactness_position.place` reads them), a fresh token from that distribution: the exact
 verifier's output distribution, which `gate.engines.verify_tv` shows equals the
 target's. Each run's tokens are then new draws, as on live traffic.
 
@@ -40,11 +40,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from gate import exactness
+from gate import exactness, exactness_position
 from gate.engines.answer_pools import EOS, MAX_TOKENS, SPEC, TEMPERATURE, VOCAB, CopyModel, decode
 from gate.engines.decode import TokenLogprobs
 from gate.engines.spec import SpecStats
-from gate.exactness import BINS, exactness_fields
+from gate.exactness import exactness_fields
+from gate.exactness_fit import BINS
 from gate.stats.cumulative import looks_every, to_stats
 from gate.stats.policy import Policy
 from gate.stats.replay import FIT_WIDTH
@@ -65,8 +66,8 @@ def alternatives(top: list[tuple[int, float]]) -> list[dict[str, Any]]:
 def outcomes(top: list[tuple[str, float]], top_p: float) -> tuple[np.ndarray, float] | None:
     """Return a position's known outcomes' interval ends in [0, 1] and the most likely's
     probability (0 when no listed token is kept), or None (untested)."""
-    weights = exactness._merged(exactness.trusted(top, None))
-    known = exactness._raw(weights, exactness.Sampling(TEMPERATURE, top_p))
+    weights = exactness_position._merged(exactness.trusted(top, None))
+    known = exactness_position._raw(weights, exactness_position.Sampling(TEMPERATURE, top_p))
     kept = sorted((w for t, w in known.kept.items() if t != str(EOS)), reverse=True)
     tail = known.tail or 0.0
     total = sum(kept) + tail

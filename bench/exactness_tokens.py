@@ -2,7 +2,7 @@
 
 Reads the SQLite store of a `specgate demo --sampled` or `--fault biased-sampler` run
 (`$SPECGATE_HOME/specgate.db`), sums the candidate calls' stored per-token exactness
-fields (`generations.exactness`, `gate.exactness.TokenFit.as_dict`) in call order and
+fields (`generations.exactness`, `gate.exactness_fit.TokenFit.as_dict`) in call order and
 prints, every `--every` calls, the tested tokens, the most-likely test's sums (off and
 off_p, their per-token shift), and whether each part of `gate.stats.exactness` proves a
 deviation beyond the margin (at the whole level alpha, as one pooled cell; the live gate
@@ -29,7 +29,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from gate.exactness import BINS
+from gate.exactness_fit import BINS
 from gate.stats.exactness import (
     FIRST_BETS,
     FIRST_SHARE,

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from collectors.spans import STATUS_ERROR
 from gate.db.enums import Cohort, GenerationStatus, PairState
 from gate.db.rows import ENGINE_FIELDS, EngineFacts, GenerationRow, PairRow, RequestRow, SpanRow
-from gate.exactness import TokenFit
+from gate.exactness_fit import TokenFit
 from gate.parity import text_distinct_2
 from gate.request.episodes import MAX_CHARS as MAX_EPISODE_CHARS
 from gate.telemetry import attributes as a

@@ -18,7 +18,7 @@ from gate.demo.recording import RecordingReplay, replay_recording
 from gate.demo.run import FAULTS, DemoOptions, DemoResult, run_demo
 from gate.demo.summary import SegmentRow
 from gate.reports import headline
-from gate.stats.policy import Arms
+from gate.stats.policy_sections import Arms
 
 
 def demo(

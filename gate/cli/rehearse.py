@@ -25,7 +25,7 @@ from gate.cli.gatecheck import parse_duration
 from gate.db.base import utcnow
 from gate.engines.workload import WorkloadItem
 from gate.errors import ConfigError, GateError
-from gate.exactness import MODES
+from gate.exactness_position import MODES
 from gate.rehearse import exactness, report, service
 from gate.rehearse.analysis import ALL, RehearsalAnswer, decide
 from gate.rehearse.runner import Route

@@ -135,7 +135,7 @@ class GenerationRow(TypedDict):
     logprob_tokens: int | None
     logprob_sum: float | None
     distinct_2: float | None
-    # Per-token exactness fields (`gate.exactness.TokenFit.as_dict`), or None.
+    # Per-token exactness fields (`gate.exactness_fit.TokenFit.as_dict`), or None.
     exactness: dict[str, Any] | None
 
 

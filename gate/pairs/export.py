@@ -167,7 +167,7 @@ def _side(g: Generation, evals: dict[str, bool | None], thumbs: int | None) -> d
         "accepted_tokens": g.spec_accepted_tokens or 0,
         "feedback": thumbs,
         **parity_fields(g),
-        # Per-token exactness: `gate.exactness.TokenFit.as_dict()`, or None.
+        # Per-token exactness: `gate.exactness_fit.TokenFit.as_dict()`, or None.
         "exactness": g.exactness,
     }
 

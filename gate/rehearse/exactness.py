@@ -29,7 +29,9 @@ from typing import Any, Literal
 import httpx
 
 from gate.engines.workload import COMPLETIONS_PATH, WorkloadItem
-from gate.exactness import BINS, Mode, TokenFit, exactness_fields
+from gate.exactness import exactness_fields
+from gate.exactness_fit import BINS, TokenFit
+from gate.exactness_position import Mode
 from gate.rehearse.runner import Route
 from gate.stats.exactness import TokenBins, deviation, explain, harmful
 

@@ -36,10 +36,7 @@ def change_state(
         reason=reason,
         expected_version=expected_version,
     )
-    publish_after_commit(
-        session, publisher, RoutingChange(rollout.id, rollout.state.value, rollout.version)
-    )
-    return rollout
+    return _published(session, publisher, rollout)
 
 
 def add_arm(
@@ -53,8 +50,7 @@ def add_arm(
 ) -> Rollout:
     """Add an arm; gateways reload the rollout's arms once the transaction commits."""
     rollout = arms.add_arm(session, rollout_id=rollout_id, spec=spec, actor=actor, reason=reason)
-    _publish_reload(session, publisher, rollout)
-    return rollout
+    return _published(session, publisher, rollout)
 
 
 def kill_arm(
@@ -68,15 +64,16 @@ def kill_arm(
 ) -> Rollout:
     """Kill one arm; gateways reload the rollout's arms once the transaction commits."""
     rollout = arms.kill_arm(session, rollout_id=rollout_id, name=name, actor=actor, reason=reason)
-    _publish_reload(session, publisher, rollout)
-    return rollout
+    return _published(session, publisher, rollout)
 
 
-def _publish_reload(session: Session, publisher: Publisher | None, rollout: Rollout) -> None:
-    # The message names the rollout's unchanged state: a gateway reads the database on
-    # every message, and that read brings the arms (`gate.routing.sync`).
+def _published(session: Session, publisher: Publisher | None, rollout: Rollout) -> Rollout:
+    """Publish the rollout's state and version once the transaction commits; return it."""
+    # An arm's change leaves the state as it was: a gateway reads the database on every
+    # message, and that read brings the arms (`gate.routing.sync`).
     change = RoutingChange(rollout.id, rollout.state.value, rollout.version)
     publish_after_commit(session, publisher, change)
+    return rollout
 
 
 def kill_all(

@@ -21,7 +21,8 @@ from gate.rollouts.states import BASELINE_ONLY, RoutingPlan, routing_plan
 from gate.routing import crossover
 from gate.routing.credentials import DEFAULT_SECRETS_DIR, route_headers
 from gate.routing.crossover import ByLoad
-from gate.stats.policy import ExactnessGuardrail, Policy, Promotion, load_policy
+from gate.stats.policy import Policy, load_policy
+from gate.stats.policy_sections import ExactnessGuardrail, Promotion
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ class Arm:
 class ExactnessAsk:
     """What the gateway reads of the policy's per-token exactness guardrail: how many
     alternatives to ask per token, on which share of sampled pairs the baseline is asked
-    too, and what the routes' values describe (`gate.exactness.Mode`)."""
+    too, and what the routes' values describe (`gate.exactness_position.Mode`)."""
 
     top_logprobs: int
     control_share: float

@@ -65,7 +65,7 @@ class PairColumns:
     partial_logprobs: BoolArray | None = None
     # Per-token exactness: per side, (tested tokens, cut tokens, the BINS bin shares, off,
     # off_p, off_p2; `gate.stats.replay.FIT_WIDTH`) as
-    # stored (`gate.exactness.TokenFit`), on a trailing axis after the sides; NaN where a
+    # stored (`gate.exactness_fit.TokenFit`), on a trailing axis after the sides; NaN where a
     # side carried none (None: no side of any pair did).
     exactness: FloatArray | None = None
     # Per pair: its episode (conversation, agent run) as an integer code, equal codes one

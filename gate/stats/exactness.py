@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gate.exactness import BINS
+from gate.exactness_fit import BINS
 from gate.stats.betting import bet_bound, bet_rejects
 from gate.stats.sequences import BoolArray, FloatArray, Interval, Num, as_array
 
@@ -76,7 +76,7 @@ class TokenBins:
     cut: Num
     bins: tuple[Num, ...]
     # Tested tokens that were not their position's most likely outcome, and the sum of
-    # their chances not to be (`gate.exactness.TokenFit.off`, `off_p`).
+    # their chances not to be (`gate.exactness_fit.TokenFit.off`, `off_p`).
     off: Num = 0.0
     off_p: Num = 0.0
     # The sum of the squares of those chances (`TokenFit.off_p2`; 0 when not stored).

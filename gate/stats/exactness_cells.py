@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from gate.db.enums import RolloutMode
-from gate.exactness import BINS
+from gate.exactness_fit import BINS
 from gate.stats.columns import BASE, CAND, Acc, Builder, Context
 from gate.stats.exactness import TokenBins
 from gate.stats.ids import ALL, Cell, MetricId

@@ -25,7 +25,8 @@ from enum import StrEnum
 from gate.db.enums import RolloutMode
 from gate.parity import STATISTICS
 from gate.stats.ids import ALL, UNDECLARED, MetricId
-from gate.stats.policy import Policy, RateGuardrail, log_ratio
+from gate.stats.policy import Policy, log_ratio
+from gate.stats.policy_sections import RateGuardrail
 
 
 class Source(StrEnum):

@@ -17,7 +17,7 @@ import numpy as np
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from gate.exactness import BINS
+from gate.exactness_fit import BINS
 from gate.parity import STATISTICS
 from gate.stats.exactness import TokenBins
 from gate.stats.ids import ALL, UNDECLARED

@@ -79,7 +79,7 @@ _ROUTE_FAILURE = sql_statuses(Outcome.ROUTE_FAILURE)
 
 
 def _exact(side: str) -> str:
-    # A side's exactness sums (`gate.exactness.TokenFit`); a JSON null is none.
+    # A side's exactness sums (`gate.exactness_fit.TokenFit`); a JSON null is none.
     column = f"{side}.exactness"
     return f"CASE WHEN jsonb_typeof({column}) = 'object' THEN {column} END AS {side}_exact"
 

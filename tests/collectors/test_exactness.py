@@ -28,7 +28,8 @@ from gate.db.engine import make_engine
 from gate.db.enums import Cohort, PairState
 from gate.db.models import Generation, Pair
 from gate.engines.sim import SimProfile, create_sim_app
-from gate.exactness import BINS, TokenFit, exactness_fields
+from gate.exactness import exactness_fields
+from gate.exactness_fit import BINS, TokenFit
 from gate.pairs.export import pair_records
 from gate.rollouts import service
 from gate.rollouts.states import Action

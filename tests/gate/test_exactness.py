@@ -7,7 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from gate.exactness import BINS, Sampling, TokenFit, exactness_fields, occupancy, place
+from gate.exactness import exactness_fields
+from gate.exactness_fit import BINS, TokenFit, occupancy
+from gate.exactness_position import Sampling, place
 
 
 def top(probs: dict[str, float]) -> list[dict[str, object]]:

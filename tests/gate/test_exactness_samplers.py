@@ -10,7 +10,9 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from gate.exactness import BINS, Mode, exactness_fields
+from gate.exactness import exactness_fields
+from gate.exactness_fit import BINS
+from gate.exactness_position import Mode
 
 # Two end tokens (as Llama 3 has), the likelier last.
 VOCAB = [f"t{i}" for i in range(38)] + ["</s>", "<|im_end|>"]

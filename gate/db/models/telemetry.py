@@ -185,7 +185,7 @@ class Generation(Base):
     # The answer's distinct word-bigram ratio (`gate.parity.text_distinct_2`), kept when
     # retention scrubs `output`; NULL when the text was not captured whole.
     distinct_2: Mapped[float | None] = mapped_column(Float)
-    # Per-token exactness (`gate.exactness.TokenFit.as_dict`): sums over the call's tokens,
+    # Per-token exactness (`gate.exactness_fit.TokenFit.as_dict`): sums over the call's tokens,
     # never the arrays; NULL when the call carried no `top_logprobs`.
     exactness: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     prompt: Mapped[str | None] = mapped_column(Text)

@@ -103,7 +103,7 @@ def test_an_evaluator_never_evaluable_is_exported_as_null_and_versions_combine_a
 
 
 def test_each_side_carries_its_exactness_fields_or_null(session):
-    from gate.exactness import BINS, TokenFit
+    from gate.exactness_fit import BINS, TokenFit
 
     fit = TokenFit(2, (1.25, 0.75, *([0.0] * (BINS - 2))), cut=0, skipped=1).as_dict()
     rollout = factories.rollout(session)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gate.exactness import BINS, TokenFit, occupancy
+from gate.exactness_fit import BINS, TokenFit, occupancy
 from gate.rehearse.exactness import Answer, Verdict, compare, failed, judge, total
 
 MARGIN, ALPHA = 0.005, 0.025

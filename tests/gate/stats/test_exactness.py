@@ -7,7 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gate.exactness import BINS, Mode, exactness_fields
+from gate.exactness import exactness_fields
+from gate.exactness_fit import BINS
+from gate.exactness_position import Mode
 from gate.stats.exactness import TokenBins, harmful, inside
 from tests.gate.test_exactness_samplers import VOCAB, logprob, vllm_chat
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gate.exactness import BINS
+from gate.exactness_fit import BINS
 from gate.stats.exactness import TokenBins, deviation, explain, harmful, inside
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gate.errors import BadRequest
-from gate.stats.policy import DEFAULT_POLICY_YAML, Policy, at_stage, kill_alpha, load_policy
+from gate.stats.policy import Policy, at_stage, kill_alpha, load_policy
+from gate.stats.policy_defaults import DEFAULT_POLICY_YAML
 from gate.stats.registry import alpha_kill_each, kill_slots
 
 

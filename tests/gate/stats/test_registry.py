@@ -6,7 +6,8 @@ import numpy as np
 
 from gate.db.enums import RolloutMode
 from gate.stats.ids import ALL, Cell, MetricId, Reason, ReasonKind
-from gate.stats.policy import Policy, RateGuardrail
+from gate.stats.policy import Policy
+from gate.stats.policy_sections import RateGuardrail
 from gate.stats.registry import (
     Family,
     Guardrail,

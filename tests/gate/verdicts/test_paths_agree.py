@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from gate.db.enums import RolloutMode, RolloutState
 from gate.db.models import EngineSample
-from gate.exactness import BINS
+from gate.exactness_fit import BINS
 from gate.pairs.export import pair_records
 from gate.pairs.load import RUNNING
 from gate.parity import answer_stats
@@ -35,7 +35,8 @@ from gate.reports.headline.summary import headline
 from gate.stats.columns import PairColumns
 from gate.stats.cumulative import at_look, to_stats
 from gate.stats.incremental import to_stats as folded_stats
-from gate.stats.policy import Policy, Promotion, load_tolerance
+from gate.stats.policy import Policy, load_tolerance
+from gate.stats.policy_sections import Promotion
 from gate.stats.replay import columns, fold_order, replay
 from gate.stats.rule import FEEDBACK, BandStats, GateStats
 from gate.stats.verdict import VerdictResult, decide
@@ -56,7 +57,7 @@ _names = itertools.count()
 _ids = itertools.count()  # the pairs of every example share one session's table
 
 latency = st.one_of(st.none(), st.floats(0.001, 30.0))
-# A call's per-token exactness sums (`gate.exactness.TokenFit.as_dict`), lossy or not.
+# A call's per-token exactness sums (`gate.exactness_fit.TokenFit.as_dict`), lossy or not.
 # The shares sum to n, as `TokenFit.from_dict` requires.
 # The most-likely test's sums: `off` of the n tokens, chances `off_p`, their squares
 # `off_p2` (at most `off_p`; absent: legacy).
