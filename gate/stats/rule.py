@@ -71,6 +71,7 @@ from gate.stats.sequences import (
     TwoCounts,
     TwoMeans,
     mean_interval,
+    rate_cluster_interval,
     two_mean_interval,
 )
 
@@ -205,9 +206,7 @@ def harm_interval(
             stats, alpha_lower=alpha_kill, alpha_upper=alpha_promote, n_opt=n_opt
         )
     if isinstance(stats, EpisodeCounts | EpisodeCohorts):
-        clustered = mean_interval(
-            stats.difference, alpha_lower=alpha_kill, alpha_upper=alpha_promote, n_opt=n_opt
-        )
+        clustered = _clustered(stats, rule, alpha_kill, alpha_promote, n_opt)
         alone = diff_interval(_pairs_of(stats), alpha_lower=alpha_kill, alpha_upper=alpha_promote)
         single = _every_pair_alone(stats)
         (est, a_lo, a_hi), (_, c_lo, c_hi) = _ends(alone), _ends(clustered)
@@ -251,9 +250,7 @@ def _check(
     # Same answers as the intervals, without bisection: test at the thresholds.
     if isinstance(stats, EpisodeCounts | EpisodeCohorts):
         # The exact bet's own bounds are the tests below: only the clustered ones needed.
-        got = mean_interval(
-            stats.difference, alpha_lower=alpha_kill, alpha_upper=alpha_promote, n_opt=n_opt
-        )
+        got = _clustered(stats, rule, alpha_kill, alpha_promote, n_opt)
         single, pairs = _every_pair_alone(stats), _pairs_of(stats)
         bet_kill, bet_inside = (
             exceeds(pairs, rule.kill_at, alpha_kill),
@@ -284,6 +281,21 @@ def _check(
         stats, rule, alpha_kill=alpha_kill, alpha_promote=alpha_promote, n_opt=n_opt
     )
     return np.asarray(got.lower) > rule.kill_at, np.asarray(got.upper) < rule.margin
+
+
+def _clustered(
+    stats: EpisodeCounts | EpisodeCohorts,
+    rule: Rule,
+    alpha_kill: float,
+    alpha_promote: float,
+    n_opt: float,
+) -> Interval:
+    """Return the rate cell's interval with the episode as the unit, each end floored at the
+    threshold it is tested against where few episodes hold a bad outcome."""
+    return rate_cluster_interval(
+        stats, kill_at=rule.kill_at, margin=rule.margin,
+        alpha_lower=alpha_kill, alpha_upper=alpha_promote, n_opt=n_opt,
+    )  # fmt: skip
 
 
 def _pairs_of(stats: EpisodeCounts | EpisodeCohorts) -> PairedCounts | CohortCounts:

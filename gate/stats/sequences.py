@@ -331,3 +331,77 @@ def _side_se2(stats: MeanStats) -> tuple[FloatArray, FloatArray, FloatArray, Flo
         return n, mean, se2, np.minimum(n, as_array(stats.episodes))
     n, mean, var = _mean_and_variance(stats)
     return n, mean, var / np.maximum(n, 1.0), n
+
+
+# Below this many episodes' worth of discordant pairs (bad requests, in canary) the
+# clustered variance of a rate cell is not trusted alone (as `MIN_N` for any mean).
+MIN_EVENT_EPISODES = MIN_N
+
+
+def rate_values(stats: EpisodeCounts | EpisodeCohorts) -> tuple[float, float]:
+    """Return the lowest and highest value of a rate cell's differences (or pseudo-outcomes)."""
+    if isinstance(stats, EpisodeCohorts):
+        return cohort_values(stats.share)
+    return -1.0, 1.0
+
+
+def event_episodes(stats: EpisodeCounts | EpisodeCohorts) -> FloatArray:
+    """Return how many episodes the cell's nonzero values are worth: (sum |x|)^2 / sum S_e^2.
+
+    Each nonzero value alone in its episode: their count; all of them in k episodes of equal
+    sums: k. 0 where no value is nonzero.
+    """
+    lo, hi = rate_values(stats)
+    if isinstance(stats, EpisodeCohorts):
+        mass = hi * as_array(stats.candidate) - lo * as_array(stats.baseline)
+    else:
+        mass = as_array(stats.worse) + as_array(stats.better)
+    sq = as_array(stats.difference.episode_sq)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.asarray(np.where(sq > 0, mass * mass / np.where(sq > 0, sq, 1.0), 0.0))
+
+
+def least_variance(lo: float, hi: float, m: float) -> float:
+    """Return the least variance of a value in {lo, 0, hi} (lo < 0 < hi) whose mean is `m`.
+
+    The mass away from 0 sits on one side only: P(hi) = m / hi, variance m hi - m^2
+    (m < 0: on lo). 0 at m = 0 or beyond the range.
+    """
+    m = float(np.clip(m, lo, hi)) if np.isfinite(m) else 0.0
+    return max(m * (hi if m > 0 else lo) - m * m, 0.0)
+
+
+def rate_cluster_interval(
+    stats: EpisodeCounts | EpisodeCohorts,
+    *,
+    kill_at: float,
+    margin: float,
+    alpha_lower: float,
+    alpha_upper: float,
+    n_opt: float,
+) -> Interval:
+    """Bound a rate cell's difference with the episode as the unit (issue 39).
+
+    The cluster-robust interval of `mean_interval`; where the nonzero values are worth fewer
+    than `MIN_EVENT_EPISODES` episodes (`event_episodes`) the clustered variance has too few
+    episodes to go on (none at all without a bad outcome), and the variance of the sum is
+    floored, for each end at the threshold it is tested against (lower at `kill_at`, upper at
+    `margin`), by the most any within-episode correlation allows at that null: each episode's
+    values all alike, each with the least variance its mean allows (`least_variance`), so
+    Var(sum) = that variance x sum_e n_e^2. Each end then answers its test exactly as a
+    bound at the threshold would.
+    """
+    d = stats.difference
+    n, mean, se2 = _cluster_variance(d)
+    lo, hi = rate_values(stats)
+    few = event_episodes(stats) < MIN_EVENT_EPISODES
+    per_pair = as_array(d.episode_n_sq) / np.maximum(n * n, 1.0)
+
+    def se(threshold: float) -> FloatArray:
+        floor = least_variance(lo, hi, threshold) * per_pair
+        return np.sqrt(np.where(few, np.maximum(se2, floor), se2))
+
+    with np.errstate(invalid="ignore"):
+        radius_lo = np.nan_to_num(se(kill_at) * mixture_multiplier(n, alpha_lower, n_opt))
+        radius_hi = np.nan_to_num(se(margin) * mixture_multiplier(n, alpha_upper, n_opt))
+    return _gated(mean, radius_lo, radius_hi, np.minimum(n, as_array(d.episodes)))
