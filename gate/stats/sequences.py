@@ -333,9 +333,9 @@ def _side_se2(stats: MeanStats) -> tuple[FloatArray, FloatArray, FloatArray, Flo
     return n, mean, var / np.maximum(n, 1.0), n
 
 
-# Below this many episodes' worth of discordant pairs (bad requests, in canary) the
-# clustered variance of a rate cell is not trusted alone (as `MIN_N` for any mean).
-MIN_EVENT_EPISODES = MIN_N
+# The worst within-episode correlation counts as this many bad outcomes in a rate cell's
+# design effect until the observed ones outweigh it (`rate_cluster_interval`).
+PRIOR_OUTCOMES = float(MIN_N)
 
 
 def rate_values(stats: EpisodeCounts | EpisodeCohorts) -> tuple[float, float]:
@@ -345,20 +345,21 @@ def rate_values(stats: EpisodeCounts | EpisodeCohorts) -> tuple[float, float]:
     return -1.0, 1.0
 
 
-def event_episodes(stats: EpisodeCounts | EpisodeCohorts) -> FloatArray:
-    """Return how many episodes the cell's nonzero values are worth: (sum |x|)^2 / sum S_e^2.
+def design_effect(stats: EpisodeCounts | EpisodeCohorts) -> FloatArray:
+    """Return the rate cell's design effect, shrunk toward the worst case.
 
-    Each nonzero value alone in its episode: their count; all of them in k episodes of equal
-    sums: k. 0 where no value is nonzero.
+    Observed: sum_e S_e^2 / sum x^2 (1 when each bad outcome is alone in its episode, n_e
+    when episodes are all bad or all good). Worst: sum_e n_e^2 / n (every episode's values
+    alike). `PRIOR_OUTCOMES` outcomes of the largest value at the worst case are added to
+    the observed ones, so with none observed it is the worst case.
     """
-    lo, hi = rate_values(stats)
-    if isinstance(stats, EpisodeCohorts):
-        mass = hi * as_array(stats.candidate) - lo * as_array(stats.baseline)
-    else:
-        mass = as_array(stats.worse) + as_array(stats.better)
-    sq = as_array(stats.difference.episode_sq)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.asarray(np.where(sq > 0, mass * mass / np.where(sq > 0, sq, 1.0), 0.0))
+    d = stats.difference
+    n = np.maximum(as_array(d.n), 1.0)
+    worst = as_array(d.episode_n_sq) / n
+    prior = PRIOR_OUTCOMES * max(rate_values(stats), key=abs) ** 2
+    return np.asarray(
+        (as_array(d.episode_sq) + prior * worst) / (as_array(d.total_sq) + prior)
+    )
 
 
 def least_variance(lo: float, hi: float, m: float) -> float:
@@ -382,24 +383,21 @@ def rate_cluster_interval(
 ) -> Interval:
     """Bound a rate cell's difference with the episode as the unit (issue 39).
 
-    The cluster-robust interval of `mean_interval`; where the nonzero values are worth fewer
-    than `MIN_EVENT_EPISODES` episodes (`event_episodes`) the clustered variance has too few
-    episodes to go on (none at all without a bad outcome), and the variance of the sum is
-    floored, for each end at the threshold it is tested against (lower at `kill_at`, upper at
-    `margin`), by the most any within-episode correlation allows at that null: each episode's
-    values all alike, each with the least variance its mean allows (`least_variance`), so
-    Var(sum) = that variance x sum_e n_e^2. Each end then answers its test exactly as a
-    bound at the threshold would.
+    The cluster-robust interval of `mean_interval`, with the variance of the sum floored,
+    for each end at the threshold it is tested against (lower at `kill_at`, upper at
+    `margin`), by what that null implies: the least variance per value its mean allows
+    (`least_variance`) times n times the design effect (`design_effect`: the observed
+    one, shrunk toward every episode's values alike). With few bad outcomes the clustered
+    variance has few episodes to go on (none without any), and the floor stands for the
+    correlation not yet seen. Each end answers its test as a bound at its threshold.
     """
     d = stats.difference
     n, mean, se2 = _cluster_variance(d)
     lo, hi = rate_values(stats)
-    few = event_episodes(stats) < MIN_EVENT_EPISODES
-    per_pair = as_array(d.episode_n_sq) / np.maximum(n * n, 1.0)
+    per_value = design_effect(stats) / np.maximum(n, 1.0)
 
     def se(threshold: float) -> FloatArray:
-        floor = least_variance(lo, hi, threshold) * per_pair
-        return np.sqrt(np.where(few, np.maximum(se2, floor), se2))
+        return np.sqrt(np.maximum(se2, least_variance(lo, hi, threshold) * per_value))
 
     with np.errstate(invalid="ignore"):
         radius_lo = np.nan_to_num(se(kill_at) * mixture_multiplier(n, alpha_lower, n_opt))
