@@ -357,9 +357,7 @@ def design_effect(stats: EpisodeCounts | EpisodeCohorts) -> FloatArray:
     n = np.maximum(as_array(d.n), 1.0)
     worst = as_array(d.episode_n_sq) / n
     prior = PRIOR_OUTCOMES * max(rate_values(stats), key=abs) ** 2
-    return np.asarray(
-        (as_array(d.episode_sq) + prior * worst) / (as_array(d.total_sq) + prior)
-    )
+    return np.asarray((as_array(d.episode_sq) + prior * worst) / (as_array(d.total_sq) + prior))
 
 
 def least_variance(lo: float, hi: float, m: float) -> float:
