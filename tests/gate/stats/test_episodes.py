@@ -180,6 +180,10 @@ def test_paired_rates_take_the_episode_as_the_unit_when_episodes_hold_several_pa
     same = harm_interval(own.cells[cell], rule, **kw)
     for a, b in zip((same.lower, same.upper), (narrow.lower, narrow.upper), strict=True):
         np.testing.assert_array_equal(a, b)
+    from gate.stats.rule import _check
+
+    for a, b in zip(_check(own.cells[cell], rule, **kw), _check(alone, rule, **kw), strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_episodes_never_make_a_rate_more_certain_than_independent_pairs():
