@@ -71,6 +71,7 @@ from gate.stats.sequences import (
     TwoCounts,
     TwoMeans,
     mean_interval,
+    rate_cluster_interval,
     two_mean_interval,
 )
 
@@ -205,15 +206,16 @@ def harm_interval(
             stats, alpha_lower=alpha_kill, alpha_upper=alpha_promote, n_opt=n_opt
         )
     if isinstance(stats, EpisodeCounts | EpisodeCohorts):
-        clustered = mean_interval(
-            stats.difference, alpha_lower=alpha_kill, alpha_upper=alpha_promote, n_opt=n_opt
-        )
+        clustered = rate_cluster_interval(
+            stats, kill_at=rule.kill_at, margin=rule.margin,
+            alpha_lower=alpha_kill, alpha_upper=alpha_promote, n_opt=n_opt,
+        )  # fmt: skip
         alone = diff_interval(_pairs_of(stats), alpha_lower=alpha_kill, alpha_upper=alpha_promote)
         single = _every_pair_alone(stats)
         (est, a_lo, a_hi), (_, c_lo, c_hi) = _ends(alone), _ends(clustered)
         # With episodes, never narrower than the exact bet on independent pairs (requests,
-        # in canary): the clustered interval is asymptotic, and with no discordant pair
-        # (no bad request) its variance is 0.
+        # in canary); the clustered interval's variance is floored at each end's threshold
+        # (`rate_cluster_interval`: with no bad outcome it would be 0).
         # A cohort's pseudo-outcomes range beyond ±1; a rate difference does not.
         c_lo, c_hi = np.clip(c_lo, -1.0, 1.0), np.clip(c_hi, -1.0, 1.0)
         return Interval(
@@ -251,9 +253,10 @@ def _check(
     # Same answers as the intervals, without bisection: test at the thresholds.
     if isinstance(stats, EpisodeCounts | EpisodeCohorts):
         # The exact bet's own bounds are the tests below: only the clustered ones needed.
-        got = mean_interval(
-            stats.difference, alpha_lower=alpha_kill, alpha_upper=alpha_promote, n_opt=n_opt
-        )
+        got = rate_cluster_interval(
+            stats, kill_at=rule.kill_at, margin=rule.margin,
+            alpha_lower=alpha_kill, alpha_upper=alpha_promote, n_opt=n_opt,
+        )  # fmt: skip
         single, pairs = _every_pair_alone(stats), _pairs_of(stats)
         bet_kill, bet_inside = (
             exceeds(pairs, rule.kill_at, alpha_kill),

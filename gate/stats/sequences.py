@@ -331,3 +331,73 @@ def _side_se2(stats: MeanStats) -> tuple[FloatArray, FloatArray, FloatArray, Flo
         return n, mean, se2, np.minimum(n, as_array(stats.episodes))
     n, mean, var = _mean_and_variance(stats)
     return n, mean, var / np.maximum(n, 1.0), n
+
+
+# The worst within-episode correlation counts as this many bad outcomes in a rate cell's
+# design effect until the observed ones outweigh it (`rate_cluster_interval`).
+PRIOR_OUTCOMES = float(MIN_N)
+
+
+def rate_values(stats: EpisodeCounts | EpisodeCohorts) -> tuple[float, float]:
+    """Return the lowest and highest value of a rate cell's differences (or pseudo-outcomes)."""
+    if isinstance(stats, EpisodeCohorts):
+        return cohort_values(stats.share)
+    return -1.0, 1.0
+
+
+def design_effect(stats: EpisodeCounts | EpisodeCohorts) -> FloatArray:
+    """Return the rate cell's design effect, shrunk toward the worst case.
+
+    Observed: sum_e S_e^2 / sum x^2 (1 when each bad outcome is alone in its episode, n_e
+    when episodes are all bad or all good). Worst: sum_e n_e^2 / n (every episode's values
+    alike). `PRIOR_OUTCOMES` outcomes of the largest value at the worst case are added to
+    the observed ones, so with none observed it is the worst case.
+    """
+    d = stats.difference
+    n = np.maximum(as_array(d.n), 1.0)
+    worst = as_array(d.episode_n_sq) / n
+    prior = PRIOR_OUTCOMES * max(rate_values(stats), key=abs) ** 2
+    return np.asarray((as_array(d.episode_sq) + prior * worst) / (as_array(d.total_sq) + prior))
+
+
+def least_variance(lo: float, hi: float, m: float) -> float:
+    """Return the least variance of a value in {lo, 0, hi} (lo < 0 < hi) whose mean is `m`.
+
+    The mass away from 0 sits on one side only: P(hi) = m / hi, variance m hi - m^2
+    (m < 0: on lo). 0 at m = 0 or beyond the range.
+    """
+    m = float(np.clip(m, lo, hi)) if np.isfinite(m) else 0.0
+    return max(m * (hi if m > 0 else lo) - m * m, 0.0)
+
+
+def rate_cluster_interval(
+    stats: EpisodeCounts | EpisodeCohorts,
+    *,
+    kill_at: float,
+    margin: float,
+    alpha_lower: float,
+    alpha_upper: float,
+    n_opt: float,
+) -> Interval:
+    """Bound a rate cell's difference with the episode as the unit (issue 39).
+
+    The cluster-robust interval of `mean_interval`, with the variance of the sum floored,
+    for each end at the threshold it is tested against (lower at `kill_at`, upper at
+    `margin`), by what that null implies: the least variance per value its mean allows
+    (`least_variance`) times n times the design effect (`design_effect`: the observed
+    one, shrunk toward every episode's values alike). With few bad outcomes the clustered
+    variance has few episodes to go on (none without any), and the floor stands for the
+    correlation not yet seen. Each end answers its test as a bound at its threshold.
+    """
+    d = stats.difference
+    n, mean, se2 = _cluster_variance(d)
+    lo, hi = rate_values(stats)
+    per_value = design_effect(stats) / np.maximum(n, 1.0)
+
+    def se(threshold: float) -> FloatArray:
+        return np.sqrt(np.maximum(se2, least_variance(lo, hi, threshold) * per_value))
+
+    with np.errstate(invalid="ignore"):
+        radius_lo = np.nan_to_num(se(kill_at) * mixture_multiplier(n, alpha_lower, n_opt))
+        radius_hi = np.nan_to_num(se(margin) * mixture_multiplier(n, alpha_upper, n_opt))
+    return _gated(mean, radius_lo, radius_hi, np.minimum(n, as_array(d.episodes)))

@@ -125,18 +125,16 @@ def test_cohort_imbalance_hold_counts_episodes_when_cohorts_are_drawn_per_episod
     assert int(off.imbalanced.any(axis=-1).sum()) >= runs - 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="with no bad request the clustered variance is 0 and the promotion rests on the "
-    "exact bet alone, which treats a conversation's requests as independent (unfixed)",
-)
-def test_a_harm_that_fails_whole_conversations_is_not_proven_inside():
+@pytest.mark.parametrize("episodes", [34, 100])
+def test_a_harm_that_fails_whole_conversations_is_not_proven_inside(episodes: int):
     # The candidate fails every request of 3 % of its conversations (harm 0.03, twice the
     # 0.015 margin of `failures`), the baseline none. A run whose ~17 candidate episodes
     # happen to hold none of them has no bad request at all: the clustered interval is a
-    # point at 0, and the bet on ~500 "independent" candidate requests proves it inside.
+    # point at 0, and the bet on ~500 "independent" candidate requests proved it inside
+    # (58 % of runs at 34 conversations, 21 % at 100). Where few episodes hold a bad request
+    # the clustered variance is now floored by the worst within-episode correlation.
     rng = np.random.default_rng(39)
-    runs, episodes, length, w = 400, 34, 30, 0.5
+    runs, length, w = 400, 30, 0.5
     _, high = cohort_values(w)
     bad = (rng.random((runs, episodes)) < w) & (rng.random((runs, episodes)) < 0.03)
     s = np.where(bad, high * length, 0.0)

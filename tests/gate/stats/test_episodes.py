@@ -180,6 +180,10 @@ def test_paired_rates_take_the_episode_as_the_unit_when_episodes_hold_several_pa
     same = harm_interval(own.cells[cell], rule, **kw)
     for a, b in zip((same.lower, same.upper), (narrow.lower, narrow.upper), strict=True):
         np.testing.assert_array_equal(a, b)
+    from gate.stats.rule import _check
+
+    for a, b in zip(_check(own.cells[cell], rule, **kw), _check(alone, rule, **kw), strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_episodes_never_make_a_rate_more_certain_than_independent_pairs():
@@ -210,3 +214,28 @@ def test_simulated_canary_episodes_are_each_served_by_one_cohort():
             sides = served_by_candidate[run][cols.episode[run] == ep]
             assert sides.all() or not sides.any()
     assert 0.3 < served_by_candidate.mean() < 0.7
+
+
+@pytest.mark.parametrize("episodes", [34, 100])
+def test_a_paired_harm_that_fails_whole_conversations_is_not_proven_inside(episodes: int):
+    # Shadow twin of the canary case: the candidate fails every pair of 3 % of conversations
+    # (harm 0.03, twice the 0.015 margin of `failures`), the baseline none. A run with no
+    # such conversation has no discordant pair, and the bet on its pairs as independent
+    # proved it inside (35 % of runs at 34 conversations of 30 pairs, 5 % at 100).
+    from gate.stats.registry import Rule
+    from gate.stats.rule import _check
+
+    rng = np.random.default_rng(39)
+    runs, length = 400, 30
+    bad = rng.random((runs, episodes)) < 0.03
+    s = np.where(bad, float(length), 0.0)
+    n, worse = float(episodes * length), bad.sum(axis=-1) * float(length)
+    ones = np.ones(runs)
+    difference = EpisodeMean(
+        n * ones, worse, worse, episodes * ones,
+        (s * s).sum(axis=-1), (s * length).sum(axis=-1), episodes * length**2 * ones,
+    )  # fmt: skip
+    cell = EpisodeCounts(n * ones, worse, 0.0 * ones, difference)
+    rule = Rule(kill_at=0.0, margin=0.015, required=True)
+    _, inside = _check(cell, rule, alpha_kill=1e-4, alpha_promote=0.025, n_opt=1000.0)
+    assert float(np.mean(inside)) <= 0.05  # the promotion budget is 0.025
