@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import text
@@ -172,15 +172,19 @@ ORDER BY evaluated_at, id LIMIT :limit"""
 
 
 _SINCE = "SELECT min(created_at) FROM pairs WHERE rollout_id = :rollout AND stage = :stage"
+# A pair's span landing after its stub moves `created_at` back to the pair's start, seconds
+# before its calls' spans (`collectors.normalise`): the bound leaves room for that.
+SINCE_SLACK = timedelta(hours=1)
 
 
 def stage_since(session: Session, *, rollout_id: int, stage: int) -> datetime:
-    """Return when the stage's first pair was created (the epoch: none yet).
+    """Return a time no pair of the stage was created before: its first pair's creation
+    less `SINCE_SLACK` (the epoch: no pair yet).
 
     One probe of the index on (rollout_id, stage, created_at) per partition. Read after
     the fold's horizon, it covers every pair stamped up to it (`gate.pairs.watermark`)."""
     found = session.execute(text(_SINCE), {"rollout": rollout_id, "stage": stage}).scalar()
-    return found if isinstance(found, datetime) else _NO_KEY[0]
+    return found - SINCE_SLACK if isinstance(found, datetime) else _NO_KEY[0]
 
 
 def last_key(

@@ -9,10 +9,10 @@ convert `pairs` yet (docs/architecture.md says what it lacks).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
-from sqlalchemy import delete, event, text
+from sqlalchemy import Connection, delete, event, text
 from sqlalchemy.orm import Session
 
 from gate.db import partitions
@@ -26,12 +26,14 @@ from tests.gate.verdicts.test_folds import assert_same_verdict
 pytestmark = pytest.mark.postgres
 DAY = 86_400
 DAYS = [START + timedelta(days=d) for d in (-3, -2, -1, 0)]
-OLDER = {partitions.partition_name("pairs", day) for day in DAYS[:-1]}
+# The stage's pairs start at midnight: its bound (`SINCE_SLACK` before) reaches the day
+# before; the days before that are never read.
+OLDER = {partitions.partition_name("pairs", day) for day in DAYS[:-2]}
 
 
-def partition_pairs(session: Session) -> None:
-    """Rebuild `pairs` partitioned by `created_at`, a day a partition, keeping its rows."""
-    conn = session.connection()
+def partition_pairs(conn: Connection, days: list[datetime]) -> None:
+    """Rebuild `pairs` partitioned by `created_at`, a partition a day from each of `days`
+    and a default, keeping its rows (bench/pairs_partitions.py builds it the same way)."""
     # A partitioned table's unique keys include its partition column: `id` alone is none.
     fk = conn.execute(
         text(
@@ -52,7 +54,7 @@ def partition_pairs(session: Session) -> None:
         conn.execute(text(f"CREATE INDEX ON pairs ({columns})"))
     conn.execute(text("CREATE INDEX ON pairs (rollout_id, stage, episode)"))
     conn.execute(text("CREATE TABLE pairs_default PARTITION OF pairs DEFAULT"))
-    for day in DAYS:
+    for day in days:
         partitions.create_partition(conn, "pairs", "created_at", day, DAY)
     conn.execute(text("INSERT INTO pairs SELECT * FROM pairs_plain"))
 
@@ -96,7 +98,7 @@ def test_the_fold_on_partitioned_pairs_gives_the_same_verdict_and_prunes(
     older_rollout_pairs(pg_session, 3 * 24 * 60 - 1)  # three days, a pair a minute
     want = compute(pg_session, rollout=rollout, policy=policy)
     pg_session.execute(delete(GateFold))
-    partition_pairs(pg_session)
+    partition_pairs(pg_session.connection(), DAYS)
     statements.clear()
     got = compute(pg_session, rollout=rollout, policy=policy)
     assert_same_verdict(got, want)
