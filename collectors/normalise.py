@@ -235,8 +235,10 @@ def pair_stub(row: SpanRow, generation: GenerationRow, deadline_s: float) -> Pai
     # The pair's own start where the gateway stamped it (the pair span's `created_at`, so a
     # partitioned `pairs` keyed on (id, created_at) merges the two); else this call's.
     started = row.attributes.get(a.PAIR_STARTED_NS)
-    stamped = isinstance(started, int) and not isinstance(started, bool)
-    created = _moment(started) if stamped else row.start_time
+    if isinstance(started, int) and not isinstance(started, bool):
+        created = _moment(started)
+    else:
+        created = row.start_time
     return {
         "id": generation["pair_id"],
         "rollout_id": generation["rollout_id"],
