@@ -1,0 +1,124 @@
+"""`specgate db partition pairs` on real Postgres (issue 43): a filled `pairs` converted
+online keeps every row and every change made during the copy, a stub and its pair span
+land as one row afterwards, and the gate's verdict is the same before and after."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import Engine, text
+from sqlalchemy.orm import Session
+
+from gate.db import migrate, online_partition, partitions, storage
+from gate.db.engine import make_engine
+from gate.db.models import Rollout
+from gate.db.rows import PairRow
+from gate.stats.policy import Policy
+from gate.verdicts.service import compute
+from tests import factories
+from tests.gate.stats.test_sql import START, recorded_pairs, store
+from tests.gate.verdicts.test_folds import assert_same_verdict
+
+pytestmark = pytest.mark.postgres
+DAY = 86_400
+QUIET = lambda _line: None  # noqa: E731
+
+
+@pytest.fixture
+def engine(empty_pg_url: str) -> Iterator[Engine]:
+    migrate.upgrade(empty_pg_url)
+    engine = make_engine(empty_pg_url)
+    yield engine
+    engine.dispose()
+
+
+def filled(engine: Engine) -> int:
+    """Store 900 evaluated pairs with their generations and evaluations; return the rollout."""
+    with Session(engine) as session:
+        rollout_id = factories.rollout(session).id
+        store(session, recorded_pairs(), rollout_id)
+        session.commit()
+    return rollout_id
+
+
+def verdict(engine: Engine, rollout_id: int):
+    with Session(engine) as session:
+        session.execute(text("DELETE FROM gate_folds"))
+        rollout = session.get(Rollout, rollout_id)
+        assert rollout is not None
+        return compute(session, rollout=rollout, policy=Policy())
+
+
+def rows(engine: Engine, table: str) -> set[tuple[object, ...]]:
+    with engine.connect() as conn:
+        return {tuple(r) for r in conn.execute(text(f"SELECT * FROM {table}"))}
+
+
+def pair(rollout_id: int, pair_id: uuid.UUID, *, control: bool = False) -> PairRow:
+    return PairRow(
+        id=pair_id, rollout_id=rollout_id, request_id=None, stage=0, state="open",
+        is_control=control, segment="chat", episode=None, arm=None,
+        created_at=START + timedelta(hours=1), deadline=START + timedelta(hours=2),
+    )  # fmt: skip
+
+
+def land(engine: Engine, *, pairs: list[PairRow], stubs: list[PairRow]) -> None:
+    with engine.begin() as conn:
+        storage.of(engine).upsert_pairs(conn, pairs)
+        storage.of(engine).insert_pair_stubs(conn, stubs)
+
+
+def test_a_filled_pairs_converts_online_with_every_row_and_change(engine: Engine) -> None:
+    rollout_id = filled(engine)
+    with engine.connect() as conn:
+        ids = list(conn.execute(text("SELECT id FROM pairs ORDER BY id")).scalars())
+    with engine.begin() as conn:
+        online_partition._prepare(conn, "pairs", DAY, echo=QUIET)
+    early, late = uuid.uuid4(), uuid.uuid4()
+    land(engine, pairs=[], stubs=[pair(rollout_id, early)])  # mirrored, before the copy
+
+    def during(_line: str) -> None:  # after each batch: change rows copied and not yet
+        with engine.begin() as conn:
+            conn.execute(
+                text("UPDATE pairs SET requeues = requeues + 1 WHERE id IN (:a, :b)"),
+                {"a": ids[0], "b": ids[-1]},
+            )
+
+    online_partition._copy(engine, "pairs", 100, echo=during)
+    land(engine, pairs=[pair(rollout_id, early)], stubs=[pair(rollout_id, late)])
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM pairs WHERE id = :a"), {"a": ids[1]})
+    want = verdict(engine, rollout_id)  # on the unpartitioned table, changes made
+    with engine.begin() as conn:
+        online_partition._swap(conn, "pairs")
+    # Every row, with every change made while the copy ran, and nothing else.
+    assert rows(engine, "pairs") == rows(engine, "pairs_unpartitioned")
+    with engine.connect() as conn:
+        assert partitions.period_s(conn, "pairs") == DAY
+        assert conn.execute(text("SELECT count(*) FROM pairs")).scalar_one() == len(ids) + 1
+        counts = conn.execute(
+            text("SELECT requeues, count(*) FROM pairs GROUP BY requeues ORDER BY requeues")
+        ).all()
+        assert counts[-1][0] > 1 and counts[-1][1] == 2  # both, once per batch
+        referrers = conn.execute(
+            text("SELECT count(*) FROM pg_constraint WHERE confrelid = 'pairs'::regclass")
+        ).scalar_one()
+        assert referrers == 0  # generations.pair_id no longer points at the old table
+    assert_same_verdict(verdict(engine, rollout_id), want)
+
+
+def test_a_stub_and_its_pair_land_as_one_row_on_partitioned_pairs(engine: Engine) -> None:
+    rollout_id = filled(engine)
+    online_partition.convert(engine, "pairs", period=DAY, echo=QUIET)
+    first, second = uuid.uuid4(), uuid.uuid4()
+    land(engine, pairs=[], stubs=[pair(rollout_id, first), pair(rollout_id, second)])
+    land(engine, pairs=[pair(rollout_id, first)], stubs=[pair(rollout_id, second, control=True)])
+    with engine.connect() as conn:
+        found = conn.execute(
+            text("SELECT id, is_control FROM pairs WHERE id IN (:a, :b) ORDER BY is_control"),
+            {"a": first, "b": second},
+        ).all()
+    assert found == [(first, False), (second, True)]
