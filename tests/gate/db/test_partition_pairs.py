@@ -12,10 +12,13 @@ import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
+from collectors.retention import purge
 from gate.db import migrate, online_partition, partitions, storage
+from gate.db.base import utcnow
 from gate.db.engine import make_engine
 from gate.db.models import Rollout
 from gate.db.rows import PairRow
+from gate.settings import CollectorSettings
 from gate.stats.policy import Policy
 from gate.verdicts.service import compute
 from tests import factories
@@ -122,3 +125,46 @@ def test_a_stub_and_its_pair_land_as_one_row_on_partitioned_pairs(engine: Engine
             {"a": first, "b": second},
         ).all()
     assert found == [(first, False), (second, True)]
+
+
+def old_pairs(engine: Engine, rollout_id: int, days_ago: float, n: int = 10) -> None:
+    """Store `n` evaluated pairs of a rollout created `days_ago` days back, a minute apart."""
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO pairs (id, rollout_id, stage, state, is_control, segment, "
+                "created_at, deadline) SELECT gen_random_uuid(), :r, 0, 'complete', false, "
+                "'chat', :t + i * interval '1 minute', :t FROM generate_series(1, :n) AS i"
+            ),
+            {"r": rollout_id, "t": utcnow() - timedelta(days=days_ago), "n": n},
+        )
+
+
+def kept(engine: Engine) -> dict[int, int]:
+    with engine.connect() as conn:
+        found = conn.execute(text("SELECT rollout_id, count(*) FROM pairs GROUP BY 1")).all()
+    return {rollout: count for rollout, count in found}
+
+
+def test_retention_drops_old_pairs_partitions_but_none_of_a_rollout_not_ended(
+    engine: Engine,
+) -> None:
+    with Session(engine) as session:
+        ended, live, recent = (factories.rollout(session, name=n) for n in ("a", "b", "c"))
+        ended.ended_at = utcnow() - timedelta(days=50)
+        ids = ended.id, live.id, recent.id
+        session.commit()
+    old_pairs(engine, ids[0], days_ago=100)
+    old_pairs(engine, ids[1], days_ago=95)  # a rollout running for 95 days
+    old_pairs(engine, ids[2], days_ago=1)
+    settings = CollectorSettings(retention_pairs_days=90)
+    purge(engine, settings)
+    assert kept(engine) == {ids[0]: 10, ids[1]: 10, ids[2]: 10}  # unpartitioned: all kept
+    online_partition.convert(engine, "pairs", period=DAY, echo=QUIET)
+    dropped = purge(engine, settings).partitions_dropped
+    assert kept(engine) == {ids[1]: 10, ids[2]: 10}
+    assert dropped and all(name.startswith("pairs_p") for name in dropped)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE rollouts SET ended_at = now() WHERE id = :r"), {"r": ids[1]})
+    purge(engine, settings)
+    assert kept(engine) == {ids[2]: 10}
