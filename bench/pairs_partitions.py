@@ -2,9 +2,9 @@
 
     nice -n 10 python bench/pairs_partitions.py --pairs 100000 --older 1000000 --repeat 3
 
-Creates a throwaway database, builds it with the migrations and rebuilds `pairs`
-partitioned by `created_at`, a day a partition (the layout of
-tests/gate/verdicts/test_partitioned_pairs.py). Loads `--pairs` evaluated shadow pairs of
+Creates a throwaway database, builds it with the migrations and partitions `pairs` by
+`created_at`, a day a partition (`specgate db partition pairs --period day`'s code, with the
+ten days before today made too). Loads `--pairs` evaluated shadow pairs of
 one rollout's stage today (bench/gate_sql.py's pairs: two generations and evaluations
 each), then times the verdict (`gate.verdicts.service.compute` and the commit): the
 initial fold (the stored fold state deleted before each run) and a verdict with no new
@@ -53,8 +53,7 @@ def bench(url: str, args: argparse.Namespace) -> None:
     sessions = session_factory(engine)
     today = partitions.floor(datetime.now(UTC), DAY)
     days = [today + timedelta(days=d) for d in range(-10, 2)]
-    with engine.begin() as conn:
-        partition_pairs(conn, days)
+    partition_pairs(engine, days)
     with sessions() as db, db.begin():
         rollout = factories.rollout(db, name="bench", policy={"stages": [100]})
         rollout.state = RolloutState.RUNNING
