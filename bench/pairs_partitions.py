@@ -6,10 +6,11 @@ Creates a throwaway database, builds it with the migrations and partitions `pair
 `created_at`, a day a partition (`specgate db partition pairs --period day`'s code, with the
 ten days before today made too). Loads `--pairs` evaluated shadow pairs of
 one rollout's stage today (bench/gate_sql.py's pairs: two generations and evaluations
-each), then times the verdict (`gate.verdicts.service.compute` and the commit): the
+each), runs VACUUM ANALYZE (autovacuum catching up would share the CPU with the timing),
+then times the verdict (`gate.verdicts.service.compute` and the commit): the
 initial fold (the stored fold state deleted before each run) and a verdict with no new
 pairs. Then stores `--older` pairs of another rollout spread over the ten days before,
-in their own partitions, runs ANALYZE and times the same again. The database is dropped
+in their own partitions, runs VACUUM ANALYZE and times the same again. The database is dropped
 at the end.
 """
 
@@ -62,7 +63,7 @@ def bench(url: str, args: argparse.Namespace) -> None:
     started = time.perf_counter()
     load(dsn, rollout_id, args.pairs, first=0, start=today, seed=0)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("ANALYZE")
+        conn.execute("VACUUM ANALYZE")
     print(f"loaded {args.pairs:,} pairs of the stage in {time.perf_counter() - started:.1f} s")
     folds(sessions, rollout_id, args.repeat, "0 older pairs")
     started = time.perf_counter()
@@ -75,7 +76,7 @@ def bench(url: str, args: argparse.Namespace) -> None:
             "%(t)s + i * %(s)s * interval '1 second' FROM generate_series(0, %(n)s - 1) AS i",
             {"r": older_id, "t": days[0], "s": step_s, "n": args.older},
         )
-        conn.execute("ANALYZE")
+        conn.execute("VACUUM ANALYZE")
         total = conn.execute("SELECT count(*) FROM pairs").fetchone()
     print(f"stored {args.older:,} older pairs in {time.perf_counter() - started:.1f} s; "
           f"pairs holds {total[0] if total else 0:,} rows")  # fmt: skip

@@ -39,7 +39,8 @@ def partition_pairs(engine: Engine, days: list[datetime]) -> None:
     (as a conversion makes for stored rows; bench/pairs_partitions.py does the same)."""
     online_partition.convert(engine, "pairs", period=DAY, echo=lambda _line: None)
     with engine.begin() as conn:
-        for day in days:
+        have = {start for _, start, _ in partitions.partitions(conn, "pairs")}
+        for day in (d for d in days if d not in have):
             partitions.create_partition(conn, "pairs", "created_at", day, DAY)
 
 
