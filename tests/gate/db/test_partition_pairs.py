@@ -4,6 +4,9 @@ land as one row afterwards, and the gate's verdict is the same before and after.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -168,3 +171,22 @@ def test_retention_drops_old_pairs_partitions_but_none_of_a_rollout_not_ended(
         conn.execute(text("UPDATE rollouts SET ended_at = now() WHERE id = :r"), {"r": ids[1]})
     purge(engine, settings)
     assert kept(engine) == {ids[2]: 10}
+
+
+def test_the_command_converts_pairs_only_when_named(engine: Engine, empty_pg_url: str) -> None:
+    def specgate(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "gate", "db", "partition", *args],
+            capture_output=True, text=True, timeout=120,
+            env={**os.environ, "SPECGATE_DATABASE_URL": empty_pg_url},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    specgate()  # the default: spans and engine_samples
+    with engine.connect() as conn:
+        assert partitions.period_s(conn, "spans") == DAY
+        assert partitions.period_s(conn, "pairs") is None
+    assert "pairs: swapped" in specgate("pairs")
+    with engine.connect() as conn:
+        assert partitions.period_s(conn, "pairs") == DAY
