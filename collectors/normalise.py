@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from collectors.spans import STATUS_ERROR
+from collectors.spans import STATUS_ERROR, from_unix_nano
 from gate.db.enums import Cohort, GenerationStatus, PairState
 from gate.db.rows import ENGINE_FIELDS, EngineFacts, GenerationRow, PairRow, RequestRow, SpanRow
 from gate.exactness_fit import TokenFit
@@ -232,6 +232,13 @@ def pair_stub(row: SpanRow, generation: GenerationRow, deadline_s: float) -> Pai
     """Return a placeholder `pairs` row so a generation can land before its pair span."""
     if generation["pair_id"] is None or generation["rollout_id"] is None:
         return None
+    # The pair's own start where the gateway stamped it (the pair span's `created_at`, so a
+    # partitioned `pairs` keyed on (id, created_at) merges the two); else this call's.
+    started = row.attributes.get(a.PAIR_STARTED_NS)
+    if isinstance(started, int) and not isinstance(started, bool):
+        created = _moment(started)
+    else:
+        created = row.start_time
     return {
         "id": generation["pair_id"],
         "rollout_id": generation["rollout_id"],
@@ -242,8 +249,8 @@ def pair_stub(row: SpanRow, generation: GenerationRow, deadline_s: float) -> Pai
         "segment": generation["segment"],
         "episode": None,  # the pair span's, when it lands
         "arm": _str(row.attributes.get(a.ARM), ARM_CHARS),
-        "created_at": row.start_time,
-        "deadline": _after(row.start_time, deadline_s),
+        "created_at": created,
+        "deadline": _after(created, deadline_s),
     }
 
 
@@ -339,6 +346,13 @@ def _merge_stubs(stubs: list[PairRow]) -> list[PairRow]:
 
 def _unique(rows: list[_Keyed]) -> list[_Keyed]:
     return list({row["id"]: row for row in reversed(rows)}.values())
+
+
+def _moment(nanos: int) -> datetime:
+    try:
+        return from_unix_nano(nanos)
+    except (ValueError, OverflowError):
+        raise NormaliseError(f"a time of {nanos!r} ns is out of range") from None
 
 
 def _after(start: datetime, seconds: float) -> datetime:

@@ -1,22 +1,34 @@
 """Retention: purge captured content after a short age, raw spans and engine samples later.
 
 Partitioned tables (`gate.db.partitions`) lose whole partitions; unpartitioned tables and
-default partitions are deleted from in batches.
+default partitions are deleted from in batches. Pairs go only from a partitioned `pairs`,
+whole partitions past their age and older than every pair of a rollout not ended.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Column, Engine, MetaData, Table, delete, null, select, tuple_, update
+from sqlalchemy import (
+    Column,
+    Engine,
+    MetaData,
+    Table,
+    delete,
+    func,
+    null,
+    select,
+    tuple_,
+    update,
+)
 
 from gate.db import partitions, storage
 from gate.db.base import utcnow
 from gate.db.engine import engine_from_settings
-from gate.db.models import EngineSample, Generation, RequestRecord, SpanRecord
+from gate.db.models import EngineSample, Generation, Pair, RequestRecord, Rollout, SpanRecord
 from gate.db.storage import Storage
 from gate.settings import CollectorSettings, Settings
 from gate.telemetry import attributes as a
@@ -75,6 +87,7 @@ def purge(
     chosen = storage.of(engine)
     span_parts, spans = _drop_partitions(engine, chosen, _SPANS, spans_cut)
     sample_parts, samples = _drop_partitions(engine, chosen, _SAMPLES, samples_cut)
+    pair_parts = _drop_pairs(engine, chosen, now - timedelta(days=settings.retention_pairs_days))
     span_key = (spans.c.trace_id, spans.c.span_id)
     result = PurgeResult(
         spans_deleted=_repeat(
@@ -87,7 +100,7 @@ def purge(
             engine,
             lambda: _delete_before(samples.c.scraped_at, (samples.c.id,), samples_cut, size),
         ),
-        partitions_dropped=tuple(span_parts + sample_parts),
+        partitions_dropped=tuple(span_parts + sample_parts + pair_parts),
     )
     log.info(
         "collector.retention_purged spans_deleted=%d spans_scrubbed=%d generations_scrubbed=%d "
@@ -127,6 +140,27 @@ def _drop_partitions(
         return [], table
     dropped = partitions.drop_before(engine, table.name, cut)
     return dropped, table.to_metadata(MetaData(), name=f"{table.name}_default")
+
+
+def _drop_pairs(engine: Engine, chosen: Storage, cut: datetime) -> list[str]:
+    """Drop the partitions of a partitioned `pairs` wholly past `cut` that hold no pair of a
+    rollout not ended; an unpartitioned `pairs` keeps every row."""
+    if not chosen.partitions:
+        return []
+    with engine.connect() as conn:
+        if partitions.period_s(conn, "pairs") is None:
+            return []
+    return partitions.drop_before(engine, "pairs", min(cut, _live_pairs(engine)))
+
+
+def _live_pairs(engine: Engine) -> datetime:
+    """Return the oldest pair's `created_at` among rollouts not ended (far ahead: none), so
+    no partition holding one is dropped, however long a rollout runs."""
+    live = select(Rollout.id).where(Rollout.ended_at.is_(None))
+    oldest = select(func.min(Pair.created_at)).where(Pair.rollout_id.in_(live))
+    with engine.connect() as conn:
+        found = conn.execute(oldest).scalar()
+    return found if isinstance(found, datetime) else datetime.max.replace(tzinfo=UTC)
 
 
 def _delete_before(

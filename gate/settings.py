@@ -69,6 +69,9 @@ class CollectorSettings(BaseModel):
     retention_content_days: float = Field(7.0, gt=0)
     retention_spans_days: float = Field(14.0, gt=0)
     retention_samples_days: float = Field(14.0, gt=0)
+    # Pairs go only where `pairs` is partitioned, by whole partitions, and never one holding
+    # a pair of a rollout not yet ended (`collectors.retention`).
+    retention_pairs_days: float = Field(90.0, gt=0)
     retention_batch_rows: int = Field(5_000, ge=1)
     # Engine /metrics scraping.
     scrape_timeout_s: float = Field(5.0, gt=0)

@@ -47,7 +47,10 @@ def current(database_url: DatabaseOption = None) -> None:
 def partition(
     tables: Annotated[
         list[str] | None,
-        typer.Argument(help="Tables to partition (default: spans and engine_samples)."),
+        typer.Argument(
+            help="Tables to partition: spans, engine_samples (the default), pairs (once "
+            "every gateway runs this version: deploy/PRODUCTION.md)."
+        ),
     ] = None,
     period: Annotated[str, typer.Option(help="One partition per hour, day or week.")] = "day",
     batch: Annotated[int, typer.Option(min=1, help="Rows copied per transaction.")] = 20_000,
@@ -72,7 +75,7 @@ def partition(
         raise typer.BadParameter(f"--period is one of {', '.join(partitions.PERIODS)}")
     engine = make_engine(url)
     try:
-        for table in tables or list(partitions.LAYOUTS):
+        for table in tables or list(partitions.DEFAULT_TABLES):
             if table not in partitions.LAYOUTS:
                 raise typer.BadParameter(
                     f"{table}: partitionable are {', '.join(partitions.LAYOUTS)}"

@@ -77,7 +77,7 @@ def _prepare(conn: Connection, table: str, period: int, echo: Echo) -> int:
         text(f"ALTER TABLE {new} ADD CONSTRAINT pk_{new} PRIMARY KEY ({', '.join(spec.key)})")
     )
     for name, definition in _secondary_indexes(conn, table):
-        conn.execute(text(_retarget(definition, name, table, new)))
+        conn.execute(text(_with_column(_retarget(definition, name, table, new), spec.column)))
     for name, definition in _foreign_keys(conn, table):  # LIKE copies none
         conn.execute(text(f"ALTER TABLE {new} ADD CONSTRAINT {name} {definition}"))
     conn.execute(text(f"CREATE TABLE {new}_default PARTITION OF {new} DEFAULT"))
@@ -90,13 +90,19 @@ def _prepare(conn: Connection, table: str, period: int, echo: Echo) -> int:
         create_partition(conn, new, spec.column, start, period)
         start += timedelta(seconds=period)
         made += 1
-    conn.execute(text(_MIRROR.format(table=table, new=new)))
+    if spec.mutable:
+        conn.execute(text(_mirror_changes(conn, table, new, spec.key)))
+    else:
+        conn.execute(text(_MIRROR.format(table=table, new=new)))
     echo(f"{new}: {made} partitions of {period} s and a default; new writes mirrored")
     return made
 
 
 def _copy(engine: Engine, table: str, batch: int, echo: Echo) -> int:
     key = ", ".join(_primary_key(engine, table))
+    # Rows that change: lock the batch's, so an update waits for the copy and its mirror
+    # then rewrites the copied row; else an older copy could land after the update's mirror.
+    lock = "FOR SHARE" if layout(table).mutable else ""
     with engine.connect() as conn:
         total = conn.execute(text(f"SELECT count(*) FROM {table}")).scalar_one()
     after: tuple[object, ...] | None = None
@@ -109,7 +115,8 @@ def _copy(engine: Engine, table: str, batch: int, echo: Echo) -> int:
         with engine.begin() as conn:
             rows = conn.execute(
                 text(
-                    f"WITH batch AS (SELECT * FROM {table} {where} ORDER BY {key} LIMIT {batch}), "
+                    f"WITH batch AS (SELECT * FROM {table} {where} ORDER BY {key} LIMIT {batch} "
+                    f"{lock}), "
                     f"copied AS (INSERT INTO {NEW.format(table)} SELECT * FROM batch "
                     f"ON CONFLICT DO NOTHING) SELECT {key} FROM batch ORDER BY {key}"
                 ),
@@ -127,6 +134,10 @@ def _swap(conn: Connection, table: str) -> None:
     conn.execute(text("SET LOCAL lock_timeout = '10s'"))
     conn.execute(text(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"))
     conn.execute(text(f"DROP TRIGGER specgate_mirror ON {table}"))
+    # A key referenced from elsewhere must hold the partition column: `id` alone no longer
+    # is one, so those foreign keys go (left in place they would follow the old table).
+    for referrer, name in _inbound_foreign_keys(conn, table):
+        conn.execute(text(f"ALTER TABLE {referrer} DROP CONSTRAINT {name}"))
     conn.execute(text(f"DROP FUNCTION {table}_mirror()"))
     # A serial column's sequence follows the new table, or dropping the old one takes it.
     for sequence, column in _owned_sequences(conn, table):
@@ -157,6 +168,64 @@ END $$;
 CREATE TRIGGER specgate_mirror AFTER INSERT ON {table}
   FOR EACH ROW EXECUTE FUNCTION {table}_mirror();
 """
+
+
+def _mirror_changes(conn: Connection, table: str, new: str, key: tuple[str, ...]) -> str:
+    """Return the trigger mirroring every insert, update and delete into the new table."""
+    columns = [c for c in _columns(conn, table) if c not in key]
+    sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in columns)
+    match = " AND ".join(f"{c} = OLD.{c}" for c in key)
+    moved = " OR ".join(f"OLD.{c} IS DISTINCT FROM NEW.{c}" for c in key)
+    return _MIRROR_CHANGES.format(
+        table=table, new=new, key=", ".join(key), sets=sets, match=match, moved=moved
+    )
+
+
+_MIRROR_CHANGES = """
+CREATE FUNCTION {table}_mirror() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF TG_OP = 'DELETE' OR (TG_OP = 'UPDATE' AND ({moved})) THEN
+    DELETE FROM {new} WHERE {match};
+  END IF;
+  IF TG_OP <> 'DELETE' THEN
+    INSERT INTO {new} VALUES (NEW.*) ON CONFLICT ({key}) DO UPDATE SET {sets};
+  END IF;
+  RETURN NULL;
+END $$;
+CREATE TRIGGER specgate_mirror AFTER INSERT OR UPDATE OR DELETE ON {table}
+  FOR EACH ROW EXECUTE FUNCTION {table}_mirror();
+"""
+
+
+def _with_column(definition: str, column: str) -> str:
+    # A partitioned table's unique index must hold its partition column.
+    if not definition.startswith("CREATE UNIQUE INDEX") or " WHERE " in definition:
+        return definition
+    head, columns = definition[:-1].rsplit("(", 1)
+    names = [c.strip() for c in columns.split(",")]
+    return definition if column in names else f"{head}({columns}, {column})"
+
+
+def _columns(conn: Connection, table: str) -> list[str]:
+    rows = conn.execute(
+        text(
+            "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(:t) "
+            "AND attnum > 0 AND NOT attisdropped ORDER BY attnum"
+        ),
+        {"t": table},
+    ).all()
+    return [r[0] for r in rows]
+
+
+def _inbound_foreign_keys(conn: Connection, table: str) -> list[tuple[str, str]]:
+    rows = conn.execute(
+        text(
+            "SELECT conrelid::regclass::text, conname FROM pg_constraint "
+            "WHERE confrelid = to_regclass(:t) AND contype = 'f' AND conrelid <> confrelid"
+        ),
+        {"t": table},
+    ).all()
+    return [(referrer, name) for referrer, name in rows]
 
 
 def _primary_key(engine: Engine, table: str) -> list[str]:

@@ -30,16 +30,23 @@ class Layout:
     table: str
     column: str
     key: tuple[str, ...]
+    # Rows are updated and deleted, not only inserted: the conversion mirrors every change.
+    mutable: bool = False
 
 
 # Tables `specgate db partition` converts. spans: by `start_time`, the span's own time, so
 # a re-sent span lands in the same partition and `(trace_id, span_id, start_time)` keeps
-# ingest idempotent. engine_samples: by `scraped_at`; nothing refers to its id. See
-# docs/architecture.md for the other telemetry tables.
+# ingest idempotent. engine_samples: by `scraped_at`; nothing refers to its id. pairs: by
+# `created_at`, the pair's start, which its stub carries too (`collectors.normalise`);
+# `generations.pair_id` loses its foreign key. See docs/architecture.md.
 LAYOUTS = {
     "spans": Layout("spans", "start_time", ("trace_id", "span_id", "start_time")),
     "engine_samples": Layout("engine_samples", "scraped_at", ("id", "scraped_at")),
+    "pairs": Layout("pairs", "created_at", ("id", "created_at"), mutable=True),
 }
+# What `specgate db partition` converts when no table is named: `pairs` only when asked,
+# once every gateway stamps a pair's start on its call spans (deploy/PRODUCTION.md).
+DEFAULT_TABLES = ("spans", "engine_samples")
 PERIODS = {"hour": 3600, "day": 86_400, "week": 604_800}
 # Partitions kept ready past the current one.
 AHEAD = 3
@@ -100,7 +107,10 @@ def create_partition(
     name = partition_name(table, start)
     end = start + timedelta(seconds=period)
     bounds = {"a": start, "b": end}
-    conn.execute(text(f"CREATE TABLE {name} (LIKE {table} INCLUDING DEFAULTS)"))
+    # Its CHECK constraints too (a stored enum's): ATTACH requires the parent's.
+    conn.execute(
+        text(f"CREATE TABLE {name} (LIKE {table} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)")
+    )
     # The default must not hold rows of the new range when it is attached: move them. Lock
     # it first (ATTACH takes this lock anyway), or a write in flight for the range lands in
     # it after the move and the attach fails, every turn while ingest goes on.

@@ -7,6 +7,7 @@ background pool and never delay or fail the primary response.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -135,6 +136,7 @@ async def _prepare(
         endpoint=endpoint,
         segment=segment,
         pair_id=new_id() if assignment.sampled else None,
+        pair_started_ns=time.time_ns() if assignment.sampled else None,
         request_id=new_id(),
         mode=routing.mode.value,
         capture=capture,

@@ -48,6 +48,8 @@ class CallContext:
     arm: str | None = None
     # Routed by load: why, the crossover and the running requests (`gate.gateway.by_load`).
     by_load: tuple[str, int | None, float | None] | None = None
+    # When the pair started (Unix ns): its span's start, stamped on its call spans too.
+    pair_started_ns: int | None = None
 
 
 class SpanEmitter:
@@ -101,7 +103,9 @@ class SpanEmitter:
         if cut:
             attributes[A.REQUEST_TRUNCATED] = cut
         attributes.update(_episode(ctx.episode))
-        span = self._tracer.start_span(A.PAIR_SPAN_NAME, context=parent, attributes=attributes)
+        span = self._tracer.start_span(
+            A.PAIR_SPAN_NAME, context=parent, attributes=attributes, start_time=ctx.pair_started_ns
+        )
         span.end()
         return trace.set_span_in_context(span, parent)
 
@@ -212,6 +216,8 @@ def _ids(ctx: CallContext) -> dict[str, Any]:
         ids[A.ROLLOUT_STAGE] = ctx.routing.stage
     if ctx.pair_id is not None:
         ids[A.PAIR_ID] = ctx.pair_id
+        if ctx.pair_started_ns is not None:
+            ids[A.PAIR_STARTED_NS] = ctx.pair_started_ns
     if ctx.tenant:
         ids[A.TENANT] = ctx.tenant
     if ctx.arm is not None:

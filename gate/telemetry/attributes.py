@@ -63,6 +63,9 @@ CROSSOVER_RUNNING = "specgate.crossover.running"  # float
 # --- pair span only --------------------------------------------------------------------
 PAIR_IS_CONTROL = "specgate.pair.is_control"  # bool
 PAIR_DEADLINE_S = "specgate.pair.deadline_s"  # seconds after the pair span's start
+# The pair span's start (Unix ns), on its call spans too: a stub written from a call's span
+# takes the pair's time, so it and the pair span agree on `pairs.created_at`.
+PAIR_STARTED_NS = "specgate.pair.started_ns"  # int
 INFLIGHT_BASELINE = "specgate.inflight.baseline"  # int, at the pair's start
 INFLIGHT_CANDIDATE = "specgate.inflight.candidate"  # int
 # str: the gateway process that counted them; summing over replicas gives a route's load

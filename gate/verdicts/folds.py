@@ -28,7 +28,7 @@ from gate.stats.policy import Policy
 from gate.verdicts import acceptance, aggregates, episodes
 from gate.verdicts.acceptance import ArmSums
 from gate.verdicts.aggregates import delta
-from gate.verdicts.slices import Slice, first_keys, last_key
+from gate.verdicts.slices import Slice, first_keys, last_key, stage_since
 from gate.verdicts.warmup import warmup
 
 # What one fold state judges: (rollout id, stage, load tolerance, arm (None: every pair)).
@@ -71,7 +71,8 @@ def fold_arm(
     row, state = _fold(session, (rollout_id, stage, load_match, arm), policy)
     if state.watermark is None:
         return state, ArmSums()
-    piece = Slice(rollout_id, stage, after=None, upto=state.watermark, arm=arm)
+    since = stage_since(session, rollout_id=rollout_id, stage=stage)
+    piece = Slice(rollout_id, stage, after=None, upto=state.watermark, arm=arm, since=since)
     sums, stored = acceptance.advance(session, row.arm_sums, piece, policy)
     if stored != row.arm_sums:
         row.arm_sums = stored
@@ -92,7 +93,9 @@ def _fold(session: Session, judged: Judged, policy: Policy) -> tuple[GateFold, F
     if row.policy_key != key:
         # The arm's sums are stored with the state (FOLD_VERSION covers them): start over too.
         row.arm_sums = None
-    state = _advance(session, stored, judged, policy, horizon)
+    # After the horizon: every pair stamped up to it is committed, so none is older.
+    since = stage_since(session, rollout_id=rollout_id, stage=stage)
+    state = _advance(session, stored, judged, policy, (since, horizon))
     if state is not stored:
         _save(row, state)
     return row, state
@@ -103,14 +106,23 @@ def _advance(
     state: FoldState,
     judged: Judged,
     policy: Policy,
-    horizon: datetime,
+    window: tuple[datetime, datetime],
 ) -> FoldState:
     rollout_id, stage, load_match, arm = judged
-    last = last_key(session, rollout_id=rollout_id, stage=stage, horizon=horizon, arm=arm)
+    since, horizon = window
+    last = last_key(
+        session, rollout_id=rollout_id, stage=stage, horizon=horizon, arm=arm, since=since
+    )
     if last is None or (state.watermark is not None and last <= state.watermark):
         return state
     piece = Slice(
-        rollout_id, stage, after=state.watermark, upto=last, load_match=load_match, arm=arm
+        rollout_id,
+        stage,
+        after=state.watermark,
+        upto=last,
+        load_match=load_match,
+        arm=arm,
+        since=since,
     )
     needed = policy.warmup_pairs - state.warm_pairs
     if needed > 0:
@@ -125,7 +137,7 @@ def _advance(
     if names - set(state.evaluators) and any(b.both_failed for b in state.buckets.values()):
         # Ties folded before an evaluator was first seen are its ties too (replay counts
         # them): its episode sums need those pairs again, so fold the stage from scratch.
-        return _advance(session, FoldState(policy_key=state.policy_key), judged, policy, horizon)
+        return _advance(session, FoldState(policy_key=state.policy_key), judged, policy, window)
     if added.named:
         warm_end = piece.warm_upto if needed > 0 else _warm_end(session, piece, policy)
         piece = replace(piece, warm_upto=warm_end)

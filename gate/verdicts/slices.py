@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import text
@@ -50,6 +50,9 @@ class Slice:
     load_match: float | None = None
     # One arm's pairs: its own and the control pairs (`gate.stats.arms.member`; None: all).
     arm: str | None = None
+    # No pair of the stage was created before this (`stage_since`): bounds every read by
+    # time, so a partitioned `pairs` reads only the stage window's partitions.
+    since: datetime = _NO_KEY[0]
 
     def params(self, policy: Policy) -> dict[str, Any]:
         """Return the bind parameters every slice query takes."""
@@ -69,6 +72,7 @@ class Slice:
             "greedy": policy.guardrails.greedy_mismatch.evaluator,
             "load_match": self.load_match,
             "arm": self.arm,
+            "since": self.since,
         }
 
 
@@ -107,7 +111,7 @@ _LOOP = f"""CASE WHEN {_READABLE} THEN
 # An arm's pairs (`gate.stats.arms.member`, the one definition): its own and those that name
 # no arm (the control pairs, in every arm's stream); without an arm, every pair.
 _MEMBER = "(CAST(:arm AS text) IS NULL OR arm IS NULL OR arm = CAST(:arm AS text))"
-_STAGE = f"rollout_id = :rollout AND stage = :stage AND {_MEMBER}"
+_STAGE = f"rollout_id = :rollout AND stage = :stage AND created_at >= :since AND {_MEMBER}"
 _RANGE = (
     "(evaluated_at, id) > (:after_at, :after_id) AND (evaluated_at, id) <= (:upto_at, :upto_id)"
 )
@@ -167,12 +171,34 @@ WHERE {_STAGE} AND state IN ('complete', 'dropped') AND {_RANGE}
 ORDER BY evaluated_at, id LIMIT :limit"""
 
 
+_SINCE = "SELECT min(created_at) FROM pairs WHERE rollout_id = :rollout AND stage = :stage"
+# A pair's span landing after its stub moves `created_at` back to the pair's start, seconds
+# before its calls' spans (`collectors.normalise`): the bound leaves room for that.
+SINCE_SLACK = timedelta(hours=1)
+
+
+def stage_since(session: Session, *, rollout_id: int, stage: int) -> datetime:
+    """Return a time no pair of the stage was created before: its first pair's creation
+    less `SINCE_SLACK` (the epoch: no pair yet).
+
+    One probe of the index on (rollout_id, stage, created_at) per partition. Read after
+    the fold's horizon, it covers every pair stamped up to it (`gate.pairs.watermark`)."""
+    found = session.execute(text(_SINCE), {"rollout": rollout_id, "stage": stage}).scalar()
+    return found - SINCE_SLACK if isinstance(found, datetime) else _NO_KEY[0]
+
+
 def last_key(
-    session: Session, *, rollout_id: int, stage: int, horizon: datetime, arm: str | None = None
+    session: Session,
+    *,
+    rollout_id: int,
+    stage: int,
+    horizon: datetime,
+    arm: str | None = None,
+    since: datetime = _NO_KEY[0],
 ) -> Key | None:
     """Return the last pair (of `arm`'s; None: any) stamped at or before `horizon`, in fold
     order."""
-    params = {"rollout": rollout_id, "stage": stage, "horizon": horizon, "arm": arm}
+    params = {"rollout": rollout_id, "stage": stage, "horizon": horizon, "arm": arm, "since": since}
     row = session.execute(text(_LAST), params).first()
     return None if row is None else (row[0], row[1])
 

@@ -11,6 +11,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from collectors.normalise import GENERATION_HELD, REQUEST_CONTENT, ROUTE_CONTENT, normalise
+from collectors.spans import to_unix_nano
 from collectors.store import SpanStore
 from gate.db.models import Generation, Pair, RequestRecord, SpanRecord
 from gate.telemetry import attributes as a
@@ -222,6 +223,22 @@ def test_control_pairs_and_error_calls_are_normalised(sqlite_ids):
     assert control["status"] == "error" and control["error"] == "upstream 500"
     assert control["e2e_s"] == 1.2  # the span's own duration when the gateway gave none
     assert [stub["is_control"] for stub in rows.pair_stubs] == [True]
+
+
+def test_a_stub_takes_the_pair_s_start_from_its_call_span(sqlite_ids):
+    pair_span, baseline, candidate, _ = gateway_spans(sqlite_ids)
+    assert baseline.start_time != pair_span.start_time
+    started = to_unix_nano(pair_span.start_time)
+    baseline.attributes[a.PAIR_STARTED_NS] = candidate.attributes[a.PAIR_STARTED_NS] = started
+    stubs = normalise([baseline, candidate], pair_deadline_s=30).pair_stubs
+    (pair,) = normalise([pair_span], pair_deadline_s=30).pairs
+    # The same (id, created_at): a partitioned `pairs` merges stub and pair on that key.
+    assert [(s["id"], s["created_at"]) for s in stubs] == [(pair["id"], pair["created_at"])]
+    assert stubs[0]["deadline"] == pair_span.start_time + timedelta(seconds=30)
+    # A call span of a gateway that does not stamp it: the call's own start, as before.
+    baseline.attributes.pop(a.PAIR_STARTED_NS)
+    (stub,) = normalise([baseline], pair_deadline_s=30).pair_stubs
+    assert stub["created_at"] == baseline.start_time
 
 
 @pytest.mark.postgres

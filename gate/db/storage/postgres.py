@@ -23,6 +23,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import make_url
 
+from gate.db import partitions
 from gate.db.rows import (
     ENGINE_FIELDS,
     FACT_COLUMNS,
@@ -76,13 +77,18 @@ class PostgresStorage:
         _insert(conn, "requests", _REQUEST_TYPES, rows, "ON CONFLICT (id) DO NOTHING")
 
     def upsert_pairs(self, conn: Connection, rows: Sequence[PairRow]) -> None:
+        if not rows:
+            return
         fields = ", ".join(f"{name} = EXCLUDED.{name}" for name in PAIR_SPAN_FIELDS)
-        _insert(conn, "pairs", _PAIR_TYPES, rows, f"ON CONFLICT (id) DO UPDATE SET {fields}")
+        tail = f"ON CONFLICT ({_pair_key(conn)}) DO UPDATE SET {fields}"
+        _insert(conn, "pairs", _PAIR_TYPES, rows, tail)
 
     def insert_pair_stubs(self, conn: Connection, rows: Sequence[PairRow]) -> None:
+        if not rows:
+            return
         # A control call landing after its pair's stub marks the pair as a control pair.
         tail = (
-            "ON CONFLICT (id) DO UPDATE SET is_control = true "
+            f"ON CONFLICT ({_pair_key(conn)}) DO UPDATE SET is_control = true "
             "WHERE EXCLUDED.is_control AND NOT pairs.is_control"
         )
         _insert(conn, "pairs", _PAIR_TYPES, rows, tail)
@@ -139,6 +145,13 @@ class PostgresStorage:
     def percentiles(self, value: Any, probs: Sequence[float]) -> ColumnElement[Any] | None:
         grid = cast(postgresql.array([float(p) for p in probs]), postgresql.ARRAY(Float))
         return func.percentile_cont(grid).within_group(value)
+
+
+def _pair_key(conn: Connection) -> str:
+    # A partitioned `pairs` is keyed on (id, created_at) (`gate.db.partitions.LAYOUTS`):
+    # a stub and its pair span carry the same `created_at`, the pair's start.
+    key = partitions.LAYOUTS["pairs"].key if partitions.period_s(conn, "pairs") else ("id",)
+    return ", ".join(key)
 
 
 def _text_array(keys: Sequence[str]) -> Any:

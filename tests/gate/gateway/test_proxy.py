@@ -95,6 +95,16 @@ def test_shadow_mirrors_the_identical_body_and_records_a_pair(stack):
     assert traceparent.split("-")[1] == format(base.context.trace_id, "032x")
 
 
+def test_call_spans_carry_their_pair_s_start(stack):
+    stack.client().chat.completions.create(model=ALIAS, messages=MESSAGES, max_tokens=4)
+    assert wait_until(lambda: len(stack.spans("candidate")) == 1)
+    (pair,) = stack.pair_spans()
+    calls = stack.spans()
+    # The pair span starts at the stamped time; its calls' stubs take it as `created_at`.
+    assert {s.attributes[A.PAIR_STARTED_NS] for s in calls} == {pair.start_time}
+    assert all(s.start_time >= pair.start_time for s in calls)
+
+
 def test_streaming_timings_are_recorded(tmp_path):
     profile = SimProfile(ttft_s=0.05, tokens=10, token_interval_s=0.01)
     with gateway_stack(tmp_path, candidate=profile) as stack:

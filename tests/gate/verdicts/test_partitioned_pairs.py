@@ -1,0 +1,88 @@
+"""The gate's fold on a time-partitioned `pairs` (issue 43): its slice queries read only
+the partitions of the stage's window (EXPLAIN on real Postgres). The verdict before and
+after a conversion: tests/gate/db/test_partition_pairs.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+
+import pytest
+from sqlalchemy import Engine, event, text
+from sqlalchemy.orm import Session
+
+from gate.db import migrate, online_partition, partitions
+from gate.db.engine import make_engine
+from gate.stats.policy import Policy
+from gate.verdicts.service import compute
+from tests import factories
+from tests.gate.stats.test_sql import START, recorded_pairs, store
+
+pytestmark = pytest.mark.postgres
+DAY = 86_400
+DAYS = [START + timedelta(days=d) for d in (-3, -2, -1, 0)]
+# The stage's pairs start at midnight: its bound (`SINCE_SLACK` before) reaches the day
+# before; the days before that are never read.
+OLDER = {partitions.partition_name("pairs", day) for day in DAYS[:-2]}
+
+
+@pytest.fixture
+def engine(empty_pg_url: str) -> Iterator[Engine]:
+    migrate.upgrade(empty_pg_url)
+    engine = make_engine(empty_pg_url)
+    yield engine
+    engine.dispose()
+
+
+def partition_pairs(engine: Engine, days: list[datetime]) -> None:
+    """Partition the (empty) `pairs` a day a partition, with one for each of `days` too
+    (as a conversion makes for stored rows; bench/pairs_partitions.py does the same)."""
+    online_partition.convert(engine, "pairs", period=DAY, echo=lambda _line: None)
+    with engine.begin() as conn:
+        have = {start for _, start, _ in partitions.partitions(conn, "pairs")}
+        for day in (d for d in days if d not in have):
+            partitions.create_partition(conn, "pairs", "created_at", day, DAY)
+
+
+def older_rollout_pairs(session: Session, n: int) -> None:
+    """Store `n` pairs of another rollout in the days before the stage: rows the table
+    grows by, none the stage's."""
+    older = factories.rollout(session, name="older")
+    session.execute(
+        text(
+            "INSERT INTO pairs (id, rollout_id, stage, state, is_control, segment, created_at, "
+            "deadline, evaluated_at) SELECT gen_random_uuid(), :r, 0, 'complete', false, "
+            "'chat', :t + i * interval '1 minute', :t, :t + i * interval '1 minute' "
+            "FROM generate_series(0, :n - 1) AS i"
+        ),
+        {"r": older.id, "t": DAYS[0], "n": n},
+    )
+
+
+def test_the_fold_on_partitioned_pairs_reads_only_the_stage_window(engine: Engine) -> None:
+    partition_pairs(engine, DAYS)
+    with Session(engine) as session:
+        rollout = factories.rollout(session)
+        store(session, recorded_pairs(), rollout.id)
+        older_rollout_pairs(session, 3 * 24 * 60 - 1)  # three days, a pair a minute
+        session.commit()
+        seen: list[tuple[str, object]] = []
+
+        def capture(_conn, _cursor, statement, parameters, _context, _many) -> None:
+            if "FROM pairs" in statement:
+                seen.append((statement, parameters))
+
+        conn = session.connection()
+        event.listen(conn, "before_cursor_execute", capture)
+        verdict = compute(session, rollout=rollout, policy=Policy())
+        event.remove(conn, "before_cursor_execute", capture)
+        assert verdict.n_pairs > 0
+        # The fold's reads of the stage's pairs: those in fold order (`gate.verdicts.slices`).
+        folded = [s for s in seen if "(evaluated_at, id)" in s[0] or "evaluated_at DESC" in s[0]]
+        assert len(folded) >= 3
+        for statement, parameters in folded:
+            cursor = conn.connection.driver_connection.cursor()
+            cursor.execute("EXPLAIN " + statement, parameters)
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+            assert partitions.partition_name("pairs", DAYS[-1]) in plan, statement
+            assert not [name for name in OLDER if name in plan], statement
