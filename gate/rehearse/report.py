@@ -10,6 +10,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no display on servers and CI runners
 import matplotlib.pyplot as plt
 
+from gate.rehearse import arms
 from gate.rehearse.analysis import ALL, Call, crossover, level_call, percentiles, speedup
 from gate.rehearse.runner import Route, Sample
 from gate.rehearse.sweep import Level
@@ -98,10 +99,12 @@ def _tokens(samples: list[Sample]) -> int:
 
 def markdown(summary: dict[str, Any], *, at: int | None, decision: str) -> str:
     """Render the summary as Markdown: one table per segment, the crossover under it."""
+    lead = f" (lead arm {summary['lead']})" if summary.get("lead") else ""
     lines = [
         "# specgate rehearsal",
         "",
-        f"Baseline {summary['routes']['baseline']}, candidate {summary['routes']['candidate']}; "
+        f"Baseline {summary['routes']['baseline']}, candidate {summary['routes']['candidate']}"
+        f"{lead}; "
         f"workload {summary['workload']['source']} ({summary['workload']['requests']} requests, "
         f"{summary['workload']['skipped_cut_prompt']} skipped with a cut prompt); "
         f"{summary['elapsed_s']} s of a {summary['budget_s']:.0f} s budget.",
@@ -120,6 +123,11 @@ def markdown(summary: dict[str, Any], *, at: int | None, decision: str) -> str:
     if summary.get("exactness"):
         lines += ["", "## Exactness", "", *(f"- {line}" for line in
                                               exactness_lines(summary["exactness"]))]  # fmt: skip
+    if summary.get("arms"):  # the tables above are the lead arm's
+        lines += ["", "## Arms", "", *(f"- {line}" for line in arms.lines(summary))]
+        for arm in summary["arms"]:
+            lines += [f"- arm {arm['name']}: {line}"
+                      for line in exactness_lines(arm["exactness"])]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
