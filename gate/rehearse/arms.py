@@ -66,9 +66,7 @@ def best(
     }
 
 
-def _best_at(
-    baseline: Route, arms: list[ArmResult], level: Level, segment: str
-) -> dict[str, Any]:
+def _best_at(baseline: Route, arms: list[ArmResult], level: Level, segment: str) -> dict[str, Any]:
     def samples(route: Route) -> list[Any]:
         return [s for s in level.samples(route.name) if segment in (ALL, s.segment)]
 
