@@ -12,11 +12,13 @@ from contextlib import ExitStack, contextmanager
 
 import orjson
 import pytest
+from pydantic import ValidationError
 
 from gate.cli import main
 from gate.db.models import Rehearsal
 from gate.rehearse import arms
 from gate.rehearse.runner import Block, Route, Sample
+from gate.rehearse.schemas import RehearsalIn
 from gate.rehearse.sweep import Level
 from tests import factories
 from tests.gate.rehearse.upstream import Engine, engine_app
@@ -167,3 +169,21 @@ def test_two_equal_arms_are_tied_and_a_clearly_faster_one_leads() -> None:
                       [level(baseline=base, a=same, b=faster, c=[0.01] * 6)], ["all"])  # fmt: skip
     (cell,) = found["all"]
     assert (cell["arm"], cell["runner_up"], cell["call"]) == ("b", "a", "leads")
+
+
+def test_a_recorded_summary_must_name_its_lead_among_its_arms() -> None:
+    level = {"concurrency": 1, "segments": {"all": {"speedup": None, "interval": None}}}
+    arm = {"url": "http://a/v1", "usable": True, "levels": [level],
+           "crossover": {"all": {"text": "could not tell"}}}  # fmt: skip
+    summary = {
+        "routes": {"baseline": "http://b/v1", "candidate": "http://a/v1"},
+        "workload": {"source": "w", "requests": 1}, "levels": [level],
+        "crossover": {"all": {"text": "could not tell"}},
+        "arms": [{**arm, "name": "k2"}, {**arm, "name": "k4"}],
+    }  # fmt: skip
+    stored = RehearsalIn.model_validate({**summary, "lead": "k4"}).document()
+    assert [arm["name"] for arm in stored["arms"]] == ["k2", "k4"] and stored["lead"] == "k4"
+    with pytest.raises(ValidationError, match="lead 'k8' must name one of the arms"):
+        RehearsalIn.model_validate({**summary, "lead": "k8"})
+    with pytest.raises(ValidationError, match="lead None must name"):
+        RehearsalIn.model_validate(summary)

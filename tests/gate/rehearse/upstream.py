@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import math
 import multiprocessing
-import random
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,8 +34,10 @@ class Engine:
     peer_seen: list[int] = field(default_factory=list)
     by_max_tokens: bool = False  # answer each request's max_tokens tokens, not `tokens`
     # Unstreamed answers (the exactness phase's) report two tokens at probability 1/2 each
-    # per position; "exact" samples them so, "lossy" always emits the first.
+    # per position; "exact" emits them in turn (each half the time, so the test sees a
+    # perfect fit and cannot fail it by chance), "lossy" always emits the first.
     sampler: str = "exact"
+    emitted: int = 0
     # (time, requests in flight from then on), one entry per change
     timeline: list[tuple[float, int]] = field(default_factory=list)
 
@@ -138,8 +139,9 @@ def _answer(engine: Engine, body: dict) -> dict:
     greedy = not body.get("temperature")
     content = []
     for _ in range(min(engine.tokens, int(body.get("max_tokens") or engine.tokens))):
+        engine.emitted += 1
         lossy = greedy or engine.sampler == "lossy"
-        token = "a" if lossy or random.random() < 0.5 else "b"
+        token = "a" if lossy or engine.emitted % 2 else "b"
         alternatives = [{"token": t, "logprob": half} for t in ("a", "b")]
         content.append({"token": token, "logprob": half, "top_logprobs": alternatives})
     text = "".join(entry["token"] for entry in content)
