@@ -174,12 +174,16 @@ def _p(route: dict[str, Any], metric: str, scale: float = 1.0) -> str:
 
 
 def plot(summary: dict[str, Any], path: Path) -> None:
-    """Draw speedup against concurrency, one line per segment, with the intervals."""
+    """Draw speedup against concurrency, one line per segment (per arm, segment `all`, for
+    several arms), with the intervals."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for segment in summary["crossover"]:
+    curves = [(segment, summary["levels"], segment) for segment in summary["crossover"]]
+    if summary.get("arms"):
+        curves = [(arm["name"], arm["levels"], ALL) for arm in summary["arms"]]
+    for label, levels, segment in curves:
         points = [
             (row["concurrency"], row["segments"][segment])
-            for row in summary["levels"]
+            for row in levels
             if row["segments"][segment]["speedup"] is not None
         ]
         if not points:
@@ -188,8 +192,8 @@ def plot(summary: dict[str, Any], path: Path) -> None:
         ys = [cell["speedup"] for _, cell in points]
         low = [y - cell["interval"][0] for y, (_, cell) in zip(ys, points, strict=True)]
         high = [cell["interval"][1] - y for y, (_, cell) in zip(ys, points, strict=True)]
-        ax.errorbar(xs, ys, yerr=[low, high], marker="o", capsize=3, label=segment,
-                    linewidth=2.5 if segment == ALL else 1.2)  # fmt: skip
+        ax.errorbar(xs, ys, yerr=[low, high], marker="o", capsize=3, label=label,
+                    linewidth=2.5 if label == ALL else 1.2)  # fmt: skip
     ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("concurrent requests (closed loop)")

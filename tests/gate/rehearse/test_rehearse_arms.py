@@ -90,6 +90,7 @@ def test_the_fast_arm_leads_a_slower_one_and_a_lossy_one_is_never_chosen(tmp_pat
     assert "arm lossy: crossover" in done.stderr and "(not exact: never chosen)" in done.stderr
     assert "best arm, all: at 1 fast" in done.stderr
     assert "## Arms" in (tmp_path / "out" / "rehearsal.md").read_text()
+    assert (tmp_path / "out" / "rehearsal.png").stat().st_size > 0
 
 
 def test_no_exact_arm_exits_3(tmp_path, workload):
