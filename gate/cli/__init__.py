@@ -53,7 +53,8 @@ COMMANDS: dict[str, Lazy] = {
     ),
     "rehearse": Lazy(
         "gate.cli.rehearse:rehearse_command",
-        "Replay a workload against two routes at rising concurrency; find where speculation "
+        "Replay a workload against a baseline and one or more candidates at rising "
+        "concurrency; find where speculation "
         "stops paying.",
     ),
     "collect": Lazy(

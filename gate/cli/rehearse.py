@@ -26,12 +26,12 @@ from gate.db.base import utcnow
 from gate.engines.workload import WorkloadItem
 from gate.errors import ConfigError, GateError
 from gate.exactness_position import MODES
-from gate.rehearse import exactness, report, service
+from gate.rehearse import arms, exactness, report, service
 from gate.rehearse.analysis import ALL, RehearsalAnswer, decide
 from gate.rehearse.runner import Route
 from gate.rehearse.schemas import RehearsalIn
-from gate.rehearse.sweep import Plan, check_routes, levels_up_to, rehearse
-from gate.rehearse.workload import load
+from gate.rehearse.sweep import Level, Plan, check_routes, levels_up_to, rehearse
+from gate.rehearse.workload import Workload, load
 from gate.rollouts import service as rollouts
 from gate.settings import Settings
 from gate.stats.policy import Policy, load_policy
@@ -45,7 +45,13 @@ _WORDS = {
 
 def rehearse_command(
     baseline: Annotated[str, typer.Option(help="Baseline OpenAI base URL (…/v1).")],
-    candidate: Annotated[str, typer.Option(help="Speculative candidate's OpenAI base URL.")],
+    candidate: Annotated[
+        list[str],
+        typer.Option(
+            help="Speculative candidate's OpenAI base URL. Repeat it, as URL or NAME=URL, to "
+            "rehearse several arms against the same baseline."
+        ),
+    ],
     workload: Annotated[
         Path | None,
         typer.Option(
@@ -121,8 +127,8 @@ def rehearse_command(
     ] = False,
     database_url: DatabaseOption = None,
 ) -> None:
-    """Replay a workload against two routes at rising concurrency; find where speculation
-    stops paying.
+    """Replay a workload against a baseline and one or more candidates at rising
+    concurrency; find where speculation stops paying.
 
     Routes run in alternating blocks, never at once; each block holds the level's
     concurrency while it measures, and the summary gives the concurrency each route was
@@ -131,7 +137,13 @@ def rehearse_command(
     same test as the control), and greedy requests compare both routes token for token.
     Exit 0 pays at --at, 1 does not, 2 could not tell (or --at above the sweep, or no --at
     given), 3 the candidate is not exact (a per-token deviation beyond the policy's
-    margin_tv proven, the baseline passing), 4 error (one line on stderr)."""
+    margin_tv proven, the baseline passing), 4 error (one line on stderr).
+
+    With several --candidate arms, each is swept against the same baseline on the same
+    workload and levels, in turn, and tested for exactness on its own; the report names
+    the best arm per level and segment (proven faster than the runner-up, or tied). An
+    arm that is not exact is reported and never chosen. Exit 0 some exact arm pays at
+    --at, 1 every exact arm does not pay, 2 could not tell, 3 no arm is exact, 4 error."""
     # One progress line per round on stderr, not one log line per request.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     say = typer.echo if not as_json else _say
@@ -143,7 +155,7 @@ def rehearse_command(
         )  # fmt: skip
         code, summary = _rehearse(
             (Route("baseline", _url("--baseline", baseline), model or None),
-             Route("candidate", _url("--candidate", candidate), model or None)),
+             *_arms(candidate, model or None)),
             workload, segment or [], max_tokens, max_concurrency, at,
             Plan(levels=[], budget_s=parse_duration(budget), min_requests=min_requests,
                  max_requests=max_requests, precision=precision, timeout_s=timeout),
@@ -161,7 +173,7 @@ def rehearse_command(
 
 
 def _rehearse(
-    routes: tuple[Route, Route],
+    routes: tuple[Route, ...],
     path: Path | None,
     segments: list[str],
     max_tokens: int,
@@ -177,7 +189,8 @@ def _rehearse(
     asyncio.run(check_routes(routes, plan.timeout_s))  # an unreachable route: one line, no plan
     # The exactness phase has its own token cap (--exactness-max-tokens), not --max-tokens.
     items = load(path, segments=_segments(segments)).items if check is not None else []
-    exact = _exact(routes, items, check, say)
+    baseline, candidates = routes[0], routes[1:]
+    exact = {arm.name: _exact((baseline, arm), items, check, say) for arm in candidates}
     levels = levels_up_to(top)
     plan = Plan(**{**vars(plan), "levels": levels})
     skipped = f", {found.cut} skipped with a cut prompt" if found.cut else ""
@@ -185,25 +198,54 @@ def _rehearse(
          f"budget {plan.budget_s:.0f} s")  # fmt: skip
     started = utcnow()
     done = asyncio.run(rehearse(routes, found.items, plan, _say))
-    summary = {
-        "run_at": started.isoformat(),
-        **report.summarise(routes, found, done, plan.budget_s),
-    }
-    decision = decide(levels, report.calls(summary), at) if at else RehearsalAnswer.CANNOT_TELL
-    summary["at"] = at or None
-    summary["decision"] = _WORDS[decision] if at else "no --at given"
-    if exact is not None and check is not None:
-        summary["exactness"] = exact.summary(check)
+    results = [
+        _arm((baseline, arm), found, done, plan, at, started.isoformat(), exact[arm.name], check)
+        for arm in candidates
+    ]
+    if len(results) == 1:
+        code, summary = results[0].code, results[0].summary
+    else:
+        summary = arms.combine(baseline, results, done, arms.lead_level(levels, at))
+        answer = arms.answer(results)
+        code = NOT_EXACT if answer is None else int(answer)
     out.mkdir(parents=True, exist_ok=True)
     (out / "rehearsal.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "rehearsal.md").write_text(report.markdown(summary, at=at, decision=summary["decision"]))
     report.plot(summary, out / "rehearsal.png")
-    say(f"crossover: {summary['crossover'][ALL]['text']}")
-    say(f"at concurrency {at}: {summary['decision']}" if at else summary["decision"])
-    for line in report.exactness_lines(summary.get("exactness")):
+    for line in _lines(summary, at):
         say(line)
     say(f"written: {out}/rehearsal.json, rehearsal.md, rehearsal.png")
-    return (NOT_EXACT if exact is not None and exact.failed else int(decision)), summary
+    return code, summary
+
+
+def _arm(
+    routes: tuple[Route, Route], found: Workload, done: list[Level], plan: Plan, at: int,
+    run_at: str, exact: exactness.Result | None, check: exactness.Check | None,
+) -> arms.ArmResult:  # fmt: skip
+    """Return one arm's summary against the baseline, as a single-candidate run writes it."""
+    summary = {"run_at": run_at, **report.summarise(routes, found, done, plan.budget_s)}
+    decision = decide(plan.levels, report.calls(summary), at) if at else RehearsalAnswer.CANNOT_TELL
+    summary["at"] = at or None
+    summary["decision"] = _WORDS[decision] if at else "no --at given"
+    if exact is not None and check is not None:
+        summary["exactness"] = exact.summary(check)
+    code = NOT_EXACT if exact is not None and exact.failed else int(decision)
+    return arms.ArmResult(routes[1], summary, code)
+
+
+def _lines(summary: dict[str, Any], at: int) -> list[str]:
+    """Return the result in words: the crossover, the decision and the exactness."""
+    if "arms" not in summary:
+        return [
+            f"crossover: {summary['crossover'][ALL]['text']}",
+            f"at concurrency {at}: {summary['decision']}" if at else summary["decision"],
+            *report.exactness_lines(summary.get("exactness")),
+        ]
+    out = arms.lines(summary)
+    for arm in summary["arms"]:  # "exit 3" is the whole run's, said by the arm's state
+        out += [f"arm {arm['name']}: {line}" for line in report.exactness_lines(arm["exactness"])
+                if not line.endswith("exit 3")]  # fmt: skip
+    return [*out, f"at concurrency {at}: {summary['decision']}" if at else summary["decision"]]
 
 
 def _exact(
@@ -268,6 +310,20 @@ def _record(settings: Settings, rollout_id: int, summary: dict[str, Any]) -> str
             actor=cli_actor(),
         )  # fmt: skip
     return f"recorded as rollout {rollout_id}'s rehearsal"
+
+
+def _arms(specs: list[str], model: str | None) -> list[Route]:
+    """Return the candidate arms: URL or NAME=URL each, names unique and not the baseline's."""
+    found = []
+    for i, spec in enumerate(specs, start=1):
+        name, sep, url = spec.partition("=")
+        if not sep or not name or any(c in name for c in ":/"):  # a bare URL (may hold '=')
+            name, url = ("candidate" if len(specs) == 1 else f"arm{i}"), spec
+        found.append(Route(name, _url("--candidate", url), model))
+    names = [route.name for route in found]
+    if len(set(names)) < len(names) or "baseline" in names:
+        raise ConfigError(f"--candidate names must be unique and not 'baseline', got {names}")
+    return found
 
 
 def _url(option: str, given: str) -> str:

@@ -10,6 +10,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no display on servers and CI runners
 import matplotlib.pyplot as plt
 
+from gate.rehearse import arms
 from gate.rehearse.analysis import ALL, Call, crossover, level_call, percentiles, speedup
 from gate.rehearse.runner import Route, Sample
 from gate.rehearse.sweep import Level
@@ -98,10 +99,12 @@ def _tokens(samples: list[Sample]) -> int:
 
 def markdown(summary: dict[str, Any], *, at: int | None, decision: str) -> str:
     """Render the summary as Markdown: one table per segment, the crossover under it."""
+    lead = f" (lead arm {summary['lead']})" if summary.get("lead") else ""
     lines = [
         "# specgate rehearsal",
         "",
-        f"Baseline {summary['routes']['baseline']}, candidate {summary['routes']['candidate']}; "
+        f"Baseline {summary['routes']['baseline']}, candidate {summary['routes']['candidate']}"
+        f"{lead}; "
         f"workload {summary['workload']['source']} ({summary['workload']['requests']} requests, "
         f"{summary['workload']['skipped_cut_prompt']} skipped with a cut prompt); "
         f"{summary['elapsed_s']} s of a {summary['budget_s']:.0f} s budget.",
@@ -120,6 +123,11 @@ def markdown(summary: dict[str, Any], *, at: int | None, decision: str) -> str:
     if summary.get("exactness"):
         lines += ["", "## Exactness", "", *(f"- {line}" for line in
                                               exactness_lines(summary["exactness"]))]  # fmt: skip
+    if summary.get("arms"):  # the tables above are the lead arm's
+        lines += ["", "## Arms", "", *(f"- {line}" for line in arms.lines(summary))]
+        for arm in summary["arms"]:
+            lines += [f"- arm {arm['name']}: {line}"
+                      for line in exactness_lines(arm["exactness"])]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -166,12 +174,16 @@ def _p(route: dict[str, Any], metric: str, scale: float = 1.0) -> str:
 
 
 def plot(summary: dict[str, Any], path: Path) -> None:
-    """Draw speedup against concurrency, one line per segment, with the intervals."""
+    """Draw speedup against concurrency, one line per segment (per arm, segment `all`, for
+    several arms), with the intervals."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for segment in summary["crossover"]:
+    curves = [(segment, summary["levels"], segment) for segment in summary["crossover"]]
+    if summary.get("arms"):
+        curves = [(arm["name"], arm["levels"], ALL) for arm in summary["arms"]]
+    for label, levels, segment in curves:
         points = [
             (row["concurrency"], row["segments"][segment])
-            for row in summary["levels"]
+            for row in levels
             if row["segments"][segment]["speedup"] is not None
         ]
         if not points:
@@ -180,8 +192,8 @@ def plot(summary: dict[str, Any], path: Path) -> None:
         ys = [cell["speedup"] for _, cell in points]
         low = [y - cell["interval"][0] for y, (_, cell) in zip(ys, points, strict=True)]
         high = [cell["interval"][1] - y for y, (_, cell) in zip(ys, points, strict=True)]
-        ax.errorbar(xs, ys, yerr=[low, high], marker="o", capsize=3, label=segment,
-                    linewidth=2.5 if segment == ALL else 1.2)  # fmt: skip
+        ax.errorbar(xs, ys, yerr=[low, high], marker="o", capsize=3, label=label,
+                    linewidth=2.5 if label == ALL else 1.2)  # fmt: skip
     ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("concurrent requests (closed loop)")

@@ -65,6 +65,18 @@ class WorkloadIn(BaseModel):
     requests: int = Field(ge=0)
 
 
+class ArmIn(BaseModel):
+    """One candidate arm of a several-arm rehearsal: its own curve against the baseline."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(min_length=1, max_length=64)
+    url: str = Field(min_length=1, max_length=512)
+    usable: bool = Field(description="False when the arm failed the exactness test.")
+    levels: list[LevelIn] = Field(min_length=1, max_length=64)
+    crossover: dict[str, CrossoverIn]
+
+
 class RehearsalIn(BaseModel):
     """A `specgate rehearse` JSON summary (`rehearsal.json`)."""
 
@@ -83,6 +95,10 @@ class RehearsalIn(BaseModel):
     )
     at: int | None = Field(None, ge=1)
     decision: str = Field("no --at given", min_length=1, max_length=32)
+    lead: str | None = Field(
+        None, description="Several arms: the arm whose curve the top of the document is."
+    )
+    arms: list[ArmIn] | None = Field(None, min_length=2, max_length=16)
 
     @model_validator(mode="after")
     def _one_curve_per_segment(self) -> RehearsalIn:
@@ -97,6 +113,9 @@ class RehearsalIn(BaseModel):
                     f"level {level.concurrency} has segments {sorted(level.segments)}, "
                     f"the crossover {sorted(self.crossover)}"
                 )
+        names = [arm.name for arm in self.arms or ()]
+        if (self.lead is None) != (self.arms is None) or (names and self.lead not in names):
+            raise ValueError(f"lead {self.lead!r} must name one of the arms {names}")
         return self
 
     def segments(self) -> list[str]:

@@ -1,5 +1,5 @@
-"""The sweep: for each concurrency level, blocks of requests to the baseline and the
-candidate in turn (never both at once), until the level's speedup is precise enough, its
+"""The sweep: for each concurrency level, blocks of requests to the baseline and each
+candidate arm in turn (never two at once), until the level's speedup is precise enough, its
 request cap is reached, or its share of the time budget is spent. Each block holds the
 level's concurrency while it measures (`gate.rehearse.runner.run_block`), and the level
 reports the concurrency each route was actually held at.
@@ -70,12 +70,13 @@ async def check_routes(routes: tuple[Route, ...], timeout_s: float) -> None:
 
 
 async def rehearse(
-    routes: tuple[Route, Route],
+    routes: tuple[Route, ...],
     items: list[WorkloadItem],
     plan: Plan,
     progress: Callable[[str], None],
 ) -> list[Level]:
-    """Check both routes, warm them up, then run every level of the plan."""
+    """Check the routes (the baseline first, then the arms), warm them up, then run every
+    level of the plan."""
     async with httpx.AsyncClient(timeout=httpx.Timeout(plan.timeout_s, connect=10)) as client:
         for route in routes:
             await check_reachable(client, route)
@@ -93,7 +94,7 @@ async def rehearse(
 
 async def _level(
     client: httpx.AsyncClient,
-    routes: tuple[Route, Route],
+    routes: tuple[Route, ...],
     items: list[WorkloadItem],
     plan: Plan,
     concurrency: int,
@@ -101,7 +102,7 @@ async def _level(
     progress: Callable[[str], None],
 ) -> Level:
     level = Level(concurrency)
-    # Each route starts from the same request, so both see the same mix of prompts; the
+    # Each route starts from the same request, so all see the same mix of prompts; the
     # unmeasured requests that hold the load come from a stream of their own.
     streams = {route.name: cycle(items) for route in routes}
     fillers = {route.name: cycle(items) for route in routes}
@@ -120,27 +121,34 @@ async def _level(
     return level
 
 
-def _stop(level: Level, routes: tuple[Route, Route], plan: Plan, share_s: float) -> Stop | None:
-    base, cand = (level.samples(r.name) for r in routes)
-    n = min(len(base), len(cand))
-    if n >= plan.min_requests and precise(speedup(base, cand), plan.precision):
+def _stop(level: Level, routes: tuple[Route, ...], plan: Plan, share_s: float) -> Stop | None:
+    base = level.samples(routes[0].name)
+    arms = [level.samples(r.name) for r in routes[1:]]
+    n = min(len(base), *(len(arm) for arm in arms))
+    # Every arm's speedup must be precise: the level compares them all on the same load.
+    if n >= plan.min_requests and all(precise(speedup(base, arm), plan.precision) for arm in arms):
         return "precise"
     if n >= plan.max_requests:
         return "cap"
-    rounds = len(level.blocks) // 2
+    rounds = len(level.blocks) // len(routes)
     # Stop before a further round of blocks would overrun the level's share of the budget.
     if level.elapsed_s + level.elapsed_s / rounds > share_s:
         return "budget"
     return None
 
 
-def _line(level: Level, routes: tuple[Route, Route]) -> str:
-    base, cand = (level.samples(r.name) for r in routes)
-    value = speedup(base, cand)
-    shown = f"{value.estimate:.2f} [{value.low:.2f}, {value.high:.2f}]" if value else "n/a"
+def _line(level: Level, routes: tuple[Route, ...]) -> str:
+    base = level.samples(routes[0].name)
+    shown = []
+    for route in routes[1:]:
+        value = speedup(base, level.samples(route.name))
+        named = f"{route.name} " if len(routes) > 2 else ""
+        shown.append(named + (f"{value.estimate:.2f} [{value.low:.2f}, {value.high:.2f}]"
+                              if value else "n/a"))  # fmt: skip
     state = f"stopped ({level.stop})" if level.stop else "running"
     held = "/".join(f"{level.reached(r.name):.1f}" for r in routes)
+    counts = "+".join(str(len(level.samples(r.name))) for r in routes)
     return (
-        f"concurrency {level.concurrency}: {len(base)}+{len(cand)} requests in "
-        f"{level.elapsed_s:.0f} s, in flight {held}, speedup {shown}, {state}"
+        f"concurrency {level.concurrency}: {counts} requests in "
+        f"{level.elapsed_s:.0f} s, in flight {held}, speedup {', '.join(shown)}, {state}"
     )

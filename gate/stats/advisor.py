@@ -19,6 +19,20 @@ moderate batch sizes). Without speculation a target pass yields one token, so
 
 Beyond the largest measured position the survival curve is extended geometrically with
 the last measured conditional acceptance (P(i+1 | i)); such rows are flagged.
+
+Verify steps that draft nothing: an n-gram drafter proposes nothing when the context holds
+no match (and llama.cpp's never, when k is below its lookup n: see
+`gate.engines.local.check_llamacpp_lookup`). The per-position counters count only steps
+that drafted; when the exposition also carries the generated tokens, all verify steps are
+`generated - accepted` (each step emits its accepted drafts plus one target token) and the
+share `p` of them that drafted prices the empty ones as plain decode steps:
+
+    speedup(k) = (1 + p * E[A_k]) / (1 + p * k * (cost_ratio + verify_cost)),
+
+taking `p` as measured for every k (the lookup n, not k, decides whether a match exists).
+The numerator is the acceptance length (tokens per verify step), the statistic that
+compares across k; the acceptance rate E[A_k] / k falls with k by construction, so
+ranking k by it picks too short a draft.
 """
 
 from __future__ import annotations
@@ -36,6 +50,14 @@ class PositionAcceptance:
 
     drafts: int
     accepted: tuple[int, ...]
+    steps: int | None = None  # all verify steps, drafting or not, when the counters say
+
+    @property
+    def draft_share(self) -> float:
+        """Return the share of verify steps that drafted (1 when the steps are unknown)."""
+        if self.steps is None or self.steps <= 0:
+            return 1.0
+        return min(1.0, self.drafts / self.steps)
 
 
 @dataclass(frozen=True)
@@ -43,10 +65,15 @@ class StepEstimate:
     """One candidate `num_speculative_tokens` and what it buys."""
 
     k: int
-    expected_accepted: float
-    tokens_per_step: float
+    expected_accepted: float  # per verify step that drafted
+    tokens_per_step: float  # the acceptance length, over every verify step
     speedup: float
     extrapolated: bool
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Return accepted over drafted tokens: shown, never ranked on (it falls with k)."""
+        return self.expected_accepted / self.k
 
 
 @dataclass(frozen=True)
@@ -57,6 +84,7 @@ class Advice:
     speedup: float
     options: tuple[StepEstimate, ...]
     summary: str
+    draft_share: float = 1.0
 
 
 def survival(stats: PositionAcceptance, max_k: int) -> tuple[FloatArray, int]:
@@ -99,15 +127,18 @@ def advise(
         max_k: the largest k considered.
 
     Returns:
-        The k with the highest modelled speedup, or 0 when none beats plain decoding.
+        The k with the highest modelled speedup, or 0 when none beats plain decoding; the
+        steps that drafted nothing are priced when `stats.steps` is known.
     """
     curve, measured = survival(stats, max_k)
     expected = np.cumsum(curve)
     ks = np.arange(1, max_k + 1)
-    speedup = (1.0 + expected) / (1.0 + ks * (cost_ratio + verify_cost))
+    share = stats.draft_share
+    length = 1.0 + share * expected
+    speedup = length / (1.0 + share * ks * (cost_ratio + verify_cost))
     options = tuple(
-        StepEstimate(int(k), float(e), float(1 + e), float(s), bool(k > measured))
-        for k, e, s in zip(ks, expected, speedup, strict=True)
+        StepEstimate(int(k), float(e), float(n), float(s), bool(k > measured))
+        for k, e, n, s in zip(ks, expected, length, speedup, strict=True)
     )
     best = max(options, key=lambda o: o.speedup)
     if best.speedup <= 1.0:
@@ -115,10 +146,34 @@ def advise(
             f"do not speculate: the best k={best.k} gives {best.speedup:.2f}x at draft cost "
             f"ratio {cost_ratio:g}"
         )
-        return Advice(0, 1.0, options, summary)
+        return Advice(0, 1.0, options, summary, share)
     note = f" (extrapolated beyond the measured k={measured})" if best.extrapolated else ""
+    empty = f"; {1 - share:.0%} of verify steps drafted nothing" if share < 1 else ""
     summary = (
         f"num_speculative_tokens={best.k}: {best.expected_accepted:.2f} accepted tokens per "
-        f"step, {best.speedup:.2f}x modelled speedup at draft cost ratio {cost_ratio:g}{note}"
+        f"step, {best.speedup:.2f}x modelled speedup at draft cost ratio {cost_ratio:g}"
+        f"{note}{empty}"
     )
-    return Advice(best.k, best.speedup, options, summary)
+    return Advice(best.k, best.speedup, options, summary, share)
+
+
+def propose(advice: Advice, *, current_k: int, count: int = 3) -> tuple[StepEstimate, ...]:
+    """Return up to `count` draft lengths worth adding as arms, best first.
+
+    Args:
+        advice: the priced options.
+        current_k: the draft length the counters were measured at (already running).
+        count: how many to propose.
+
+    Returns:
+        The options other than `current_k` that beat plain decoding, ranked by modelled
+        speedup (the acceptance length over the step's cost; the smaller k on a tie),
+        never by acceptance rate.
+    """
+    paying = [o for o in advice.options if o.speedup > 1.0 and o.k != current_k]
+    return tuple(sorted(paying, key=lambda o: (-o.speedup, o.k))[:count])
+
+
+def rate_pick(advice: Advice) -> int:
+    """Return the k that ranking by acceptance rate would pick (the trap, for the record)."""
+    return max(advice.options, key=lambda o: (o.acceptance_rate, -o.k)).k

@@ -4,6 +4,7 @@ tokens grows with the requests it is serving at once, as a busy engine's does.""
 from __future__ import annotations
 
 import asyncio
+import math
 import multiprocessing
 import time
 from collections.abc import Iterator
@@ -32,6 +33,11 @@ class Engine:
     peer: Engine | None = None  # the other route: its in-flight count at each arrival
     peer_seen: list[int] = field(default_factory=list)
     by_max_tokens: bool = False  # answer each request's max_tokens tokens, not `tokens`
+    # Unstreamed answers (the exactness phase's) report two tokens at probability 1/2 each
+    # per position; "exact" emits them in turn (each half the time, so the test sees a
+    # perfect fit and cannot fail it by chance), "lossy" always emits the first.
+    sampler: str = "exact"
+    emitted: int = 0
     # (time, requests in flight from then on), one entry per change
     timeline: list[tuple[float, int]] = field(default_factory=list)
 
@@ -59,6 +65,8 @@ def engine_app(engine: Engine) -> Starlette:
         body = await request.json()
         if engine.fail:
             return JSONResponse({"error": {"message": "boom"}}, status_code=500)
+        if not body.get("stream"):
+            return JSONResponse(_answer(engine, body))
         engine.change(+1)
         engine.seen.append(engine.inflight)
         engine.peer_seen.append(engine.peer.inflight if engine.peer else 0)
@@ -123,6 +131,23 @@ async def _stream(engine: Engine, tokens: int):  # type: ignore[no-untyped-def]
         yield b"data: [DONE]\n\n"
     finally:
         engine.change(-1)
+
+
+def _answer(engine: Engine, body: dict) -> dict:
+    """Return an unstreamed chat answer whose logprobs describe how it was sampled."""
+    half = math.log(0.5)
+    greedy = not body.get("temperature")
+    content = []
+    for _ in range(min(engine.tokens, int(body.get("max_tokens") or engine.tokens))):
+        engine.emitted += 1
+        lossy = greedy or engine.sampler == "lossy"
+        token = "a" if lossy or engine.emitted % 2 else "b"
+        alternatives = [{"token": t, "logprob": half} for t in ("a", "b")]
+        content.append({"token": token, "logprob": half, "top_logprobs": alternatives})
+    text = "".join(entry["token"] for entry in content)
+    message = {"role": "assistant", "content": text}
+    choice = {"index": 0, "message": message, "logprobs": {"content": content}}
+    return {"choices": [choice], "usage": {"completion_tokens": len(content)}}
 
 
 def _sse(body: dict) -> bytes:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gate.stats.advisor import PositionAcceptance, advise, survival
+from gate.stats.advisor import PositionAcceptance, advise, propose, rate_pick, survival
 
 # 1,000 verify steps; position 1 accepted 800 times, position 2 600, position 3 450.
 COUNTERS = PositionAcceptance(drafts=1000, accepted=(800, 600, 450))
@@ -50,3 +50,30 @@ def test_degenerate_counters():
     # A later position counted more often than an earlier one is capped at the earlier.
     curve, _ = survival(PositionAcceptance(drafts=100, accepted=(50, 60)), 2)
     assert curve.tolist() == [0.5, 0.5]
+
+
+def test_steps_that_draft_nothing_are_priced_as_plain_steps():
+    # 2,000 verify steps, 1,000 of them drafted: half the steps emit one token at cost one.
+    half = PositionAcceptance(drafts=1000, accepted=(800, 600, 450), steps=2000)
+    advice = advise(half, cost_ratio=0.1, max_k=3)
+    assert advice.draft_share == 0.5
+    # By hand: tokens per step 1 + 0.5 E[A_k]; cost 1 + 0.5 * 0.1 k.
+    assert [o.tokens_per_step for o in advice.options] == pytest.approx([1.4, 1.7, 1.925])
+    assert [o.speedup for o in advice.options] == pytest.approx(
+        [1.4 / 1.05, 1.7 / 1.1, 1.925 / 1.15]
+    )
+    assert "50% of verify steps drafted nothing" in advice.summary
+    assert advise(COUNTERS, cost_ratio=0.1, max_k=3).options[2].speedup > advice.options[2].speedup
+
+
+def test_arms_are_ranked_by_acceptance_length_never_by_rate():
+    advice = advise(COUNTERS, cost_ratio=0.0, verify_cost=0.12, max_k=6)
+    # The rate falls with k (0.8, 0.7, 0.62, ...): ranked by it, k = 1 would come first.
+    assert rate_pick(advice) == 1
+    found = propose(advice, current_k=3, count=3)
+    assert 3 not in [o.k for o in found]  # the measured k is running already
+    assert [o.speedup for o in found] == sorted((o.speedup for o in found), reverse=True)
+    best_other = max((o for o in advice.options if o.k != 3), key=lambda o: o.speedup)
+    assert found[0] == best_other and found[0].k > 1
+    # Nothing that loses to plain decoding is proposed.
+    assert propose(advise(COUNTERS, cost_ratio=1.0), current_k=3) == ()
