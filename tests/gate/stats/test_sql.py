@@ -13,7 +13,7 @@ from gate.db.enums import Cohort, RolloutMode
 from gate.db.models import Evaluation, Generation, Pair
 from gate.pairs.watermark import record_stamped
 from gate.stats.cumulative import at_look, to_stats
-from gate.stats.incremental import to_stats as folded_stats
+from gate.stats.fold_stats import to_stats as folded_stats
 from gate.stats.policy import Policy
 from gate.stats.replay import columns, fold_order
 from gate.stats.rule import FEEDBACK

@@ -34,7 +34,7 @@ from gate.parity import answer_stats
 from gate.reports.headline.summary import headline
 from gate.stats.columns import PairColumns
 from gate.stats.cumulative import at_look, to_stats
-from gate.stats.incremental import to_stats as folded_stats
+from gate.stats.fold_stats import to_stats as folded_stats
 from gate.stats.policy import Policy, load_tolerance
 from gate.stats.policy_sections import Promotion
 from gate.stats.replay import columns, fold_order, replay

@@ -13,7 +13,7 @@ from gate.reports import glance, render
 from gate.reports.model import Week
 from gate.reports.weekly import compute_weekly
 from gate.stats.cumulative import at_look, to_stats
-from gate.stats.incremental import to_stats as folded_stats
+from gate.stats.fold_stats import to_stats as folded_stats
 from gate.stats.policy import Policy
 from gate.stats.registry import declared
 from gate.stats.replay import columns, fold_order
