@@ -15,7 +15,7 @@ from gate.stats.policy import Policy, at_stage
 from gate.stats.registry import Family, Rule, rule_for
 from gate.stats.rule import _check, apply_rule, harm_interval
 from gate.stats.sequences import CohortCounts, EpisodeCohorts, EpisodeMean, cohort_values
-from gate.stats.simulate import Scenario, draw_pairs
+from gate.stats.simulated_pairs import Scenario, draw_pairs
 
 POLICY = at_stage(Policy(), 0)
 CANARY = RolloutMode.CANARY

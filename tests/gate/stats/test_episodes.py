@@ -23,7 +23,7 @@ from gate.stats.sequences import (
     PairedCounts,
     mean_interval,
 )
-from gate.stats.simulate import Scenario, draw_pairs, to_records
+from gate.stats.simulated_pairs import Scenario, draw_pairs, to_records
 
 POLICY = Policy()
 DEMO = Path(__file__).parents[3] / "gate" / "demo" / "data" / "recorded_pairs.jsonl"

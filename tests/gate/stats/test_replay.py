@@ -16,7 +16,7 @@ from gate.stats.policy import ALL, Policy
 from gate.stats.replay import columns, fold_order, read_pairs, replay
 from gate.stats.rule import ACCEPTANCE, FAILURES, GREEDY
 from gate.stats.sequences import CohortCounts, MeanStats, PairedCounts, TwoCounts
-from gate.stats.simulate import Scenario, draw_pairs, to_records
+from gate.stats.simulated_pairs import Scenario, draw_pairs, to_records
 from tests import factories
 
 POLICY = Policy()

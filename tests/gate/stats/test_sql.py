@@ -17,7 +17,7 @@ from gate.stats.fold_stats import to_stats as folded_stats
 from gate.stats.policy import Policy
 from gate.stats.replay import columns, fold_order
 from gate.stats.rule import FEEDBACK
-from gate.stats.simulate import Scenario, draw_pairs, to_records
+from gate.stats.simulated_pairs import Scenario, draw_pairs, to_records
 from gate.verdicts.folds import fold
 from tests import factories
 

@@ -27,7 +27,7 @@ from gate.stats.fold_stats import to_stats as folded_stats
 from gate.stats.policy import Policy, load_policy
 from gate.stats.replay import columns, fold_order, replay
 from gate.stats.rule import FEEDBACK, GateStats
-from gate.stats.simulate import Scenario
+from gate.stats.simulated_pairs import Scenario
 from gate.stats.verdict import VerdictResult
 from gate.verdicts.folds import fold
 from gate.verdicts.service import compute

@@ -17,7 +17,7 @@ from gate.stats.fold_stats import to_stats as folded_stats
 from gate.stats.policy import Policy
 from gate.stats.registry import declared
 from gate.stats.replay import columns, fold_order
-from gate.stats.simulate import Scenario
+from gate.stats.simulated_pairs import Scenario
 from gate.verdicts.folds import fold
 from gate.verdicts.service import run_gate
 from tests import factories
