@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from gate.stats.gate_stats import CellStats
 from gate.stats.policy import Policy
-from gate.stats.rule import CellStats
 from gate.stats.sequences import (
     LOG_RATIO_CLIP,
     BoolArray,

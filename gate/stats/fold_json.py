@@ -13,9 +13,9 @@ import numpy as np
 
 from gate.stats.change import CollapseState
 from gate.stats.exactness import TokenBins
+from gate.stats.gate_stats import CellStats
 from gate.stats.incremental import BandSums, Bucket, Tail, WarmUp, folded, zero
 from gate.stats.registry import Family, metric_id
-from gate.stats.rule import CellStats
 from gate.stats.sequences import CountStats, MeanStats, PairedCounts, TwoCounts
 
 

@@ -14,6 +14,7 @@ from functools import reduce
 from gate.db.enums import RolloutMode
 from gate.stats import episode_sums
 from gate.stats.change import CollapseState
+from gate.stats.gate_stats import BandStats, CellStats, GateStats
 from gate.stats.ids import ALL, Cell, MetricId
 from gate.stats.incremental import (
     EMPTY_MEAN,
@@ -29,7 +30,6 @@ from gate.stats.incremental import (
 from gate.stats.load_bands import band_labels
 from gate.stats.policy import Policy
 from gate.stats.registry import Family, Source, banded, collapse_segments, metric_id, tested
-from gate.stats.rule import BandStats, CellStats, GateStats
 from gate.stats.sequences import MeanStats, PairedCounts, TwoCounts
 
 _PARITY = {g.id for g in tested(RolloutMode.SHADOW) if g.source is Source.PARITY}

@@ -38,10 +38,10 @@ from gate.stats import episode_sums
 from gate.stats.change import CollapseState, log_evalues, update
 from gate.stats.episode_sums import Sums
 from gate.stats.exactness import TokenBins
+from gate.stats.gate_stats import CellStats
 from gate.stats.ids import ALL, MetricId
 from gate.stats.policy import Policy
 from gate.stats.registry import Family, Guardrail, Source, tested
-from gate.stats.rule import CellStats
 from gate.stats.sequences import CountStats, FloatArray, MeanStats, PairedCounts, TwoCounts
 
 # Bump when what a fold stores changes meaning: stored states then refold from scratch.

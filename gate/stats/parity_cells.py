@@ -20,9 +20,9 @@ from gate.stats.columns import (
     mean_builder,
     two_means_builder,
 )
+from gate.stats.gate_stats import CellStats
 from gate.stats.ids import ALL, Cell, MetricId
 from gate.stats.registry import Guardrail, Source, tested
-from gate.stats.rule import CellStats
 from gate.stats.sequences import BoolArray, FloatArray
 
 

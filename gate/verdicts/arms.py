@@ -31,11 +31,12 @@ from gate.routing.pubsub import Publisher
 from gate.stats import fold_stats
 from gate.stats.arms import ArmLooks, ArmState, ArmStream, arm_policy, choose, member
 from gate.stats.arms_replay import ArmResult, ArmsReplayResult, replay_arms, to_json
+from gate.stats.gate_stats import GateStats
 from gate.stats.ids import ALL, Reason, ReasonKind
 from gate.stats.incremental import Key
 from gate.stats.policy import Policy, at_stage, load_tolerance, next_stage_share
 from gate.stats.replay import replay
-from gate.stats.rule import Code, GateStats
+from gate.stats.rule import Code
 from gate.stats.sequences import MeanStats
 from gate.stats.verdict import DECISIONS, NO_PAIRS, VerdictResult, decide
 from gate.verdicts import folds
