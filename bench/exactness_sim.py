@@ -48,7 +48,7 @@ from gate.exactness import exactness_fields
 from gate.exactness_fit import BINS
 from gate.stats.cumulative import looks_every, to_stats
 from gate.stats.policy import Policy
-from gate.stats.replay import FIT_WIDTH
+from gate.stats.record_columns import FIT_WIDTH
 from gate.stats.rule import Code, apply_rule
 from gate.stats.simulate import clopper_pearson
 from gate.stats.simulated_pairs import Scenario, draw_pairs

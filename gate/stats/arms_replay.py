@@ -24,7 +24,8 @@ from gate.stats.cumulative import at_look, looks_every, to_stats
 from gate.stats.gate_stats import GateStats
 from gate.stats.ids import ALL
 from gate.stats.policy import Policy, at_stage, next_stage_share
-from gate.stats.replay import Record, columns, fold_order, look_fields
+from gate.stats.record_columns import Record, columns, fold_order
+from gate.stats.replay import look_fields
 from gate.stats.rule import Code, apply_rule
 from gate.stats.sequences import IntArray, MeanStats
 from gate.stats.verdict import DECISIONS, VerdictResult, decide

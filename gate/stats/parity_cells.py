@@ -51,7 +51,7 @@ def parity_scale(
         is_control: the control slice's pairs.
         least: the pairs needed for a scale (`min_scale_pairs`).
         spoiled: warm-up pairs showing that which pairs have d depends on their answers
-            (`gate.stats.replay.partial_logprobs`, for mean log-prob): any, and no scale.
+            (`gate.stats.record_columns.partial_logprobs`, for mean log-prob): any, and no scale.
 
     Returns:
         The scale, the pairs axis kept with length 1; NaN where there is none.

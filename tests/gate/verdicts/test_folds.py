@@ -26,7 +26,8 @@ from gate.stats.cumulative import at_look, to_stats
 from gate.stats.fold_stats import to_stats as folded_stats
 from gate.stats.gate_stats import GateStats
 from gate.stats.policy import Policy, load_policy
-from gate.stats.replay import columns, fold_order, replay
+from gate.stats.record_columns import columns, fold_order
+from gate.stats.replay import replay
 from gate.stats.rule import FEEDBACK
 from gate.stats.simulated_pairs import Scenario
 from gate.stats.verdict import VerdictResult

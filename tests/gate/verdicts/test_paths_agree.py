@@ -38,7 +38,8 @@ from gate.stats.fold_stats import to_stats as folded_stats
 from gate.stats.gate_stats import BandStats, GateStats
 from gate.stats.policy import Policy, load_tolerance
 from gate.stats.policy_sections import Promotion
-from gate.stats.replay import columns, fold_order, replay
+from gate.stats.record_columns import columns, fold_order
+from gate.stats.replay import replay
 from gate.stats.rule import FEEDBACK
 from gate.stats.verdict import VerdictResult, decide
 from gate.verdicts.folds import fold

@@ -32,7 +32,7 @@ from gate.stats import fold_stats
 from gate.stats.arms import arm_policy, member
 from gate.stats.cumulative import at_look, to_stats
 from gate.stats.policy import at_stage, next_stage_share
-from gate.stats.replay import columns, fold_order
+from gate.stats.record_columns import columns, fold_order
 from gate.stats.rule import FEEDBACK
 from gate.verdicts import arms as armgate
 from gate.verdicts import folds
