@@ -24,7 +24,8 @@ import numpy as np
 from gate.stats.cumulative import looks_every, to_stats
 from gate.stats.policy import Policy, at_stage
 from gate.stats.rule import apply_rule
-from gate.stats.simulate import Scenario, clopper_pearson, draw_pairs
+from gate.stats.simulate import clopper_pearson
+from gate.stats.simulated_pairs import Scenario, draw_pairs
 
 CONCENTRATION = 10.0
 

@@ -23,7 +23,8 @@ from pathlib import Path
 from gate.demo.run import demo_policy
 from gate.stats.arms_replay import ArmsReplayResult, replay_arms
 from gate.stats.policy import Policy
-from gate.stats.replay import Record, read_pairs
+from gate.stats.record_columns import Record
+from gate.stats.replay import read_pairs
 
 ALL = "all"
 

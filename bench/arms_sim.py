@@ -2,7 +2,7 @@
 
 Shadow stage 0 of the default policy; each sampled request is mirrored to one arm in turn,
 so every arm has the same number of pairs at every look (a look every `--every` pairs of
-each arm, up to `--pairs` per arm). Each arm's pairs are drawn by `gate.stats.simulate`
+each arm, up to `--pairs` per arm). Each arm's pairs are drawn by `gate.stats.simulated_pairs`
 (`Scenario`: its TPOT ratio to the baseline, its evaluator drop), judged by the gate's
 rule at the arm's alpha share (`arms.arm_policy`), and the arms by `arms.choose`.
 Cases (the first decisive rollout verdict of each run; "ever": at any look to the end):
@@ -38,7 +38,8 @@ from gate.stats.ids import ALL
 from gate.stats.policy import Policy, at_stage
 from gate.stats.rule import Code, apply_rule
 from gate.stats.sequences import MeanStats
-from gate.stats.simulate import CHUNK_PAIRS, Scenario, clopper_pearson, draw_pairs
+from gate.stats.simulate import CHUNK_PAIRS, clopper_pearson
+from gate.stats.simulated_pairs import Scenario, draw_pairs
 
 CASES: dict[str, tuple[Scenario, ...]] = {
     "three": (

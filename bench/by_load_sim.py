@@ -4,7 +4,7 @@ In this mode (`promotion.route_by_load`) the gate judges only the mirrored pairs
 sampled request is served by the baseline and mirrored to the candidate, while the
 unsampled ones go to the candidate below the crossover C and to the baseline above it.
 The two calls of a pair meet the same moment but not the same load: each route carries
-what the routing gave it. This simulation draws the gate's pairs as `gate.stats.simulate`
+what the routing gave it. This simulation draws the gate's pairs as `gate.stats.simulated_pairs`
 does (its latency, failure, evaluator and acceptance model) and routes them by load:
 
 * at each pair's start L other requests run, L ~ Poisson(`--load`); each is mirrored with
@@ -47,7 +47,8 @@ from gate.stats.columns import PairColumns, load_matched
 from gate.stats.cumulative import looks_every, to_stats
 from gate.stats.policy import Policy, at_stage
 from gate.stats.rule import Code, apply_rule
-from gate.stats.simulate import Scenario, clopper_pearson, draw_pairs, run_scenario
+from gate.stats.simulate import clopper_pearson, run_scenario
+from gate.stats.simulated_pairs import Scenario, draw_pairs
 
 CHUNK_RUNS = 100
 CHUNK_PAIRS = 400_000

@@ -10,7 +10,7 @@ through the public `gate.exactness.exactness_fields` (OpenAI-format `logprobs` o
 and its exact mean per-token total variation is measured with `gate.engines.verify_tv`.
 
 Pools of answers per verifier are generated once; each simulated rollout (the default
-policy, every guardrail, looks every 10 pairs) draws pairs from `gate.stats.simulate`'s
+policy, every guardrail, looks every 10 pairs) draws pairs from `gate.stats.simulated_pairs`'s
 latency and quality model and puts a pool answer's exactness statistics on the candidate
 side (and on the baseline side of `control_share` of the pairs, from plain sampling).
 Lossy verifiers run with a candidate 20 % faster (so a gate blind to them would promote);
@@ -48,9 +48,10 @@ from gate.exactness import exactness_fields
 from gate.exactness_fit import BINS
 from gate.stats.cumulative import looks_every, to_stats
 from gate.stats.policy import Policy
-from gate.stats.replay import FIT_WIDTH
+from gate.stats.record_columns import FIT_WIDTH
 from gate.stats.rule import Code, apply_rule
-from gate.stats.simulate import Scenario, clopper_pearson, draw_pairs
+from gate.stats.simulate import clopper_pearson
+from gate.stats.simulated_pairs import Scenario, draw_pairs
 
 sys.path.insert(0, str(Path(__file__).parent))
 from verifier_tv import MeasuringSampler

@@ -25,7 +25,8 @@ import numpy as np
 
 from gate.stats.policy import Policy, kill_alpha
 from gate.stats.rule import Code
-from gate.stats.simulate import Outcomes, Scenario, clopper_pearson, run_scenario
+from gate.stats.simulate import Outcomes, clopper_pearson, run_scenario
+from gate.stats.simulated_pairs import Scenario
 
 
 def _per_stage_alpha(policy: Policy) -> Policy:

@@ -34,7 +34,8 @@ from gate.db.enums import RolloutMode
 from gate.stats.cumulative import looks_every, to_stats
 from gate.stats.policy import Policy, at_stage
 from gate.stats.rule import Code, apply_rule
-from gate.stats.simulate import CHUNK_PAIRS, Scenario, clopper_pearson, draw_pairs
+from gate.stats.simulate import CHUNK_PAIRS, clopper_pearson
+from gate.stats.simulated_pairs import Scenario, draw_pairs
 
 
 def run_case(

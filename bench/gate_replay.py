@@ -22,7 +22,7 @@ import orjson
 
 from gate.stats.policy import Policy
 from gate.stats.replay import read_pairs, replay
-from gate.stats.simulate import Scenario, draw_pairs, to_records
+from gate.stats.simulated_pairs import Scenario, draw_pairs, to_records
 
 
 def main() -> None:

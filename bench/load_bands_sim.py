@@ -25,7 +25,8 @@ import argparse
 import time
 
 from gate.stats.policy import Policy
-from gate.stats.simulate import Scenario, StagedOutcomes, run_stages
+from gate.stats.simulate import StagedOutcomes, run_stages
+from gate.stats.simulated_pairs import Scenario
 
 BASELINE_LOAD = 64.0
 

@@ -39,7 +39,8 @@ from gate.stats.policy import Policy
 from gate.stats.registry import alpha_kill_each, kill_slots
 from gate.stats.rule import Code
 from gate.stats.sequences import MeanStats
-from gate.stats.simulate import Scenario, clopper_pearson, run_scenario
+from gate.stats.simulate import clopper_pearson, run_scenario
+from gate.stats.simulated_pairs import Scenario
 
 
 def draw_d(

@@ -35,7 +35,7 @@ from typing import Any
 from gate.exactness_fit import BINS, TokenFit, occupancy
 from gate.exactness_position import EOS, MODES, Mode, Sampling, Stops, place
 
-# `gate.stats.replay` reads the stored sums through this module.
+# `gate.stats.record_columns` reads the stored sums through this module.
 __all__ = ["BINS", "TokenFit", "exactness_fields", "raw_describes", "trusted"]
 
 # Request settings that change the sampling distribution after the engine's raw values

@@ -188,7 +188,7 @@ def canary_cancel_records(
     """Simulated canary pair records (one side each) whose clients cancel at these rates."""
     import numpy as np
 
-    from gate.stats.simulate import Scenario, draw_pairs, to_records
+    from gate.stats.simulated_pairs import Scenario, draw_pairs, to_records
 
     rates = {"cancel_rate": cancel_rate, "candidate_cancel_rate": candidate_cancel_rate}
     scenario = Scenario("canary cancels", pairs, mode=RolloutMode.CANARY, **rates)

@@ -16,7 +16,7 @@ from gate.db.enums import Cohort, PairState
 from gate.db.models import Evaluation, Generation, Pair, RequestRecord
 from gate.engines.sim import SimProfile, create_sim_app
 from gate.pairs.export import pair_records
-from gate.stats.replay import episode_of
+from gate.stats.record_columns import episode_of
 from tests import factories
 from tests.gate.api.test_processes import specgate_serve
 from tests.servers import serving

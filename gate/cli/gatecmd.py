@@ -21,7 +21,8 @@ from gate.stats.policy import Policy, load_policy, load_tolerance
 from gate.stats.replay import ReplayResult, look_fields, read_pairs, replay
 from gate.stats.rule import Code
 from gate.stats.sequences import FloatArray
-from gate.stats.simulate import Outcomes, Scenario, run_scenario
+from gate.stats.simulate import Outcomes, run_scenario
+from gate.stats.simulated_pairs import Scenario
 
 app = typer.Typer(help="Replay and simulate the statistical gate.", no_args_is_help=True)
 

@@ -14,7 +14,7 @@ from gate.db.enums import Cohort, GenerationStatus
 from gate.db.models import Evaluation, Generation
 from gate.pairs.export import pair_records
 from gate.parity import eligibility
-from gate.stats.replay import parity_side
+from gate.stats.record_columns import parity_side
 
 PARITY = "greedy_parity"
 

@@ -2,7 +2,7 @@
 
 The Postgres fold sums them (`gate.verdicts.aggregates`) instead of judging eligibility in
 SQL: they come from the side fields the export writes (`gate.pairs.export`) through the
-function replay reads them with (`gate.stats.replay.parity_values`), so eligibility has
+function replay reads them with (`gate.stats.record_columns.parity_values`), so eligibility has
 one definition (`gate.parity`) and both paths compare the same pairs alike.
 """
 
@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from gate.db.models import Generation, Pair
 from gate.pairs.export import SIDES, parity_fields
 from gate.parity import STATISTICS
-from gate.stats.replay import parity_values, partial_logprobs
+from gate.stats.record_columns import parity_values, partial_logprobs
 
 Side = dict[str, Any]
 

@@ -21,10 +21,12 @@ from gate.errors import BadRequest, InputMalformed
 from gate.stats.acceptance_length import AcceptanceLength, summarise
 from gate.stats.arms import ArmLooks, ArmState, ArmStream, arm_policy, choose, member
 from gate.stats.cumulative import at_look, looks_every, to_stats
+from gate.stats.gate_stats import GateStats
 from gate.stats.ids import ALL
 from gate.stats.policy import Policy, at_stage, next_stage_share
-from gate.stats.replay import Record, columns, fold_order, look_fields
-from gate.stats.rule import Code, GateStats, apply_rule
+from gate.stats.record_columns import Record, columns, fold_order
+from gate.stats.replay import look_fields
+from gate.stats.rule import Code, apply_rule
 from gate.stats.sequences import IntArray, MeanStats
 from gate.stats.verdict import DECISIONS, VerdictResult, decide
 

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from gate.stats.gate_stats import CellStats
 from gate.stats.policy import Policy
-from gate.stats.rule import CellStats
 from gate.stats.sequences import (
     LOG_RATIO_CLIP,
     BoolArray,
@@ -64,7 +64,7 @@ class PairColumns:
     # Per pair: a sampled side's log-probabilities do not cover its answer (with `parity`).
     partial_logprobs: BoolArray | None = None
     # Per-token exactness: per side, (tested tokens, cut tokens, the BINS bin shares, off,
-    # off_p, off_p2; `gate.stats.replay.FIT_WIDTH`) as
+    # off_p, off_p2; `gate.stats.record_columns.FIT_WIDTH`) as
     # stored (`gate.exactness_fit.TokenFit`), on a trailing axis after the sides; NaN where a
     # side carried none (None: no side of any pair did).
     exactness: FloatArray | None = None

@@ -26,13 +26,13 @@ from gate.db.enums import RolloutMode
 from gate.stats.change import log_evalues
 from gate.stats.columns import BASE, CAND, Acc, Context, PairColumns, load_matched
 from gate.stats.exactness_cells import exactness_control
+from gate.stats.gate_stats import CellStats, GateStats
 from gate.stats.guardrail_cells import BUILDERS
 from gate.stats.ids import ALL, UNDECLARED, Cell
 from gate.stats.load_bands import bands
 from gate.stats.parity_cells import parity_control
 from gate.stats.policy import Policy
 from gate.stats.registry import collapse_segments, tested
-from gate.stats.rule import CellStats, GateStats
 from gate.stats.sequences import BoolArray, FloatArray, IntArray
 
 

@@ -14,9 +14,9 @@ from gate.db.enums import RolloutMode
 from gate.exactness_fit import BINS
 from gate.stats.columns import BASE, CAND, Acc, Builder, Context
 from gate.stats.exactness import TokenBins
+from gate.stats.gate_stats import CellStats
 from gate.stats.ids import ALL, Cell, MetricId
 from gate.stats.registry import Guardrail, Source, tested
-from gate.stats.rule import CellStats
 from gate.stats.sequences import BoolArray, FloatArray
 
 

@@ -1,4 +1,4 @@
-"""The gate's sufficient statistics kept incrementally: fold state, what a fold adds, GateStats.
+"""The gate's sufficient statistics kept incrementally: the fold state and what a fold adds.
 
 On Postgres the gate does not recompute a stage's statistics from all of its pairs at
 every look. Each pair is folded into a stored state once, after its evaluations landed,
@@ -18,6 +18,8 @@ so a pair's role is known when it is folded and never revisited. Replay and expo
 the same order (`gate.stats.replay`), so both paths give the same statistics. Pairs of
 undeclared segments count only in the pooled cells; they share the bucket `all`.
 Not folded: user feedback (it arrives after the fold), canary mode (unpaired cohorts).
+The statistics the rule reads are built from a state in `gate.stats.fold_stats`; the
+state's stored JSON documents are written and read in `gate.stats.fold_json`.
 """
 
 from __future__ import annotations
@@ -26,12 +28,9 @@ import hashlib
 import json
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from datetime import datetime
-from functools import reduce
-from typing import Any, TypeVar
-
-import numpy as np
+from typing import TypeVar
 
 from gate.db.enums import RolloutMode
 from gate.parity import STATISTICS
@@ -39,19 +38,10 @@ from gate.stats import episode_sums
 from gate.stats.change import CollapseState, log_evalues, update
 from gate.stats.episode_sums import Sums
 from gate.stats.exactness import TokenBins
-from gate.stats.ids import ALL, Cell, MetricId
-from gate.stats.load_bands import band_labels
+from gate.stats.gate_stats import CellStats
+from gate.stats.ids import ALL, MetricId
 from gate.stats.policy import Policy
-from gate.stats.registry import (
-    Family,
-    Guardrail,
-    Source,
-    banded,
-    collapse_segments,
-    metric_id,
-    tested,
-)
-from gate.stats.rule import BandStats, CellStats, GateStats
+from gate.stats.registry import Family, Guardrail, Source, tested
 from gate.stats.sequences import CountStats, FloatArray, MeanStats, PairedCounts, TwoCounts
 
 # Bump when what a fold stores changes meaning: stored states then refold from scratch.
@@ -66,8 +56,8 @@ POOLED_ONLY = ALL
 Key = tuple[datetime, uuid.UUID]
 T = TypeVar("T")
 
-_MEAN = MeanStats(0.0, 0.0, 0.0)
-_PAIRED = PairedCounts(0.0, 0.0, 0.0)
+EMPTY_MEAN = MeanStats(0.0, 0.0, 0.0)
+EMPTY_PAIRED = PairedCounts(0.0, 0.0, 0.0)
 _COUNT = CountStats(0.0, 0.0)
 
 
@@ -169,7 +159,7 @@ class WarmUp:
 class BandSums:
     """One load band's live pairs: the primary's clipped log-ratio and both routes' loads."""
 
-    gain: MeanStats = _MEAN
+    gain: MeanStats = EMPTY_MEAN
     candidate_load: float = 0.0
     baseline_load: float = 0.0
 
@@ -302,88 +292,6 @@ def add(state: FoldState, delta: Delta) -> FoldState:
     )
 
 
-def to_stats(state: FoldState, policy: Policy, *, next_share: float | None = 1.0) -> GateStats:
-    """Return the gate's statistics of the folded pairs (as `cumulative.to_stats` would);
-    `next_share` as there (the load bands' hold)."""
-    pooled = reduce(_plus, state.buckets.values(), Bucket())
-    cells: dict[tuple[str, str], CellStats] = {}
-    for segment in (ALL, *policy.segments):
-        b = pooled if segment == ALL else state.buckets.get(segment, Bucket())
-        cells.update(_cells(state, policy, b, segment, seen=pooled.cells))
-    enabled = policy.guardrails.acceptance.enabled
-    collapse = {
-        s: state.collapse.get(s, CollapseState()).max_log_sr for s in collapse_segments(policy)
-    }
-    elapsed = (state.last_at - state.first_at) if state.first_at and state.last_at else None
-    control: dict[tuple[str, str], CellStats] = {
-        Cell(metric_id(m), ALL): _control_cell(state, m, c) for m, c in state.control.items()
-    }
-    bands = _bands(state, policy, next_share)
-    if state.shared:  # an episode holds two pairs: the episode is the unit, as in replay
-        cells, control = _episodic(state, cells), _episodic(state, control, control=True)
-        bands = bands and _episodic_bands(state, bands)
-    live = state.episodes.get(episode_sums.LIVE, {}).get(ALL, episode_sums.NONE)
-    return GateStats(
-        cells=cells,
-        n_pairs=pooled.live,
-        n_dropped=pooled.dropped,
-        n_unmatched=pooled.unmatched,
-        elapsed_s=elapsed.total_seconds() if elapsed else 0.0,
-        warmed_up=state.pairs > policy.warmup_pairs,
-        collapse=collapse if enabled else {},
-        control=control,
-        bands=bands,
-        n_episodes=live.episodes if state.shared else None,
-    )
-
-
-def _episodic(
-    state: FoldState, cells: Mapping[tuple[str, str], CellStats], *, control: bool = False
-) -> dict[tuple[str, str], CellStats]:
-    """Return the cells with their episode sums (means and paired counts; others as they are)."""
-    out = dict(cells)
-    for (metric, segment), cell in cells.items():
-        if isinstance(cell, TwoCounts) or not isinstance(cell, MeanStats | PairedCounts):
-            continue
-        key = episode_sums.control_key(metric) if control else metric
-        sums = state.episodes.get(key, {}).get(segment, episode_sums.NONE)
-        if metric_id(metric).guardrail in _PARITY:
-            sums = episode_sums.scaled(sums, _scale(state, metric))
-        out[Cell(metric_id(metric), segment)] = episode_sums.episodic(cell, sums)
-    return out
-
-
-def _episodic_bands(state: FoldState, bands: BandStats) -> BandStats:
-    """Return the load bands' gains with their episode sums (pooled)."""
-    per = [state.episodes.get(episode_sums.band_key(i), {}) for i in range(len(bands.gain))]
-    gains = [
-        episode_sums.episodic(g, p.get(ALL, episode_sums.NONE))
-        for g, p in zip(bands.gain, per, strict=True)
-    ]
-    return replace(bands, gain=tuple(g for g in gains if isinstance(g, MeanStats)))
-
-
-def _control_cell(state: FoldState, metric: str, raw: CellStats) -> CellStats:
-    """Return a control cell as the rule reads it (parity's sums of d in sd)."""
-    return in_sd(raw, _scale(state, metric)) if isinstance(raw, MeanStats) else raw
-
-
-def _bands(state: FoldState, policy: Policy, next_share: float | None) -> BandStats | None:
-    """Return the load bands of the folded pairs (None: the policy has them off)."""
-    g = banded(policy)
-    if g is None or g.shadow is not Family.BAND:
-        return None
-    edges = policy.guardrails.load_bands.edges
-    sums = state.bands or tuple(BandSums() for _ in range(len(edges) + 1))
-    return BandStats(
-        labels=band_labels(edges),
-        gain=tuple(b.gain for b in sums),
-        candidate_load=tuple(b.candidate_load for b in sums),
-        baseline_load=tuple(b.baseline_load for b in sums),
-        next_share=next_share,
-    )
-
-
 def folded() -> list[Guardrail]:
     """Return the shadow guardrails the fold keeps in buckets (evaluators and user
     feedback aside: evaluators are kept per name, feedback arrives after the fold)."""
@@ -391,7 +299,6 @@ def folded() -> list[Guardrail]:
 
 
 _NOT_IN_BUCKETS = (Source.EVALUATOR, Source.FEEDBACK)
-_PARITY = {g.id for g in tested(RolloutMode.SHADOW) if g.source is Source.PARITY}
 
 
 def metrics(g: Guardrail) -> list[MetricId]:
@@ -401,158 +308,12 @@ def metrics(g: Guardrail) -> list[MetricId]:
     return [MetricId(g.id)]
 
 
-def in_sd(raw: MeanStats, scale: float | None) -> MeanStats:
-    """Return sums of d as sums of z = d / scale (empty without a scale, as replay's NaN z)."""
-    if scale is None:
-        return _MEAN
-    return MeanStats(raw.n, raw.total / scale, raw.total_sq / (scale * scale))
-
-
-def _scale(state: FoldState, metric: str) -> float | None:
-    part = metric_id(metric).part
-    return None if state.warmup is None or part is None else state.warmup.parity.get(part)
-
-
 def zero(family: Family | None) -> CellStats:
     """Return the empty statistics of a family's cell."""
     if family in (Family.PAIRED_DIFFERENCE, Family.EXCEEDANCE):
-        return _PAIRED
+        return EMPTY_PAIRED
     if family is Family.TWO_RATES:
         return TwoCounts(_COUNT, _COUNT)
     if family is Family.TOKEN_PIT:
         return TokenBins.empty()
-    return _MEAN
-
-
-def _cells(
-    state: FoldState, policy: Policy, b: Bucket, segment: str, *, seen: Mapping[str, CellStats]
-) -> dict[tuple[str, str], CellStats]:
-    cells: dict[tuple[str, str], CellStats] = {}
-    for g in folded():
-        if segment not in g.segments(policy):
-            continue  # a pooled guardrail has no per-segment cells, as in replay
-        for metric in metrics(g):
-            raw = b.cells.get(metric, zero(g.shadow))
-            if g.source is Source.EXACTNESS:
-                if metric in seen:  # no side of a folded pair tested: no cell, as in replay
-                    cells[Cell(metric, segment)] = raw
-            elif g.source is not Source.PARITY:
-                cells[Cell(metric, segment)] = raw
-            elif metric in seen:  # no folded pair sampled: no cells, as in replay
-                assert isinstance(raw, MeanStats), metric
-                cells[Cell(metric, segment)] = in_sd(raw, _scale(state, metric))
-    for name, per in state.evaluators.items():
-        picked = per.values() if segment == ALL else [per.get(segment, _PAIRED)]
-        counts = reduce(_plus, picked, _PAIRED)
-        cells[Cell(MetricId("eval", name), segment)] = replace(counts, n=counts.n + b.both_failed)
-    return cells
-
-
-def dump(value: Any) -> Any:
-    """Return a JSON-ready copy of state parts (dataclasses, maps, floats; -inf as null)."""
-    if isinstance(value, Bucket):
-        parts = {"live": value.live, "dropped": value.dropped, "both_failed": value.both_failed}
-        parts["unmatched"] = value.unmatched
-        return {**parts, "cells": dump(value.cells)}
-    if isinstance(value, TokenBins):
-        bins = [float(b) for b in value.bins]
-        return {"n": float(value.n), "cut": float(value.cut), "bins": bins,
-                "off": float(value.off), "off_p": float(value.off_p),
-                "off_p2": float(value.off_p2)}  # fmt: skip
-    if is_dataclass(value) and not isinstance(value, type):
-        return dump(asdict(value))
-    if isinstance(value, Mapping):
-        return {str(k): dump(v) for k, v in value.items()}
-    if isinstance(value, float | np.floating) and not np.isfinite(value):
-        return None  # JSONB has no infinities; only the collapse statistic's -inf occurs
-    return float(value) if isinstance(value, np.floating) else value
-
-
-def _number(raw: float | None) -> float:
-    return -np.inf if raw is None else float(raw)
-
-
-def _numbers(doc: Mapping[str, Any]) -> dict[str, float]:
-    return {key: float(value) for key, value in doc.items()}
-
-
-def load_buckets(doc: Mapping[str, Any] | None) -> dict[str, Bucket]:
-    """Return buckets from their `dump`; absent cells are empty."""
-    families = {g.id: g.shadow for g in folded()}
-    out = {}
-    for segment, raw in (doc or {}).items():
-        cells = {
-            name: _load_cell(families.get(metric_id(name).guardrail), value)
-            for name, value in raw.get("cells", {}).items()
-        }
-        unmatched = raw.get("unmatched", 0.0)
-        out[segment] = Bucket(
-            raw["live"], raw["dropped"], raw["both_failed"], cells, unmatched=unmatched
-        )
-    return out
-
-
-def _load_cell(family: Family | None, raw: Mapping[str, Any]) -> CellStats:
-    kind = type(zero(family))
-    if kind is TokenBins:
-        return _load_bins(raw)
-    if kind is TwoCounts:
-        return TwoCounts(*(CountStats(**_numbers(raw[side])) for side in ("baseline", "candidate")))
-    return kind(**_numbers(raw))  # type: ignore[arg-type]
-
-
-def load_evaluators(doc: Mapping[str, Any] | None) -> dict[str, dict[str, PairedCounts]]:
-    """Return evaluator counts from their `dump`."""
-    return {
-        name: {segment: PairedCounts(**_numbers(raw)) for segment, raw in per.items()}
-        for name, per in (doc or {}).items()
-    }
-
-
-def load_collapse(doc: Mapping[str, Any] | None) -> dict[str, CollapseState]:
-    """Return the collapse detectors from their `dump`."""
-    return {
-        segment: CollapseState(int(raw["n"]), _number(raw["log_sr"]), _number(raw["max_log_sr"]))
-        for segment, raw in (doc or {}).items()
-    }
-
-
-def load_control(doc: Mapping[str, Any] | None) -> dict[str, CellStats]:
-    """Return the control cells from their `dump`."""
-    return {
-        metric: _load_bins(raw) if "bins" in raw else MeanStats(**_numbers(raw))
-        for metric, raw in (doc or {}).items()
-    }
-
-
-def _load_bins(raw: Mapping[str, Any]) -> TokenBins:
-    bins = tuple(float(b) for b in raw["bins"])
-    # Dumped before the most-likely test's sums: 0 and 0, its capital unmoved.
-    off, off_p, off_p2 = (float(raw.get(k, 0.0)) for k in ("off", "off_p", "off_p2"))
-    return TokenBins(float(raw["n"]), float(raw["cut"]), bins, off, off_p, off_p2)
-
-
-def load_bands(doc: list[Any] | None) -> tuple[BandSums, ...]:
-    """Return the load bands' sums from their `dump` (none folded: empty)."""
-    return tuple(
-        BandSums(
-            MeanStats(**_numbers(raw["gain"])),
-            float(raw["candidate_load"]),
-            float(raw["baseline_load"]),
-        )
-        for raw in doc or []
-    )
-
-
-def load_warmup(doc: Mapping[str, Any] | None) -> WarmUp | None:
-    """Return what the warm-up fixed, from its `dump` (None before the warm-up ended)."""
-    if doc is None:
-        return None
-
-    def tail(raw: Mapping[str, Any]) -> Tail:
-        pooled = raw["pooled"]
-        return Tail(_numbers(raw["segments"]), None if pooled is None else float(pooled))
-
-    tails = {name: tail(raw) for name, raw in doc.get("tails", {}).items()}
-    scales = _numbers(doc.get("parity", {}))
-    return WarmUp(tail(doc["ttft"]), tail(doc["e2e"]), _numbers(doc["levels"]), tails, scales)
+    return EMPTY_MEAN

@@ -12,8 +12,8 @@ import numpy as np
 
 from gate.db.enums import RolloutMode
 from gate.stats.columns import BASE, CAND, Acc, Context, log_ratio, mean
+from gate.stats.gate_stats import BandStats
 from gate.stats.registry import Family, banded
-from gate.stats.rule import BandStats
 
 
 def bands(ctx: Context, acc: Acc, mode: RolloutMode, next_share: float | None) -> BandStats | None:

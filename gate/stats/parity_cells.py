@@ -20,9 +20,9 @@ from gate.stats.columns import (
     mean_builder,
     two_means_builder,
 )
+from gate.stats.gate_stats import CellStats
 from gate.stats.ids import ALL, Cell, MetricId
 from gate.stats.registry import Guardrail, Source, tested
-from gate.stats.rule import CellStats
 from gate.stats.sequences import BoolArray, FloatArray
 
 
@@ -51,7 +51,7 @@ def parity_scale(
         is_control: the control slice's pairs.
         least: the pairs needed for a scale (`min_scale_pairs`).
         spoiled: warm-up pairs showing that which pairs have d depends on their answers
-            (`gate.stats.replay.partial_logprobs`, for mean log-prob): any, and no scale.
+            (`gate.stats.record_columns.partial_logprobs`, for mean log-prob): any, and no scale.
 
     Returns:
         The scale, the pairs axis kept with length 1; NaN where there is none.

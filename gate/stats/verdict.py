@@ -13,19 +13,13 @@ from gate.db.enums import Decision
 from gate.parity import explain
 from gate.stats import exactness
 from gate.stats.betting import diff_interval
+from gate.stats.cell_checks import cell_n, harm_interval
+from gate.stats.gate_stats import GateStats
 from gate.stats.ids import ALL, Cell, Reason, ReasonKind
+from gate.stats.load_gap import band_intervals, load_gap
 from gate.stats.policy import Policy
 from gate.stats.registry import Family, Harm, Rule, Source, find, metric_id, rule_for
-from gate.stats.rule import (
-    Code,
-    GateStats,
-    LookFlags,
-    apply_rule,
-    band_intervals,
-    cell_n,
-    harm_interval,
-    load_gap,
-)
+from gate.stats.rule import Code, LookFlags, apply_rule
 from gate.stats.sequences import CohortCounts, Interval, MeanStats, PairedCounts, TwoMeans
 
 Key = tuple[str, str]

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from gate.exactness_fit import BINS
 from gate.parity import STATISTICS
 from gate.stats.exactness import TokenBins
+from gate.stats.gate_stats import CellStats
 from gate.stats.ids import ALL, UNDECLARED
 from gate.stats.incremental import (
     POOLED_ONLY,
@@ -34,7 +35,6 @@ from gate.stats.incremental import (
 )
 from gate.stats.policy import Policy
 from gate.stats.registry import Family, Guardrail, Source, collapse_segments
-from gate.stats.rule import CellStats
 from gate.stats.sequences import CountStats, FloatArray, MeanStats, PairedCounts, TwoCounts
 from gate.verdicts.slices import SLICE, Slice, difference
 

@@ -28,14 +28,15 @@ from gate.db.models import Rollout
 from gate.pairs.export import pair_records
 from gate.routing import service as routing
 from gate.routing.pubsub import Publisher
-from gate.stats import incremental
+from gate.stats import fold_stats
 from gate.stats.arms import ArmLooks, ArmState, ArmStream, arm_policy, choose, member
 from gate.stats.arms_replay import ArmResult, ArmsReplayResult, replay_arms, to_json
+from gate.stats.gate_stats import GateStats
 from gate.stats.ids import ALL, Reason, ReasonKind
 from gate.stats.incremental import Key
 from gate.stats.policy import Policy, at_stage, load_tolerance, next_stage_share
 from gate.stats.replay import replay
-from gate.stats.rule import Code, GateStats
+from gate.stats.rule import Code
 from gate.stats.sequences import MeanStats
 from gate.stats.verdict import DECISIONS, NO_PAIRS, VerdictResult, decide
 from gate.verdicts import folds
@@ -126,7 +127,7 @@ def _folded(
         state, sums = folds.fold_arm(session, rollout_id=rollout.id, stage=rollout.stage,
                                      arm=name, policy=policy, load_match=matched)  # fmt: skip
         if state.pairs:
-            stats = incremental.to_stats(state, judged, next_share=share)
+            stats = fold_stats.to_stats(state, judged, next_share=share)
             # The arm's own gate, judged once (its intervals are most of a look's cost).
             verdict = decide(judged, stats)
             arms.append(_FoldedArm(name, state.pairs, stats, verdict, sums))

@@ -22,7 +22,7 @@ from gate.db.enums import RolloutMode
 from gate.db.models import GateFold
 from gate.db.models.quality import NO_ARM
 from gate.pairs.watermark import fold_horizon
-from gate.stats import episode_sums, incremental
+from gate.stats import episode_sums, fold_json, incremental
 from gate.stats.incremental import FoldState, Key
 from gate.stats.policy import Policy
 from gate.verdicts import acceptance, aggregates, episodes
@@ -184,12 +184,12 @@ def _load(row: GateFold) -> FoldState:
         warm_pairs=row.warm_pairs,
         first_at=row.first_at,
         last_at=row.last_at,
-        warmup=incremental.load_warmup(row.warmup),
-        buckets=incremental.load_buckets(row.segments),
-        evaluators=incremental.load_evaluators(row.evaluators),
-        collapse=incremental.load_collapse(row.collapse),
-        control=incremental.load_control(row.control),
-        bands=incremental.load_bands(row.bands),
+        warmup=fold_json.load_warmup(row.warmup),
+        buckets=fold_json.load_buckets(row.segments),
+        evaluators=fold_json.load_evaluators(row.evaluators),
+        collapse=fold_json.load_collapse(row.collapse),
+        control=fold_json.load_control(row.control),
+        bands=fold_json.load_bands(row.bands),
         episodes=episode_sums.load((row.episodes or {}).get("sums")),
         shared=bool((row.episodes or {}).get("shared", False)),
     )
@@ -200,10 +200,10 @@ def _save(row: GateFold, state: FoldState) -> None:
     row.watermark_at, row.watermark_id = state.watermark or (None, None)
     row.pairs, row.warm_pairs = state.pairs, state.warm_pairs
     row.first_at, row.last_at = state.first_at, state.last_at
-    row.warmup = incremental.dump(state.warmup)
-    row.segments = incremental.dump(state.buckets)
-    row.evaluators = incremental.dump(state.evaluators)
-    row.collapse = incremental.dump(state.collapse)
-    row.control = incremental.dump(state.control)
-    row.bands = [incremental.dump(b) for b in state.bands]
+    row.warmup = fold_json.dump(state.warmup)
+    row.segments = fold_json.dump(state.buckets)
+    row.evaluators = fold_json.dump(state.evaluators)
+    row.collapse = fold_json.dump(state.collapse)
+    row.control = fold_json.dump(state.control)
+    row.bands = [fold_json.dump(b) for b in state.bands]
     row.episodes = {"shared": state.shared, "sums": episode_sums.dump(state.episodes)}

@@ -29,7 +29,7 @@ from gate.rollouts.states import Action
 from gate.routing import service as routing
 from gate.routing import snapshot
 from gate.routing.pubsub import Publisher
-from gate.stats import incremental
+from gate.stats import fold_stats
 from gate.stats.policy import Policy, at_stage, load_policy, load_tolerance, next_stage_share
 from gate.stats.replay import replay
 from gate.stats.verdict import NO_BASELINE_COHORT, NO_PAIRS, VerdictResult, decide
@@ -74,7 +74,7 @@ def _pairs_verdict(session: Session, *, rollout: Rollout, policy: Policy) -> Ver
         if not state.pairs:
             return NO_PAIRS
         share = next_stage_share(policy, rollout.stage, RolloutMode.SHADOW)
-        stats = incremental.to_stats(state, policy, next_share=share)
+        stats = fold_stats.to_stats(state, policy, next_share=share)
         return decide(at_stage(policy, rollout.stage), stats)
     records = list(
         pair_records(session, rollout_id=rollout.id, stage=rollout.stage, evaluated_only=True)

@@ -16,9 +16,11 @@ import numpy as np
 import pytest
 
 from gate.stats.betting import BET_FRACTIONS, bounded_log_wealth
+from gate.stats.cell_checks import check_cell, harm_interval
+from gate.stats.gate_stats import GateStats
 from gate.stats.policy import ALL, Policy, load_policy
 from gate.stats.registry import Rule, rule_for
-from gate.stats.rule import GateStats, _check, apply_rule, harm_interval
+from gate.stats.rule import apply_rule
 from gate.stats.sequences import EpisodeMean, FloatArray, MeanStats
 from gate.stats.simulate import clopper_pearson
 
@@ -142,8 +144,8 @@ def test_with_episodes_the_floor_is_not_proven_on_pairs_alone():
         float((sums * sums).sum()), float((sums * 25).sum()), 40.0 * 25**2,
     )  # fmt: skip
     levels = {"alpha_kill": 0.005, "alpha_promote": 0.025, "n_opt": 1000.0}
-    _, inside_alone = _check(plain, rule, **levels)
-    harmful, inside = _check(clustered, rule, **levels)
+    _, inside_alone = check_cell(plain, rule, **levels)
+    harmful, inside = check_cell(clustered, rule, **levels)
     assert bool(inside_alone) and not bool(inside) and not bool(harmful)
     got = harm_interval(clustered, rule, **levels)
     alone = harm_interval(plain, rule, **levels)

@@ -16,7 +16,7 @@ from gate.errors import InputMalformed
 from gate.stats.arms import ArmState
 from gate.stats.arms_replay import has_arms, replay_arms
 from gate.stats.policy import Policy
-from gate.stats.simulate import Scenario, draw_pairs, to_records
+from gate.stats.simulated_pairs import Scenario, draw_pairs, to_records
 
 # A short stage, so that a small file reaches its decision.
 POLICY_YAML = "min_pairs: 400\nmin_duration_s: 0\nsegments: [chat]\n"

@@ -9,13 +9,14 @@ import pytest
 
 from gate.db.enums import RolloutMode
 from gate.stats import registry
+from gate.stats.cell_checks import check_cell, harm_interval
 from gate.stats.cumulative import looks_every, to_stats
 from gate.stats.ids import ALL, Cell, MetricId
 from gate.stats.policy import Policy, at_stage
 from gate.stats.registry import Family, Rule, rule_for
-from gate.stats.rule import _check, apply_rule, harm_interval
+from gate.stats.rule import apply_rule
 from gate.stats.sequences import CohortCounts, EpisodeCohorts, EpisodeMean, cohort_values
-from gate.stats.simulate import Scenario, draw_pairs
+from gate.stats.simulated_pairs import Scenario, draw_pairs
 
 POLICY = at_stage(Policy(), 0)
 CANARY = RolloutMode.CANARY
@@ -146,5 +147,5 @@ def test_a_harm_that_fails_whole_conversations_is_not_proven_inside(episodes: in
     )  # fmt: skip
     cell = EpisodeCohorts(n * ones, cand, 0.0 * ones, w, difference)
     rule = Rule(kill_at=0.0, margin=0.015, required=True)
-    _, inside = _check(cell, rule, alpha_kill=1e-4, alpha_promote=0.025, n_opt=1000.0)
+    _, inside = check_cell(cell, rule, alpha_kill=1e-4, alpha_promote=0.025, n_opt=1000.0)
     assert float(np.mean(inside)) <= 0.05  # the promotion budget is 0.025

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from gate.db.enums import RolloutMode
+from gate.stats.cell_checks import harm_interval
 from gate.stats.columns import Acc, mean
 from gate.stats.cumulative import looks_every, to_stats
 from gate.stats.ids import ALL, Cell, MetricId
 from gate.stats.policy import Policy
 from gate.stats.registry import rule_for
 from gate.stats.replay import read_pairs, replay
-from gate.stats.rule import harm_interval
 from gate.stats.sequences import (
     EpisodeCounts,
     EpisodeMean,
@@ -23,7 +23,7 @@ from gate.stats.sequences import (
     PairedCounts,
     mean_interval,
 )
-from gate.stats.simulate import Scenario, draw_pairs, to_records
+from gate.stats.simulated_pairs import Scenario, draw_pairs, to_records
 
 POLICY = Policy()
 DEMO = Path(__file__).parents[3] / "gate" / "demo" / "data" / "recorded_pairs.jsonl"
@@ -180,9 +180,11 @@ def test_paired_rates_take_the_episode_as_the_unit_when_episodes_hold_several_pa
     same = harm_interval(own.cells[cell], rule, **kw)
     for a, b in zip((same.lower, same.upper), (narrow.lower, narrow.upper), strict=True):
         np.testing.assert_array_equal(a, b)
-    from gate.stats.rule import _check
+    from gate.stats.cell_checks import check_cell
 
-    for a, b in zip(_check(own.cells[cell], rule, **kw), _check(alone, rule, **kw), strict=True):
+    for a, b in zip(
+        check_cell(own.cells[cell], rule, **kw), check_cell(alone, rule, **kw), strict=True
+    ):
         np.testing.assert_array_equal(a, b)
 
 
@@ -190,8 +192,8 @@ def test_episodes_never_make_a_rate_more_certain_than_independent_pairs():
     # 40 two-pair episodes, no pair where only one side failed: the clustered variance is
     # 0, so its interval alone is [0, 0]; the exact bet on 80 independent pairs cannot
     # prove the increase under 1 %, and grouping the pairs must not prove it either.
+    from gate.stats.cell_checks import check_cell
     from gate.stats.registry import Rule
-    from gate.stats.rule import _check
     from gate.stats.sequences import EpisodeCounts, EpisodeMean
 
     zeros = EpisodeMean(80.0, 0.0, 0.0, episodes=40.0, episode_sq=0.0,
@@ -200,7 +202,7 @@ def test_episodes_never_make_a_rate_more_certain_than_independent_pairs():
     rule = Rule(kill_at=0.05, margin=0.01, required=True)
     got = harm_interval(stats, rule, alpha_kill=0.05, alpha_promote=0.05, n_opt=1000.0)
     assert float(np.asarray(got.upper)) >= 0.01
-    harmful, inside = _check(stats, rule, alpha_kill=0.05, alpha_promote=0.05, n_opt=1000.0)
+    harmful, inside = check_cell(stats, rule, alpha_kill=0.05, alpha_promote=0.05, n_opt=1000.0)
     assert not bool(np.asarray(inside)) and not bool(np.asarray(harmful))
 
 
@@ -222,8 +224,8 @@ def test_a_paired_harm_that_fails_whole_conversations_is_not_proven_inside(episo
     # (harm 0.03, twice the 0.015 margin of `failures`), the baseline none. A run with no
     # such conversation has no discordant pair, and the bet on its pairs as independent
     # proved it inside (35 % of runs at 34 conversations of 30 pairs, 5 % at 100).
+    from gate.stats.cell_checks import check_cell
     from gate.stats.registry import Rule
-    from gate.stats.rule import _check
 
     rng = np.random.default_rng(39)
     runs, length = 400, 30
@@ -237,5 +239,5 @@ def test_a_paired_harm_that_fails_whole_conversations_is_not_proven_inside(episo
     )  # fmt: skip
     cell = EpisodeCounts(n * ones, worse, 0.0 * ones, difference)
     rule = Rule(kill_at=0.0, margin=0.015, required=True)
-    _, inside = _check(cell, rule, alpha_kill=1e-4, alpha_promote=0.025, n_opt=1000.0)
+    _, inside = check_cell(cell, rule, alpha_kill=1e-4, alpha_promote=0.025, n_opt=1000.0)
     assert float(np.mean(inside)) <= 0.05  # the promotion budget is 0.025

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from gate.cli.gatecmd import app
 from gate.errors import BadRequest, ConfigError, InputMissing
 from gate.stats.policy import Policy
-from gate.stats.simulate import Scenario, draw_pairs, to_records
+from gate.stats.simulated_pairs import Scenario, draw_pairs, to_records
 
 runner = CliRunner()
 

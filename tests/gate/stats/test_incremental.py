@@ -9,21 +9,9 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 
 from gate.stats.change import CollapseState
-from gate.stats.incremental import (
-    Bucket,
-    Delta,
-    FoldState,
-    Tail,
-    WarmUp,
-    add,
-    dump,
-    load_buckets,
-    load_collapse,
-    load_evaluators,
-    load_warmup,
-    policy_key,
-    to_stats,
-)
+from gate.stats.fold_json import dump, load_buckets, load_collapse, load_evaluators, load_warmup
+from gate.stats.fold_stats import to_stats
+from gate.stats.incremental import Bucket, Delta, FoldState, Tail, WarmUp, add, policy_key
 from gate.stats.policy import ALL, Policy
 from gate.stats.rule import EVAL_PREFIX
 from gate.stats.sequences import MeanStats, PairedCounts

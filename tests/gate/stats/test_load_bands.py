@@ -11,9 +11,11 @@ from gate.reports.headline import reason_sentences
 from gate.stats import registry
 from gate.stats.cumulative import at_look, to_stats
 from gate.stats.policy import Policy, load_policy
+from gate.stats.record_columns import columns
 from gate.stats.registry import LOAD_BANDS, guardrails, kill_slots
-from gate.stats.replay import columns, replay
-from gate.stats.simulate import Scenario, draw_pairs, run_stages, to_records
+from gate.stats.replay import replay
+from gate.stats.simulate import run_stages
+from gate.stats.simulated_pairs import Scenario, draw_pairs, to_records
 from gate.stats.verdict import decide
 
 # Tails off: the test is about the primary gain and its load.

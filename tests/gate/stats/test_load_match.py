@@ -16,7 +16,7 @@ import numpy as np
 from gate.stats.columns import load_matched
 from gate.stats.policy import Policy, at_stage, load_tolerance
 from gate.stats.policy_sections import Promotion
-from gate.stats.simulate import Scenario, draw_pairs
+from gate.stats.simulated_pairs import Scenario, draw_pairs
 
 sys.path.insert(0, str(Path(__file__).parents[3] / "bench"))
 

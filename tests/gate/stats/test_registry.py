@@ -20,7 +20,8 @@ from gate.stats.registry import (
     rule_for,
 )
 from gate.stats.replay import replay
-from gate.stats.simulate import Scenario, draw_pairs, run_scenario, to_records
+from gate.stats.simulate import run_scenario
+from gate.stats.simulated_pairs import Scenario, draw_pairs, to_records
 
 POLICY = Policy(warmup_pairs=100, min_pairs=300, min_duration_s=0)
 TOY = Guardrail(

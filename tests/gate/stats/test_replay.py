@@ -13,10 +13,11 @@ from gate.db.enums import Decision, RolloutMode
 from gate.errors import BadRequest
 from gate.stats.cumulative import looks_every, to_stats
 from gate.stats.policy import ALL, Policy
-from gate.stats.replay import columns, fold_order, read_pairs, replay
+from gate.stats.record_columns import columns, fold_order
+from gate.stats.replay import read_pairs, replay
 from gate.stats.rule import ACCEPTANCE, FAILURES, GREEDY
 from gate.stats.sequences import CohortCounts, MeanStats, PairedCounts, TwoCounts
-from gate.stats.simulate import Scenario, draw_pairs, to_records
+from gate.stats.simulated_pairs import Scenario, draw_pairs, to_records
 from tests import factories
 
 POLICY = Policy()

@@ -7,7 +7,7 @@ import pytest
 from gate.db.enums import RolloutMode
 from gate.errors import InputMalformed
 from gate.stats.policy import Policy
-from gate.stats.replay import columns, episode_of
+from gate.stats.record_columns import columns, episode_of
 
 
 def test_a_pairs_episode_is_a_string_or_null():

@@ -1,6 +1,6 @@
 """Operating characteristics of the gate by seeded simulation (issue 6, "done when").
 
-Simulated pairs (see `gate.stats.simulate`): five segments drawn uniformly; per request a
+Simulated pairs (see `gate.stats.simulated_pairs`): five segments drawn uniformly; per request a
 log-normal latency factor with sd 0.5 shared by both sides of the pair, and an
 independent per-call log-normal factor with sd 0.25; e2e = TTFT + TPOT x tokens; each
 call fails with probability 0.3%; two evaluators each with pass rate 0.85 and 5% of pairs
@@ -18,7 +18,8 @@ import pytest
 from gate.db.enums import RolloutMode
 from gate.stats.policy import Policy
 from gate.stats.rule import Code
-from gate.stats.simulate import Outcomes, Scenario, run_scenario
+from gate.stats.simulate import Outcomes, run_scenario
+from gate.stats.simulated_pairs import Scenario
 
 RUNS = 400
 POLICY = Policy()

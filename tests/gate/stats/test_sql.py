@@ -13,11 +13,11 @@ from gate.db.enums import Cohort, RolloutMode
 from gate.db.models import Evaluation, Generation, Pair
 from gate.pairs.watermark import record_stamped
 from gate.stats.cumulative import at_look, to_stats
-from gate.stats.incremental import to_stats as folded_stats
+from gate.stats.fold_stats import to_stats as folded_stats
 from gate.stats.policy import Policy
-from gate.stats.replay import columns, fold_order
+from gate.stats.record_columns import columns, fold_order
 from gate.stats.rule import FEEDBACK
-from gate.stats.simulate import Scenario, draw_pairs, to_records
+from gate.stats.simulated_pairs import Scenario, draw_pairs, to_records
 from gate.verdicts.folds import fold
 from tests import factories
 

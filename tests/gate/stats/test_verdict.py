@@ -11,9 +11,9 @@ import pytest
 
 from gate.db.enums import Decision
 from gate.stats.betting import diff_interval
+from gate.stats.gate_stats import GateStats
 from gate.stats.policy import ALL, Policy, load_policy
 from gate.stats.registry import alpha_kill_each
-from gate.stats.rule import GateStats
 from gate.stats.sequences import CohortCounts, MeanStats, PairedCounts
 from gate.stats.verdict import decide
 

@@ -15,7 +15,7 @@ from gate.rollouts import service
 from gate.rollouts.schemas import ArmIn, RolloutIn, RouteIn
 from gate.rollouts.states import Action
 from gate.routing import service as routing
-from gate.stats.simulate import draw_pairs, to_records
+from gate.stats.simulated_pairs import draw_pairs, to_records
 from gate.verdicts.service import run_gate
 from tests import factories
 from tests.gate.reports import seed

@@ -23,11 +23,13 @@ from gate.pairs.export import pair_records
 from gate.pairs.service import complete_ready
 from gate.pairs.watermark import stamp_evaluated
 from gate.stats.cumulative import at_look, to_stats
-from gate.stats.incremental import to_stats as folded_stats
+from gate.stats.fold_stats import to_stats as folded_stats
+from gate.stats.gate_stats import GateStats
 from gate.stats.policy import Policy, load_policy
-from gate.stats.replay import columns, fold_order, replay
-from gate.stats.rule import FEEDBACK, GateStats
-from gate.stats.simulate import Scenario
+from gate.stats.record_columns import columns, fold_order
+from gate.stats.replay import replay
+from gate.stats.rule import FEEDBACK
+from gate.stats.simulated_pairs import Scenario
 from gate.stats.verdict import VerdictResult
 from gate.verdicts.folds import fold
 from gate.verdicts.service import compute

@@ -19,7 +19,7 @@ from gate.reports.guardrails import band_row
 from gate.reports.model import Week
 from gate.reports.weekly import compute_weekly
 from gate.stats.replay import replay
-from gate.stats.simulate import draw_pairs, to_records
+from gate.stats.simulated_pairs import draw_pairs, to_records
 from gate.verdicts import service
 from gate.verdicts.service import compute, run_gate
 from tests import factories

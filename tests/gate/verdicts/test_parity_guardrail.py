@@ -22,7 +22,8 @@ from gate.stats.policy import Policy
 from gate.stats.registry import find, kill_slots
 from gate.stats.replay import replay
 from gate.stats.rule import Code
-from gate.stats.simulate import Scenario, run_scenario
+from gate.stats.simulate import run_scenario
+from gate.stats.simulated_pairs import Scenario
 from gate.verdicts.service import compute, run_gate
 from tests import factories
 from tests.gate.stats.test_sql import store

@@ -34,11 +34,13 @@ from gate.parity import answer_stats
 from gate.reports.headline.summary import headline
 from gate.stats.columns import PairColumns
 from gate.stats.cumulative import at_look, to_stats
-from gate.stats.incremental import to_stats as folded_stats
+from gate.stats.fold_stats import to_stats as folded_stats
+from gate.stats.gate_stats import BandStats, GateStats
 from gate.stats.policy import Policy, load_tolerance
 from gate.stats.policy_sections import Promotion
-from gate.stats.replay import columns, fold_order, replay
-from gate.stats.rule import FEEDBACK, BandStats, GateStats
+from gate.stats.record_columns import columns, fold_order
+from gate.stats.replay import replay
+from gate.stats.rule import FEEDBACK
 from gate.stats.verdict import VerdictResult, decide
 from gate.verdicts.folds import fold
 from gate.verdicts.service import compute, run_gate

@@ -28,11 +28,11 @@ from gate.rollouts import arms as rollout_arms
 from gate.rollouts import service
 from gate.rollouts.schemas import ArmIn, RolloutIn, RouteIn
 from gate.rollouts.states import Action
-from gate.stats import incremental
+from gate.stats import fold_stats
 from gate.stats.arms import arm_policy, member
 from gate.stats.cumulative import at_look, to_stats
 from gate.stats.policy import at_stage, next_stage_share
-from gate.stats.replay import columns, fold_order
+from gate.stats.record_columns import columns, fold_order
 from gate.stats.rule import FEEDBACK
 from gate.verdicts import arms as armgate
 from gate.verdicts import folds
@@ -134,7 +134,7 @@ def assert_arm_paths_agree(session, rollout, records: list[dict], name: str) -> 
     replayed = at_look(to_stats(cols, JUDGED, looks, next_share=SHARE), 0)
     simulated = _run(at_look(to_stats(stacked(cols), JUDGED, looks, next_share=SHARE), 0), 0)
     assert_same_stats(simulated, replayed)
-    folded = incremental.to_stats(state, JUDGED, next_share=SHARE)
+    folded = fold_stats.to_stats(state, JUDGED, next_share=SHARE)
     assert_same_stats(folded, replayed, skip={FEEDBACK})
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from gate.stats.policy import Policy
 from gate.stats.replay import replay
-from gate.stats.simulate import Scenario
+from gate.stats.simulated_pairs import Scenario
 from gate.verdicts.service import compute
 from tests import factories
 from tests.gate.stats.test_sql import recorded_pairs, store

@@ -13,11 +13,11 @@ from gate.reports import glance, render
 from gate.reports.model import Week
 from gate.reports.weekly import compute_weekly
 from gate.stats.cumulative import at_look, to_stats
-from gate.stats.incremental import to_stats as folded_stats
+from gate.stats.fold_stats import to_stats as folded_stats
 from gate.stats.policy import Policy
+from gate.stats.record_columns import columns, fold_order
 from gate.stats.registry import declared
-from gate.stats.replay import columns, fold_order
-from gate.stats.simulate import Scenario
+from gate.stats.simulated_pairs import Scenario
 from gate.verdicts.folds import fold
 from gate.verdicts.service import run_gate
 from tests import factories
