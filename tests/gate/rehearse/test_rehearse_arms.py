@@ -136,7 +136,13 @@ def test_several_arms_are_recorded_with_the_lead_arms_crossover(
 
 @pytest.mark.parametrize(
     ("names", "needle"),
-    [(["a", "a"], "--candidate names must be unique"), (["baseline"], "not 'baseline'")],
+    [
+        (["a", "a"], "--candidate names must be unique"),
+        (["baseline"], "not 'baseline'"),
+        # What a recorded summary cannot hold is refused before the sweep, not after it.
+        (["k" * 65, "k2"], "at most 64 characters"),
+        ([f"k{i}" for i in range(17)], "at most 16 --candidate arms"),
+    ],
 )
 def test_bad_arm_names_are_one_line_and_exit_4(workload, names, needle):
     given = [arg for name in names for arg in ("--candidate", f"{name}=http://127.0.0.1:9/v1")]
