@@ -91,10 +91,11 @@ def advise_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the advice as JSON.")] = False,
 ) -> None:
     """Recommend num_speculative_tokens from per-position acceptance (vLLM counters), and
-    propose n-gram arms to add: the draft lengths with the best modelled speedup besides the
-    measured one, ranked by acceptance length (tokens per verify step), never by acceptance
-    rate, each named with its engine flags. Verify steps that drafted nothing are priced as
-    plain steps when the exposition carries the generated tokens."""
+    propose n-gram arms to add: the draft lengths besides the measured one that beat plain
+    decoding, ranked by modelled speedup (the acceptance length, tokens per verify step, over
+    the step's cost), never by acceptance rate, each named with its engine flags. Verify
+    steps that drafted nothing are priced as plain steps when the exposition carries the
+    generated tokens."""
     if engine not in ("vllm", "llamacpp"):
         raise BadRequest(f"--engine must be 'vllm' or 'llamacpp', not {engine!r}")
     stats = position_acceptance(_read(metrics))

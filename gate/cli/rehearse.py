@@ -29,7 +29,7 @@ from gate.exactness_position import MODES
 from gate.rehearse import arms, exactness, report, service
 from gate.rehearse.analysis import ALL, RehearsalAnswer, decide
 from gate.rehearse.runner import Route
-from gate.rehearse.schemas import RehearsalIn
+from gate.rehearse.schemas import ARM_NAME_MAX, MAX_ARMS, RehearsalIn
 from gate.rehearse.sweep import Level, Plan, check_routes, levels_up_to, rehearse
 from gate.rehearse.workload import Workload, load
 from gate.rollouts import service as rollouts
@@ -48,8 +48,9 @@ def rehearse_command(
     candidate: Annotated[
         list[str],
         typer.Option(
-            help="Speculative candidate's OpenAI base URL. Repeat it, as URL or NAME=URL, to "
-            "rehearse several arms against the same baseline."
+            help="Speculative candidate's OpenAI base URL. Repeat it (up to 16), as URL or "
+            "NAME=URL (NAME up to 64 characters), to rehearse several arms against the same "
+            "baseline."
         ),
     ],
     workload: Annotated[
@@ -313,7 +314,10 @@ def _record(settings: Settings, rollout_id: int, summary: dict[str, Any]) -> str
 
 
 def _arms(specs: list[str], model: str | None) -> list[Route]:
-    """Return the candidate arms: URL or NAME=URL each, names unique and not the baseline's."""
+    """Return the candidate arms: URL or NAME=URL each, names unique and not the baseline's,
+    within what a recorded summary holds (checked now, so a sweep is never unrecordable)."""
+    if len(specs) > MAX_ARMS:
+        raise ConfigError(f"at most {MAX_ARMS} --candidate arms, got {len(specs)}")
     found = []
     for i, spec in enumerate(specs, start=1):
         name, sep, url = spec.partition("=")
@@ -323,6 +327,8 @@ def _arms(specs: list[str], model: str | None) -> list[Route]:
     names = [route.name for route in found]
     if len(set(names)) < len(names) or "baseline" in names:
         raise ConfigError(f"--candidate names must be unique and not 'baseline', got {names}")
+    if any(len(name) > ARM_NAME_MAX for name in names):
+        raise ConfigError(f"--candidate names must be at most {ARM_NAME_MAX} characters")
     return found
 
 

@@ -113,9 +113,16 @@ def level_call(baseline: list[Sample], candidate: list[Sample]) -> Call | None:
     value = speedup(baseline, candidate)
     if value is None:
         return None
-    if value.call == "wins" and _failed_share(candidate) > _failed_share(baseline):
+    if value.call == "wins" and fails_more(baseline, candidate):
         return "unclear"
     return value.call
+
+
+def fails_more(baseline: list[Sample], candidate: list[Sample]) -> bool:
+    """Return whether the candidate failed a larger share of its requests than the baseline:
+    its speedup, over the answers it gave, then flatters it, so it neither wins a level nor
+    leads other arms (`gate.rehearse.arms`)."""
+    return _failed_share(candidate) > _failed_share(baseline)
 
 
 def _failed_share(samples: list[Sample]) -> float:

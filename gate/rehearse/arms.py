@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gate.rehearse.analysis import ALL, RehearsalAnswer, speedup
+from gate.rehearse.analysis import ALL, RehearsalAnswer, fails_more, speedup
 from gate.rehearse.runner import Route
 from gate.rehearse.sweep import Level
 
@@ -58,7 +58,9 @@ def best(
     baseline: Route, arms: list[ArmResult], levels: list[Level], segments: list[str]
 ) -> dict[str, list[dict[str, Any]]]:
     """Return, per segment and level, the usable arm with the best speedup and whether it
-    is proven faster than the runner-up (`leads`) or tied with it (`tied`)."""
+    is proven faster than the runner-up (`leads`) or tied with it (`tied`). An arm that
+    failed a larger share of its requests than the baseline there is not ranked, as it
+    would not win there alone (`analysis.level_call`)."""
     usable = [arm for arm in arms if arm.usable]
     return {
         segment: [_best_at(baseline, usable, level, segment) for level in levels]
@@ -71,9 +73,11 @@ def _best_at(baseline: Route, arms: list[ArmResult], level: Level, segment: str)
         return [s for s in level.samples(route.name) if segment in (ALL, s.segment)]
 
     base = samples(baseline)
+    # An arm failing a larger share than the baseline is fast only on the answers it gave.
     ranked = sorted(
         ((value.estimate, arm.route) for arm in arms
-         if (value := speedup(base, samples(arm.route))) is not None),
+         if not fails_more(base, samples(arm.route))
+         and (value := speedup(base, samples(arm.route))) is not None),
         key=lambda found: -found[0],
     )  # fmt: skip
     cell: dict[str, Any] = {"concurrency": level.concurrency, "arm": None, "call": None}
@@ -168,5 +172,5 @@ def _cell_words(cell: dict[str, Any]) -> str:
     if cell["call"] == "leads":
         return f"{where} {cell['arm']} ({cell['speedup']:.2f}x, ahead of {cell['runner_up']})"
     if cell["call"] == "only":
-        return f"{where} {cell['arm']} ({cell['speedup']:.2f}x, the only usable arm)"
+        return f"{where} {cell['arm']} ({cell['speedup']:.2f}x, the only arm ranked)"
     return f"{where} {cell['arm']} tied with {cell['runner_up']} ({cell['speedup']:.2f}x)"

@@ -65,12 +65,17 @@ class WorkloadIn(BaseModel):
     requests: int = Field(ge=0)
 
 
+# A several-arm summary's limits, which `specgate rehearse` checks before its sweep.
+MAX_ARMS = 16
+ARM_NAME_MAX = 64
+
+
 class ArmIn(BaseModel):
     """One candidate arm of a several-arm rehearsal: its own curve against the baseline."""
 
     model_config = ConfigDict(extra="allow")
 
-    name: str = Field(min_length=1, max_length=64)
+    name: str = Field(min_length=1, max_length=ARM_NAME_MAX)
     url: str = Field(min_length=1, max_length=512)
     usable: bool = Field(description="False when the arm failed the exactness test.")
     levels: list[LevelIn] = Field(min_length=1, max_length=64)
@@ -98,7 +103,7 @@ class RehearsalIn(BaseModel):
     lead: str | None = Field(
         None, description="Several arms: the arm whose curve the top of the document is."
     )
-    arms: list[ArmIn] | None = Field(None, min_length=2, max_length=16)
+    arms: list[ArmIn] | None = Field(None, min_length=2, max_length=MAX_ARMS)
 
     @model_validator(mode="after")
     def _one_curve_per_segment(self) -> RehearsalIn:

@@ -136,7 +136,13 @@ def test_several_arms_are_recorded_with_the_lead_arms_crossover(
 
 @pytest.mark.parametrize(
     ("names", "needle"),
-    [(["a", "a"], "--candidate names must be unique"), (["baseline"], "not 'baseline'")],
+    [
+        (["a", "a"], "--candidate names must be unique"),
+        (["baseline"], "not 'baseline'"),
+        # What a recorded summary cannot hold is refused before the sweep, not after it.
+        (["k" * 65, "k2"], "at most 64 characters"),
+        ([f"k{i}" for i in range(17)], "at most 16 --candidate arms"),
+    ],
 )
 def test_bad_arm_names_are_one_line_and_exit_4(workload, names, needle):
     given = [arg for name in names for arg in ("--candidate", f"{name}=http://127.0.0.1:9/v1")]
@@ -188,3 +194,19 @@ def test_a_recorded_summary_must_name_its_lead_among_its_arms() -> None:
         RehearsalIn.model_validate({**summary, "lead": "k8"})
     with pytest.raises(ValidationError, match="lead None must name"):
         RehearsalIn.model_validate(summary)
+
+
+def test_an_arm_failing_more_requests_than_the_baseline_is_not_named_best() -> None:
+    # `flaky` answers the requests it does answer fastest, but fails 3 of 8 (the baseline
+    # none): its speedup leaves the failures out, so as a single candidate it does not win
+    # (`level_call`), and it must not lead the arm that wins on every request either.
+    base = [1.0, 1.2, 0.9, 1.1, 1.0, 1.3, 0.95, 1.05]
+    good = [s / 2 for s in base]
+    fast = [s / 4 for s in base]
+    flaky = [Sample("s", ok=i >= 3, e2e_s=s, tokens=10, item=str(i)) for i, s in enumerate(fast)]
+    lvl = Level(1, [Block("baseline", 1, 1.0, samples(base)), Block("good", 1, 1.0, samples(good)),
+                    Block("flaky", 1, 1.0, flaky)])  # fmt: skip
+    found = arms.best(Route("baseline", ""), [arm("flaky"), arm("good")], [lvl], ["all"])
+    (cell,) = found["all"]
+    assert cell["arm"] == "good", cell
+    assert cell["call"] == "only"

@@ -132,7 +132,7 @@ def test_a_harm_that_fails_whole_conversations_is_not_proven_inside(episodes: in
     # 0.015 margin of `failures`), the baseline none. A run whose ~17 candidate episodes
     # happen to hold none of them has no bad request at all: the clustered interval is a
     # point at 0, and the bet on ~500 "independent" candidate requests proved it inside
-    # (58 % of runs at 34 conversations, 21 % at 100). Where few episodes hold a bad request
+    # (58 % of runs at 34 conversations, 26 % at 100). Where few episodes hold a bad request
     # the clustered variance is now floored by the worst within-episode correlation.
     rng = np.random.default_rng(39)
     runs, length, w = 400, 30, 0.5
@@ -148,4 +148,5 @@ def test_a_harm_that_fails_whole_conversations_is_not_proven_inside(episodes: in
     cell = EpisodeCohorts(n * ones, cand, 0.0 * ones, w, difference)
     rule = Rule(kill_at=0.0, margin=0.015, required=True)
     _, inside = check_cell(cell, rule, alpha_kill=1e-4, alpha_promote=0.025, n_opt=1000.0)
-    assert float(np.mean(inside)) <= 0.05  # the promotion budget is 0.025
+    # At most the promotion budget (the twin in test_episodes.py: 0.05 let the old 4 % pass).
+    assert float(np.mean(inside)) <= 0.025

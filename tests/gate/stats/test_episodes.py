@@ -223,7 +223,7 @@ def test_a_paired_harm_that_fails_whole_conversations_is_not_proven_inside(episo
     # Shadow twin of the canary case: the candidate fails every pair of 3 % of conversations
     # (harm 0.03, twice the 0.015 margin of `failures`), the baseline none. A run with no
     # such conversation has no discordant pair, and the bet on its pairs as independent
-    # proved it inside (35 % of runs at 34 conversations of 30 pairs, 5 % at 100).
+    # proved it inside (34 % of runs at 34 conversations of 30 pairs, 4 % at 100).
     from gate.stats.cell_checks import check_cell
     from gate.stats.registry import Rule
 
@@ -240,4 +240,5 @@ def test_a_paired_harm_that_fails_whole_conversations_is_not_proven_inside(episo
     cell = EpisodeCounts(n * ones, worse, 0.0 * ones, difference)
     rule = Rule(kill_at=0.0, margin=0.015, required=True)
     _, inside = check_cell(cell, rule, alpha_kill=1e-4, alpha_promote=0.025, n_opt=1000.0)
-    assert float(np.mean(inside)) <= 0.05  # the promotion budget is 0.025
+    # At most the promotion budget: 0.05 let the old 4 % at 100 conversations pass.
+    assert float(np.mean(inside)) <= 0.025
