@@ -190,3 +190,37 @@ def test_the_command_converts_pairs_only_when_named(engine: Engine, empty_pg_url
     assert "pairs: swapped" in specgate("pairs")
     with engine.connect() as conn:
         assert partitions.period_s(conn, "pairs") == DAY
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="retention treats a killed rollout as ended, but RESUME takes a killed rollout "
+    "back to running (gate.rollouts.states): its pairs past the age are dropped meanwhile",
+)
+def test_retention_keeps_the_pairs_of_a_killed_rollout_that_is_resumed(engine: Engine) -> None:
+    from gate.rollouts import service
+    from gate.rollouts.states import Action
+
+    with Session(engine) as session:
+        rollout_id = factories.rollout(session, name="long").id
+        session.commit()
+    with Session(engine) as session:
+        service.transition(session, rollout_id=rollout_id, action=Action.START, actor="t", reason="")
+        session.commit()
+    old_pairs(engine, rollout_id, days_ago=95)  # a rollout running for 95 days
+    old_pairs(engine, rollout_id, days_ago=1)
+    online_partition.convert(engine, "pairs", period=DAY, echo=QUIET)
+    settings = CollectorSettings(retention_pairs_days=90)
+    purge(engine, settings)
+    assert kept(engine) == {rollout_id: 20}  # running: every pair kept
+    # The kill switch (an operator's, or the gate's own), retention's next turn, a resume.
+    for action in (Action.KILL, Action.RESUME):
+        with Session(engine) as session:
+            service.transition(session, rollout_id=rollout_id, action=action, actor="t", reason="")
+            session.commit()
+        if action is Action.KILL:
+            purge(engine, settings)
+    with Session(engine) as session:
+        rollout = session.get(Rollout, rollout_id)
+        assert rollout is not None and rollout.ended_at is None  # running again
+    assert kept(engine) == {rollout_id: 20}
