@@ -21,6 +21,8 @@ from gate.db.base import utcnow
 from gate.db.engine import make_engine
 from gate.db.models import Rollout
 from gate.db.rows import PairRow
+from gate.rollouts import service
+from gate.rollouts.states import Action
 from gate.settings import CollectorSettings
 from gate.stats.policy import Policy
 from gate.verdicts.service import compute
@@ -198,14 +200,13 @@ def test_the_command_converts_pairs_only_when_named(engine: Engine, empty_pg_url
     "back to running (gate.rollouts.states): its pairs past the age are dropped meanwhile",
 )
 def test_retention_keeps_the_pairs_of_a_killed_rollout_that_is_resumed(engine: Engine) -> None:
-    from gate.rollouts import service
-    from gate.rollouts.states import Action
-
     with Session(engine) as session:
         rollout_id = factories.rollout(session, name="long").id
         session.commit()
     with Session(engine) as session:
-        service.transition(session, rollout_id=rollout_id, action=Action.START, actor="t", reason="")
+        service.transition(
+            session, rollout_id=rollout_id, action=Action.START, actor="t", reason=""
+        )
         session.commit()
     old_pairs(engine, rollout_id, days_ago=95)  # a rollout running for 95 days
     old_pairs(engine, rollout_id, days_ago=1)
