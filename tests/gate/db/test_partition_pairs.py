@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -225,3 +227,54 @@ def test_retention_keeps_the_pairs_of_a_killed_rollout_that_is_resumed(engine: E
         rollout = session.get(Rollout, rollout_id)
         assert rollout is not None and rollout.ended_at is None  # running again
     assert kept(engine) == {rollout_id: 20}
+
+
+@pytest.mark.parametrize("write", ["update", "pair span"])
+def test_a_write_waiting_on_a_partition_s_creation_changes_its_pair(
+    engine: Engine, write: str
+) -> None:
+    """A pair in the default partition (its range not made yet: the periodic job was down,
+    or a gateway's clock runs ahead) is moved when its partition is made; a write of it
+    waiting behind that move (the worker's update, the collector's upsert) must land."""
+    rollout_id = filled(engine)
+    online_partition.convert(engine, "pairs", period=DAY, echo=QUIET)
+    later = partitions.floor(utcnow() + timedelta(days=10), DAY)
+    moved = pair(rollout_id, uuid.uuid4())
+    moved["created_at"] = later + timedelta(hours=1)
+    land(engine, pairs=[], stubs=[moved])
+    statement = "UPDATE pairs" if write == "update" else "INSERT INTO pairs"
+
+    def change() -> None:
+        with engine.begin() as conn:
+            if write == "update":
+                conn.execute(
+                    text("UPDATE pairs SET episode = 'changed' WHERE id = :id"),
+                    {"id": moved["id"]},
+                )
+            else:
+                storage.of(engine).upsert_pairs(conn, [{**moved, "episode": "changed"}])
+
+    with engine.begin() as conn:
+        partitions.create_partition(conn, "pairs", "created_at", later, DAY)
+        waiter = threading.Thread(target=change)
+        waiter.start()
+        deadline = time.monotonic() + 30
+        waiting = 0
+        with engine.connect() as probe:
+            while not waiting and time.monotonic() < deadline:
+                time.sleep(0.05)
+                waiting = probe.execute(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                        "AND starts_with(query, :q)"
+                    ),
+                    {"q": statement},
+                ).scalar_one()
+        assert waiting, "the write never waited on the partition's creation"
+    waiter.join(30)
+    with engine.connect() as conn:
+        found = conn.execute(
+            text("SELECT tableoid::regclass::text, episode FROM pairs WHERE id = :id"),
+            {"id": moved["id"]},
+        ).all()
+    assert found == [(partitions.partition_name("pairs", later), "changed")]
