@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, event, text
 from sqlalchemy.orm import Session
 
 from collectors.retention import purge
@@ -278,3 +278,33 @@ def test_a_write_waiting_on_a_partition_s_creation_changes_its_pair(
             {"id": moved["id"]},
         ).all()
     assert found == [(partitions.partition_name("pairs", later), "changed")]
+
+
+def test_the_conversion_makes_its_partitions_one_a_transaction(engine: Engine) -> None:
+    """Each partition made holds some 30 locks until its transaction ends; made all in one,
+    a `pairs` kept for months (never deleted unpartitioned) can run the server out of its
+    shared lock table ("out of shared memory", sized by `max_locks_per_transaction`): this
+    file's 580 daily partitions did, with other sessions busy."""
+    rollout_id = filled(engine)
+    old_pairs(engine, rollout_id, days_ago=30)
+    attached = [0]
+    most = [0]
+
+    def count(_conn, _cursor, statement, *_args) -> None:
+        if "ATTACH PARTITION" in statement:
+            attached[0] += 1
+            most[0] = max(most[0], attached[0])
+
+    def commit(_conn) -> None:
+        attached[0] = 0
+
+    event.listen(engine, "before_cursor_execute", count)
+    event.listen(engine, "commit", commit)
+    try:
+        done = online_partition.convert(engine, "pairs", period=DAY, echo=QUIET)
+    finally:
+        event.remove(engine, "before_cursor_execute", count)
+        event.remove(engine, "commit", commit)
+    assert done.partitions > 30 and most[0] == 1
+    with engine.connect() as conn:
+        assert partitions.default_rows(conn, "pairs") == 0
