@@ -1,9 +1,10 @@
 """Convert an unpartitioned telemetry table into time partitions while writers keep writing.
 
 Steps, each its own transaction: build `<table>_partitioned` (same columns, a key that
-includes the time column, partitions covering the stored rows and `AHEAD` periods, a
-default), mirror new inserts into it with a trigger, copy the stored rows in key-ordered
-batches, then swap the names under a short lock. The old table stays as
+includes the time column, a default partition) and mirror new writes into it with a
+trigger; create the partitions covering the stored rows and `AHEAD` periods, one a
+transaction; copy the stored rows in key-ordered batches; then swap the names under a
+short lock. The old table stays as
 `<table>_unpartitioned` until `drop_old`. Rerunning after an interruption resumes: the
 copy is idempotent (ON CONFLICT DO NOTHING).
 
@@ -18,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Connection, Engine, text
 
-from gate.db.partitions import AHEAD, Echo, create_partition, floor, period_s
+from gate.db.partitions import AHEAD, Echo, create_partition, floor, partitions, period_s
 from gate.db.partitions import _layout as layout
 
 NEW = "{}_partitioned"
@@ -44,7 +45,8 @@ def convert(
             echo(f"{table} is already partitioned")
             return Conversion(table, 0, 0, swapped=False)
     with engine.begin() as conn:
-        made = _prepare(conn, table, period, echo)
+        _prepare(conn, table, period, echo)
+    made = _cover(engine, table, period, echo)
     copied = _copy(engine, table, batch, echo)
     with engine.begin() as conn:
         _swap(conn, table)
@@ -61,11 +63,12 @@ def drop_old(engine: Engine, table: str) -> bool:
     return found is not None
 
 
-def _prepare(conn: Connection, table: str, period: int, echo: Echo) -> int:
+def _prepare(conn: Connection, table: str, period: int, echo: Echo) -> None:
+    """Build the partitioned table with its default partition, and mirror new writes."""
     new, spec = NEW.format(table), layout(table)
     if conn.execute(text("SELECT to_regclass(:t)"), {"t": new}).scalar() is not None:
         echo(f"{new} exists: resuming the copy")
-        return 0
+        return
     conn.execute(
         text(
             f"CREATE TABLE {new} (LIKE {table} INCLUDING ALL EXCLUDING INDEXES) "
@@ -81,20 +84,34 @@ def _prepare(conn: Connection, table: str, period: int, echo: Echo) -> int:
     for name, definition in _foreign_keys(conn, table):  # LIKE copies none
         conn.execute(text(f"ALTER TABLE {new} ADD CONSTRAINT {name} {definition}"))
     conn.execute(text(f"CREATE TABLE {new}_default PARTITION OF {new} DEFAULT"))
-    oldest = conn.execute(text(f"SELECT min({spec.column}) FROM {table}")).scalar()
+    if spec.mutable:
+        conn.execute(text(_mirror_changes(conn, table, new, spec.key)))
+    else:
+        conn.execute(text(_MIRROR.format(table=table, new=new)))
+    echo(f"{new}: a default partition; new writes mirrored")
+
+
+def _cover(engine: Engine, table: str, period: int, echo: Echo) -> int:
+    """Create the missing partitions from the oldest stored row to `AHEAD` periods past
+    now, each in its own transaction: a partition holds some 30 locks until its creator
+    commits, and an install's whole history (pairs are never deleted unpartitioned) in one
+    transaction can run the server out of its shared lock table (`max_locks_per_transaction`
+    sizes it): "out of shared memory"."""
+    new, column = NEW.format(table), layout(table).column
+    with engine.connect() as conn:
+        oldest = conn.execute(text(f"SELECT min({column}) FROM {table}")).scalar()
+        have = {start for _, start, _ in partitions(conn, new)}
     now = datetime.now(UTC)
     start = floor(min(oldest or now, now), period)
     last = floor(now, period) + timedelta(seconds=period * AHEAD)
     made = 0
     while start <= last:
-        create_partition(conn, new, spec.column, start, period)
+        if start not in have:
+            with engine.begin() as conn:
+                create_partition(conn, new, column, start, period)
+            made += 1
         start += timedelta(seconds=period)
-        made += 1
-    if spec.mutable:
-        conn.execute(text(_mirror_changes(conn, table, new, spec.key)))
-    else:
-        conn.execute(text(_MIRROR.format(table=table, new=new)))
-    echo(f"{new}: {made} partitions of {period} s and a default; new writes mirrored")
+    echo(f"{new}: {made} partitions of {period} s made")
     return made
 
 

@@ -113,7 +113,11 @@ def create_partition(
     )
     # The default must not hold rows of the new range when it is attached: move them. Lock
     # it first (ATTACH takes this lock anyway), or a write in flight for the range lands in
-    # it after the move and the attach fails, every turn while ingest goes on.
+    # it after the move and the attach fails, every turn while ingest goes on. Writers wait
+    # on the parent first (reads go on): one waiting on the default alone has already
+    # planned without the new partition, and after the move its update of a moved row
+    # (a pair's) changes nothing and its insert breaks the default's new constraint.
+    conn.execute(text(f"LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE"))
     conn.execute(text(f"LOCK TABLE {table}_default IN ACCESS EXCLUSIVE MODE"))
     conn.execute(
         text(
