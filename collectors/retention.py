@@ -144,19 +144,21 @@ def _drop_partitions(
 
 def _drop_pairs(engine: Engine, chosen: Storage, cut: datetime) -> list[str]:
     """Drop the partitions of a partitioned `pairs` wholly past `cut` that hold no pair of a
-    rollout not ended; an unpartitioned `pairs` keeps every row."""
+    rollout still live (`_live_pairs`); an unpartitioned `pairs` keeps every row."""
     if not chosen.partitions:
         return []
     with engine.connect() as conn:
         if partitions.period_s(conn, "pairs") is None:
             return []
-    return partitions.drop_before(engine, "pairs", min(cut, _live_pairs(engine)))
+    return partitions.drop_before(engine, "pairs", min(cut, _live_pairs(engine, cut)))
 
 
-def _live_pairs(engine: Engine) -> datetime:
-    """Return the oldest pair's `created_at` among rollouts not ended (far ahead: none), so
-    no partition holding one is dropped, however long a rollout runs."""
-    live = select(Rollout.id).where(Rollout.ended_at.is_(None))
+def _live_pairs(engine: Engine, cut: datetime) -> datetime:
+    """Return the oldest pair's `created_at` among live rollouts (far ahead: none), so no
+    partition holding one is dropped, however long a rollout runs. Live: not ended, or
+    ended after `cut`: a kill is not final (RESUME takes a killed rollout back to
+    running), so an ended rollout keeps its pairs for the retention age after its end."""
+    live = select(Rollout.id).where(Rollout.ended_at.is_(None) | (Rollout.ended_at > cut))
     oldest = select(func.min(Pair.created_at)).where(Pair.rollout_id.in_(live))
     with engine.connect() as conn:
         found = conn.execute(oldest).scalar()
