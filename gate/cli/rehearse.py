@@ -27,7 +27,7 @@ from gate.engines.workload import WorkloadItem
 from gate.errors import ConfigError, GateError
 from gate.exactness_position import MODES
 from gate.rehearse import arms, exactness, report, service
-from gate.rehearse.analysis import ALL, RehearsalAnswer, decide
+from gate.rehearse.analysis import ALL, ALPHA, RehearsalAnswer, decide
 from gate.rehearse.runner import Route
 from gate.rehearse.schemas import ARM_NAME_MAX, MAX_ARMS, RehearsalIn
 from gate.rehearse.sweep import Level, Plan, check_routes, levels_up_to, rehearse
@@ -199,10 +199,14 @@ def _rehearse(
          f"budget {plan.budget_s:.0f} s")  # fmt: skip
     started = utcnow()
     done = asyncio.run(rehearse(routes, found.items, plan, _say))
+    # Each of K arms' intervals at ALPHA / K: "some arm pays" is then wrong by chance no
+    # more often than one candidate's "pays" (Bonferroni).
+    alpha = ALPHA / len(candidates)
     results = [
-        _arm((baseline, arm), found, done, plan, at, started.isoformat(), exact[arm.name], check)
+        _arm((baseline, arm), found, done, plan, at, started.isoformat(), exact[arm.name], check,
+             alpha)
         for arm in candidates
-    ]
+    ]  # fmt: skip
     if len(results) == 1:
         code, summary = results[0].code, results[0].summary
     else:
@@ -221,10 +225,14 @@ def _rehearse(
 
 def _arm(
     routes: tuple[Route, Route], found: Workload, done: list[Level], plan: Plan, at: int,
-    run_at: str, exact: exactness.Result | None, check: exactness.Check | None,
+    run_at: str, exact: exactness.Result | None, check: exactness.Check | None, alpha: float,
 ) -> arms.ArmResult:  # fmt: skip
-    """Return one arm's summary against the baseline, as a single-candidate run writes it."""
-    summary = {"run_at": run_at, **report.summarise(routes, found, done, plan.budget_s)}
+    """Return one arm's summary against the baseline, as a single-candidate run writes it
+    (its speedup intervals at `alpha`)."""
+    summary = {
+        "run_at": run_at,
+        **report.summarise(routes, found, done, plan.budget_s, alpha=alpha),
+    }
     decision = decide(plan.levels, report.calls(summary), at) if at else RehearsalAnswer.CANNOT_TELL
     summary["at"] = at or None
     summary["decision"] = _WORDS[decision] if at else "no --at given"

@@ -79,8 +79,14 @@ def matched(baseline: list[Sample], candidate: list[Sample]) -> FloatArray:
     return np.array(rows, dtype=float).reshape(-1, 4)
 
 
+# 1 - a speedup interval's coverage: pointwise 95 %; a rehearsal of K arms gives each arm
+# ALPHA / K (`gate.cli.rehearse`), so that no arm reads as paying by chance more often
+# than a single candidate would.
+ALPHA = 0.05
+
+
 def speedup(
-    baseline: list[Sample], candidate: list[Sample], *, seed: int = 0, alpha: float = 0.05
+    baseline: list[Sample], candidate: list[Sample], *, seed: int = 0, alpha: float = ALPHA
 ) -> Speedup | None:
     """Return the speedup with a paired bootstrap interval, or None under 2 matched pairs.
 
@@ -106,11 +112,14 @@ def speedup(
     return Speedup(float(estimate), float(low), float(high))
 
 
-def level_call(baseline: list[Sample], candidate: list[Sample]) -> Call | None:
-    """Return the level's call: its speedup's, except that a candidate failing a larger share
-    of its requests than the baseline does not win (the speedup leaves failures out, so it
-    would be fast on the answers it gave); None under 2 matched pairs."""
-    value = speedup(baseline, candidate)
+def level_call(
+    baseline: list[Sample], candidate: list[Sample], *, alpha: float = ALPHA
+) -> Call | None:
+    """Return the level's call: its speedup's (interval at `alpha`), except that a candidate
+    failing a larger share of its requests than the baseline does not win (the speedup
+    leaves failures out, so it would be fast on the answers it gave); None under 2 matched
+    pairs."""
+    value = speedup(baseline, candidate, alpha=alpha)
     if value is None:
         return None
     if value.call == "wins" and fails_more(baseline, candidate):

@@ -11,18 +11,32 @@ matplotlib.use("Agg")  # files only: no display on servers and CI runners
 import matplotlib.pyplot as plt
 
 from gate.rehearse import arms
-from gate.rehearse.analysis import ALL, Call, crossover, level_call, percentiles, speedup
+from gate.rehearse.analysis import (
+    ALL,
+    ALPHA,
+    Call,
+    crossover,
+    level_call,
+    percentiles,
+    speedup,
+)
 from gate.rehearse.runner import Route, Sample
 from gate.rehearse.sweep import Level
 from gate.rehearse.workload import Workload
 
 
 def summarise(
-    routes: tuple[Route, Route], workload: Workload, levels: list[Level], budget_s: float
+    routes: tuple[Route, Route],
+    workload: Workload,
+    levels: list[Level],
+    budget_s: float,
+    *,
+    alpha: float = ALPHA,
 ) -> dict[str, Any]:
-    """Return the JSON summary: per level and segment, both routes and the speedup."""
+    """Return the JSON summary: per level and segment, both routes and the speedup (its
+    interval at `alpha`)."""
     segments = [ALL, *sorted({item.segment for item in workload.items})]
-    rows = [_level(routes, level, segments) for level in levels]
+    rows = [_level(routes, level, segments, alpha) for level in levels]
     concurrency = [level.concurrency for level in levels]
     return {
         "routes": {"baseline": routes[0].base_url, "candidate": routes[1].base_url},
@@ -35,6 +49,7 @@ def summarise(
         "budget_s": budget_s,
         "elapsed_s": round(sum(level.elapsed_s for level in levels), 1),
         "speedup": "baseline e2e seconds per output token / candidate's (> 1: candidate faster)",
+        "interval_alpha": alpha,
         "levels": rows,
         "crossover": {
             segment: vars(
@@ -45,17 +60,19 @@ def summarise(
     }
 
 
-def _level(routes: tuple[Route, Route], level: Level, segments: list[str]) -> dict[str, Any]:
+def _level(
+    routes: tuple[Route, Route], level: Level, segments: list[str], alpha: float
+) -> dict[str, Any]:
     base_name, cand_name = (r.name for r in routes)
     by_segment: dict[str, Any] = {}
     for segment in segments:
         base = [s for s in level.samples(base_name) if segment in (ALL, s.segment)]
         cand = [s for s in level.samples(cand_name) if segment in (ALL, s.segment)]
-        value = speedup(base, cand)
+        value = speedup(base, cand, alpha=alpha)
         by_segment[segment] = {
             "speedup": None if value is None else round(value.estimate, 4),
             "interval": None if value is None else [round(value.low, 4), round(value.high, 4)],
-            "call": level_call(base, cand),
+            "call": level_call(base, cand, alpha=alpha),
             "baseline": _route(base),
             "candidate": _route(cand),
         }

@@ -10,16 +10,20 @@ import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
+import numpy as np
 import orjson
 import pytest
 from pydantic import ValidationError
 
 from gate.cli import main
 from gate.db.models import Rehearsal
-from gate.rehearse import arms
+from gate.engines.workload import WorkloadItem
+from gate.rehearse import arms, report
+from gate.rehearse.analysis import ALPHA
 from gate.rehearse.runner import Block, Route, Sample
 from gate.rehearse.schemas import RehearsalIn
 from gate.rehearse.sweep import Level
+from gate.rehearse.workload import Workload
 from tests import factories
 from tests.gate.rehearse.upstream import Engine, engine_app
 from tests.servers import serving
@@ -77,6 +81,7 @@ def test_the_fast_arm_leads_a_slower_one_and_a_lossy_one_is_never_chosen(tmp_pat
     # Each arm has its own curve against the baseline, at the same levels.
     for arm in by_name.values():
         assert [row["concurrency"] for row in arm["levels"]] == [1, 2]
+    assert summary["interval_alpha"] == ALPHA / 3  # the lead arm's: each of 3 at ALPHA / 3
     assert [row["segments"]["all"]["call"] for row in by_name["slow"]["levels"]] == ["loses"] * 2
     assert by_name["slow"]["decision"] == "does not pay" and by_name["fast"]["decision"] == "pays"
     # The fastest exact arm is best at every level, proven ahead of the runner-up.
@@ -210,3 +215,26 @@ def test_an_arm_failing_more_requests_than_the_baseline_is_not_named_best() -> N
     (cell,) = found["all"]
     assert cell["arm"] == "good", cell
     assert cell["call"] == "only"
+
+
+def test_each_of_k_arms_is_judged_at_alpha_over_k():
+    """With K arms, exit 0 says "some arm pays": each arm's speedup interval is at ALPHA / K,
+    so that answer is wrong by chance no more often than one candidate's "pays"."""
+    rng = np.random.default_rng(0)
+    base = 1.0 + rng.normal(0, 0.1, 30)
+    cand = base / 1.04 * np.exp(rng.normal(0, 0.06, 30))  # a small, barely proven gain
+    found = Workload([WorkloadItem(str(i), "s", "/v1/chat/completions", BODY) for i in range(30)],
+                     "test")  # fmt: skip
+    routes = (Route("baseline", "http://b/v1"), Route("s", "http://c/v1"))
+    lvl = [level(baseline=list(base), s=list(cand))]
+
+    def call(**kw: float) -> str:
+        return report.summarise(routes, found, lvl, 60.0, **kw)["levels"][0]["segments"]["all"][
+            "call"
+        ]
+
+    assert call() == "wins"  # one candidate: proven at 95 %
+    assert call(alpha=ALPHA / 3) == "unclear"  # one of three arms: not proven at 98.3 %
+    assert (
+        report.summarise(routes, found, lvl, 60.0, alpha=ALPHA / 3)["interval_alpha"] == ALPHA / 3
+    )
