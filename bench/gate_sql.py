@@ -33,6 +33,7 @@ import json
 import statistics
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -251,14 +252,19 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--server", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
     args = parser.parse_args()
-    admin = create_engine(args.server, isolation_level="AUTOCOMMIT")
+    on_scratch_database(args.server, lambda url: bench(url, args))
+
+
+def on_scratch_database(server: str, run: Callable[[str], None]) -> None:
+    """Run `run(url)` on a new, migrated database on `server`, dropped afterwards."""
+    admin = create_engine(server, isolation_level="AUTOCOMMIT")
     name = f"specgate_bench_{uuid.uuid4().hex[:8]}"
     with admin.connect() as c:
         c.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(args.server).set(database=name).render_as_string(hide_password=False)
+    url = make_url(server).set(database=name).render_as_string(hide_password=False)
     try:
         migrate.upgrade(url)
-        bench(url, args)
+        run(url)
     finally:
         with admin.connect() as c:
             c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))

@@ -18,16 +18,15 @@ from __future__ import annotations
 
 import argparse
 import time
-import uuid
 from datetime import UTC, datetime, timedelta
 
 import psycopg
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
-from bench.gate_sql import load, report, timed_verdict
-from gate.db import migrate, partitions
+from bench.gate_sql import load, on_scratch_database, report, timed_verdict
+from gate.db import partitions
 from gate.db.engine import make_engine, session_factory
 from gate.db.enums import RolloutState
 from tests import factories
@@ -91,17 +90,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--server", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
     args = parser.parse_args()
-    admin = create_engine(args.server, isolation_level="AUTOCOMMIT")
-    name = f"specgate_bench_{uuid.uuid4().hex[:8]}"
-    with admin.connect() as c:
-        c.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(args.server).set(database=name).render_as_string(hide_password=False)
-    try:
-        migrate.upgrade(url)
-        bench(url, args)
-    finally:
-        with admin.connect() as c:
-            c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    on_scratch_database(args.server, lambda url: bench(url, args))
 
 
 if __name__ == "__main__":
