@@ -87,6 +87,16 @@ def empty_pg_url(pg_server: Engine) -> Iterator[str]:
     drop_database(pg_server, url)
 
 
+@pytest.fixture
+def fresh_pg_engine(empty_pg_url: str) -> Iterator[Engine]:
+    """An engine on a fresh database of its own, built by running the migrations (for
+    tests that change the schema, such as partitioning a table)."""
+    migrate.upgrade(empty_pg_url)
+    engine = make_engine(empty_pg_url)
+    yield engine
+    engine.dispose()
+
+
 @pytest.fixture(scope="session")
 def pg_engine(pg_url: str) -> Iterator[Engine]:
     engine = make_engine(pg_url)

@@ -8,9 +8,7 @@ import os
 import subprocess
 import sys
 import threading
-import time
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -18,9 +16,8 @@ from sqlalchemy import Engine, event, text
 from sqlalchemy.orm import Session
 
 from collectors.retention import purge
-from gate.db import migrate, online_partition, partitions, storage
+from gate.db import online_partition, partitions, storage
 from gate.db.base import utcnow
-from gate.db.engine import make_engine
 from gate.db.models import Rollout
 from gate.db.rows import PairRow
 from gate.rollouts import service
@@ -31,6 +28,7 @@ from gate.verdicts.service import compute
 from tests import factories
 from tests.gate.stats.test_sql import START, recorded_pairs, store
 from tests.gate.verdicts.test_folds import assert_same_verdict
+from tests.waits import wait_until
 
 pytestmark = pytest.mark.postgres
 DAY = 86_400
@@ -38,11 +36,8 @@ QUIET = lambda _line: None  # noqa: E731
 
 
 @pytest.fixture
-def engine(empty_pg_url: str) -> Iterator[Engine]:
-    migrate.upgrade(empty_pg_url)
-    engine = make_engine(empty_pg_url)
-    yield engine
-    engine.dispose()
+def engine(fresh_pg_engine: Engine) -> Engine:
+    return fresh_pg_engine
 
 
 def filled(engine: Engine) -> int:
@@ -258,19 +253,13 @@ def test_a_write_waiting_on_a_partition_s_creation_changes_its_pair(
         partitions.create_partition(conn, "pairs", "created_at", later, DAY)
         waiter = threading.Thread(target=change)
         waiter.start()
-        deadline = time.monotonic() + 30
-        waiting = 0
         with engine.connect() as probe:
-            while not waiting and time.monotonic() < deadline:
-                time.sleep(0.05)
-                waiting = probe.execute(
-                    text(
-                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                        "AND starts_with(query, :q)"
-                    ),
-                    {"q": statement},
-                ).scalar_one()
-        assert waiting, "the write never waited on the partition's creation"
+            waits = text(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND starts_with(query, :q)"
+            )
+            waiting = lambda: probe.execute(waits, {"q": statement}).scalar_one()  # noqa: E731
+            assert wait_until(waiting, 30), "the write never waited on the partition's creation"
     waiter.join(30)
     with engine.connect() as conn:
         found = conn.execute(

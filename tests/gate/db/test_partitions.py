@@ -7,7 +7,6 @@ import itertools
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -15,8 +14,7 @@ from sqlalchemy import Engine, event, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from collectors.retention import purge
-from gate.db import migrate, online_partition, partitions, storage
-from gate.db.engine import make_engine
+from gate.db import online_partition, partitions, storage
 from gate.db.models import EngineSample
 from gate.db.rows import SpanRow
 from gate.periodic import maintain_partitions
@@ -29,11 +27,8 @@ NOW = datetime.now(UTC)
 
 
 @pytest.fixture
-def engine(empty_pg_url: str) -> Iterator[Engine]:
-    migrate.upgrade(empty_pg_url)
-    engine = make_engine(empty_pg_url)
-    yield engine
-    engine.dispose()
+def engine(fresh_pg_engine: Engine) -> Engine:
+    return fresh_pg_engine
 
 
 def spans(n: int, start: datetime, step_s: float = 60.0, prefix: str = "a") -> list[SpanRow]:

@@ -4,15 +4,13 @@ after a conversion: tests/gate/db/test_partition_pairs.py."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 import pytest
 from sqlalchemy import Engine, event, text
 from sqlalchemy.orm import Session
 
-from gate.db import migrate, online_partition, partitions
-from gate.db.engine import make_engine
+from gate.db import online_partition, partitions
 from gate.stats.policy import Policy
 from gate.verdicts.service import compute
 from tests import factories
@@ -27,11 +25,8 @@ OLDER = {partitions.partition_name("pairs", day) for day in DAYS[:-2]}
 
 
 @pytest.fixture
-def engine(empty_pg_url: str) -> Iterator[Engine]:
-    migrate.upgrade(empty_pg_url)
-    engine = make_engine(empty_pg_url)
-    yield engine
-    engine.dispose()
+def engine(fresh_pg_engine: Engine) -> Engine:
+    return fresh_pg_engine
 
 
 def partition_pairs(engine: Engine, days: list[datetime]) -> None:
