@@ -39,7 +39,7 @@ from gate.verdicts import folds
 from gate.verdicts.service import compute, run_gate
 from tests import factories
 from tests.gate.stats.test_sql import store
-from tests.gate.verdicts.test_paths_agree import (
+from tests.gate.verdicts.paths_agree import (
     POLICY,
     RTOL,
     _run,
