@@ -117,6 +117,7 @@ def combine(
             "levels": arm.summary["levels"],
             "crossover": arm.summary["crossover"],
             "exactness": arm.summary.get("exactness"),
+            "interval_alpha": arm.summary["interval_alpha"],
         }
         for arm in arms
     ]
@@ -159,13 +160,14 @@ def lines(summary: dict[str, Any]) -> list[str]:
         out.append(f"arm {arm['name']}: crossover {arm['crossover'][ALL]['text']}; "
                    f"{arm['decision']}{state}")  # fmt: skip
     for segment, cells in summary["best"].items():
-        shown = [_cell_words(cell) for cell in cells]
+        shown = [cell_words(cell) for cell in cells]
         out.append(f"best arm, {segment}: " + "; ".join(shown))
     out.append(f"lead arm: {summary['lead']}")
     return out
 
 
-def _cell_words(cell: dict[str, Any]) -> str:
+def cell_words(cell: dict[str, Any]) -> str:
+    """Return one level's best arm in words: "at 2 k4 (1.28x, ahead of k2)"."""
     where = f"at {cell['concurrency']}"
     if cell["arm"] is None:
         return f"{where} none measured"

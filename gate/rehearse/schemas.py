@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gate.rehearse.analysis import ALL
+from gate.rehearse.analysis import ALL, ALPHA
 
 Bound = float | None
 
@@ -80,6 +80,22 @@ class ArmIn(BaseModel):
     usable: bool = Field(description="False when the arm failed the exactness test.")
     levels: list[LevelIn] = Field(min_length=1, max_length=64)
     crossover: dict[str, CrossoverIn]
+    decision: str = Field("no --at given", min_length=1, max_length=32)
+    # None: a summary written before arms carried it; their alpha is the document's.
+    interval_alpha: float | None = Field(None, gt=0, lt=1)
+    exactness: dict[str, Any] | None = None
+
+
+class BestCell(BaseModel):
+    """The best usable arm at one level of one segment (`gate.rehearse.arms.best`)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    concurrency: int
+    arm: str | None = None
+    call: Literal["only", "leads", "tied", "unclear"] | None = None
+    speedup: float | None = None
+    runner_up: str | None = None
 
 
 class RehearsalIn(BaseModel):
@@ -100,10 +116,14 @@ class RehearsalIn(BaseModel):
     )
     at: int | None = Field(None, ge=1)
     decision: str = Field("no --at given", min_length=1, max_length=32)
+    interval_alpha: float = Field(
+        ALPHA, gt=0, lt=1, description="The speedup intervals' alpha (0.05 / K with K arms)."
+    )
     lead: str | None = Field(
         None, description="Several arms: the arm whose curve the top of the document is."
     )
     arms: list[ArmIn] | None = Field(None, min_length=2, max_length=MAX_ARMS)
+    best: dict[str, list[BestCell]] | None = None
 
     @model_validator(mode="after")
     def _one_curve_per_segment(self) -> RehearsalIn:

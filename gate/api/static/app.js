@@ -577,8 +577,56 @@ function percent(fraction) {
     if (!rehearsal) return;
     $("rehearsal-sentence").textContent = rehearsal.sentence;
     $("rehearsal-lines").replaceChildren(...rehearsal.lines.map((line) => el("li", line)));
+    renderRehearsalArms(rehearsal);
+    const whose = rehearsal.lead ? `The lead arm ${rehearsal.lead}'s speedup` : "Speedup";
+    $("rehearsal-caption").textContent = `${whose} (baseline / candidate s per token) vs concurrent requests, per segment, ${rehearsal.confidence} intervals; dashed: no gain`;
     fillTable($("rehearsal-table"), rehearsal.headers, rehearsal.rows);
     rehearsalChart(rehearsal);
+  }
+
+  // A several-arm rehearsal: one column per arm (its exactness, its speedup per level at
+  // its own confidence, its crossover, its answer at --at), the lead and paying arms marked.
+  function renderRehearsalArms(rehearsal) {
+    const arms = rehearsal.arms || [];
+    $("rehearsal-arms-section").hidden = !arms.length;
+    if (!arms.length) return;
+    const first = arms[0];
+    $("rehearsal-arms-note").textContent = `${arms.length} arms against the same baseline, each arm's intervals at ${first.confidence} (alpha ${first.interval_alpha.toPrecision(3)} = 0.05 / ${arms.length}, Bonferroni). The curve below is the lead arm's.`;
+    const roles = (arm) => ["arm", arm.lead ? "lead" : "", arm.pays ? "pays" : "", arm.usable ? "" : "unusable"].filter(Boolean).join(" ");
+    const head = el("tr");
+    head.append(el("th", "all segments"), ...arms.map((arm) => {
+      const th = el("th", null, roles(arm));
+      th.dataset.arm = arm.name;
+      th.append(el("span", arm.name, "name"));
+      if (arm.lead) th.append(" ", el("span", "lead", "badge leader"));
+      if (arm.pays) th.append(" ", el("span", "pays", "badge winner"));
+      if (!arm.usable) th.append(" ", el("span", "never chosen", "badge killed"));
+      return th;
+    }));
+    $("rehearsal-arms").tHead.replaceChildren(head);
+    const row = (label, kind, cell) => {
+      const tr = el("tr");
+      tr.dataset.row = kind;
+      tr.append(el("th", label), ...arms.map((arm, i) => {
+        const [text, extra] = cell(arm, i);
+        const td = el("td", text, `${roles(arm)}${extra ? " " + extra : ""}`);
+        td.dataset.arm = arm.name;
+        return td;
+      }));
+      return tr;
+    };
+    const levels = first.points.map((p) => p.concurrency);
+    $("rehearsal-arms").tBodies[0].replaceChildren(
+      row("exactness", "exactness", (arm) => [arm.exactness]),
+      ...levels.map((c, l) => row(`speedup at ${c}`, "speedup", (arm) => [arm.speedups[l], `call ${arm.points[l].call.replaceAll(" ", "-")}`])),
+      row("crossover", "crossover", (arm) => [arm.crossover]),
+      row(rehearsal.at ? `at ${rehearsal.at}` : "answer", "answer", (arm) => [arm.usable ? arm.decision : "never chosen"]),
+    );
+    // The exactness test in full on hover.
+    for (const td of $("rehearsal-arms").querySelectorAll("tr[data-row=exactness] td")) {
+      td.title = arms.find((arm) => arm.name === td.dataset.arm).exactness_detail;
+    }
+    $("rehearsal-best").replaceChildren(...rehearsal.best.map((line) => el("li", line)));
   }
 
   const SEGMENT_COLOURS = ["#ea580c", "#16a34a", "#9333ea", "#0891b2", "#ca8a04", "#db2777"];

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from gate.stats.policy import ALL
 
@@ -24,15 +25,53 @@ CALL_WORDS = {
 
 def rehearsal_sentence(
     *, run_at: datetime | None, recorded_at: datetime, routes: tuple[str, str], workload: str,
-    requests: int, levels: list[int],
+    requests: int, levels: list[int], arms: list[str] | None = None, lead: str | None = None,
 ) -> str:  # fmt: skip
-    """Say when a rehearsal ran, against which routes and workload, over which sweep."""
+    """Say when a rehearsal ran, against which routes (or arms) and workload, over which
+    sweep."""
     when = f"Rehearsed {_when(run_at)}" if run_at else f"Recorded {_when(recorded_at)}"
     sweep = f"{levels[0]} to {levels[-1]}" if len(levels) > 1 else str(levels[0])
+    against = (
+        f"{len(arms)} arms ({', '.join(arms)}, lead {lead})" if arms else f"candidate {routes[1]}"
+    )
     return (
-        f"{when}: baseline {routes[0]} against candidate {routes[1]}, workload {workload} "
+        f"{when}: baseline {routes[0]} against {against}, workload {workload} "
         f"({requests:,} requests), {sweep} concurrent requests."
     )
+
+
+def confidence(alpha: float) -> str:
+    """Return an interval's confidence level as people read it: 0.05 / 3 -> "98.3 %"."""
+    return f"{100 * (1 - alpha):.3g} %"
+
+
+def rehearsal_headers(alpha: float) -> list[str]:
+    """Return the rehearsal table's headers, its intervals at `alpha`."""
+    return [*REHEARSAL_HEADERS[:2], f"speedup [{confidence(alpha)} interval]", REHEARSAL_HEADERS[3]]
+
+
+def arm_exactness(section: dict[str, Any] | None) -> tuple[str, str]:
+    """Return an arm's exactness test result in a word or two, and in full (`specgate
+    rehearse`'s `exactness` section; None: the test was not run)."""
+    if not section:
+        return "not tested", "the exactness test was not run (--exactness-requests 0)"
+    cand = section["candidate"]
+    full = f"{cand['text']}; {section['greedy_parity']['text']}"
+    if section["control_alarm"]:
+        return "not judged", f"the baseline fails the same test (data quality): {full}"
+    tv = cand.get("tv")
+    if section["failed"]:
+        short = "not exact" + (f": TV {tv[0]:.2f} [{tv[1]:.2f}, {tv[2]:.2f}]" if tv else "")
+        return short, f"{full}; never chosen"
+    if section["lossy"] and cand["status"] == "deviates":
+        return "declared lossy", full
+    return str(cand["status"]), full
+
+
+def arms_answer(at: int | None, paying: list[str], not_exact: list[str]) -> str:
+    """Say which arms pay at the production concurrency and which can never be chosen."""
+    pays = f"Arms that pay at {at}: {', '.join(paying) or 'none'}" if at else "No --at given"
+    return f"{pays}; not exact, never chosen: {', '.join(not_exact) or 'none'}."
 
 
 def rehearsal_crossover(segment: str, text: str) -> str:

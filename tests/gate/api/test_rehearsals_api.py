@@ -8,6 +8,7 @@ import pytest
 
 from gate.db.models import AuditEvent, Rehearsal
 from tests import factories
+from tests.gate.rehearse.summaries import arms_summary
 
 pytestmark = pytest.mark.postgres
 
@@ -102,3 +103,36 @@ def test_a_retried_post_replays_its_answer_and_a_reused_key_is_a_409(api, pg_com
     assert recorded == 1, "the retry recorded nothing twice"
     other = api.client.post(path, json=factories.rehearsal_summary(at=4), headers=headers)
     assert other.status_code == 409 and "already used for a different request" in other.text
+
+
+def test_a_several_arm_rehearsal_shows_every_arm_at_its_own_confidence(api):
+    # Three arms at 0.05 / 3 each (`specgate rehearse --candidate` x 3, --at 2): k4 leads
+    # at 2 and pays, k2 pays too, k8 is the fastest but not exact, so never chosen.
+    summary = arms_summary(at=2)
+    assert record(api, summary).status_code == 201
+    path = f"/v1/rollouts/{api.rollout_id}/glance"
+    shown = api.client.get(path, headers=api.headers("read")).json()["rehearsal"]
+    assert shown["lead"] == "k4"
+    assert "against 3 arms (k2, k4, k8, lead k4)" in shown["sentence"]
+    assert shown["headers"][2] == "speedup [98.3 % interval]"  # the lead arm's curve's
+    arms = {arm["name"]: arm for arm in shown["arms"]}
+    assert list(arms) == ["k2", "k4", "k8"]
+    assert [(a["lead"], a["pays"], a["usable"]) for a in arms.values()] == [
+        (False, True, True), (True, True, True), (False, False, False)
+    ]  # fmt: skip
+    assert {a["confidence"] for a in arms.values()} == {"98.3 %"}
+    assert arms["k4"]["crossover"] == "between 2 and 8"
+    assert arms["k8"]["exactness"] == "not exact: TV 0.21 [0.12, 0.30]"
+    parity = "greedy parity: 1 of 4 answers identical token for token (mismatch rate 0.75)"
+    assert arms["k8"]["exactness_detail"].endswith(f"{parity}; never chosen")
+    assert arms["k2"]["exactness"] == "exact"
+    assert arms["k2"]["exactness_detail"].startswith("exact: no deviation beyond TV 0.05")
+    # Each arm's all-segments curve at its own alpha, as recorded.
+    recorded = {a["name"]: a for a in summary["arms"]}
+    for name, arm in arms.items():
+        cells = [level["segments"]["all"] for level in recorded[name]["levels"]]
+        assert [(p["speedup"], [p["low"], p["high"]]) for p in arm["points"]] == [
+            (c["speedup"], c["interval"]) for c in cells
+        ]
+    assert shown["best"][0].startswith("Best arm, all segments: at 1 k4 (1.42x, ahead of k2)")
+    assert "Arms that pay at 2: k2, k4; not exact, never chosen: k8." in shown["lines"]
