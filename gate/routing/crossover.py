@@ -19,6 +19,13 @@ Two sources, the more recent proven one routes (`newest_proven`):
   above. The bands pool every segment: this source has `all` only, and while it routes,
   every segment routes by it.
 
+A rollout with several candidate arms (issue 40) routes by its promoted arm's crossover
+only: the arm of that name in a several-arm rehearsal (`arms`, not the lead arm's curve at
+the top of the document), and load bands only from a verdict whose choice shows that arm
+(its winner, else its leader). While several arms are active no arm is the candidate yet,
+so neither source routes; a rehearsal of one candidate, or one without an arm of that
+name, is not the arm's.
+
 A source is proven when its `all` interval has an end (some level or band proven to win
 or to lose). The bands are a source only when proven; a rehearsal that proved nothing
 still routes (its crossover 0: the baseline serves) when no band proves anything.
@@ -36,7 +43,8 @@ from typing import Any
 from sqlalchemy import Row, and_, func, select
 from sqlalchemy.orm import Session
 
-from gate.db.models import EngineSample, Rehearsal, Verdict
+from gate.db.enums import ArmState
+from gate.db.models import EngineSample, Rehearsal, RolloutArm, Verdict
 from gate.pairs.load import RUNNING
 from gate.rehearse import repository
 from gate.stats.ids import ALL
@@ -112,12 +120,15 @@ class ByLoad:
         return self.crossover.source, levels
 
 
-def from_rehearsal(row: Rehearsal) -> Crossover | None:
-    """Return the crossover a recorded rehearsal measured (None: it names none)."""
-    found = row.summary.get("crossover")
+def from_rehearsal(row: Rehearsal, arm: str | None = None) -> Crossover | None:
+    """Return the crossover a recorded rehearsal measured (None: it names none): the
+    candidate's (a several-arm rehearsal's lead arm's), or with `arm`, that arm's own (None
+    when the rehearsal has no arm of that name)."""
+    curve = row.summary if arm is None else _arm_curve(row.summary, arm)
+    found = curve.get("crossover")
     if not isinstance(found, dict) or ALL not in found:
         return None
-    top = _top_wins(row.summary.get("levels"))
+    top = _top_wins(curve.get("levels"))
     segments = {
         name: _segment(value, top.get(name))
         for name, value in found.items()
@@ -125,6 +136,13 @@ def from_rehearsal(row: Rehearsal) -> Crossover | None:
     }
     measured = row.run_at or row.recorded_at
     return Crossover(segments=segments, source=REHEARSAL, measured_at=measured.timestamp())
+
+
+def _arm_curve(summary: Mapping[str, Any], arm: str) -> Mapping[str, Any]:
+    """Return the entry of `arm` in a several-arm summary's `arms` (empty: none)."""
+    arms = summary.get("arms")
+    entries = arms if isinstance(arms, list) else []
+    return next((a for a in entries if isinstance(a, dict) and a.get("name") == arm), {})
 
 
 def _top_wins(levels: object) -> dict[str, int]:
@@ -206,22 +224,51 @@ def crossovers(session: Session, rollout_ids: list[int]) -> dict[int, Crossover]
     or its latest verdict's load bands', the more recent proven one, by rollout id."""
     if not rollout_ids:
         return {}
+    arms = _promoted_arms(session, rollout_ids)
+    undecided = {r for r, arm in arms.items() if arm is None}  # several arms active
     rehearsed = {
-        rollout_id: from_rehearsal(row)
+        rollout_id: from_rehearsal(row, arms.get(rollout_id))
         for rollout_id, row in repository.of_rollouts(session, rollout_ids).items()
+        if rollout_id not in undecided
     }
     live = {
         rollout_id: from_bands(bands, at)
-        for rollout_id, bands, at in _latest_bands(session, rollout_ids)
+        for rollout_id, bands, at, choice in _latest_bands(session, rollout_ids)
+        if rollout_id not in undecided
+        and (rollout_id not in arms or _shown(choice) == arms[rollout_id])
     }
     found = {r: newest_proven(rehearsed.get(r), live.get(r)) for r in rollout_ids}
     return {rollout_id: cross for rollout_id, cross in found.items() if cross is not None}
 
 
+def _promoted_arms(session: Session, rollout_ids: list[int]) -> dict[int, str | None]:
+    """Return, for each of these rollouts that has arms, the arm it routes to: its one
+    active arm (the promoted winner), None while several are active."""
+    rows = session.execute(
+        select(RolloutArm.rollout_id, RolloutArm.name, RolloutArm.state).where(
+            RolloutArm.rollout_id.in_(rollout_ids)
+        )
+    ).all()
+    active: dict[int, list[str]] = {}
+    for rollout_id, name, state in rows:
+        active.setdefault(rollout_id, [])
+        if state is ArmState.ACTIVE:
+            active[rollout_id].append(name)
+    return {rollout_id: names[0] if len(names) == 1 else None for rollout_id, names in
+            active.items()}  # fmt: skip
+
+
+def _shown(choice: dict[str, Any] | None) -> object:
+    """Return the arm whose verdict (and load bands) a several-arm verdict shows: the winner,
+    else the leader (`gate.verdicts.arms.rollout_verdict`)."""
+    return (choice or {}).get("winner") or (choice or {}).get("leader")
+
+
 def _latest_bands(
     session: Session, rollout_ids: list[int]
-) -> Iterable[Row[int, list[dict[str, Any]], datetime]]:
-    """Return each rollout's latest verdict's load bands and when it was made."""
+) -> Iterable[Row[int, list[dict[str, Any]], datetime, dict[str, Any] | None]]:
+    """Return each rollout's latest verdict's load bands, when it was made, and its
+    several-arm choice (None: one candidate)."""
     newest = (
         select(Verdict.rollout_id, func.max(Verdict.created_at).label("at"))
         .where(Verdict.rollout_id.in_(rollout_ids))
@@ -230,7 +277,9 @@ def _latest_bands(
     )
     joined = and_(Verdict.rollout_id == newest.c.rollout_id, Verdict.created_at == newest.c.at)
     return session.execute(
-        select(Verdict.rollout_id, Verdict.bands, Verdict.created_at).join(newest, joined)
+        select(Verdict.rollout_id, Verdict.bands, Verdict.created_at, Verdict.arms).join(
+            newest, joined
+        )
     ).all()
 
 

@@ -10,9 +10,12 @@ import pytest
 
 from gate.db.enums import Decision
 from gate.db.models import Verdict
+from gate.rollouts import arms as rollout_arms
 from gate.rollouts import service
+from gate.rollouts.schemas import ArmIn, RolloutIn, RouteIn
 from gate.rollouts.states import Action
 from tests import factories
+from tests.gate.rehearse.summaries import arms_summary
 
 pytestmark = pytest.mark.postgres
 BY_LOAD = {"stages": [100], "promotion": {"route_by_load": True, "hysteresis": 2}}
@@ -118,5 +121,79 @@ def test_bands_that_prove_nothing_leave_the_rehearsal_in_force(api, pg_committin
 def test_proven_bands_route_a_rollout_without_a_rehearsal(api, pg_committing):
     rollout_id = by_load_rollout(pg_committing, promote=True)
     judge(pg_committing, rollout_id, datetime.now(UTC), LIVE)
+    shown = glance(api, rollout_id)["crossover"]
+    assert shown["source"] == "load_bands" and shown["segments"]["all"]["crossover"] == 3
+
+
+def armed_by_load(pg_committing, *, winner: str | None) -> int:
+    """A rollout of arms k2, k4 and k8 routed by load; with `winner`, a verdict on its stage
+    promotes that arm and the rollout is promoted (the others retired)."""
+    with pg_committing() as db, db.begin():
+        for name, role in [("plain-x", "baseline"), *[(f"ngram-{n}", "candidate") for n in ARMS]]:
+            spec = RouteIn(name=name, base_url=f"http://{name}:8000/v1", model="m", role=role)
+            service.create_route(db, spec=spec, actor="t")
+        arms = [ArmIn(name=n, route=f"ngram-{n}") for n in ARMS]
+        spec = RolloutIn(name="arms-by-load", alias="arms-by-load", baseline_route="plain-x",
+                         arms=arms, policy=BY_LOAD)  # fmt: skip
+        rollout = service.create_rollout(db, spec=spec, actor="t")
+        service.transition(db, rollout_id=rollout.id, action=Action.START, actor="t", reason="t")
+        if winner is not None:
+            choice = {"winner": winner, "leader": winner, "arms": []}
+            db.add(Verdict(rollout_id=rollout.id, stage=0, decision=Decision.PROMOTE,
+                           bands=[], arms=choice))  # fmt: skip
+            db.flush()
+            service.transition(
+                db, rollout_id=rollout.id, action=Action.PROMOTE, actor="t", reason="t"
+            )
+        return rollout.id
+
+
+ARMS = ["k2", "k4", "k8"]
+
+
+def test_a_promoted_arm_routes_by_its_own_rehearsed_crossover(api, pg_committing):
+    # The rehearsal's lead (its top-level curve) is k4, crossing over between 2 and 8; the
+    # rollout's gate promoted k2, which won up to 4: the gateway must route by k2's curve.
+    rollout_id = armed_by_load(pg_committing, winner="k2")
+    summary = {**arms_summary(at=2), "run_at": datetime.now(UTC).isoformat()}
+    assert summary["lead"] == "k4"
+    path = f"/v1/rollouts/{rollout_id}/rehearsals"
+    assert api.client.post(path, json=summary, headers=api.headers("admin")).status_code == 201
+    shown = glance(api, rollout_id)["crossover"]
+    k2 = next(arm for arm in summary["arms"] if arm["name"] == "k2")["crossover"]
+    assert shown["routing_by_load"] and shown["source"] == "rehearsal"
+    assert {name: (seg["low"], seg["text"]) for name, seg in shown["segments"].items()} == {
+        name: (cross["low"], cross["text"]) for name, cross in k2.items()
+    }
+    assert shown["segments"]["all"]["crossover"] == 4
+
+
+def test_several_live_arms_route_by_no_arms_crossover_yet(api, pg_committing):
+    # Before the choice, no arm's curve (nor the lead's) is the one promotion will route by.
+    rollout_id = armed_by_load(pg_committing, winner=None)
+    summary = {**arms_summary(at=2), "run_at": datetime.now(UTC).isoformat()}
+    path = f"/v1/rollouts/{rollout_id}/rehearsals"
+    assert api.client.post(path, json=summary, headers=api.headers("admin")).status_code == 201
+    assert glance(api, rollout_id)["crossover"]["source"] == "missing"
+
+
+def test_only_the_promoted_arms_load_bands_route(api, pg_committing):
+    # The operator retired k4 and k8 and promoted k2 while the newest verdict still showed
+    # k4 (the leader then) with its bands: those are k4's loads, not k2's.
+    rollout_id = armed_by_load(pg_committing, winner=None)
+    now = datetime.now(UTC).replace(microsecond=0)
+    with pg_committing() as db, db.begin():
+        for name in ("k4", "k8"):
+            rollout_arms.kill_arm(db, rollout_id=rollout_id, name=name, actor="t", reason="t")
+        db.add(Verdict(rollout_id=rollout_id, stage=0, decision=Decision.CONTINUE,
+                       created_at=now - timedelta(minutes=5), bands=LIVE,
+                       arms={"winner": None, "leader": "k4", "arms": []}))  # fmt: skip
+        db.flush()
+        service.transition(db, rollout_id=rollout_id, action=Action.PROMOTE, actor="t", reason="t")
+    assert glance(api, rollout_id)["crossover"]["source"] == "missing"
+    with pg_committing() as db, db.begin():
+        db.add(Verdict(rollout_id=rollout_id, stage=0, decision=Decision.CONTINUE,
+                       created_at=now, bands=LIVE,
+                       arms={"winner": None, "leader": "k2", "arms": []}))  # fmt: skip
     shown = glance(api, rollout_id)["crossover"]
     assert shown["source"] == "load_bands" and shown["segments"]["all"]["crossover"] == 3
