@@ -190,3 +190,8 @@ def percentiles(values: list[float], qs: tuple[int, ...] = (50, 90, 99)) -> dict
         return {}
     found = np.percentile(np.array(values), qs)
     return {f"p{q}": round(float(v), 4) for q, v in zip(qs, found, strict=True)}
+
+
+def confidence(alpha: float) -> str:
+    """Return an interval's confidence level as people read it: 0.05 / 3 -> "98.3 %"."""
+    return f"{100 * (1 - alpha):.3g} %"

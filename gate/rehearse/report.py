@@ -15,6 +15,7 @@ from gate.rehearse.analysis import (
     ALL,
     ALPHA,
     Call,
+    confidence,
     crossover,
     level_call,
     percentiles,
@@ -117,6 +118,7 @@ def _tokens(samples: list[Sample]) -> int:
 def markdown(summary: dict[str, Any], *, at: int | None, decision: str) -> str:
     """Render the summary as Markdown: one table per segment, the crossover under it."""
     lead = f" (lead arm {summary['lead']})" if summary.get("lead") else ""
+    shown = confidence(summary.get("interval_alpha", ALPHA))  # K arms: 1 - 0.05 / K
     lines = [
         "# specgate rehearsal",
         "",
@@ -126,12 +128,12 @@ def markdown(summary: dict[str, Any], *, at: int | None, decision: str) -> str:
         f"{summary['workload']['skipped_cut_prompt']} skipped with a cut prompt); "
         f"{summary['elapsed_s']} s of a {summary['budget_s']:.0f} s budget.",
         "",
-        f"Speedup: {summary['speedup']}; 95 % bootstrap intervals.",
+        f"Speedup: {summary['speedup']}; {shown} bootstrap intervals.",
         "",
         f"Decision{f' at concurrency {at}' if at else ''}: **{decision}**.",
     ]
     for segment, cross in summary["crossover"].items():
-        lines += ["", f"## {segment}", "", "| concurrency | speedup | 95 % interval | call | "
+        lines += ["", f"## {segment}", "", f"| concurrency | speedup | {shown} interval | call | "
                   "in flight | baseline / candidate e2e p50 (s) | TTFT p50 (s) | TPOT p50 (ms) | "
                   "acceptance | errors |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for row in summary["levels"]:
@@ -215,7 +217,8 @@ def plot(summary: dict[str, Any], path: Path) -> None:
     ax.set_xscale("log", base=2)
     ax.set_xlabel("concurrent requests (closed loop)")
     ax.set_ylabel("speedup (baseline / candidate s per token)")
-    ax.set_title("specgate rehearsal: speedup vs concurrency (95 % intervals)")
+    shown = confidence(summary.get("interval_alpha", ALPHA))
+    ax.set_title(f"specgate rehearsal: speedup vs concurrency ({shown} intervals)")
     if ax.get_legend_handles_labels()[0]:  # no speedup anywhere: nothing to name
         ax.legend(fontsize=8)
     fig.tight_layout()

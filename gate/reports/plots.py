@@ -181,7 +181,8 @@ def verdict_timeline(report: WeeklyReport, path: Path) -> Path:
 
 
 def rehearsal(week: RolloutWeek, path: Path) -> Path:
-    """Draw the recorded rehearsal: speedup against concurrency per segment, 95 % intervals."""
+    """Draw the recorded rehearsal: speedup against concurrency per segment, with its
+    intervals (95 %; with K arms, the lead arm's at 1 - 0.05 / K)."""
     figure, (ax,) = _figure()
     assert week.rehearsal is not None
     for curve in week.rehearsal.curves:
@@ -201,6 +202,7 @@ def rehearsal(week: RolloutWeek, path: Path) -> Path:
     ax.xaxis.set_major_formatter(ScalarFormatter())  # 1, 2, 4, 8: not 2^0, 2^1, ...
     ax.set_xlabel("concurrent requests (closed loop)")
     ax.set_ylabel("speedup (> 1: candidate faster)")
-    ax.set_title(f"{week.name}: rehearsal, speedup vs concurrency (95 % intervals)")
+    shown = week.rehearsal.confidence
+    ax.set_title(f"{week.name}: rehearsal, speedup vs concurrency ({shown} intervals)")
     ax.legend(fontsize=8)
     return _save(figure, path)

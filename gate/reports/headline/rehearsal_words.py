@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from gate.rehearse.analysis import confidence
 from gate.stats.policy import ALL
 
 REHEARSAL_HEADERS = ["segment", "concurrency", "speedup [95 % interval]", "call"]
@@ -38,11 +39,6 @@ def rehearsal_sentence(
         f"{when}: baseline {routes[0]} against {against}, workload {workload} "
         f"({requests:,} requests), {sweep} concurrent requests."
     )
-
-
-def confidence(alpha: float) -> str:
-    """Return an interval's confidence level as people read it: 0.05 / 3 -> "98.3 %"."""
-    return f"{100 * (1 - alpha):.3g} %"
 
 
 def rehearsal_headers(alpha: float) -> list[str]:

@@ -25,6 +25,7 @@ from gate.rehearse.schemas import RehearsalIn
 from gate.rehearse.sweep import Level
 from gate.rehearse.workload import Workload
 from tests import factories
+from tests.gate.rehearse.summaries import arms_summary
 from tests.gate.rehearse.upstream import Engine, engine_app
 from tests.servers import serving
 
@@ -238,3 +239,13 @@ def test_each_of_k_arms_is_judged_at_alpha_over_k():
     assert (
         report.summarise(routes, found, lvl, 60.0, alpha=ALPHA / 3)["interval_alpha"] == ALPHA / 3
     )
+
+
+def test_the_report_of_three_arms_says_its_intervals_are_at_98_3_percent(tmp_path):
+    # Each of 3 arms is judged at 0.05 / 3: "95 %" on its tables would overstate nothing
+    # but misdescribe every interval printed.
+    summary = arms_summary()
+    text = report.markdown(summary, at=2, decision=summary["decision"])
+    assert "98.3 % bootstrap intervals" in text and "| 98.3 % interval |" in text
+    assert "95 %" not in text
+    assert {arm["interval_alpha"] for arm in summary["arms"]} == {ALPHA / 3}
