@@ -68,24 +68,7 @@ SPACING = timedelta(seconds=40)
 @given(raw=st.lists(band_pair, min_size=1, max_size=60))
 def test_the_fold_builds_the_load_bands_as_replay_does(pg_session, raw):
     rollout = factories.rollout(pg_session, name=f"bands-{next(_names)}")
-    records = []
-    for r, record in zip(raw, as_records(raw), strict=True):
-        at = START + SPACING * len(records)
-        routes = (rollout.baseline_route_id, rollout.candidate_route_id)
-        for name, route, value in zip(("baseline", "candidate"), routes, r["loads"], strict=True):
-            if record[name] is not None:
-                record[name] = {**record[name], "load": value}
-            if value is not None:
-                pg_session.add(
-                    EngineSample(
-                        route_id=route, metric=RUNNING, labels={}, value=value, scraped_at=at
-                    )
-                )
-        evaluated = at + timedelta(seconds=r["lag_s"])
-        records.append(
-            {**record, "created_at": at.isoformat(), "evaluated_at": evaluated.isoformat()}
-        )
-    pg_session.flush()  # the scrapes exist when the pairs are stamped
+    records = _with_loads(pg_session, rollout, raw)
     store(pg_session, [dict(r) for r in records], rollout.id)
     cols = columns(fold_order(records), POLICY, RolloutMode.SHADOW)
     replayed = at_look(to_stats(cols, POLICY, np.array([len(records)])), 0)
