@@ -202,7 +202,7 @@ def rehearsal(week: RolloutWeek, path: Path) -> Path:
     ax.xaxis.set_major_formatter(ScalarFormatter())  # 1, 2, 4, 8: not 2^0, 2^1, ...
     ax.set_xlabel("concurrent requests (closed loop)")
     ax.set_ylabel("speedup (> 1: candidate faster)")
-    shown = week.rehearsal.confidence
-    ax.set_title(f"{week.name}: rehearsal, speedup vs concurrency ({shown} intervals)")
+    level = week.rehearsal.confidence
+    ax.set_title(f"{week.name}: rehearsal, speedup vs concurrency ({level} intervals)")
     ax.legend(fontsize=8)
     return _save(figure, path)

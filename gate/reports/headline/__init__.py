@@ -18,6 +18,7 @@ nowhere else (`parse_reason`), so the words can follow the gate's codes in one p
 - `text`: the headline and grid as terminal lines and Markdown.
 """
 
+from gate.rehearse.analysis import confidence
 from gate.reports.headline.acts import Act, act_of, promotion_next
 from gate.reports.headline.arm_words import ArmLine
 from gate.reports.headline.cells import (
@@ -54,7 +55,6 @@ from gate.reports.headline.rehearsal_words import (
     arm_exactness,
     arms_answer,
     call_words,
-    confidence,
     rehearsal_answer,
     rehearsal_crossover,
     rehearsal_headers,
