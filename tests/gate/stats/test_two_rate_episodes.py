@@ -1,0 +1,115 @@
+"""Greedy mismatch and the shadow thumbs-down share with episodes as the unit (issue 39)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from gate.stats.cell_checks import harm_interval
+from gate.stats.cumulative import looks_every, to_stats
+from gate.stats.ids import ALL, Cell, MetricId
+from gate.stats.policy import Policy, at_stage
+from gate.stats.registry import rule_for
+from gate.stats.rule import apply_rule
+from gate.stats.sequences import EpisodeTwoCounts, TwoCounts
+from gate.stats.simulated_pairs import Scenario, draw_pairs
+
+POLICY = at_stage(Policy(), 0)
+GREEDY, FEEDBACK = MetricId("greedy_mismatch"), MetricId("feedback")
+CONVERSATIONS = Scenario("two rates", pairs=3000, every=100, episode_len=(5, 20))
+RUNS = 80
+
+
+def _per_episode(rng: np.random.Generator, episode: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """Return 0/1 outcomes at ICC 0.5: each episode's rate ~ Beta(p, 1 - p), mean p."""
+    n_ep = int(episode.max()) + 1
+    rate = rng.beta(p, 1.0 - p, size=(episode.shape[0], n_ep))
+    return np.asarray(rng.random(episode.shape) < np.take_along_axis(rate, episode, axis=-1))
+
+
+def _columns(seed: int, *, harm: float):
+    """Return simulated pairs with greedy mismatch (half the episodes the control slice)
+    and thumbs-down on both answers, whole conversations failing together (ICC 0.5).
+
+    `harm` > 0: instead, whole candidate conversations fail (every request mismatches and
+    is rated down) in a share `harm` of episodes; the control slice and baseline never do.
+    """
+    rng = np.random.default_rng(seed)
+    cols = draw_pairs(CONVERSATIONS, POLICY, RUNS, rng)
+    ep = cols.episode
+    assert ep is not None
+    n_ep = int(ep.max()) + 1
+    control = np.take_along_axis(rng.random((RUNS, n_ep)) < 0.5, ep, axis=-1)
+    if harm:
+        bad_ep = rng.random((RUNS, n_ep)) < harm
+        cand = np.take_along_axis(bad_ep, ep, axis=-1) & ~control
+        mismatch = cand.astype(np.float64)
+        feedback = np.stack([np.zeros(ep.shape), cand.astype(np.float64)], axis=-1)
+    else:
+        mismatch = _per_episode(rng, ep, np.full(1, 0.1)).astype(np.float64)
+        down = [_per_episode(rng, ep, np.full(1, 0.1)) for _ in range(2)]
+        feedback = np.stack(down, axis=-1).astype(np.float64)
+    return replace(cols, is_control=control, mismatch=mismatch, feedback=feedback)
+
+
+def _ever(seed: int, *, harm: float, episodes: bool) -> dict[str, float]:
+    """Return the share of runs where each two-rate guardrail was ever proven harmful
+    (A/A) or proven inside (harm), in any cell."""
+    cols = _columns(seed, harm=harm)
+    if not episodes:
+        cols = replace(cols, episode=None)
+    looks = looks_every(CONVERSATIONS.pairs, CONVERSATIONS.every)
+    ev = apply_rule(POLICY, to_stats(cols, POLICY, looks))
+    flags = ev.inside if harm else ev.harmful
+    out = {}
+    for metric in (GREEDY, FEEDBACK):
+        hit = np.zeros(RUNS, dtype=bool)
+        for (m, _), flag in flags.items():
+            if m == metric:
+                hit |= np.broadcast_to(flag, ev.code.shape).any(axis=-1)
+        out[str(metric)] = float(hit.mean())
+    return out
+
+
+def test_conversations_failing_together_do_not_prove_a_harmless_candidate_harmful():
+    # Judged as independent trials, whole conversations of mismatches or thumbs-down move
+    # a side's rate by whole episodes: a harmless candidate is proven harmful often.
+    before = _ever(39, harm=0.0, episodes=False)
+    assert min(before.values()) > 0.025, before
+    after = _ever(39, harm=0.0, episodes=True)
+    assert max(after.values()) <= 0.025, after
+
+
+def test_a_harm_that_fails_whole_conversations_is_not_proven_inside():
+    # Twice the 0.03 margin, in whole conversations: few episodes hold every bad trial.
+    before = _ever(40, harm=0.06, episodes=False)
+    assert min(before.values()) > 0.025, before
+    after = _ever(40, harm=0.06, episodes=True)
+    assert max(after.values()) <= 0.025, after
+
+
+@pytest.mark.parametrize("metric", [GREEDY, FEEDBACK])
+def test_episodes_of_one_pair_keep_the_exact_bet_bit_identical(metric: MetricId):
+    cols = _columns(41, harm=0.0)
+    own = replace(
+        cols, episode=np.broadcast_to(np.arange(cols.segment.shape[-1]), cols.segment.shape)
+    )
+    looks = looks_every(CONVERSATIONS.pairs, CONVERSATIONS.every)
+    alone = apply_rule(POLICY, to_stats(replace(cols, episode=None), POLICY, looks))
+    named_stats = to_stats(own, POLICY, looks)
+    assert isinstance(named_stats.cells[Cell(metric, ALL)], EpisodeTwoCounts)
+    named = apply_rule(POLICY, named_stats)
+    for key in (k for k in alone.harmful if k[0] == metric):
+        assert np.array_equal(alone.harmful[key], named.harmful[key])
+        assert np.array_equal(alone.inside[key], named.inside[key])
+    plain = to_stats(replace(cols, episode=None), POLICY, looks).cells[Cell(metric, ALL)]
+    assert type(plain) is TwoCounts
+    rule = rule_for(POLICY, metric, ALL)
+    assert rule is not None
+    levels = {"alpha_kill": 1e-3, "alpha_promote": 0.025, "n_opt": 1000.0}
+    a = harm_interval(plain, rule, **levels)
+    b = harm_interval(named_stats.cells[Cell(metric, ALL)], rule, **levels)
+    for end in ("estimate", "lower", "upper"):
+        assert np.array_equal(getattr(a, end), getattr(b, end), equal_nan=True)
