@@ -441,6 +441,7 @@ def rate_cluster_interval(
     one, shrunk toward every episode's values alike). With few bad outcomes the clustered
     variance has few episodes to go on (none without any), and the floor stands for the
     correlation not yet seen. Each end answers its test as a bound at its threshold.
+    Paired differences, canary pseudo-outcomes and two proportions (`_rate_spread`) alike.
     """
     n, mean, se2, per_value = _rate_spread(stats)
     lo, hi = rate_values(stats)

@@ -380,6 +380,10 @@ def to_records(cols: PairColumns, policy: Policy, run: int = 0) -> list[dict[str
         if np.isfinite(rate):  # NaN: a canary pair the candidate did not serve
             sides[1]["draft_tokens"] = 100
             sides[1]["accepted_tokens"] = round(100 * rate)
+        if cols.mismatch is not None and np.isfinite(cols.mismatch[run, i]):
+            # A greedy pair: the greedy-parity evaluator on its second side.
+            greedy = policy.guardrails.greedy_mismatch.evaluator
+            sides[1]["evals"][greedy] = bool(cols.mismatch[run, i] == 0)
         out.append(
             {
                 "pair_id": f"{run}-{i}",
