@@ -14,7 +14,7 @@ from gate.stats.policy import Policy, at_stage
 from gate.stats.registry import rule_for
 from gate.stats.rule import apply_rule
 from gate.stats.sequences import EpisodeTwoCounts, TwoCounts
-from gate.stats.simulated_pairs import Scenario, draw_pairs
+from gate.stats.simulated_pairs import ACCEPTANCE, Scenario, draw_pairs
 
 POLICY = at_stage(Policy(), 0)
 GREEDY, FEEDBACK = MetricId("greedy_mismatch"), MetricId("feedback")
@@ -113,3 +113,32 @@ def test_episodes_of_one_pair_keep_the_exact_bet_bit_identical(metric: MetricId)
     b = harm_interval(named_stats.cells[Cell(metric, ALL)], rule, **levels)
     for end in ("estimate", "lower", "upper"):
         assert np.array_equal(getattr(a, end), getattr(b, end), equal_nan=True)
+
+
+def _icc(x: np.ndarray, episode: np.ndarray) -> float:
+    """Return the one-way ANOVA intra-episode correlation of one run's values."""
+    ok = np.isfinite(x)
+    x, episode = x[ok], episode[ok]
+    codes, group = np.unique(episode, return_inverse=True)
+    n = np.bincount(group).astype(float)
+    means = np.bincount(group, weights=x) / n
+    within = float(((x - means[group]) ** 2).sum()) / (x.size - codes.size)
+    between = float((n * (means - x.mean()) ** 2).sum()) / (codes.size - 1)
+    n0 = (x.size - (n**2).sum() / x.size) / (codes.size - 1)
+    s2_between = (between - within) / n0
+    return s2_between / (s2_between + within)
+
+
+@pytest.mark.parametrize("icc", [0.0, 0.5])
+def test_simulated_rates_correlate_within_conversations_at_the_stated_icc(icc: float):
+    s = Scenario("rates", pairs=20000, episode_len=(5, 20), rates_icc=icc)
+    cols = draw_pairs(s, POLICY, 1, np.random.default_rng(3))
+    assert cols.episode is not None and cols.mismatch is not None and cols.feedback is not None
+    ep = cols.episode[0]
+    # Acceptance's mean differs by segment (a conversation keeps its own): within segments.
+    acceptance = cols.acceptance[0] - ACCEPTANCE[cols.segment[0] % ACCEPTANCE.size]
+    for x in (cols.mismatch[0], cols.feedback[0, :, 1], acceptance):
+        assert _icc(x, ep) == pytest.approx(icc, abs=0.07)
+    # The control slice is chosen per conversation.
+    control = cols.is_control[0]
+    assert all(len(set(control[ep == e])) == 1 for e in np.unique(ep)[:200])
