@@ -90,6 +90,15 @@ def test_a_harm_that_fails_whole_conversations_is_not_proven_inside():
     assert max(after.values()) <= 0.025, after
 
 
+def test_a_large_harm_in_whole_conversations_is_still_killed():
+    # A candidate mismatching (and rated down) on every turn of 30 % of its conversations.
+    cols = _columns(42, harm=0.3)
+    ev = apply_rule(POLICY, to_stats(cols, POLICY, looks_every(CONVERSATIONS.pairs, 100)))
+    for metric in (GREEDY, FEEDBACK):
+        flag = np.broadcast_to(ev.harmful[Cell(metric, ALL)], ev.code.shape)
+        assert flag.any(axis=-1).all(), metric
+
+
 @pytest.mark.parametrize("metric", [GREEDY, FEEDBACK])
 def test_episodes_of_one_pair_keep_the_exact_bet_bit_identical(metric: MetricId):
     cols = _columns(41, harm=0.0)
