@@ -11,13 +11,17 @@ independent (the gate before issue 39). Per ICC:
 * boundary (TPOT ratio exactly 1 - min_gain): false promotions;
 * a 20 % TPOT gain: promotions, and the pairs and episodes to the promotion (median);
 * `aa_evals` (not in the default `--cases`): A/A with the evaluators' paired differences
-  correlated within episodes at the same ICC (`Scenario.eval_icc`).
+  correlated within episodes at the same ICC (`Scenario.eval_icc`);
+* `--rates` (shadow): greedy mismatch (half the episodes greedy, a tenth the control
+  slice), thumbs-down and acceptance too, each alike within conversations at the same ICC
+  (`Scenario.rates_icc`), so greedy mismatch, feedback and the collapse detectors are judged.
 
 Each case is `--runs` seeded runs of up to `--pairs` pairs looked at every `--every`;
 rates carry 95 % Clopper-Pearson intervals.
 
     nice -n 10 python bench/gate_episodes.py --runs 400 --seed 39 --json out.json
     nice -n 10 python bench/gate_episodes.py --mode canary --cases aa,boundary --json out.json
+    nice -n 15 python bench/gate_episodes.py --rates --cases aa,boundary --json out.json
 """
 
 from __future__ import annotations
@@ -61,7 +65,8 @@ def run_case(
         assert cols.episode is not None
         eps.append([len(np.unique(cols.episode[r, : pairs_at[r]])) for r in rows])
         killed = (first >= 0) & (code == Code.KILL)
-        for key, flag in ev.harmful.items():
+        collapsed = {("acceptance_collapse", seg): f for seg, f in ev.collapsed.items()}
+        for key, flag in {**ev.harmful, **collapsed}.items():
             hit = int((np.broadcast_to(flag, ev.code.shape)[rows, first] & killed).sum())
             if hit:
                 reasons[":".join(key)] = reasons.get(":".join(key), 0) + hit
@@ -95,6 +100,10 @@ def main() -> None:
         "--only-episodes", action="store_true",
         help="skip the same draws judged as independent pairs (the gate before issue 39)",
     )  # fmt: skip
+    ap.add_argument(
+        "--rates", action="store_true",
+        help="shadow: greedy mismatch, thumbs-down and acceptance alike within episodes too",
+    )  # fmt: skip
     ap.add_argument("--json")
     args = ap.parse_args()
     policy = Policy()
@@ -107,7 +116,7 @@ def main() -> None:
                 f"{case} icc {icc}", pairs=args.pairs, every=args.every,
                 tpot_ratio=ratios[case], episode_len=(5, 20), episode_icc=icc,
                 eval_icc=icc if case == "aa_evals" else 0.0, mode=RolloutMode(args.mode),
-                sticky=not args.per_request,
+                sticky=not args.per_request, rates_icc=icc if args.rates else None,
             )  # fmt: skip
             for episodes in (True,) if args.only_episodes else (True, False):
                 t0 = time.monotonic()

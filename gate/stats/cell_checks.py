@@ -27,6 +27,8 @@ from gate.stats.sequences import (
     EpisodeCohorts,
     EpisodeCounts,
     EpisodeMean,
+    EpisodeRates,
+    EpisodeTwoCounts,
     FloatArray,
     Interval,
     MeanStats,
@@ -73,17 +75,18 @@ def harm_interval(
         return two_mean_interval(
             stats, alpha_lower=alpha_kill, alpha_upper=alpha_promote, n_opt=n_opt
         )
-    if isinstance(stats, EpisodeCounts | EpisodeCohorts):
+    if isinstance(stats, EpisodeCounts | EpisodeCohorts | EpisodeTwoCounts):
         clustered = rate_cluster_interval(
             stats, kill_at=rule.kill_at, margin=rule.margin,
             alpha_lower=alpha_kill, alpha_upper=alpha_promote, n_opt=n_opt,
         )  # fmt: skip
-        alone = diff_interval(_pairs_of(stats), alpha_lower=alpha_kill, alpha_upper=alpha_promote)
+        alone = _exact_bet(stats, alpha_kill=alpha_kill, alpha_promote=alpha_promote)
         single = _every_pair_alone(stats)
         (est, a_lo, a_hi), (_, c_lo, c_hi) = _ends(alone), _ends(clustered)
-        # With episodes, never narrower than the exact bet on independent pairs (requests,
-        # in canary); the clustered interval's variance is floored at each end's threshold
-        # (`rate_cluster_interval`: with no bad outcome it would be 0).
+        # With episodes, never narrower than the exact bet on independent pairs (requests
+        # in canary, trials for two proportions); the clustered interval's variance is
+        # floored at each end's threshold (`rate_cluster_interval`: with no bad outcome it
+        # would be 0).
         # A cohort's pseudo-outcomes range beyond ±1; a rate difference does not.
         c_lo, c_hi = np.clip(c_lo, -1.0, 1.0), np.clip(c_hi, -1.0, 1.0)
         return Interval(
@@ -120,16 +123,15 @@ def check_cell(
             stats, rule, alpha_kill=alpha_kill, alpha_promote=alpha_promote, n_opt=n_opt
         )
     # Same answers as the intervals, without bisection: test at the thresholds.
-    if isinstance(stats, EpisodeCounts | EpisodeCohorts):
+    if isinstance(stats, EpisodeCounts | EpisodeCohorts | EpisodeTwoCounts):
         # The exact bet's own bounds are the tests below: only the clustered ones needed.
         got = rate_cluster_interval(
             stats, kill_at=rule.kill_at, margin=rule.margin,
             alpha_lower=alpha_kill, alpha_upper=alpha_promote, n_opt=n_opt,
         )  # fmt: skip
-        single, pairs = _every_pair_alone(stats), _pairs_of(stats)
-        bet_kill, bet_inside = (
-            exceeds(pairs, rule.kill_at, alpha_kill),
-            below(pairs, rule.margin, alpha_promote),
+        single = _every_pair_alone(stats)
+        bet_kill, bet_inside = _bet_tests(
+            stats, rule, alpha_kill=alpha_kill, alpha_promote=alpha_promote
         )
         # With episodes both must hold: the exact bet and the clustered interval.
         return (
@@ -158,17 +160,41 @@ def check_cell(
     return np.asarray(got.lower) > rule.kill_at, np.asarray(got.upper) < rule.margin
 
 
-def _pairs_of(stats: EpisodeCounts | EpisodeCohorts) -> PairedCounts | CohortCounts:
+def _pairs_of(stats: EpisodeRates) -> PairedCounts | CohortCounts | TwoCounts:
     """Return the counts alone, for the exact bet that treats each pair as independent."""
     if isinstance(stats, EpisodeCohorts):
         return CohortCounts(stats.n, stats.candidate, stats.baseline, stats.share)
+    if isinstance(stats, EpisodeTwoCounts):
+        return TwoCounts(stats.baseline, stats.candidate)
     return PairedCounts(stats.n, stats.worse, stats.better)
 
 
-def _every_pair_alone(stats: EpisodeCounts | EpisodeCohorts) -> BoolArray:
+def _exact_bet(stats: EpisodeRates, *, alpha_kill: float, alpha_promote: float) -> Interval:
+    """Return the exact betting interval of a rate cell's counts as independent trials."""
+    counts = _pairs_of(stats)
+    if isinstance(counts, TwoCounts):
+        return two_proportion_interval(counts, alpha_lower=alpha_kill, alpha_upper=alpha_promote)
+    return diff_interval(counts, alpha_lower=alpha_kill, alpha_upper=alpha_promote)
+
+
+def _bet_tests(
+    stats: EpisodeRates, rule: Rule, *, alpha_kill: float, alpha_promote: float
+) -> tuple[BoolArray, BoolArray]:
+    """Return where the exact bet on independent trials proves harm, and where inside."""
+    counts = _pairs_of(stats)
+    if isinstance(counts, TwoCounts):
+        got = two_proportion_interval(counts, alpha_lower=alpha_kill, alpha_upper=alpha_promote)
+        return np.asarray(got.lower) > rule.kill_at, np.asarray(got.upper) < rule.margin
+    return exceeds(counts, rule.kill_at, alpha_kill), below(counts, rule.margin, alpha_promote)
+
+
+def _every_pair_alone(stats: EpisodeRates) -> BoolArray:
     """Return where every episode of the cell is one pair: there, the exact betting sequence
     on independent pairs; elsewhere the asymptotic one with episodes as the unit. Which
     one depends on how the pairs arrived, never on their outcomes."""
+    if isinstance(stats, EpisodeTwoCounts):
+        sides = (stats.baseline_outcomes, stats.candidate_outcomes)
+        return np.asarray(np.logical_and(*(_each_alone(v) for v in sides)))
     return np.asarray(np.asarray(stats.difference.episodes) >= np.asarray(stats.n))
 
 

@@ -15,6 +15,20 @@ P(max_{t <= T} R_t >= T / alpha) <= alpha: with the alarm
 threshold log(T / alpha) the chance of any false alarm within the first T requests of the
 segment is at most alpha. Assumption: before a change, each request's expected
 acceptance given the past is at least m0 (true for i.i.d. requests whose mean is m0 / ratio).
+
+Episodes (conversations, agent runs; issue 39). A conversation that accepts few drafts on
+its first turn accepts few on its later ones, so a later turn's e-value has mean above 1
+given the turns before it, and the bound fails (A/A, agents one or two at a time with a
+third of their runs hard throughout: 95 % of runs alarmed). So where pairs name episodes
+the detectors read each episode's first pair only (`gate.stats.cumulative`; in the fold,
+`opens` in `gate.verdicts.slices`). What is conditioned on: episodes independent of one
+another, and an episode's first request with expected acceptance at least m0; given
+every earlier request (all of other episodes) its e-value then has mean <= 1, and the
+bound above holds with T counting episodes. Which pair opens an episode depends on
+arrival order only. Where every episode is one pair, every pair is read, as before.
+Cost: a collapse is seen only in the conversations that start after it (simulated,
+5-20 turns, 40 open at once: median 1,100 pairs from the collapse to the alarm, against
+90 read pair by pair).
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ added into a stored state (`gate.stats.incremental`).
 Warm-up: the first `policy.warmup_pairs` pairs, in the order given (fold order for
 recorded pairs, see `gate.stats.replay`), are excluded from every test. They fix
 the tail thresholds (the baseline's warm-up quantile of TTFT and e2e, pooled) and each
-segment's acceptance-collapse level (`collapse_ratio` times its warm-up mean).
+segment's acceptance-collapse level (`collapse_ratio` times its warm-up mean). With
+episodes the collapse detectors read each episode's first pair only (`gate.stats.change`).
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def to_stats(
         n_unmatched=acc(judged & ~matched, None),
         elapsed_s=_elapsed(cols.created_s, looks),
         warmed_up=np.broadcast_to(looks > policy.warmup_pairs, counted.shape),
-        collapse=_collapse(cols, policy, warm, live, looks),
+        collapse=_collapse(cols, policy, warm, live & _opens_episode(acc), looks),
         cohort_counts=cohorts,
         candidate_share=candidate_share,
         bands=bands(ctx, acc, mode, next_share),
@@ -111,6 +112,17 @@ def _episodes(acc: Acc, live: BoolArray) -> FloatArray | None:
         return None
     counted = live.astype(np.float64)
     return acc(counted * (acc.episodes.before(counted) == 0), None)
+
+
+def _opens_episode(acc: Acc) -> BoolArray:
+    """Return which pairs are the first of their episode (all of them without episodes).
+
+    The collapse detectors read only these (`gate.stats.change`): a conversation's later
+    turns are not independent of its first, episodes are of one another.
+    """
+    if acc.episodes is None:
+        return np.ones((), dtype=bool)
+    return np.asarray(acc.episodes.before(np.ones(acc.episodes.order.shape)) == 0)
 
 
 def _elapsed(created_s: FloatArray, looks: IntArray) -> FloatArray:

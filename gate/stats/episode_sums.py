@@ -12,7 +12,9 @@ replay builds; the fold does so only once an episode of the stage holds two pair
 (replay's `_episode_column`), before which the statistics are those of independent pairs.
 
 Keys: a cell's metric id (`tpot`, `parity:length`, `eval:judge`); `control:<metric>` for
-the control slice's parity cells; `band:<i>` for the load bands; `live` for the pairs the
+the control slice's parity cells; `baseline:<metric>` and `candidate:<metric>` for the two
+sides of a two-proportion cell (greedy mismatch: the control slice's and the candidate
+pairs' 0/1 mismatches, `side_keys`); `band:<i>` for the load bands; `live` for the pairs the
 gate tests (its episodes are the verdict's episode count). All but `band:`, `control:`
 and `live` per declared segment and pooled (`all`); those pooled only.
 """
@@ -22,7 +24,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gate.stats.sequences import EpisodeCounts, EpisodeMean, MeanStats, PairedCounts
+from gate.stats.sequences import (
+    CountStats,
+    EpisodeCounts,
+    EpisodeMean,
+    EpisodeTwoCounts,
+    MeanStats,
+    PairedCounts,
+    TwoCounts,
+)
 
 LIVE = "live"
 
@@ -50,6 +60,16 @@ def control_key(metric: str) -> str:
 def band_key(band: int) -> str:
     """Return the key of a load band's episode sums."""
     return f"band:{band}"
+
+
+def side_keys(metric: str) -> tuple[str, str]:
+    """Return the keys of a two-proportion cell's sides' episode sums (baseline, candidate)."""
+    return f"baseline:{metric}", f"candidate:{metric}"
+
+
+def outcomes(counts: CountStats) -> MeanStats:
+    """Return a proportion's trials as the mean of their 0/1 outcomes."""
+    return MeanStats(counts.n, counts.k, counts.k)
 
 
 def difference(counts: PairedCounts) -> MeanStats:
@@ -80,6 +100,18 @@ def episodic(cell: MeanStats | PairedCounts, sums: EpisodeSums) -> EpisodeMean |
     return EpisodeMean(
         cell.n, cell.total, cell.total_sq, sums.episodes, sums.sq, sums.cross, sums.n_sq
     )
+
+
+def episodic_sides(
+    cell: TwoCounts, baseline: EpisodeSums, candidate: EpisodeSums
+) -> EpisodeTwoCounts:
+    """Return a two-proportion cell with each side's episode sums, as replay builds it."""
+    sides = [
+        episodic(outcomes(c), s)
+        for c, s in ((cell.baseline, baseline), (cell.candidate, candidate))
+    ]
+    assert all(isinstance(side, EpisodeMean) for side in sides)
+    return EpisodeTwoCounts(cell.baseline, cell.candidate, *sides)  # type: ignore[arg-type]
 
 
 def merge(a: Sums, b: Sums) -> dict[str, dict[str, EpisodeSums]]:

@@ -73,10 +73,16 @@ def to_stats(state: FoldState, policy: Policy, *, next_share: float | None = 1.0
 def _episodic(
     state: FoldState, cells: Mapping[tuple[str, str], CellStats], *, control: bool = False
 ) -> dict[tuple[str, str], CellStats]:
-    """Return the cells with their episode sums (means and paired counts; others as they are)."""
+    """Return the cells with their episode sums (means, paired counts and two proportions;
+    others as they are)."""
     out = dict(cells)
     for (metric, segment), cell in cells.items():
-        if isinstance(cell, TwoCounts) or not isinstance(cell, MeanStats | PairedCounts):
+        if isinstance(cell, TwoCounts) and not control:
+            keys = episode_sums.side_keys(metric)
+            base, cand = (state.episodes.get(k, {}).get(segment, episode_sums.NONE) for k in keys)
+            out[Cell(metric_id(metric), segment)] = episode_sums.episodic_sides(cell, base, cand)
+            continue
+        if not isinstance(cell, MeanStats | PairedCounts):
             continue
         key = episode_sums.control_key(metric) if control else metric
         sums = state.episodes.get(key, {}).get(segment, episode_sums.NONE)

@@ -47,10 +47,11 @@ class GateStats:
 
     `cells` maps (metric, segment) to statistics: latency metrics (`tpot`, `e2e`,
     `ttft_p50`) hold clipped log-ratios (`MeanStats`, shadow) or log latencies per cohort
-    (`TwoMeans`, canary); rate metrics (tails, `failures`, `eval:<name>`, `feedback`) hold
+    (`TwoMeans`, canary); rate metrics (tails, `failures`, `eval:<name>`, canary `feedback`) hold
     `PairedCounts` (shadow) or `CohortCounts` (canary; `cancels` exists in canary only),
     `EpisodeCounts` / `EpisodeCohorts` where pairs name episodes;
-    `greedy_mismatch` holds `TwoCounts` (control slice vs candidate pairs); `acceptance`
+    `greedy_mismatch` (and shadow `feedback`) holds `TwoCounts` (control slice vs
+    candidate pairs), `EpisodeTwoCounts` where pairs name episodes; `acceptance`
     holds the candidate's per-request rates (`MeanStats`). Segment `all` pools every pair.
     `collapse` maps segments to the running maximum of the log Shiryaev-Roberts statistic.
     """

@@ -37,6 +37,7 @@ from gate.stats.sequences import (
     EpisodeCohorts,
     EpisodeCounts,
     EpisodeMean,
+    EpisodeTwoCounts,
     FloatArray,
     IntArray,
     PairedCounts,
@@ -81,7 +82,12 @@ def _two_counts(acc: Acc, valid: BoolArray, bad: BoolArray, seg: int | None) -> 
     side = [
         CountStats(acc(valid[..., i], seg), acc((valid & bad)[..., i], seg)) for i in (BASE, CAND)
     ]
-    return TwoCounts(*side)
+    if acc.episodes is None:
+        return TwoCounts(*side)
+    # Episodes: each side's 0/1 outcomes as a mean with the episode as the unit.
+    outcomes = [mean(acc, valid[..., i], bad[..., i].astype(np.float64), seg) for i in (BASE, CAND)]
+    assert all(isinstance(o, EpisodeMean) for o in outcomes)
+    return EpisodeTwoCounts(*side, *outcomes)  # type: ignore[arg-type]
 
 
 def _tail_threshold(

@@ -25,9 +25,11 @@ One JSON object per line, one line per pair, in fold order (below):
   with equal strings are one episode; null or absent: the pair is its own episode. Any
   other value is a malformed record. With episodes, the means' intervals (latency
   log-ratios, parity, canary log-means, load bands), the paired rates (failures,
-  evaluators, tails) and the canary cohort rates take the episode as the unit
-  (`gate.stats.sequences`: `EpisodeMean`, `EpisodeCounts`, `EpisodeCohorts`); without
-  any, every pair is its own and the verdicts are those of independent pairs.
+  evaluators, tails), the canary cohort rates and the two proportions (greedy mismatch,
+  shadow feedback) take the episode as the unit (`gate.stats.sequences`: `EpisodeMean`,
+  `EpisodeCounts`, `EpisodeCohorts`, `EpisodeTwoCounts`), and the collapse detectors read
+  each episode's first pair; without any, every pair is its own and the verdicts are
+  those of independent pairs.
 * `arm` (optional): the string that names the candidate configuration (route) the pair's
   candidate call used, in a rollout with several (issue 40; stored in `pairs.arm`). A file
   where no record names one is the single-arm case, judged as before; where some do, every

@@ -128,6 +128,20 @@ class TwoCounts:
 
 
 @dataclass(frozen=True)
+class EpisodeTwoCounts(TwoCounts):
+    """Two proportions whose trials come in episodes (greedy control slice, shadow feedback).
+
+    Beside each side's counts, its 0/1 outcomes as an `EpisodeMean` (`baseline_outcomes`,
+    `candidate_outcomes`), so that the difference is bounded with the episode as the unit
+    (`rate_cluster_interval`). A side's episodes may be the other side's too (feedback
+    on both answers of a pair): the two sides are not assumed independent.
+    """
+
+    baseline_outcomes: EpisodeMean
+    candidate_outcomes: EpisodeMean
+
+
+@dataclass(frozen=True)
 class CohortCounts:
     """Bad outcomes per cohort when each request reaches one route (canary).
 
@@ -338,11 +352,23 @@ def _side_se2(stats: MeanStats) -> tuple[FloatArray, FloatArray, FloatArray, Flo
 PRIOR_OUTCOMES = float(MIN_N)
 
 
-def rate_values(stats: EpisodeCounts | EpisodeCohorts) -> tuple[float, float]:
+EpisodeRates = EpisodeCounts | EpisodeCohorts | EpisodeTwoCounts
+
+
+def rate_values(stats: EpisodeRates) -> tuple[float, float]:
     """Return the lowest and highest value of a rate cell's differences (or pseudo-outcomes)."""
     if isinstance(stats, EpisodeCohorts):
         return cohort_values(stats.share)
     return -1.0, 1.0
+
+
+def _design_effect(values: EpisodeMean, largest: float) -> FloatArray:
+    n = np.maximum(as_array(values.n), 1.0)
+    worst = as_array(values.episode_n_sq) / n
+    prior = PRIOR_OUTCOMES * largest**2
+    return np.asarray(
+        (as_array(values.episode_sq) + prior * worst) / (as_array(values.total_sq) + prior)
+    )
 
 
 def design_effect(stats: EpisodeCounts | EpisodeCohorts) -> FloatArray:
@@ -353,11 +379,38 @@ def design_effect(stats: EpisodeCounts | EpisodeCohorts) -> FloatArray:
     alike). `PRIOR_OUTCOMES` outcomes of the largest value at the worst case are added to
     the observed ones, so with none observed it is the worst case.
     """
+    return _design_effect(stats.difference, max(rate_values(stats), key=abs))
+
+
+def _rate_spread(stats: EpisodeRates) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Return a rate cell's (n, estimate, clustered squared SE, design effect per value).
+
+    Two proportions: the difference of the sides' means, its standard error the sum of
+    theirs (Cauchy-Schwarz: valid whatever the sides' episodes share), and the design
+    effect per value the smaller side's, `least_variance` of a difference of two rates
+    being reached with all the variance on one side.
+    """
+    if isinstance(stats, EpisodeTwoCounts):
+        sides = [_cluster_variance(v) for v in (stats.baseline_outcomes, stats.candidate_outcomes)]
+        (nb, mb, se2b), (nc, mc, se2c) = sides
+        per_value = np.minimum(
+            _design_effect(stats.baseline_outcomes, 1.0) / np.maximum(nb, 1.0),
+            _design_effect(stats.candidate_outcomes, 1.0) / np.maximum(nc, 1.0),
+        )
+        return nb + nc, mc - mb, (np.sqrt(se2b) + np.sqrt(se2c)) ** 2, per_value
+    n, mean, se2 = _cluster_variance(stats.difference)
+    return n, mean, se2, design_effect(stats) / np.maximum(n, 1.0)
+
+
+def _rate_units(stats: EpisodeRates) -> FloatArray:
+    """Return the episodes a rate cell's interval stands on (the fewer side's, if two)."""
+    if isinstance(stats, EpisodeTwoCounts):
+        sides = (stats.baseline_outcomes, stats.candidate_outcomes)
+        return np.asarray(
+            np.minimum(*(np.minimum(as_array(v.n), as_array(v.episodes)) for v in sides))
+        )
     d = stats.difference
-    n = np.maximum(as_array(d.n), 1.0)
-    worst = as_array(d.episode_n_sq) / n
-    prior = PRIOR_OUTCOMES * max(rate_values(stats), key=abs) ** 2
-    return np.asarray((as_array(d.episode_sq) + prior * worst) / (as_array(d.total_sq) + prior))
+    return np.asarray(np.minimum(as_array(d.n), as_array(d.episodes)))
 
 
 def least_variance(lo: float, hi: float, m: float) -> float:
@@ -371,7 +424,7 @@ def least_variance(lo: float, hi: float, m: float) -> float:
 
 
 def rate_cluster_interval(
-    stats: EpisodeCounts | EpisodeCohorts,
+    stats: EpisodeRates,
     *,
     kill_at: float,
     margin: float,
@@ -388,11 +441,10 @@ def rate_cluster_interval(
     one, shrunk toward every episode's values alike). With few bad outcomes the clustered
     variance has few episodes to go on (none without any), and the floor stands for the
     correlation not yet seen. Each end answers its test as a bound at its threshold.
+    Paired differences, canary pseudo-outcomes and two proportions (`_rate_spread`) alike.
     """
-    d = stats.difference
-    n, mean, se2 = _cluster_variance(d)
+    n, mean, se2, per_value = _rate_spread(stats)
     lo, hi = rate_values(stats)
-    per_value = design_effect(stats) / np.maximum(n, 1.0)
 
     def se(threshold: float) -> FloatArray:
         return np.sqrt(np.maximum(se2, least_variance(lo, hi, threshold) * per_value))
@@ -400,4 +452,4 @@ def rate_cluster_interval(
     with np.errstate(invalid="ignore"):
         radius_lo = np.nan_to_num(se(kill_at) * mixture_multiplier(n, alpha_lower, n_opt))
         radius_hi = np.nan_to_num(se(margin) * mixture_multiplier(n, alpha_upper, n_opt))
-    return _gated(mean, radius_lo, radius_hi, np.minimum(n, as_array(d.episodes)))
+    return _gated(mean, radius_lo, radius_hi, _rate_units(stats))

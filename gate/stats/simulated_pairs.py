@@ -46,7 +46,7 @@ Simulated pair (defaults; shadow mode, both routes see every request):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -115,6 +115,10 @@ class Scenario:
     # Canary with episodes: each episode served by one cohort as a whole (the gateway's
     # sticky assignment); False: a coin per request, as before issue 39.
     sticky: bool = True
+    # Shadow with episodes: greedy mismatch (half the episodes greedy, a tenth the control
+    # slice), thumbs-down (a fifth of answers rated) and acceptance, each alike within a
+    # conversation at this intra-episode correlation (`_episode_rates`); None: none drawn.
+    rates_icc: float | None = None
 
 
 def draw_pairs(s: Scenario, policy: Policy, runs: int, rng: np.random.Generator) -> PairColumns:
@@ -183,11 +187,64 @@ def draw_pairs(s: Scenario, policy: Policy, runs: int, rng: np.random.Generator)
     cancelled = _cancels(s, shape, unserved, rng)
     failed &= ~cancelled
     parity = None if s.sampler is None else _parity(s, shape, unserved | failed, rng)
-    return PairColumns(
+    cols = PairColumns(
         segment=seg, created_s=np.broadcast_to(np.arange(s.pairs) / s.pairs_per_s, shape),
         is_control=np.zeros(shape, dtype=bool), dropped=np.any(cancelled, axis=-1),
         ttft=ttft, tpot=tpot, e2e=e2e, failed=failed, acceptance=acceptance, evals=evals,
         cancelled=cancelled, load=load, parity=parity, episode=episode,
+    )  # fmt: skip
+    if s.rates_icc is None:  # no draw otherwise: other scenarios keep their random streams
+        return cols
+    return _episode_rates(s, cols, mean_acc, rng)
+
+
+def _alike(
+    p: float | FloatArray,
+    icc: float,
+    concentration: float,
+    episode: IntArray,
+    rng: np.random.Generator,
+) -> FloatArray:
+    """Return each pair's rate, its episode's draw ~ Beta(p c, (1 - p) c) (mean p).
+
+    c is set so that outcomes drawn at that rate (per-request Beta of this `concentration`,
+    or 0/1 at inf) correlate within an episode at `icc`: 1 / (c + 1) for 0/1 outcomes,
+    (k + 1) / (k + 1 + c) for Beta(m k, (1 - m) k) ones. At icc 0 every pair's rate is p.
+    """
+    base = np.broadcast_to(np.asarray(p, dtype=np.float64), episode.shape)
+    if icc <= 0:
+        return np.asarray(base, dtype=np.float64)
+    c = (1.0 - icc) / icc * (concentration + 1.0 if np.isfinite(concentration) else 1.0)
+    draw = rng.beta(c * base, c * (1.0 - base))
+    # One draw per episode (p is alike within it: a conversation keeps its segment).
+    per_episode = np.zeros((episode.shape[0], int(episode.max()) + 1))
+    np.put_along_axis(per_episode, episode, draw, axis=-1)
+    return np.asarray(np.take_along_axis(per_episode, episode, axis=-1), dtype=np.float64)
+
+
+def _episode_rates(
+    s: Scenario, cols: PairColumns, mean_acc: FloatArray, rng: np.random.Generator
+) -> PairColumns:
+    """Add greedy mismatch, thumbs-down and acceptance alike within conversations (A/A)."""
+    episode = cols.episode
+    assert episode is not None and s.rates_icc is not None and s.mode is RolloutMode.SHADOW
+    assert s.collapse_at is None, "episode-correlated acceptance: no collapse"
+    icc, n_ep = s.rates_icc, int(episode.max()) + 1
+
+    def per_episode(p: float) -> BoolArray:
+        coin = rng.random((episode.shape[0], n_ep)) < p
+        return np.asarray(np.take_along_axis(coin, episode, axis=-1))
+
+    control, greedy = per_episode(0.1), per_episode(0.5)
+    mismatch = rng.random(episode.shape) < _alike(0.05, icc, np.inf, episode, rng)
+    down = [rng.random(episode.shape) < _alike(0.1, icc, np.inf, episode, rng) for _ in "bc"]
+    rated = rng.random((*episode.shape, 2)) < 0.2
+    feedback = np.where(rated, np.stack(down, axis=-1).astype(np.float64), np.nan)
+    level = _alike(mean_acc, icc, 10.0, episode, rng)
+    acceptance = rng.beta(10 * level, 10 * (1 - level))
+    return replace(
+        cols, is_control=control, mismatch=np.where(greedy | control, mismatch, np.nan),
+        feedback=feedback, acceptance=acceptance,
     )  # fmt: skip
 
 
@@ -323,6 +380,10 @@ def to_records(cols: PairColumns, policy: Policy, run: int = 0) -> list[dict[str
         if np.isfinite(rate):  # NaN: a canary pair the candidate did not serve
             sides[1]["draft_tokens"] = 100
             sides[1]["accepted_tokens"] = round(100 * rate)
+        if cols.mismatch is not None and np.isfinite(cols.mismatch[run, i]):
+            # A greedy pair: the greedy-parity evaluator on its second side.
+            greedy = policy.guardrails.greedy_mismatch.evaluator
+            sides[1]["evals"][greedy] = bool(cols.mismatch[run, i] == 0)
         out.append(
             {
                 "pair_id": f"{run}-{i}",

@@ -247,8 +247,9 @@ SELECT seg, count(*) AS pairs, count(*) FILTER (WHERE warm) AS warm_n,
   min(created_at) AS first_at, max(created_at) AS last_at,
   {aggregates},
   array_agg(acc ORDER BY evaluated_at, id)
-    FILTER (WHERE live AND acc IS NOT NULL) AS acc_series,
-  array_agg(k ORDER BY evaluated_at, id) FILTER (WHERE live AND acc IS NOT NULL) AS acc_order
+    FILTER (WHERE live AND opens AND acc IS NOT NULL) AS acc_series,
+  array_agg(k ORDER BY evaluated_at, id)
+    FILTER (WHERE live AND opens AND acc IS NOT NULL) AS acc_order
 FROM t GROUP BY seg"""
 
 

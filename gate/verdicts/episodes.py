@@ -10,7 +10,9 @@ and one episode where n_old is 0 and n_new is not. Earlier pairs are judged as w
 were folded: the same warm-up end, thresholds and load tolerance. A slice that names no
 episode adds its plain sums (`alone`), with no query. Evaluators' cells count the pairs
 where both sides failed as ties of every evaluator the stage has seen; an evaluator first
-seen after such ties were folded refolds the stage (`gate.verdicts.folds`).
+seen after such ties were folded refolds the stage (`gate.verdicts.folds`). Greedy
+mismatch keeps each side's 0/1 outcomes (the control slice's, the candidate pairs'), per
+segment and pooled, as two-proportion cells (`episode_sums.side_keys`).
 """
 
 from __future__ import annotations
@@ -23,12 +25,19 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from gate.stats import episode_sums
-from gate.stats.episode_sums import LIVE, EpisodeSums, alone, band_key, control_key
+from gate.stats.episode_sums import (
+    LIVE,
+    EpisodeSums,
+    alone,
+    band_key,
+    control_key,
+    side_keys,
+)
 from gate.stats.ids import ALL, MetricId
 from gate.stats.incremental import POOLED_ONLY, Delta, WarmUp, folded, metrics
 from gate.stats.policy import Policy
 from gate.stats.registry import Family, Guardrail, Source
-from gate.stats.sequences import MeanStats, PairedCounts
+from gate.stats.sequences import MeanStats, PairedCounts, TwoCounts
 from gate.verdicts.aggregates import (
     CONTROL,
     EVALUATIONS,
@@ -164,6 +173,28 @@ SELECT evaluator, pooled, seg, {_added(1)}
 FROM g GROUP BY evaluator, pooled, seg"""
 
 
+# Greedy pairs' mismatches, the control slice's (v0, x0) and the candidate pairs' (v1, x1)
+# as 0/1 outcomes, as `aggregates._EVALS` counts them.
+_GREEDY_QUERY = f"""{EPISODE_SLICE}{EVALUATIONS}, r AS (
+  SELECT coalesce(y.episode, CAST(y.id AS text)) AS ep, y.seg, y.old, y.is_control,
+         NOT e.c_pass AS bad
+  FROM y JOIN e ON e.id = y.id AND e.evaluator = :greedy
+  WHERE NOT y.warm AND NOT y.dropped AND e.c_pass IS NOT NULL
+), v AS (
+  SELECT ep, seg, old,
+         CASE WHEN is_control THEN 1.0 ELSE 0.0 END AS v0,
+         CASE WHEN is_control AND bad THEN 1.0 ELSE 0.0 END AS x0,
+         CASE WHEN is_control THEN 0.0 ELSE 1.0 END AS v1,
+         CASE WHEN NOT is_control AND bad THEN 1.0 ELSE 0.0 END AS x1
+  FROM r
+), g AS (
+  SELECT GROUPING(seg) AS pooled, seg, ep, {_per_episode(2)}
+  FROM v GROUP BY GROUPING SETS ((seg, ep), (ep))
+)
+SELECT pooled, seg, {_added(2)}
+FROM g GROUP BY pooled, seg"""
+
+
 def _sums(row: Any, k: int) -> EpisodeSums:
     fields = (f"e{k}_g", f"e{k}_sq", f"e{k}_cross", f"e{k}_nsq")
     return EpisodeSums(*(float(row[f]) for f in fields))
@@ -201,6 +232,13 @@ def added(
         for k, v in enumerate(values):
             if segment == ALL or (segment is not None and v.segmented):
                 out.setdefault(v.key, {})[segment] = _sums(row, k)
+    greedy = [g.id for g in folded() if g.source is Source.GREEDY]
+    for row in session.execute(text(_GREEDY_QUERY), params).mappings() if greedy else ():
+        segment = _cell_segment(row, policy)
+        if segment is not None:
+            for key in (key for metric in greedy for key in side_keys(metric)):
+                k = int(key.startswith("candidate:"))  # v0/x0 the control slice, v1/x1 not
+                out.setdefault(key, {})[segment] = _sums(row, k)
     if names:
         rows = session.execute(text(_EVALUATOR_QUERY), {**params, "names": names}).mappings()
         for row in rows:
@@ -218,6 +256,10 @@ def _alone(delta: Delta, names: list[str], policy: Policy) -> Sums:
         cells: list[tuple[str, MeanStats | PairedCounts]] = [
             (key, c) for key, c in b.cells.items() if isinstance(c, MeanStats | PairedCounts)
         ]
+        for key, c in b.cells.items():
+            if isinstance(c, TwoCounts):  # greedy mismatch: each side's 0/1 outcomes
+                sides = zip(side_keys(key), (c.baseline, c.candidate), strict=True)
+                cells += [(k, episode_sums.outcomes(side)) for k, side in sides]
         for name in names:
             counts = delta.evaluators.get(name, {}).get(bucket, PairedCounts(0.0, 0.0, 0.0))
             with_ties = PairedCounts(counts.n + b.both_failed, counts.worse, counts.better)

@@ -116,11 +116,17 @@ _RANGE = (
     "(evaluated_at, id) > (:after_at, :after_id) AND (evaluated_at, id) <= (:upto_at, :upto_id)"
 )
 _CLOSED = f"{_STAGE} AND state IN ('complete', 'dropped')"
-_PAIR = """id, is_control, state, created_at, evaluated_at, parity, baseline_load, candidate_load,
+# `opens`: the pair has no earlier closed pair of its episode in the stage (inside the
+# subquery the unqualified columns of `_CLOSED` are q's); the collapse detectors read only
+# those (`gate.stats.change`).
+_PAIR = f"""id, is_control, state, created_at, evaluated_at, parity, baseline_load, candidate_load,
          episode, (evaluated_at, id) <= (:after_at, :after_id) AS old,
          CASE WHEN segment = ANY(CAST(:segments AS text[])) THEN segment
               ELSE :pooled_only END AS seg,
-         (evaluated_at, id) <= (:warm_at, :warm_id) AS warm"""
+         (evaluated_at, id) <= (:warm_at, :warm_id) AS warm,
+         (episode IS NULL OR NOT EXISTS (
+           SELECT 1 FROM pairs q WHERE {_CLOSED} AND q.episode = pairs.episode
+             AND (q.evaluated_at, q.id) < (pairs.evaluated_at, pairs.id))) AS opens"""
 # The slice's pairs, and (`EPISODE_SLICE`) the earlier pairs of the episodes they name:
 # `old` marks those, so the fold can add what the slice changes in each episode's sums.
 _SLICE_PAIRS = f"SELECT {_PAIR} FROM pairs WHERE {_CLOSED} AND {_RANGE}"
@@ -138,7 +144,7 @@ WITH p AS (
   {{pairs}}
 ), x AS (
   SELECT p.id, p.seg, p.is_control, p.created_at, p.evaluated_at, p.warm, p.parity,
-         p.baseline_load, p.candidate_load, p.episode, p.old,
+         p.baseline_load, p.candidate_load, p.episode, p.old, p.opens,
          (p.state = 'dropped' OR b.id IS NULL OR c.id IS NULL
           OR b.status IN ({_UNATTRIBUTABLE}) OR c.status IN ({_UNATTRIBUTABLE})) AS dropped,
          b.id AS b_id, c.id AS c_id,

@@ -123,6 +123,14 @@ SCENARIOS = {
         PROMPT,
         Decision.CONTINUE,  # 83 episodes: too few to prove the TTFT margin yet
     ),
+    # Greedy mismatch (control slice per episode) and acceptance alike within
+    # conversations: each greedy side's episode sums, and the collapse detectors reading
+    # each episode's first pair, folded across batches as replay builds them.
+    "episode rates": (
+        Scenario("episode rates", 900, episode_len=(5, 20), episode_icc=0.5, rates_icc=0.5),
+        PROMPT,
+        Decision.CONTINUE,
+    ),
 }
 
 
