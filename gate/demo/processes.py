@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import httpx
@@ -24,6 +28,28 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+@contextmanager
+def terminate_unwinds() -> Iterator[None]:
+    """Make SIGTERM unwind the demo as Ctrl-C does, so each `finally` stops what it started.
+
+    The engines run in their own sessions (no terminal signal reaches them); without this a
+    demo ended by a service manager, a CI timeout or `kill` left them serving. Only the main
+    thread can set a handler; elsewhere this changes nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def unwind(signum: int, _frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, unwind)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class EngineProcess:

@@ -21,7 +21,7 @@ from gate.db import migrate
 from gate.db.engine import engine_from_settings, session_factory, transaction
 from gate.db.enums import PairState, RolloutMode, RolloutState, RouteRole
 from gate.db.models import Pair, Verdict
-from gate.demo.processes import EngineProcess, ServerThread, cpu_cores
+from gate.demo.processes import EngineProcess, ServerThread, cpu_cores, terminate_unwinds
 from gate.demo.sampled import PROMPT_LOOKUP_MIN, parity_policy, sampled_workload
 from gate.demo.summary import ParityCounts, SegmentRow, parity_counts, summarise
 from gate.engines.spec import NgramConfig
@@ -100,7 +100,13 @@ def demo_policy(segments: list[str]) -> dict[str, object]:
 
 
 def run_demo(settings: Settings, options: DemoOptions, console: Console) -> DemoResult:
-    """Start everything, replay the workload, judge it; stop everything whatever happens."""
+    """Start everything, replay the workload, judge it; stop everything whatever happens
+    (SIGTERM included)."""
+    with terminate_unwinds():
+        return _run(settings, options, console)
+
+
+def _run(settings: Settings, options: DemoOptions, console: Console) -> DemoResult:
     # Fail first, with the install command, if the model is missing; both engines then
     # load the same file (a Q8_0 copy is made here once, not raced by the two engines).
     with console.status("preparing the SmolLM2 weights"):
