@@ -22,9 +22,10 @@ Two sources, the more recent proven one routes (`newest_proven`):
 A rollout with several candidate arms (issue 40) routes by its promoted arm's crossover
 only: the arm of that name in a several-arm rehearsal (`arms`, not the lead arm's curve at
 the top of the document), and load bands only from a verdict whose choice shows that arm
-(its winner, else its leader). While several arms are active no arm is the candidate yet,
-so neither source routes; a rehearsal of one candidate, or one without an arm of that
-name, is not the arm's.
+(its winner, else its leader, else the first arm judged: a promoted arm its own gate
+killed leads nothing, but its verdict shows its bands). While several arms are active no
+arm is the candidate yet, so neither source routes; a rehearsal of one candidate, or one
+without an arm of that name, is not the arm's.
 
 A source is proven when its `all` interval has an end (some level or band proven to win
 or to lose). The bands are a source only when proven; a rehearsal that proved nothing
@@ -47,6 +48,7 @@ from gate.db.enums import ArmState
 from gate.db.models import EngineSample, Rehearsal, RolloutArm, Verdict
 from gate.pairs.load import RUNNING
 from gate.rehearse import repository
+from gate.stats.arms_replay import shown_in
 from gate.stats.ids import ALL
 
 REHEARSAL = "rehearsal"
@@ -260,8 +262,9 @@ def _promoted_arms(session: Session, rollout_ids: list[int]) -> dict[int, str | 
 
 def _shown(choice: dict[str, Any] | None) -> object:
     """Return the arm whose verdict (and load bands) a several-arm verdict shows: the winner,
-    else the leader (`gate.verdicts.arms.rollout_verdict`)."""
-    return (choice or {}).get("winner") or (choice or {}).get("leader")
+    else the leader, else the first arm judged (`gate.stats.arms_replay.shown_arm`, the rule
+    `gate.verdicts.arms.rollout_verdict` picks the bands by)."""
+    return shown_in(choice)
 
 
 def _latest_bands(
