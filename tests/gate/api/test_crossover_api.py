@@ -220,3 +220,33 @@ def test_the_promoted_arms_own_kill_verdict_routes_by_its_bands(api, pg_committi
                                          "waiting": []}))  # fmt: skip
     shown = glance(api, rollout_id)["crossover"]
     assert shown["source"] == "load_bands" and shown["segments"]["all"]["crossover"] == 3
+
+
+def test_a_single_candidate_routes_by_its_own_arm_of_a_several_arm_rehearsal(api, pg_committing):
+    # One candidate (k2's engine) promoted by load, rehearsed with `--candidate` x 3 next
+    # to two other configurations: k4 leads the rehearsal (its curve is the top of the
+    # document, crossing over at 2), but the rollout's candidate is k2, which won up to 4.
+    with pg_committing() as db, db.begin():
+        rollout = factories.running_rollout(
+            db, name="one-of-three", policy=BY_LOAD, candidate_url="http://k2:8002/v1/"
+        )
+        service.transition(db, rollout_id=rollout.id, action=Action.PROMOTE, actor="t",
+                           reason="t")  # fmt: skip
+        rollout_id = rollout.id
+    summary = {**arms_summary(at=2), "run_at": datetime.now(UTC).isoformat()}
+    assert summary["lead"] == "k4"
+    path = f"/v1/rollouts/{rollout_id}/rehearsals"
+    assert api.client.post(path, json=summary, headers=api.headers("admin")).status_code == 201
+    shown = glance(api, rollout_id)["crossover"]
+    assert shown["source"] == "rehearsal" and shown["segments"]["all"]["crossover"] == 4
+    # A several-arm rehearsal none of whose arms ran the candidate's URL is not its curve.
+    with pg_committing() as db, db.begin():
+        other = factories.running_rollout(
+            db, name="none-of-three", policy=BY_LOAD, candidate_url="http://k16:8009/v1"
+        )
+        service.transition(db, rollout_id=other.id, action=Action.PROMOTE, actor="t",
+                           reason="t")  # fmt: skip
+        other_id = other.id
+    path = f"/v1/rollouts/{other_id}/rehearsals"
+    assert api.client.post(path, json=summary, headers=api.headers("admin")).status_code == 201
+    assert glance(api, other_id)["crossover"]["source"] == "missing"
