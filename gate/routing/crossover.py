@@ -22,9 +22,12 @@ Two sources, the more recent proven one routes (`newest_proven`):
 A rollout with several candidate arms (issue 40) routes by its promoted arm's crossover
 only: the arm of that name in a several-arm rehearsal (`arms`, not the lead arm's curve at
 the top of the document), and load bands only from a verdict whose choice shows that arm
-(its winner, else its leader). While several arms are active no arm is the candidate yet,
-so neither source routes; a rehearsal of one candidate, or one without an arm of that
-name, is not the arm's.
+(its winner, else its leader, else the first arm judged: a promoted arm its own gate
+killed leads nothing, but its verdict shows its bands). While several arms are active no
+arm is the candidate yet, so neither source routes; a rehearsal of one candidate, or one
+without an arm of that name, is not the arm's. A rollout of one candidate that recorded a
+several-arm rehearsal routes by the arm that ran its candidate route's URL, not by the lead
+arm's curve (none ran it: the rehearsal is not its).
 
 A source is proven when its `all` interval has an end (some level or band proven to win
 or to lose). The bands are a source only when proven; a rehearsal that proved nothing
@@ -35,7 +38,7 @@ As `decide` does, both assume the gain does not grow with load.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -44,9 +47,10 @@ from sqlalchemy import Row, and_, func, select
 from sqlalchemy.orm import Session
 
 from gate.db.enums import ArmState
-from gate.db.models import EngineSample, Rehearsal, RolloutArm, Verdict
+from gate.db.models import EngineSample, Rehearsal, Rollout, RolloutArm, Route, Verdict
 from gate.pairs.load import RUNNING
 from gate.rehearse import repository
+from gate.stats.arms_replay import shown_in
 from gate.stats.ids import ALL
 
 REHEARSAL = "rehearsal"
@@ -120,11 +124,20 @@ class ByLoad:
         return self.crossover.source, levels
 
 
-def from_rehearsal(row: Rehearsal, arm: str | None = None) -> Crossover | None:
+def from_rehearsal(
+    row: Rehearsal, arm: str | None = None, *, candidate_url: str | None = None
+) -> Crossover | None:
     """Return the crossover a recorded rehearsal measured (None: it names none): the
     candidate's (a several-arm rehearsal's lead arm's), or with `arm`, that arm's own (None
-    when the rehearsal has no arm of that name)."""
-    curve = row.summary if arm is None else _arm_curve(row.summary, arm)
+    when the rehearsal has no arm of that name); with `candidate_url` (a rollout of one
+    candidate), a several-arm rehearsal's arm that ran that URL (None: no arm did)."""
+    summary = row.summary
+    if arm is not None:
+        curve = _arm_curve(summary, lambda entry: entry.get("name") == arm)
+    elif candidate_url is not None and isinstance(summary.get("arms"), list):
+        curve = _arm_curve(summary, lambda entry: _same_url(entry.get("url"), candidate_url))
+    else:
+        curve = summary
     found = curve.get("crossover")
     if not isinstance(found, dict) or ALL not in found:
         return None
@@ -138,11 +151,17 @@ def from_rehearsal(row: Rehearsal, arm: str | None = None) -> Crossover | None:
     return Crossover(segments=segments, source=REHEARSAL, measured_at=measured.timestamp())
 
 
-def _arm_curve(summary: Mapping[str, Any], arm: str) -> Mapping[str, Any]:
-    """Return the entry of `arm` in a several-arm summary's `arms` (empty: none)."""
+def _arm_curve(
+    summary: Mapping[str, Any], wanted: Callable[[Mapping[str, Any]], bool]
+) -> Mapping[str, Any]:
+    """Return the first `wanted` entry of a several-arm summary's `arms` (empty: none)."""
     arms = summary.get("arms")
     entries = arms if isinstance(arms, list) else []
-    return next((a for a in entries if isinstance(a, dict) and a.get("name") == arm), {})
+    return next((a for a in entries if isinstance(a, dict) and wanted(a)), {})
+
+
+def _same_url(url: object, other: str) -> bool:
+    return isinstance(url, str) and url.rstrip("/") == other.rstrip("/")
 
 
 def _top_wins(levels: object) -> dict[str, int]:
@@ -226,8 +245,9 @@ def crossovers(session: Session, rollout_ids: list[int]) -> dict[int, Crossover]
         return {}
     arms = _promoted_arms(session, rollout_ids)
     undecided = {r for r, arm in arms.items() if arm is None}  # several arms active
+    urls = _candidate_urls(session, [r for r in rollout_ids if r not in arms])
     rehearsed = {
-        rollout_id: from_rehearsal(row, arms.get(rollout_id))
+        rollout_id: from_rehearsal(row, arms.get(rollout_id), candidate_url=urls.get(rollout_id))
         for rollout_id, row in repository.of_rollouts(session, rollout_ids).items()
         if rollout_id not in undecided
     }
@@ -258,10 +278,23 @@ def _promoted_arms(session: Session, rollout_ids: list[int]) -> dict[int, str | 
             active.items()}  # fmt: skip
 
 
+def _candidate_urls(session: Session, rollout_ids: list[int]) -> dict[int, str]:
+    """Return the candidate route's URL of each of these rollouts (of one candidate)."""
+    if not rollout_ids:
+        return {}
+    statement = (
+        select(Rollout.id, Route.base_url)
+        .join(Route, Route.id == Rollout.candidate_route_id)
+        .where(Rollout.id.in_(rollout_ids))
+    )
+    return {rollout_id: url for rollout_id, url in session.execute(statement)}
+
+
 def _shown(choice: dict[str, Any] | None) -> object:
     """Return the arm whose verdict (and load bands) a several-arm verdict shows: the winner,
-    else the leader (`gate.verdicts.arms.rollout_verdict`)."""
-    return (choice or {}).get("winner") or (choice or {}).get("leader")
+    else the leader, else the first arm judged (`gate.stats.arms_replay.shown_arm`, the rule
+    `gate.verdicts.arms.rollout_verdict` picks the bands by)."""
+    return shown_in(choice)
 
 
 def _latest_bands(

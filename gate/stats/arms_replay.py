@@ -204,6 +204,25 @@ def _number(value: object) -> float:
     )
 
 
+def shown_arm(winner: str | None, leader: str | None, judged: Iterable[str]) -> str | None:
+    """Return the arm whose own verdict (its cells and load bands) the rollout's verdict on
+    a choice shows: the winner, else the leader, else the first arm judged (one with a
+    verdict: a killed arm leads nothing, yet its verdict is shown). The one rule both
+    `gate.verdicts.arms.rollout_verdict` and the crossover's reading of a stored choice
+    (`gate.routing.crossover`) apply."""
+    return winner or leader or next(iter(judged), None)
+
+
+def shown_in(choice: dict[str, Any] | None) -> str | None:
+    """Return `shown_arm` of a choice stored as `to_json` writes it (None: no choice)."""
+    if not choice:
+        return None
+    arms = choice.get("arms")
+    judged = [a["arm"] for a in arms if isinstance(a, dict) and a.get("summary") is not None] \
+        if isinstance(arms, list) else []  # fmt: skip
+    return shown_arm(choice.get("winner"), choice.get("leader"), judged)
+
+
 def to_json(result: ArmsReplayResult) -> dict[str, Any]:
     """Return a multi-arm replay as JSON: the choice, then each arm with its own verdict."""
     return {

@@ -30,7 +30,13 @@ from gate.routing import service as routing
 from gate.routing.pubsub import Publisher
 from gate.stats import fold_stats
 from gate.stats.arms import ArmLooks, ArmState, ArmStream, arm_policy, choose, member
-from gate.stats.arms_replay import ArmResult, ArmsReplayResult, replay_arms, to_json
+from gate.stats.arms_replay import (
+    ArmResult,
+    ArmsReplayResult,
+    replay_arms,
+    shown_arm,
+    to_json,
+)
 from gate.stats.gate_stats import GateStats
 from gate.stats.ids import ALL, Reason, ReasonKind
 from gate.stats.incremental import Key
@@ -193,9 +199,8 @@ def _result(got: ArmLooks, k: int, arm: _FoldedArm) -> ArmResult:
 def rollout_verdict(got: ArmsReplayResult) -> VerdictResult:
     """Return the rollout's verdict on the choice: the winner's (promote), every arm's kill
     reasons (kill), or the leader's estimates with the arms' reasons (hold, continue)."""
-    shown = _arm(got, got.winner or got.leader) or next(
-        (a for a in got.arms if a.verdict is not None), None
-    )
+    judged = [a.name for a in got.arms if a.verdict is not None]
+    shown = _arm(got, shown_arm(got.winner, got.leader, judged))
     base = shown.verdict if shown is not None and shown.verdict is not None else NO_PAIRS
     codes = [c for a in got.arms if a.decision is got.decision and a.verdict
              for c in a.verdict.reason_codes]  # fmt: skip

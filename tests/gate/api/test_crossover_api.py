@@ -197,3 +197,56 @@ def test_only_the_promoted_arms_load_bands_route(api, pg_committing):
                        arms={"winner": None, "leader": "k2", "arms": []}))  # fmt: skip
     shown = glance(api, rollout_id)["crossover"]
     assert shown["source"] == "load_bands" and shown["segments"]["all"]["crossover"] == 3
+
+
+def test_the_promoted_arms_own_kill_verdict_routes_by_its_bands(api, pg_committing):
+    # k2 is promoted; later its own gate kills it (auto_kill off: the rollout stays
+    # promoted). A killed arm leads nothing, so the choice names no winner and no leader,
+    # yet the verdict shows k2's bands (`rollout_verdict` falls back to the first arm with
+    # a verdict): they are the promoted arm's own and newer than the rehearsal, and a
+    # single candidate's kill verdict would route by them.
+    rollout_id = armed_by_load(pg_committing, winner="k2")
+    now = datetime.now(UTC).replace(microsecond=0)
+    summary = {**arms_summary(at=2), "run_at": (now - timedelta(hours=1)).isoformat()}
+    path = f"/v1/rollouts/{rollout_id}/rehearsals"
+    assert api.client.post(path, json=summary, headers=api.headers("admin")).status_code == 201
+    assert glance(api, rollout_id)["crossover"]["segments"]["all"]["crossover"] == 4
+    killed = {"arm": "k2", "state": "killed", "decision": "kill", "pairs": 270,
+              "reason_codes": ["kill_latency"], "summary": "kill: k2 is slower"}  # fmt: skip
+    with pg_committing() as db, db.begin():
+        later = now + timedelta(seconds=1)  # after the verdict that promoted k2
+        db.add(Verdict(rollout_id=rollout_id, stage=0, decision=Decision.KILL, created_at=later,
+                       bands=LIVE, arms={"winner": None, "leader": None, "arms": [killed],
+                                         "waiting": []}))  # fmt: skip
+    shown = glance(api, rollout_id)["crossover"]
+    assert shown["source"] == "load_bands" and shown["segments"]["all"]["crossover"] == 3
+
+
+def test_a_single_candidate_routes_by_its_own_arm_of_a_several_arm_rehearsal(api, pg_committing):
+    # One candidate (k2's engine) promoted by load, rehearsed with `--candidate` x 3 next
+    # to two other configurations: k4 leads the rehearsal (its curve is the top of the
+    # document, crossing over at 2), but the rollout's candidate is k2, which won up to 4.
+    with pg_committing() as db, db.begin():
+        rollout = factories.running_rollout(
+            db, name="one-of-three", policy=BY_LOAD, candidate_url="http://k2:8002/v1/"
+        )
+        service.transition(db, rollout_id=rollout.id, action=Action.PROMOTE, actor="t",
+                           reason="t")  # fmt: skip
+        rollout_id = rollout.id
+    summary = {**arms_summary(at=2), "run_at": datetime.now(UTC).isoformat()}
+    assert summary["lead"] == "k4"
+    path = f"/v1/rollouts/{rollout_id}/rehearsals"
+    assert api.client.post(path, json=summary, headers=api.headers("admin")).status_code == 201
+    shown = glance(api, rollout_id)["crossover"]
+    assert shown["source"] == "rehearsal" and shown["segments"]["all"]["crossover"] == 4
+    # A several-arm rehearsal none of whose arms ran the candidate's URL is not its curve.
+    with pg_committing() as db, db.begin():
+        other = factories.running_rollout(
+            db, name="none-of-three", policy=BY_LOAD, candidate_url="http://k16:8009/v1"
+        )
+        service.transition(db, rollout_id=other.id, action=Action.PROMOTE, actor="t",
+                           reason="t")  # fmt: skip
+        other_id = other.id
+    path = f"/v1/rollouts/{other_id}/rehearsals"
+    assert api.client.post(path, json=summary, headers=api.headers("admin")).status_code == 201
+    assert glance(api, other_id)["crossover"]["source"] == "missing"

@@ -98,3 +98,38 @@ def test_bands_measured_longer_ago_than_the_policy_allows_are_stale():
     assert by_load.effective(NOW.timestamp()) == ("stale", {"all": 0})
     fresh = ByLoad(1, 7 * 86400.0, from_bands([band(5.5, 0.8, 0.9)], NOW))
     assert fresh.effective(NOW.timestamp()) == (LOAD_BANDS, {"all": 6})
+
+
+def _arm(name: str, state, decision, verdict):
+    from gate.stats.acceptance_length import AcceptanceLength
+    from gate.stats.arms_replay import ArmResult
+
+    return ArmResult(name=name, state=state, decision=decision, pairs=10, ratio=1.2,
+                     lower=1.1, upper=1.3, verdict=verdict,
+                     acceptance=AcceptanceLength(None, 0, 0, 0))  # fmt: skip
+
+
+def test_the_arm_whose_bands_a_verdict_shows_is_the_one_routing_reads():
+    # `gate.verdicts.arms.rollout_verdict` picks the bands; `crossover._shown` must name the
+    # arm they are from, or a promoted arm's own bands are dropped (or another's taken).
+    from gate.db.enums import Decision
+    from gate.routing.crossover import _shown
+    from gate.stats.arms import ArmState
+    from gate.stats.arms_replay import ArmsReplayResult, to_json
+    from gate.stats.verdict import BandResult, VerdictResult
+    from gate.verdicts.arms import rollout_verdict
+
+    def verdict(load: float) -> VerdictResult:
+        band = BandResult("<2", 1.2, 1.1, 1.3, 50, load, 1.0, True)
+        return VerdictResult(Decision.KILL, ("kill_latency",), "kill", (), 50, bands=(band,))
+
+    for arms, winner, leader in [
+        ((_arm("k2", ArmState.KILLED, Decision.KILL, verdict(2.0)),), None, None),
+        ((_arm("k2", ArmState.RUNNING, Decision.CONTINUE, verdict(2.0)),), None, "k2"),
+        ((_arm("k2", ArmState.KILLED, Decision.KILL, None),
+          _arm("k4", ArmState.KILLED, Decision.KILL, verdict(4.0))), None, None),
+    ]:  # fmt: skip
+        got = ArmsReplayResult(Decision.KILL, 10, True, 1, 10, winner, leader, arms)
+        load = rollout_verdict(got).bands[0].candidate_load
+        by_load = {a.verdict.bands[0].candidate_load: a.name for a in arms if a.verdict}
+        assert _shown(to_json(got)) == by_load[load]

@@ -142,17 +142,6 @@ def as_records(raw: list[dict], episodes: bool = True) -> list[dict]:
     return records
 
 
-def canary(records: list[dict], seed: int) -> list[dict]:
-    """Each pair served by one cohort (the other side removed), control pairs none."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for r in records:
-        keep = "candidate" if rng.random() < 0.5 else "baseline"
-        other = "baseline" if keep == "candidate" else "candidate"
-        out.append({**r, "is_control": False, other: None})
-    return out
-
-
 def stacked(cols: PairColumns) -> PairColumns:
     """The columns with a leading runs axis of two runs (as `simulate` holds them)."""
     changes = {}
