@@ -92,6 +92,7 @@ def purge(
     pairs_cut = now - timedelta(days=settings.retention_pairs_days)
     pair_parts = _drop_aged(engine, chosen, "pairs", pairs_cut)
     generation_parts = _drop_aged(engine, chosen, "generations", pairs_cut)
+    request_parts = _drop_aged(engine, chosen, "requests", pairs_cut)
     span_key = (spans.c.trace_id, spans.c.span_id)
     result = PurgeResult(
         spans_deleted=_repeat(
@@ -104,7 +105,9 @@ def purge(
             engine,
             lambda: _delete_before(samples.c.scraped_at, (samples.c.id,), samples_cut, size),
         ),
-        partitions_dropped=tuple(span_parts + sample_parts + pair_parts + generation_parts),
+        partitions_dropped=tuple(
+            span_parts + sample_parts + pair_parts + generation_parts + request_parts
+        ),
     )
     log.info(
         "collector.retention_purged spans_deleted=%d spans_scrubbed=%d generations_scrubbed=%d "
@@ -147,9 +150,9 @@ def _drop_partitions(
 
 
 def _drop_aged(engine: Engine, chosen: Storage, table: str, cut: datetime) -> list[str]:
-    """Drop the partitions of a partitioned `pairs` or `generations` wholly past `cut` that
-    hold no row of a rollout still live (`_oldest_live`); unpartitioned, they keep every
-    row. Generations age out with their pairs (a generation starts after its pair)."""
+    """Drop the partitions of a partitioned `pairs`, `generations` or `requests` wholly past
+    `cut` that hold no row of a rollout still live (`_oldest_live`); unpartitioned, they
+    keep every row. Generations and requests age out with their pairs."""
     if not chosen.partitions:
         return []
     with engine.connect() as conn:
@@ -164,8 +167,11 @@ def _drop_aged(engine: Engine, chosen: Storage, table: str, cut: datetime) -> li
 _LIVE = "SELECT id FROM rollouts WHERE ended_at IS NULL OR ended_at > :cut"
 # The oldest row of a live rollout: an index probe per partition (and cohort), on
 # (rollout_id, stage, created_at) and (rollout_id, cohort, started_at).
+_OLDEST_PAIR = f"SELECT min(created_at) FROM pairs WHERE rollout_id IN ({_LIVE})"
 _OLDEST = {
-    "pairs": f"SELECT min(created_at) FROM pairs WHERE rollout_id IN ({_LIVE})",
+    "pairs": _OLDEST_PAIR,
+    # A request is written from its pair's span, with the same `created_at`.
+    "requests": _OLDEST_PAIR,
     "generations": f"""SELECT min(g.started_at) FROM ({_LIVE}) AS r
   CROSS JOIN unnest(CAST(:cohorts AS text[])) AS c(cohort)
   CROSS JOIN LATERAL (SELECT started_at FROM generations WHERE rollout_id = r.id

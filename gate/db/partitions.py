@@ -45,7 +45,8 @@ class Layout:
 # span's start, so a re-sent span lands in the same partition and the unique (trace_id,
 # span_id, started_at) keeps ingest idempotent; `evaluations.generation_id` and
 # `feedback.generation_id` lose their foreign keys (retention deletes those rows instead).
-# See docs/architecture.md.
+# requests: by `created_at`, the pair span's start, as its pair's; `pairs.request_id`
+# loses its foreign key (the two age out together). See docs/architecture.md.
 LAYOUTS = {
     "spans": Layout("spans", "start_time", ("trace_id", "span_id", "start_time")),
     "engine_samples": Layout("engine_samples", "scraped_at", ("id", "scraped_at")),
@@ -57,9 +58,10 @@ LAYOUTS = {
         mutable=True,
         referrers=(("evaluations", "generation_id"), ("feedback", "generation_id")),
     ),
+    "requests": Layout("requests", "created_at", ("id", "created_at"), mutable=True),
 }
-# What `specgate db partition` converts when no table is named: `pairs` and `generations`
-# only when asked, once every gateway and collector runs a version that writes them
+# What `specgate db partition` converts when no table is named: `pairs`, `generations` and
+# `requests` only when asked, once every gateway and collector runs a version that writes them
 # partitioned (deploy/PRODUCTION.md).
 DEFAULT_TABLES = ("spans", "engine_samples")
 PERIODS = {"hour": 3600, "day": 86_400, "week": 604_800}
