@@ -1,9 +1,9 @@
 """Retention: purge captured content after a short age, raw spans and engine samples later.
 
 Partitioned tables (`gate.db.partitions`) lose whole partitions; unpartitioned tables and
-default partitions are deleted from in batches. Pairs and generations go only when
-partitioned, whole partitions past their age and older than every row of a rollout not
-ended.
+default partitions are deleted from in batches. Pairs, generations and requests go only
+when partitioned, whole partitions past their age and older than every row of a rollout
+not ended.
 """
 
 from __future__ import annotations
