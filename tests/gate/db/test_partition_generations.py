@@ -65,9 +65,14 @@ def test_a_filled_generations_converts_online_with_every_row_and_change(engine: 
         with engine.begin() as conn:
             bump = "UPDATE generations SET queue_s = coalesce(queue_s, 0) + 1 WHERE id IN (:a, :b)"
             conn.execute(text(bump), {"a": ids[0], "b": ids[-1]})
+        if len(landed) < 3:  # the collector goes on writing (a few, or the copy never ends)
+            landed.append(generation(rollout_id, utcnow()))
+            land(engine, landed[-1:])
+
+    landed: list[GenerationRow] = []
 
     done = online_partition.convert(engine, "generations", period=DAY, batch=200, echo=during)
-    assert done.swapped and done.copied == len(ids)
+    assert done.swapped and done.copied == len(ids) + len(landed)
     # Every row, with every change made while the copy ran, and nothing else.
     assert rows(engine, "generations") == rows(engine, "generations_unpartitioned")
     with engine.connect() as conn:
@@ -76,6 +81,8 @@ def test_a_filled_generations_converts_online_with_every_row_and_change(engine: 
             text("SELECT count(*) FROM generations WHERE queue_s > 1")
         ).scalar_one()
         assert changed == 2
+        total = conn.execute(text("SELECT count(*) FROM generations")).scalar_one()
+        assert total == len(ids) + len(landed)
     # evaluations and feedback pointed at `generations.id`, no longer a key of its own.
     assert referrers(engine, "generations") == 0
     assert_same_verdict(verdict(engine, rollout_id), want)
