@@ -1,8 +1,9 @@
 """Retention: purge captured content after a short age, raw spans and engine samples later.
 
 Partitioned tables (`gate.db.partitions`) lose whole partitions; unpartitioned tables and
-default partitions are deleted from in batches. Pairs go only from a partitioned `pairs`,
-whole partitions past their age and older than every pair of a rollout not ended.
+default partitions are deleted from in batches. Pairs, generations and requests go only
+when partitioned, whole partitions past their age and older than every row of a rollout
+not ended.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from sqlalchemy import (
     MetaData,
     Table,
     delete,
-    func,
     null,
     select,
+    text,
     tuple_,
     update,
 )
@@ -28,7 +29,8 @@ from sqlalchemy import (
 from gate.db import partitions, storage
 from gate.db.base import utcnow
 from gate.db.engine import engine_from_settings
-from gate.db.models import EngineSample, Generation, Pair, RequestRecord, Rollout, SpanRecord
+from gate.db.enums import Cohort
+from gate.db.models import EngineSample, Generation, RequestRecord, SpanRecord
 from gate.db.storage import Storage
 from gate.settings import CollectorSettings, Settings
 from gate.telemetry import attributes as a
@@ -87,7 +89,10 @@ def purge(
     chosen = storage.of(engine)
     span_parts, spans = _drop_partitions(engine, chosen, _SPANS, spans_cut)
     sample_parts, samples = _drop_partitions(engine, chosen, _SAMPLES, samples_cut)
-    pair_parts = _drop_pairs(engine, chosen, now - timedelta(days=settings.retention_pairs_days))
+    pairs_cut = now - timedelta(days=settings.retention_pairs_days)
+    pair_parts = _drop_aged(engine, chosen, "pairs", pairs_cut)
+    generation_parts = _drop_aged(engine, chosen, "generations", pairs_cut)
+    request_parts = _drop_aged(engine, chosen, "requests", pairs_cut)
     span_key = (spans.c.trace_id, spans.c.span_id)
     result = PurgeResult(
         spans_deleted=_repeat(
@@ -100,7 +105,9 @@ def purge(
             engine,
             lambda: _delete_before(samples.c.scraped_at, (samples.c.id,), samples_cut, size),
         ),
-        partitions_dropped=tuple(span_parts + sample_parts + pair_parts),
+        partitions_dropped=tuple(
+            span_parts + sample_parts + pair_parts + generation_parts + request_parts
+        ),
     )
     log.info(
         "collector.retention_purged spans_deleted=%d spans_scrubbed=%d generations_scrubbed=%d "
@@ -142,26 +149,42 @@ def _drop_partitions(
     return dropped, table.to_metadata(MetaData(), name=f"{table.name}_default")
 
 
-def _drop_pairs(engine: Engine, chosen: Storage, cut: datetime) -> list[str]:
-    """Drop the partitions of a partitioned `pairs` wholly past `cut` that hold no pair of a
-    rollout still live (`_live_pairs`); an unpartitioned `pairs` keeps every row."""
+def _drop_aged(engine: Engine, chosen: Storage, table: str, cut: datetime) -> list[str]:
+    """Drop the partitions of a partitioned `pairs`, `generations` or `requests` wholly past
+    `cut` that hold no row of a rollout still live (`_oldest_live`); unpartitioned, they
+    keep every row. Generations and requests age out with their pairs."""
     if not chosen.partitions:
         return []
     with engine.connect() as conn:
-        if partitions.period_s(conn, "pairs") is None:
+        if partitions.period_s(conn, table) is None:
             return []
-    return partitions.drop_before(engine, "pairs", min(cut, _live_pairs(engine, cut)))
+    return partitions.drop_before(engine, table, min(cut, _oldest_live(engine, table, cut)))
 
 
-def _live_pairs(engine: Engine, cut: datetime) -> datetime:
-    """Return the oldest pair's `created_at` among live rollouts (far ahead: none), so no
-    partition holding one is dropped, however long a rollout runs. Live: not ended, or
-    ended after `cut`: a kill is not final (RESUME takes a killed rollout back to
-    running), so an ended rollout keeps its pairs for the retention age after its end."""
-    live = select(Rollout.id).where(Rollout.ended_at.is_(None) | (Rollout.ended_at > cut))
-    oldest = select(func.min(Pair.created_at)).where(Pair.rollout_id.in_(live))
+# Live: not ended, or ended after the cut: a kill is not final (RESUME takes a killed
+# rollout back to running), so an ended rollout keeps its rows for the retention age
+# after its end.
+_LIVE = "SELECT id FROM rollouts WHERE ended_at IS NULL OR ended_at > :cut"
+# The oldest row of a live rollout: an index probe per partition (and cohort), on
+# (rollout_id, stage, created_at) and (rollout_id, cohort, started_at).
+_OLDEST_PAIR = f"SELECT min(created_at) FROM pairs WHERE rollout_id IN ({_LIVE})"
+_OLDEST = {
+    "pairs": _OLDEST_PAIR,
+    # A request is written from its pair's span, with the same `created_at`.
+    "requests": _OLDEST_PAIR,
+    "generations": f"""SELECT min(g.started_at) FROM ({_LIVE}) AS r
+  CROSS JOIN unnest(CAST(:cohorts AS text[])) AS c(cohort)
+  CROSS JOIN LATERAL (SELECT started_at FROM generations WHERE rollout_id = r.id
+    AND cohort = c.cohort ORDER BY started_at LIMIT 1) AS g""",
+}
+
+
+def _oldest_live(engine: Engine, table: str, cut: datetime) -> datetime:
+    """Return the oldest time of `table`'s rows of live rollouts (far ahead: none), so no
+    partition holding one is dropped, however long a rollout runs."""
+    params = {"cut": cut, "cohorts": [c.value for c in Cohort]}
     with engine.connect() as conn:
-        found = conn.execute(oldest).scalar()
+        found = conn.execute(text(_OLDEST[table]), params).scalar()
     return found if isinstance(found, datetime) else datetime.max.replace(tzinfo=UTC)
 
 
@@ -186,13 +209,12 @@ def _scrub_spans(cut: datetime, size: int, chosen: Storage) -> tuple[Any, int]:
 
 def _scrub_generations(cut: datetime, size: int, now: datetime) -> tuple[Any, int]:
     table = _GENERATIONS
-    old = (
-        select(table.c.id)
-        .where(table.c.started_at < cut, table.c.content_purged_at.is_(None))
-        .limit(size)
-    )
+    # By the whole key, so the update reads only the partitions of a partitioned table.
+    key = (table.c.id, table.c.started_at)
+    unscrubbed = table.c.content_purged_at.is_(None)
+    old = select(*key).where(table.c.started_at < cut, unscrubbed).limit(size)
     values = {"prompt": None, "output": None, "output_extra": null(), "content_purged_at": now}
-    return update(table).where(table.c.id.in_(old)).values(values), size
+    return update(table).where(tuple_(*key).in_(old)).values(values), size
 
 
 def _scrub_requests(cut: datetime, size: int) -> tuple[Any, int]:

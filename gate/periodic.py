@@ -137,7 +137,8 @@ def maintain_partitions(sessions: sessionmaker[Session]) -> int:
         if rows:
             # Rows no partition holds: written far outside the created range (clock skew,
             # late spans older than the oldest partition); kept, and deleted by retention (but
-            # those of `pairs`, which retention only drops by whole partitions).
+            # those of `pairs`, `generations` and `requests`, which retention only drops by
+            # whole partitions).
             log.warning("partition_default_rows table=%s rows=%d", table, rows)
         stray += rows
     return stray

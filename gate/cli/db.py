@@ -49,7 +49,8 @@ def partition(
         list[str] | None,
         typer.Argument(
             help="Tables to partition: spans, engine_samples (the default), pairs (once "
-            "every gateway runs this version: deploy/PRODUCTION.md)."
+            "every gateway runs this version), generations and requests (once every "
+            "collector does; deploy/PRODUCTION.md)."
         ),
     ] = None,
     period: Annotated[str, typer.Option(help="One partition per hour, day or week.")] = "day",

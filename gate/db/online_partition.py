@@ -238,7 +238,10 @@ def _inbound_foreign_keys(conn: Connection, table: str) -> list[tuple[str, str]]
     rows = conn.execute(
         text(
             "SELECT conrelid::regclass::text, conname FROM pg_constraint "
-            "WHERE confrelid = to_regclass(:t) AND contype = 'f' AND conrelid <> confrelid"
+            "WHERE confrelid = to_regclass(:t) AND contype = 'f' AND conrelid <> confrelid "
+            # A partitioned referrer's (pairs' to requests) is cloned on each partition,
+            # and dropped with its parent's.
+            "AND conparentid = 0"
         ),
         {"t": table},
     ).all()

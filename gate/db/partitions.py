@@ -32,20 +32,37 @@ class Layout:
     key: tuple[str, ...]
     # Rows are updated and deleted, not only inserted: the conversion mirrors every change.
     mutable: bool = False
+    # (table, column) of rows elsewhere naming this table's `id`, once by a foreign key
+    # (a partitioned table's `id` alone is no key): deleted as its partitions are dropped.
+    referrers: tuple[tuple[str, str], ...] = ()
 
 
 # Tables `specgate db partition` converts. spans: by `start_time`, the span's own time, so
 # a re-sent span lands in the same partition and `(trace_id, span_id, start_time)` keeps
 # ingest idempotent. engine_samples: by `scraped_at`; nothing refers to its id. pairs: by
 # `created_at`, the pair's start, which its stub carries too (`collectors.normalise`);
-# `generations.pair_id` loses its foreign key. See docs/architecture.md.
+# `generations.pair_id` loses its foreign key. generations: by `started_at`, its call
+# span's start, so a re-sent span lands in the same partition and the unique (trace_id,
+# span_id, started_at) keeps ingest idempotent; `evaluations.generation_id` and
+# `feedback.generation_id` lose their foreign keys (retention deletes those rows instead).
+# requests: by `created_at`, the pair span's start, as its pair's; `pairs.request_id`
+# loses its foreign key (the two age out together). See docs/architecture.md.
 LAYOUTS = {
     "spans": Layout("spans", "start_time", ("trace_id", "span_id", "start_time")),
     "engine_samples": Layout("engine_samples", "scraped_at", ("id", "scraped_at")),
     "pairs": Layout("pairs", "created_at", ("id", "created_at"), mutable=True),
+    "generations": Layout(
+        "generations",
+        "started_at",
+        ("id", "started_at"),
+        mutable=True,
+        referrers=(("evaluations", "generation_id"), ("feedback", "generation_id")),
+    ),
+    "requests": Layout("requests", "created_at", ("id", "created_at"), mutable=True),
 }
-# What `specgate db partition` converts when no table is named: `pairs` only when asked,
-# once every gateway stamps a pair's start on its call spans (deploy/PRODUCTION.md).
+# What `specgate db partition` converts when no table is named: `pairs`, `generations` and
+# `requests` only when asked, once every gateway and collector runs a version that writes them
+# partitioned (deploy/PRODUCTION.md).
 DEFAULT_TABLES = ("spans", "engine_samples")
 PERIODS = {"hour": 3600, "day": 86_400, "week": 604_800}
 # Partitions kept ready past the current one.
@@ -188,6 +205,7 @@ def _drop_detached(engine: Engine, table: str) -> list[str]:
 
     The drop locks only the detached table; its time is the filesystem freeing the files
     (bench/partitions.py, BENCHMARKS.md). The mark makes it safe to stop between the two.
+    Rows elsewhere that named the dropped rows (`Layout.referrers`) go in its transaction.
     """
     with engine.connect() as conn:
         names = conn.execute(
@@ -200,8 +218,11 @@ def _drop_detached(engine: Engine, table: str) -> list[str]:
             {"prefix": f"{table}_p", "mark": DETACHED},
         ).scalars()
         found = list(names)
+    referrers = _layout(table).referrers
     for name in found:
         with engine.begin() as conn:
+            for other, column in referrers:  # what a foreign key's cascade deleted
+                conn.execute(text(f"DELETE FROM {other} WHERE {column} IN (SELECT id FROM {name})"))
             conn.execute(text(f"DROP TABLE {name}"))
     return found
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
+from datetime import datetime
 from itertools import chain
 from typing import Any
 
@@ -14,6 +15,7 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 from gate.db.enums import Cohort, PairState
 from gate.db.models import Evaluation, Feedback, Generation, Pair, RequestRecord
 from gate.pairs import load
+from gate.verdicts.slices import SINCE_SLACK
 
 CHUNK = 5000
 # The record side each cohort's generation fills (a control pair's second call: candidate).
@@ -98,9 +100,8 @@ def _records(
     with_requests: bool,
     loads: dict[uuid.UUID, tuple[float | None, float | None]],
 ) -> Iterator[dict[str, Any]]:
-    generations = list(
-        session.scalars(select(Generation).where(Generation.pair_id.in_([p.id for p in pairs])))
-    )
+    mine = Generation.pair_id.in_([p.id for p in pairs]), Generation.started_at >= _since(pairs)
+    generations = list(session.scalars(select(Generation).where(*mine)))
     ids = [g.id for g in generations]
     evals: dict[int, dict[str, bool | None]] = defaultdict(dict)
     for generation_id, name, passed in session.execute(
@@ -147,9 +148,17 @@ def _records(
         }
 
 
+def _since(pairs: Sequence[Pair]) -> datetime:
+    """Return a time no call or request of the pairs is older than, so a partitioned
+    `generations` or `requests` reads the page's partitions only: a request has its pair's
+    `created_at` and a call starts after it (`SINCE_SLACK`, as the fold's bound)."""
+    return min(p.created_at for p in pairs) - SINCE_SLACK
+
+
 def _requests(session: Session, pairs: Sequence[Pair]) -> dict[uuid.UUID | None, Any]:
     ids = [p.request_id for p in pairs if p.request_id is not None]
-    rows = session.scalars(select(RequestRecord).where(RequestRecord.id.in_(ids))) if ids else ()
+    kept = RequestRecord.id.in_(ids), RequestRecord.created_at >= _since(pairs)
+    rows = session.scalars(select(RequestRecord).where(*kept)) if ids else ()
     return {
         r.id: {"endpoint": r.endpoint, "body": r.body, "inputs": r.inputs, "truncated": r.truncated}
         for r in rows

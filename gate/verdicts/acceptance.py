@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 from gate.stats.acceptance_length import LOOP_DISTINCT, LOOP_SHARE, AcceptanceSums
 from gate.stats.incremental import Key
 from gate.stats.policy import Policy
-from gate.verdicts.slices import SLICE_PAIRS, Slice, first_keys
+from gate.verdicts.slices import SLICE_PAIRS, Slice, calls_since, first_keys
 
 # As the export writes a side (`gate.pairs.export`): a missing draft count is 0.
 _SUMS = f"""
@@ -34,8 +34,8 @@ WITH p AS (
          CAST(coalesce(c.spec_draft_tokens, 0) AS float8) AS d,
          c.distinct_2 AS c2, b.distinct_2 AS b2
   FROM p
-  JOIN generations c ON c.pair_id = p.id AND c.cohort = 'candidate'
-  LEFT JOIN generations b ON b.pair_id = p.id AND b.cohort = 'baseline'
+  JOIN generations c ON c.pair_id = p.id AND c.cohort = 'candidate' AND {calls_since("c")}
+  LEFT JOIN generations b ON b.pair_id = p.id AND b.cohort = 'baseline' AND {calls_since("b")}
   WHERE NOT p.is_control
 ), k AS (
   SELECT s.*, coalesce(o > a AND a >= 0, false) AS known FROM s

@@ -36,7 +36,7 @@ from gate.stats.incremental import (
 from gate.stats.policy import Policy
 from gate.stats.registry import Family, Guardrail, Source, collapse_segments
 from gate.stats.sequences import CountStats, FloatArray, MeanStats, PairedCounts, TwoCounts
-from gate.verdicts.slices import SLICE, Slice, difference
+from gate.verdicts.slices import SLICE, Slice, calls_since, difference
 
 
 def _threshold_case(name: str, tail: Tail | None) -> tuple[str, dict[str, Any]]:
@@ -256,11 +256,11 @@ FROM t GROUP BY seg"""
 # One row per pair x evaluator with each side's result; both-failed ties are counted
 # per bucket instead (`Bucket.both_failed`), so an evaluator first seen later gets them.
 # Per pair and evaluator, each side's result (passes only if every result passed).
-EVALUATIONS = """, e AS (
+EVALUATIONS = f""", e AS (
   SELECT y.id, ev.evaluator,
          bool_and(ev.passed) FILTER (WHERE g.id = y.b_id) AS b_pass,
          bool_and(ev.passed) FILTER (WHERE g.id = y.c_id) AS c_pass
-  FROM y JOIN generations g ON g.pair_id = y.id
+  FROM y JOIN generations g ON g.pair_id = y.id AND {calls_since("g")}
   JOIN evaluations ev ON ev.generation_id = g.id
   GROUP BY y.id, ev.evaluator
 )"""

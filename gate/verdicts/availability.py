@@ -44,22 +44,22 @@ class Outage:
 
 def outage(session: Session, *, rollout_id: int) -> Outage | None:
     """Return the rollout's current candidate outage, or None when it last answered."""
+    # Nobody asks the candidate while the rollout is held or killed: an outage seen before
+    # the rollout last entered its state (a resume) is not down time since. Both reads
+    # start there, so a partitioned `generations` is read from then on.
+    change = repository.last_change(session, rollout_id)
+    since = [] if change is None else [Generation.started_at >= change.created_at]
     candidate = (Generation.rollout_id == rollout_id, Generation.cohort == Cohort.CANDIDATE)
     answered = session.scalar(
         select(func.max(Generation.started_at)).where(
-            *candidate, Generation.status == GenerationStatus.OK
+            *candidate, *since, Generation.status == GenerationStatus.OK
         )
     )
-    since = [] if answered is None else [Generation.started_at > answered]
-    # Nobody asks the candidate while the rollout is held or killed: an outage seen before
-    # the rollout last entered its state (a resume) is not down time since.
-    change = repository.last_change(session, rollout_id)
-    if change is not None:
-        since.append(Generation.started_at >= change.created_at)
+    after = [] if answered is None else [Generation.started_at > answered]
     first, last, skipped = session.execute(
         select(
             func.min(Generation.started_at), func.max(Generation.started_at), func.count()
-        ).where(*candidate, *since, Generation.error == ROUTE_DOWN)
+        ).where(*candidate, *since, *after, Generation.error == ROUTE_DOWN)
     ).one()
     if not skipped:
         return None

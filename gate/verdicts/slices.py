@@ -135,6 +135,12 @@ _EARLIER_OF_EPISODES = f"""SELECT {_PAIR} FROM pairs
     SELECT episode FROM pairs WHERE {_CLOSED} AND {_RANGE} AND episode IS NOT NULL)"""
 
 
+def calls_since(alias: str) -> str:
+    """Return the bound on a pair's generations (`alias`) by the stage's `since`: a call
+    starts after its pair, so a partitioned `generations` is read from the stage's start."""
+    return f"{alias}.started_at >= :since"
+
+
 def _slice(pairs: str) -> str:
     return _ROWS.replace("{pairs}", pairs)
 
@@ -156,8 +162,9 @@ WITH p AS (
            least(coalesce(c.spec_accepted_tokens, 0)::float / c.spec_draft_tokens, 1.0) END AS acc,
          {_LOOP}
   FROM p
-  LEFT JOIN generations b ON b.pair_id = p.id AND b.cohort = 'baseline'
+  LEFT JOIN generations b ON b.pair_id = p.id AND b.cohort = 'baseline' AND {calls_since("b")}
   LEFT JOIN generations c ON c.pair_id = p.id AND c.cohort IN ('candidate', 'control')
+    AND {calls_since("c")}
 ), j AS (
   SELECT x.*, NOT warm AND NOT dropped AND NOT is_control AS judged, {_MATCHED} AS matched FROM x
 ), y AS (

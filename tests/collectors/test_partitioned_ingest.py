@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from collectors.app import create_app
 from gate.db import migrate, online_partition
 from gate.db.engine import make_engine
-from gate.db.models import Generation, Pair, SpanRecord
+from gate.db.models import Generation, Pair, RequestRecord, SpanRecord
 from gate.settings import load_settings
 from tests.collectors.factory import make_rollout
 from tests.collectors.sdk import record_requests
@@ -25,12 +25,16 @@ from tests.servers import serving as serve
 pytestmark = pytest.mark.postgres
 
 
-@pytest.fixture
-def partitioned_url(empty_pg_url: str) -> Iterator[str]:
-    """A migrated database whose spans are partitioned by the hour."""
+# Referrers partitioned first (generations' pair_id, pairs' request_id): their foreign
+# keys, cloned on each partition, go at the swap of the table they point at.
+@pytest.fixture(params=[("spans",), ("spans", "generations", "pairs", "requests")])
+def partitioned_url(empty_pg_url: str, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A migrated database whose spans (and, the second time, every table the collector
+    writes) are partitioned by the hour."""
     migrate.upgrade(empty_pg_url)
     engine = make_engine(empty_pg_url)
-    online_partition.convert(engine, "spans", period=3600, echo=lambda _line: None)
+    for table in request.param:
+        online_partition.convert(engine, table, period=3600, echo=lambda _line: None)
     engine.dispose()
     yield empty_pg_url
 
@@ -71,6 +75,7 @@ def test_sdk_spans_land_once_in_partitioned_spans(partitioned_url, tmp_path):
     assert count(engine, SpanRecord) == 61
     assert count(engine, Generation) == 40
     assert count(engine, Pair) == 20
+    assert count(engine, RequestRecord) == 20
     assert registry.get_sample_value("specgate_collector_spans_duplicate_total") == 60
     assert "specgate_collector_spans_default_rows 0.0" in metrics
     assert "specgate_collector_spans_default_rows 1.0" in stray

@@ -89,7 +89,10 @@ def insert_generations(conn: Connection, rows: Sequence[GenerationRow]) -> list[
             copy.set_types(_stage_types(_GENERATION_TYPES))
             for row in rows:
                 copy.write_row(_generation_tuple(row))
-        insert = _insert_select("generations", GENERATION_COLUMNS, _GENERATIONS_STAGE, _KEY)
+        # No conflict target: on partitioned `generations` the key also holds `started_at`.
+        insert = _insert_select(
+            "generations", GENERATION_COLUMNS, _GENERATIONS_STAGE, _KEY, target=False
+        )
         cur.execute(insert + " RETURNING id, pair_id, trace_id, span_id")
         return [(int(r[0]), r[1], str(r[2]), str(r[3])) for r in cur.fetchall()]
 

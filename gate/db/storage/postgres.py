@@ -74,7 +74,8 @@ class PostgresStorage:
         return pg_copy.insert_spans(conn, rows, received_at)
 
     def insert_requests(self, conn: Connection, rows: Sequence[RequestRow]) -> None:
-        _insert(conn, "requests", _REQUEST_TYPES, rows, "ON CONFLICT (id) DO NOTHING")
+        # No conflict target: on partitioned `requests` the key also holds `created_at`.
+        _insert(conn, "requests", _REQUEST_TYPES, rows, "ON CONFLICT DO NOTHING")
 
     def upsert_pairs(self, conn: Connection, rows: Sequence[PairRow]) -> None:
         if not rows:

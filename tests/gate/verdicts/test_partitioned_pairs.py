@@ -81,3 +81,48 @@ def test_the_fold_on_partitioned_pairs_reads_only_the_stage_window(engine: Engin
             plan = "\n".join(row[0] for row in cursor.fetchall())
             assert partitions.partition_name("pairs", DAYS[-1]) in plan, statement
             assert not [name for name in OLDER if name in plan], statement
+
+
+def partition_generations(engine: Engine, days: list[datetime]) -> None:
+    """Partition the (empty) `generations` a day a partition, one for each of `days` too."""
+    online_partition.convert(engine, "generations", period=DAY, echo=lambda _line: None)
+    with engine.begin() as conn:
+        have = {start for _, start, _ in partitions.partitions(conn, "generations")}
+        for day in (d for d in days if d not in have):
+            partitions.create_partition(conn, "generations", "started_at", day, DAY)
+
+
+def test_the_fold_reads_only_the_stage_window_of_partitioned_generations(engine: Engine) -> None:
+    partition_pairs(engine, DAYS)
+    partition_generations(engine, DAYS)
+    with Session(engine) as session:
+        rollout = factories.rollout(session)
+        store(session, recorded_pairs(), rollout.id)
+        # Each call starts a second after its pair, as a gateway's do.
+        session.execute(
+            text(
+                "UPDATE generations g SET started_at = p.created_at + interval '1 second' "
+                "FROM pairs p WHERE p.id = g.pair_id"
+            )
+        )
+        session.commit()
+        seen: list[tuple[str, object]] = []
+
+        def capture(_conn, _cursor, statement, parameters, _context, _many) -> None:
+            if "generations" in statement:
+                seen.append((statement, parameters))
+
+        conn = session.connection()
+        event.listen(conn, "before_cursor_execute", capture)
+        verdict = compute(session, rollout=rollout, policy=Policy())
+        event.remove(conn, "before_cursor_execute", capture)
+        assert verdict.n_pairs > 0
+        older = {partitions.partition_name("generations", day) for day in DAYS[:-2]}
+        assert len(seen) >= 3
+        for statement, parameters in seen:
+            cursor = conn.connection.driver_connection.cursor()
+            cursor.execute("EXPLAIN " + statement, parameters)
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+            if "pair_id" in statement:  # the fold's joins; availability reads from the start
+                assert partitions.partition_name("generations", DAYS[-1]) in plan, statement
+            assert not [name for name in older if name in plan], statement
