@@ -21,7 +21,8 @@ its first turn accepts few on its later ones, so a later turn's e-value has mean
 given the turns before it, and the bound fails (A/A, agents one or two at a time with a
 third of their runs hard throughout: 95 % of runs alarmed). So where pairs name episodes
 the detectors read each episode's first pair only (`gate.stats.cumulative`; in the fold,
-`opens` in `gate.verdicts.slices`). What is conditioned on: episodes independent of one
+`opens` in `gate.verdicts.slices`), and m0 is fixed from the warm-up's first pairs alone
+(`gate.verdicts.warmup`): a first turn's level need not be a later turn's. What is conditioned on: episodes independent of one
 another, and an episode's first request with expected acceptance at least m0; given
 every earlier request (all of other episodes) its e-value then has mean <= 1, and the
 bound above holds with T counting episodes. Which pair opens an episode depends on

@@ -97,7 +97,7 @@ def to_stats(
         n_unmatched=acc(judged & ~matched, None),
         elapsed_s=_elapsed(cols.created_s, looks),
         warmed_up=np.broadcast_to(looks > policy.warmup_pairs, counted.shape),
-        collapse=_collapse(cols, policy, warm, live & _opens_episode(acc), looks),
+        collapse=_collapse(cols, policy, warm, live, looks, _opens_episode(acc)),
         cohort_counts=cohorts,
         candidate_share=candidate_share,
         bands=bands(ctx, acc, mode, next_share),
@@ -133,13 +133,20 @@ def _elapsed(created_s: FloatArray, looks: IntArray) -> FloatArray:
 
 
 def _collapse(
-    cols: PairColumns, policy: Policy, warm: BoolArray, live: BoolArray, looks: IntArray
+    cols: PairColumns,
+    policy: Policy,
+    warm: BoolArray,
+    live: BoolArray,
+    looks: IntArray,
+    opens: BoolArray,
 ) -> dict[str, FloatArray]:
     g = policy.guardrails.acceptance
     if not g.enabled:
         return {}
     rate = np.nan_to_num(cols.acceptance)
-    has = np.isfinite(cols.acceptance)
+    # With episodes the detectors read, and their levels are fixed from, each episode's
+    # first pair only (`gate.stats.change`): a first turn's level may differ from a later one's.
+    has = np.isfinite(cols.acceptance) & opens
     pooled = _warm_mean(rate, warm & has, None)
     out = {}
     for name in collapse_segments(policy):

@@ -50,8 +50,9 @@ from gate.stats.sequences import CountStats, FloatArray, MeanStats, PairedCounts
 # log-probabilities; 6: per-token exactness; 7: pairs left out as not load-matched;
 # 8: episode sums; 9: the loop guardrail's baseline side (its answer collapsed against the
 # candidate's); 10: greedy mismatch's per-side episode sums, and the collapse detectors
-# reading each episode's first pair only.
-FOLD_VERSION = 10
+# reading each episode's first pair only; 11: the collapse detectors' warm-up levels from
+# each episode's first pair only, as they read.
+FOLD_VERSION = 11
 # The bucket of pairs whose segment the policy does not declare ("all" is never declared).
 POOLED_ONLY = ALL
 Key = tuple[datetime, uuid.UUID]

@@ -37,9 +37,10 @@ SELECT med.seg, med.m AS seg_median, pooled.m AS pooled_median,
 FROM pooled LEFT JOIN med ON true
 """
 )
-_WARM_ACCEPTANCE = (
-    SLICE
-    + "SELECT seg, count(acc) AS n, coalesce(sum(acc), 0) AS s FROM y WHERE warm\nGROUP BY seg"
+# The collapse detectors' levels: from each episode's first pair only, as they read.
+_WARM_ACCEPTANCE = SLICE + (
+    "SELECT seg, count(acc) AS n, coalesce(sum(acc), 0) AS s FROM y"
+    " WHERE warm AND opens\nGROUP BY seg"
 )
 
 

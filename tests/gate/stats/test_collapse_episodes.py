@@ -76,3 +76,32 @@ def test_a_collapse_in_every_conversation_is_still_caught():
     for flag in ev.collapsed.values():
         alarmed |= np.broadcast_to(flag, ev.code.shape).any(axis=-1)
     assert alarmed.all()
+
+
+def _first_turns(episode: np.ndarray) -> np.ndarray:
+    """Return which pairs open their episode (the first of its code in each run)."""
+    first = np.zeros(episode.shape, dtype=bool)
+    for r, row in enumerate(episode):
+        first[r, np.unique(row, return_index=True)[1]] = True
+    return first
+
+
+def test_first_turns_that_accept_less_than_later_turns_raise_no_false_collapse():
+    # A/A where a conversation's first turn accepts less than its later ones, always (an
+    # n-gram drafter has little context to copy from on turn 1; later turns copy tool output
+    # and earlier answers): first turns ~0.3, later turns ~0.85, unchanged throughout. The
+    # detectors read first turns only, so their level must be the first turns' warm-up
+    # level, not every turn's (0.5 * ~0.82 = 0.41 > 0.3: every look would drift to alarm).
+    s = Scenario("first turns", pairs=4000, every=100, episode_len=(5, 20))
+    runs = 40
+    rng = np.random.default_rng(41)
+    cols = draw_pairs(s, POLICY, runs, rng)
+    assert cols.episode is not None
+    first = _first_turns(cols.episode)
+    acceptance = np.where(first, rng.beta(6, 14, first.shape), rng.beta(17, 3, first.shape))
+    cols = replace(cols, acceptance=acceptance)
+    ev = apply_rule(POLICY, to_stats(cols, POLICY, looks_every(s.pairs, s.every)))
+    alarmed = np.zeros(runs, dtype=bool)
+    for flag in ev.collapsed.values():
+        alarmed |= np.broadcast_to(flag, ev.code.shape).any(axis=-1)
+    assert alarmed.mean() <= 0.025, alarmed.mean()
