@@ -29,14 +29,40 @@ def engine(fresh_pg_engine: Engine) -> Engine:
     return fresh_pg_engine
 
 
-def partition_pairs(engine: Engine, days: list[datetime]) -> None:
-    """Partition the (empty) `pairs` a day a partition, with one for each of `days` too
+def partition_by_day(engine: Engine, table: str, column: str, days: list[datetime]) -> None:
+    """Partition the (empty) `table` a day a partition, with one for each of `days` too
     (as a conversion makes for stored rows; bench/pairs_partitions.py does the same)."""
-    online_partition.convert(engine, "pairs", period=DAY, echo=lambda _line: None)
+    online_partition.convert(engine, table, period=DAY, echo=lambda _line: None)
     with engine.begin() as conn:
-        have = {start for _, start, _ in partitions.partitions(conn, "pairs")}
+        have = {start for _, start, _ in partitions.partitions(conn, table)}
         for day in (d for d in days if d not in have):
-            partitions.create_partition(conn, "pairs", "created_at", day, DAY)
+            partitions.create_partition(conn, table, column, day, DAY)
+
+
+def partition_pairs(engine: Engine, days: list[datetime]) -> None:
+    partition_by_day(engine, "pairs", "created_at", days)
+
+
+def fold_reads(session: Session, rollout, needle: str) -> list[tuple[str, str]]:
+    """Judge `rollout` and return each statement it ran that names `needle`, with its
+    EXPLAIN plan."""
+    seen: list[tuple[str, object]] = []
+
+    def capture(_conn, _cursor, statement, parameters, _context, _many) -> None:
+        if needle in statement:
+            seen.append((statement, parameters))
+
+    conn = session.connection()
+    event.listen(conn, "before_cursor_execute", capture)
+    verdict = compute(session, rollout=rollout, policy=Policy())
+    event.remove(conn, "before_cursor_execute", capture)
+    assert verdict.n_pairs > 0
+    plans = []
+    for statement, parameters in seen:
+        cursor = conn.connection.driver_connection.cursor()
+        cursor.execute("EXPLAIN " + statement, parameters)
+        plans.append((statement, "\n".join(row[0] for row in cursor.fetchall())))
+    return plans
 
 
 def older_rollout_pairs(session: Session, n: int) -> None:
@@ -61,40 +87,18 @@ def test_the_fold_on_partitioned_pairs_reads_only_the_stage_window(engine: Engin
         store(session, recorded_pairs(), rollout.id)
         older_rollout_pairs(session, 3 * 24 * 60 - 1)  # three days, a pair a minute
         session.commit()
-        seen: list[tuple[str, object]] = []
-
-        def capture(_conn, _cursor, statement, parameters, _context, _many) -> None:
-            if "FROM pairs" in statement:
-                seen.append((statement, parameters))
-
-        conn = session.connection()
-        event.listen(conn, "before_cursor_execute", capture)
-        verdict = compute(session, rollout=rollout, policy=Policy())
-        event.remove(conn, "before_cursor_execute", capture)
-        assert verdict.n_pairs > 0
+        seen = fold_reads(session, rollout, "FROM pairs")
         # The fold's reads of the stage's pairs: those in fold order (`gate.verdicts.slices`).
         folded = [s for s in seen if "(evaluated_at, id)" in s[0] or "evaluated_at DESC" in s[0]]
         assert len(folded) >= 3
-        for statement, parameters in folded:
-            cursor = conn.connection.driver_connection.cursor()
-            cursor.execute("EXPLAIN " + statement, parameters)
-            plan = "\n".join(row[0] for row in cursor.fetchall())
+        for statement, plan in folded:
             assert partitions.partition_name("pairs", DAYS[-1]) in plan, statement
             assert not [name for name in OLDER if name in plan], statement
 
 
-def partition_generations(engine: Engine, days: list[datetime]) -> None:
-    """Partition the (empty) `generations` a day a partition, one for each of `days` too."""
-    online_partition.convert(engine, "generations", period=DAY, echo=lambda _line: None)
-    with engine.begin() as conn:
-        have = {start for _, start, _ in partitions.partitions(conn, "generations")}
-        for day in (d for d in days if d not in have):
-            partitions.create_partition(conn, "generations", "started_at", day, DAY)
-
-
 def test_the_fold_reads_only_the_stage_window_of_partitioned_generations(engine: Engine) -> None:
     partition_pairs(engine, DAYS)
-    partition_generations(engine, DAYS)
+    partition_by_day(engine, "generations", "started_at", DAYS)
     with Session(engine) as session:
         rollout = factories.rollout(session)
         store(session, recorded_pairs(), rollout.id)
@@ -106,23 +110,10 @@ def test_the_fold_reads_only_the_stage_window_of_partitioned_generations(engine:
             )
         )
         session.commit()
-        seen: list[tuple[str, object]] = []
-
-        def capture(_conn, _cursor, statement, parameters, _context, _many) -> None:
-            if "generations" in statement:
-                seen.append((statement, parameters))
-
-        conn = session.connection()
-        event.listen(conn, "before_cursor_execute", capture)
-        verdict = compute(session, rollout=rollout, policy=Policy())
-        event.remove(conn, "before_cursor_execute", capture)
-        assert verdict.n_pairs > 0
+        seen = fold_reads(session, rollout, "generations")
         older = {partitions.partition_name("generations", day) for day in DAYS[:-2]}
         assert len(seen) >= 3
-        for statement, parameters in seen:
-            cursor = conn.connection.driver_connection.cursor()
-            cursor.execute("EXPLAIN " + statement, parameters)
-            plan = "\n".join(row[0] for row in cursor.fetchall())
+        for statement, plan in seen:
             if "pair_id" in statement:  # the fold's joins; availability reads from the start
                 assert partitions.partition_name("generations", DAYS[-1]) in plan, statement
             assert not [name for name in older if name in plan], statement
