@@ -205,7 +205,7 @@ def _drop_detached(engine: Engine, table: str) -> list[str]:
 
     The drop locks only the detached table; its time is the filesystem freeing the files
     (bench/partitions.py, BENCHMARKS.md). The mark makes it safe to stop between the two.
-    Rows elsewhere that named the dropped rows (`Layout.referrers`) go in its transaction.
+    Rows elsewhere that named the dropped rows (`Layout.referrers`) go first, in batches.
     """
     with engine.connect() as conn:
         names = conn.execute(
@@ -220,11 +220,46 @@ def _drop_detached(engine: Engine, table: str) -> list[str]:
         found = list(names)
     referrers = _layout(table).referrers
     for name in found:
+        # What a foreign key's cascade deleted: first in batches of their own transactions,
+        # REFERRED_BATCH of the dropped rows at a time (a day of generations names hundreds
+        # of millions of evaluations: one transaction would hold back vacuum's horizon and
+        # write its WAL at once); the detached table stays, marked, until the drop, so a stop
+        # in between resumes. The drop's transaction deletes what landed since.
+        if referrers:
+            _delete_referrers(engine, name, referrers)
         with engine.begin() as conn:
-            for other, column in referrers:  # what a foreign key's cascade deleted
+            for other, column in referrers:
                 conn.execute(text(f"DELETE FROM {other} WHERE {column} IN (SELECT id FROM {name})"))
             conn.execute(text(f"DROP TABLE {name}"))
     return found
+
+
+# Rows of a detached partition whose referrers (`Layout.referrers`) go in one transaction.
+REFERRED_BATCH = 10_000
+
+
+def _delete_referrers(engine: Engine, name: str, referrers: tuple[tuple[str, str], ...]) -> None:
+    """Delete the rows of `referrers` naming a row of the detached `name`, a batch of its
+    rows (in `id` order) per transaction."""
+    after = 0  # ids come from a sequence, from 1
+    while True:
+        with engine.begin() as conn:
+            bound = {"after": after, "n": REFERRED_BATCH}
+            upto = conn.execute(
+                text(
+                    f"SELECT max(id) FROM (SELECT id FROM {name} WHERE id > :after "
+                    "ORDER BY id LIMIT :n) AS batch"
+                ),
+                bound,
+            ).scalar()
+            if upto is None:
+                return
+            ids = f"SELECT id FROM {name} WHERE id > :after AND id <= :upto"
+            for other, column in referrers:
+                conn.execute(
+                    text(f"DELETE FROM {other} WHERE {column} IN ({ids})"), {**bound, "upto": upto}
+                )
+        after = upto
 
 
 _LOCK_NOT_AVAILABLE = "55P03"

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, event, text
 from sqlalchemy.orm import Session
 
 from collectors.retention import purge
@@ -163,3 +164,42 @@ def test_retention_drops_old_generations_partitions_with_their_evaluations(
             ).scalar_one()
             assert orphans == 0, table
             assert conn.execute(text(f"SELECT count(*) FROM {table}")).scalar_one() == 4
+
+
+def test_retention_deletes_a_dropped_partitions_evaluations_in_bounded_batches(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A day of generations names hundreds of millions of evaluations (deploy/PRODUCTION.md,
+    5,000 a second per 1,000 pairs a second): no one transaction deletes them all."""
+    with Session(engine) as session:
+        ended = factories.rollout(session)
+        ended.ended_at = utcnow() - timedelta(days=91)
+        rollout_id = ended.id
+        session.commit()
+    land(engine, [generation(rollout_id, utcnow() - timedelta(days=100)) for _ in range(7)])
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO evaluations (generation_id, evaluator, version, details, created_at) "
+                "SELECT id, 'e' || k, '1', '{}', now() FROM generations, generate_series(1, 3) k"
+            )
+        )
+    online_partition.convert(engine, "generations", period=DAY, echo=QUIET)
+    monkeypatch.setattr(partitions, "REFERRED_BATCH", 2, raising=False)
+    deleted: list[int] = []
+
+    def count(*args: Any) -> None:
+        statement, context = args[2], args[4]
+        if statement.startswith("DELETE FROM evaluations"):
+            deleted.append(context.rowcount)
+
+    event.listen(engine, "after_cursor_execute", count)
+    try:
+        dropped = purge(engine, CollectorSettings(retention_pairs_days=90)).partitions_dropped
+    finally:
+        event.remove(engine, "after_cursor_execute", count)
+    assert any(name.startswith("generations_p") for name in dropped)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM evaluations")).scalar_one() == 0
+    assert sum(deleted) == 21
+    assert max(deleted) <= 2 * 3  # two generations' evaluations a transaction
