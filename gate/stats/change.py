@@ -22,11 +22,13 @@ given the turns before it, and the bound fails (A/A, agents one or two at a time
 third of their runs hard throughout: 95 % of runs alarmed). So where pairs name episodes
 the detectors read each episode's first pair only (`gate.stats.cumulative`; in the fold,
 `opens` in `gate.verdicts.slices`), and m0 is fixed from the warm-up's first pairs alone
-(`gate.verdicts.warmup`): a first turn's level need not be a later turn's. What is conditioned on: episodes independent of one
-another, and an episode's first request with expected acceptance at least m0; given
-every earlier request (all of other episodes) its e-value then has mean <= 1, and the
-bound above holds with T counting episodes. Which pair opens an episode depends on
-arrival order only. Where every episode is one pair, every pair is read, as before.
+(`gate.verdicts.warmup`): a first turn's level need not be a later turn's. What is
+conditioned on: episodes independent of one another, and an episode's first request
+with expected acceptance at least m0; given every earlier request (all of other
+episodes) its e-value then has mean <= 1, and the bound above holds with T counting
+episodes. Which pair opens an episode depends on arrival order only (within a stage: at
+a stage's start the turns of conversations already open count as first, a known gap,
+docs/gate.md). Where every episode is one pair, every pair is read, as before.
 Cost: a collapse is seen only in the conversations that start after it (simulated,
 5-20 turns, 40 open at once: median 1,100 pairs from the collapse to the alarm, against
 90 read pair by pair).
