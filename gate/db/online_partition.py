@@ -21,6 +21,7 @@ from sqlalchemy import Connection, Engine, text
 
 from gate.db.partitions import AHEAD, Echo, create_partition, floor, partitions, period_s
 from gate.db.partitions import _layout as layout
+from gate.errors import ConfigError
 
 NEW = "{}_partitioned"
 OLD = "{}_unpartitioned"
@@ -44,6 +45,8 @@ def convert(
         if period_s(conn, table) is not None:
             echo(f"{table} is already partitioned")
             return Conversion(table, 0, 0, swapped=False)
+    with engine.connect() as conn:
+        _check_foreign_keys(conn, table)
     with engine.begin() as conn:
         _prepare(conn, table, period, echo)
     made = _cover(engine, table, period, echo)
@@ -232,6 +235,39 @@ def _columns(conn: Connection, table: str) -> list[str]:
         {"t": table},
     ).all()
     return [r[0] for r in rows]
+
+
+def _check_foreign_keys(conn: Connection, table: str) -> None:
+    """Refuse a table with a foreign key into it that its layout does not provide for: the
+    swap drops every such key, and its rows would then outlive the rows they name."""
+    rows = conn.execute(
+        text(
+            "SELECT c.conrelid::regclass::text, a.attname FROM pg_constraint c "
+            "JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = ANY(c.conkey) "
+            "WHERE c.confrelid = to_regclass(:t) AND c.contype = 'f' "
+            "AND c.conrelid <> c.confrelid AND c.conparentid = 0"
+        ),
+        {"t": table},
+    ).all()
+    spec = layout(table)
+    # Another table's conversion in progress or kept (`<t>_partitioned`, `<t>_unpartitioned`)
+    # holds that table's keys.
+    unknown = sorted(f"{r}.{c}" for r, c in rows if not spec.accounts_for(_converted_from(r), c))
+    if unknown:
+        raise ConfigError(
+            f"{table} cannot be partitioned: the foreign key of {', '.join(unknown)} into it "
+            "would be dropped with nothing deleting or ageing out its rows; add it to the "
+            f"layout of {table} in gate/db/partitions.py (referrers or ages_with)"
+        )
+
+
+def _converted_from(name: str) -> str:
+    """Return the table a conversion's new or kept table stands for, else `name`."""
+    for pattern in (NEW, OLD):
+        suffix = pattern.format("")
+        if name.endswith(suffix):
+            return name.removesuffix(suffix)
+    return name
 
 
 def _inbound_foreign_keys(conn: Connection, table: str) -> list[tuple[str, str]]:

@@ -35,6 +35,14 @@ class Layout:
     # (table, column) of rows elsewhere naming this table's `id`, once by a foreign key
     # (a partitioned table's `id` alone is no key): deleted as its partitions are dropped.
     referrers: tuple[tuple[str, str], ...] = ()
+    # (table, column) of the other foreign keys into it, which also go at the swap: rows
+    # that age out by their own retention, with this table's. A key in neither refuses
+    # the conversion (`gate.db.online_partition`).
+    ages_with: tuple[tuple[str, str], ...] = ()
+
+    def accounts_for(self, referrer: str, column: str) -> bool:
+        """Return whether a foreign key `referrer.column` into this table is provided for."""
+        return (referrer, column) in (*self.referrers, *self.ages_with)
 
 
 # Tables `specgate db partition` converts. spans: by `start_time`, the span's own time, so
@@ -50,7 +58,13 @@ class Layout:
 LAYOUTS = {
     "spans": Layout("spans", "start_time", ("trace_id", "span_id", "start_time")),
     "engine_samples": Layout("engine_samples", "scraped_at", ("id", "scraped_at")),
-    "pairs": Layout("pairs", "created_at", ("id", "created_at"), mutable=True),
+    "pairs": Layout(
+        "pairs",
+        "created_at",
+        ("id", "created_at"),
+        mutable=True,
+        ages_with=(("generations", "pair_id"),),
+    ),
     "generations": Layout(
         "generations",
         "started_at",
@@ -58,7 +72,13 @@ LAYOUTS = {
         mutable=True,
         referrers=(("evaluations", "generation_id"), ("feedback", "generation_id")),
     ),
-    "requests": Layout("requests", "created_at", ("id", "created_at"), mutable=True),
+    "requests": Layout(
+        "requests",
+        "created_at",
+        ("id", "created_at"),
+        mutable=True,
+        ages_with=(("pairs", "request_id"),),
+    ),
 }
 # What `specgate db partition` converts when no table is named: `pairs`, `generations` and
 # `requests` only when asked, once every gateway and collector runs a version that writes them

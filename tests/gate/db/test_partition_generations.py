@@ -18,6 +18,7 @@ from collectors.retention import purge
 from gate.db import online_partition, partitions, storage
 from gate.db.base import utcnow
 from gate.db.rows import EngineFacts, GenerationRow
+from gate.errors import ConfigError
 from gate.settings import CollectorSettings
 from tests import factories
 from tests.gate.db.test_partition_pairs import QUIET, filled, rows, verdict
@@ -203,3 +204,24 @@ def test_retention_deletes_a_dropped_partitions_evaluations_in_bounded_batches(
         assert conn.execute(text("SELECT count(*) FROM evaluations")).scalar_one() == 0
     assert sum(deleted) == 21
     assert max(deleted) <= 2 * 3  # two generations' evaluations a transaction
+
+
+def test_a_foreign_key_no_layout_accounts_for_refuses_the_conversion_before_copying(
+    engine: Engine,
+) -> None:
+    # A key into `generations` that its layout neither deletes with a dropped partition
+    # (`referrers`) nor lets age out on its own (`ages_with`) would go at the swap, and its
+    # rows would outlive their generations unnoticed: refused, before anything is built.
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "CREATE TABLE annotations (id serial PRIMARY KEY, generation_id integer "
+                "REFERENCES generations (id))"
+            )
+        )
+    with pytest.raises(ConfigError, match=r"annotations\.generation_id"):
+        online_partition.convert(engine, "generations", period=DAY, echo=lambda _line: None)
+    with engine.connect() as conn:
+        assert partitions.period_s(conn, "generations") is None
+        made = conn.execute(text("SELECT to_regclass('generations_partitioned')")).scalar()
+        assert made is None
