@@ -255,7 +255,7 @@ def crossovers(session: Session, rollout_ids: list[int]) -> dict[int, Crossover]
         rollout_id: from_bands(bands, at)
         for rollout_id, bands, at, choice in _latest_bands(session, rollout_ids)
         if rollout_id not in undecided
-        and (rollout_id not in arms or _shown(choice) == arms[rollout_id])
+        and (rollout_id not in arms or shown_in(choice) == arms[rollout_id])
     }
     found = {r: newest_proven(rehearsed.get(r), live.get(r)) for r in rollout_ids}
     return {rollout_id: cross for rollout_id, cross in found.items() if cross is not None}
@@ -288,13 +288,6 @@ def _candidate_urls(session: Session, rollout_ids: list[int]) -> dict[int, str]:
         .where(Rollout.id.in_(rollout_ids))
     )
     return {rollout_id: url for rollout_id, url in session.execute(statement)}
-
-
-def _shown(choice: dict[str, Any] | None) -> object:
-    """Return the arm whose verdict (and load bands) a several-arm verdict shows: the winner,
-    else the leader, else the first arm judged (`gate.stats.arms_replay.shown_arm`, the rule
-    `gate.verdicts.arms.rollout_verdict` picks the bands by)."""
-    return shown_in(choice)
 
 
 def _latest_bands(

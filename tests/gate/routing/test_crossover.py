@@ -110,12 +110,12 @@ def _arm(name: str, state, decision, verdict):
 
 
 def test_the_arm_whose_bands_a_verdict_shows_is_the_one_routing_reads():
-    # `gate.verdicts.arms.rollout_verdict` picks the bands; `crossover._shown` must name the
-    # arm they are from, or a promoted arm's own bands are dropped (or another's taken).
+    # `gate.verdicts.arms.rollout_verdict` picks the bands; `shown_in` (what the crossover
+    # reads a stored choice with) must name the arm they are from, or a promoted arm's own
+    # bands are dropped (or another's taken).
     from gate.db.enums import Decision
-    from gate.routing.crossover import _shown
     from gate.stats.arms import ArmState
-    from gate.stats.arms_replay import ArmsReplayResult, to_json
+    from gate.stats.arms_replay import ArmsReplayResult, shown_in, to_json
     from gate.stats.verdict import BandResult, VerdictResult
     from gate.verdicts.arms import rollout_verdict
 
@@ -132,4 +132,4 @@ def test_the_arm_whose_bands_a_verdict_shows_is_the_one_routing_reads():
         got = ArmsReplayResult(Decision.KILL, 10, True, 1, 10, winner, leader, arms)
         load = rollout_verdict(got).bands[0].candidate_load
         by_load = {a.verdict.bands[0].candidate_load: a.name for a in arms if a.verdict}
-        assert _shown(to_json(got)) == by_load[load]
+        assert shown_in(to_json(got)) == by_load[load]
