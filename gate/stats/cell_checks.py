@@ -20,6 +20,7 @@ from gate.stats.betting import (
 )
 from gate.stats.exactness import TokenBins
 from gate.stats.gate_stats import CellStats
+from gate.stats.rate_clusters import EpisodeRates, rate_cluster_interval
 from gate.stats.registry import Rule
 from gate.stats.sequences import (
     BoolArray,
@@ -27,7 +28,6 @@ from gate.stats.sequences import (
     EpisodeCohorts,
     EpisodeCounts,
     EpisodeMean,
-    EpisodeRates,
     EpisodeTwoCounts,
     FloatArray,
     Interval,
@@ -36,7 +36,6 @@ from gate.stats.sequences import (
     TwoCounts,
     TwoMeans,
     mean_interval,
-    rate_cluster_interval,
     two_mean_interval,
 )
 
@@ -183,7 +182,7 @@ def _bet_tests(
     """Return where the exact bet on independent trials proves harm, and where inside."""
     counts = _pairs_of(stats)
     if isinstance(counts, TwoCounts):
-        got = two_proportion_interval(counts, alpha_lower=alpha_kill, alpha_upper=alpha_promote)
+        got = _exact_bet(stats, alpha_kill=alpha_kill, alpha_promote=alpha_promote)
         return np.asarray(got.lower) > rule.kill_at, np.asarray(got.upper) < rule.margin
     return exceeds(counts, rule.kill_at, alpha_kill), below(counts, rule.margin, alpha_promote)
 
