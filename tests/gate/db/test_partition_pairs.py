@@ -258,7 +258,15 @@ def test_a_write_waiting_on_a_partition_s_creation_changes_its_pair(
                 "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
                 "AND starts_with(query, :q)"
             )
-            waiting = lambda: probe.execute(waits, {"q": statement}).scalar_one()  # noqa: E731
+
+            def waiting() -> int:
+                try:
+                    return int(probe.execute(waits, {"q": statement}).scalar_one())
+                finally:
+                    # pg_stat_activity is read once per transaction: a fresh one per look,
+                    # or a first look taken before the write started is seen for good.
+                    probe.rollback()
+
             assert wait_until(waiting, 30), "the write never waited on the partition's creation"
     waiter.join(30)
     with engine.connect() as conn:

@@ -329,6 +329,7 @@ def test_a_partition_is_created_while_a_write_for_its_range_is_in_flight(
             ).scalar_one()
             if waiting:
                 break
+            watch.rollback()  # pg_stat_activity is read once per transaction: a fresh look
             threading.Event().wait(0.05)
     tx.commit()
     writer.close()

@@ -114,6 +114,7 @@ def test_two_jobs_registering_the_same_route_at_once_both_succeed(pg_committing,
     deadline = time.monotonic() + 30
     with pg_engine.connect() as watcher:
         while not watcher.scalar(WAITING_ON_A_LOCK) and time.monotonic() < deadline:
+            watcher.rollback()  # pg_stat_activity is read once per transaction: a fresh look
             time.sleep(0.05)
     first.commit()
     first.close()
