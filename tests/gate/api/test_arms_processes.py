@@ -83,6 +83,7 @@ def test_arms_get_sticky_shares_and_one_arm_is_killed_alone(tmp_path):
         # The gateway has read the third arm once a probe episode lands on it.
         probes = iter(range(10_000))
         assert wait_until(lambda: send(gateway, f"probe-{next(probes)}") or logs["k8"].bodies)
+        assert wait_until(lambda: _settled(gateway))  # the probes' mirrors have all landed
         before = mirrored()
         for number in range(EPISODES):
             for _ in range(2):  # two turns: one episode, one arm
@@ -99,6 +100,7 @@ def test_arms_get_sticky_shares_and_one_arm_is_killed_alone(tmp_path):
         # Once the gateway has reloaded, an episode that was k4's is mirrored elsewhere.
         moved = sorted(first["k4"])[0]
         assert wait_until(lambda: send(gateway, moved) or moved in _others(logs, "k4"))
+        assert wait_until(lambda: _settled(gateway))
         k4_before = len(logs["k4"].bodies)
         before = mirrored()
         for number in range(EPISODES):
@@ -119,11 +121,12 @@ def test_arms_get_sticky_shares_and_one_arm_is_killed_alone(tmp_path):
             with factory() as db:
                 return list(pair_records(db, rollout_id=rid))
 
-        assert wait_until(lambda: len(exported()) == mirrored())
+        def arms_agree() -> bool:  # every pair names the arm that answered it
+            named = Counter(r["arm"] for r in exported())
+            return named == {arm: len(log.bodies) for arm, log in logs.items()}
+
+        assert wait_until(lambda: _settled(gateway) and arms_agree())
         records = exported()
-        assert Counter(r["arm"] for r in records) == {
-            arm: len(log.bodies) for arm, log in logs.items()
-        }  # every pair names the arm that answered it
         with factory() as db:
             answered = db.execute(
                 select(Pair.arm, Route.name)
@@ -146,6 +149,14 @@ def test_arms_get_sticky_shares_and_one_arm_is_killed_alone(tmp_path):
 
 def _others(logs: dict[str, SimLog], arm: str) -> set[str]:
     return {e for other, log in logs.items() if other != arm for e in episodes(log)}
+
+
+def _settled(gateway: str) -> bool:
+    """No mirror call is queued or running (a call is counted from before the primary runs)."""
+    for line in httpx.get(gateway + "/metrics", timeout=2).text.splitlines():
+        if line.startswith("specgate_gateway_mirror_inflight"):
+            return float(line.rsplit(" ", 1)[1]) == 0
+    return False
 
 
 def _stopped(gateway: str, rollout_id: int) -> bool:
