@@ -78,6 +78,8 @@ class RehearsalView(BaseModel):
     # segment and level in words; None and empty for one candidate.
     lead: str | None = None
     arms: list[RehearsalArm] = []
+    # At what confidence the arms' intervals were drawn (`words.arms_note`); "" for one.
+    arms_note: str = ""
     best: list[str] = []
 
 
@@ -114,6 +116,7 @@ def view(row: Rehearsal) -> RehearsalView:
         curves=curves,
         lead=summary.lead,
         arms=found,
+        arms_note=words.arms_note([arm.interval_alpha for arm in found]) if found else "",
         best=[_best(segment, cells) for segment, cells in (summary.best or {}).items()],
     )
 

@@ -590,8 +590,7 @@ function percent(fraction) {
     const arms = rehearsal.arms || [];
     $("rehearsal-arms-section").hidden = !arms.length;
     if (!arms.length) return;
-    const first = arms[0];
-    $("rehearsal-arms-note").textContent = `${arms.length} arms against the same baseline, each arm's intervals at ${first.confidence} (alpha ${first.interval_alpha.toPrecision(3)} = 0.05 / ${arms.length}, Bonferroni). The curve below is the lead arm's.`;
+    $("rehearsal-arms-note").textContent = `${rehearsal.arms_note} The curve below is the lead arm's.`;
     const roles = (arm) => ["arm", arm.lead ? "lead" : "", arm.pays ? "pays" : "", arm.usable ? "" : "unusable"].filter(Boolean).join(" ");
     const head = el("tr");
     head.append(el("th", "all segments"), ...arms.map((arm) => {
@@ -615,7 +614,7 @@ function percent(fraction) {
       }));
       return tr;
     };
-    const levels = first.points.map((p) => p.concurrency);
+    const levels = arms[0].points.map((p) => p.concurrency);
     $("rehearsal-arms").tBodies[0].replaceChildren(
       row("exactness", "exactness", (arm) => [arm.exactness]),
       ...levels.map((c, l) => row(`speedup at ${c}`, "speedup", (arm) => [arm.speedups[l], `call ${arm.points[l].call.replaceAll(" ", "-")}`])),

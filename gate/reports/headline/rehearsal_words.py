@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from gate.rehearse.analysis import confidence
+from gate.rehearse.analysis import ALPHA, confidence
 from gate.stats.policy import ALL
 
 REHEARSAL_HEADERS = ["segment", "concurrency", "speedup [95 % interval]", "call"]
@@ -44,6 +44,28 @@ def rehearsal_sentence(
 def rehearsal_headers(alpha: float) -> list[str]:
     """Return the rehearsal table's headers, its intervals at `alpha`."""
     return [*REHEARSAL_HEADERS[:2], f"speedup [{confidence(alpha)} interval]", REHEARSAL_HEADERS[3]]
+
+
+def arms_note(alphas: list[float]) -> str:
+    """Say at what confidence K arms' intervals were drawn, as the rehearsal recorded it.
+
+    Since arms carry their alpha, each is judged at 0.05 / K (Bonferroni); an arm recorded
+    before that carries none and was judged at 0.05, uncorrected, which the note says.
+    """
+    k = len(alphas)
+    head = f"{k} arms against the same baseline"
+    if all(abs(a - ALPHA / k) <= 1e-9 for a in alphas):
+        return (
+            f"{head}, each arm's intervals at {confidence(alphas[0])} "
+            f"(alpha {alphas[0]:.3g} = {ALPHA} / {k}, Bonferroni)."
+        )
+    if len(set(alphas)) == 1:
+        return (
+            f"{head}, each arm's intervals at {confidence(alphas[0])} (alpha {alphas[0]:.3g}, "
+            f"not corrected for {k} arms: one may read as paying by chance)."
+        )
+    shown = ", ".join(confidence(a) for a in alphas)
+    return f"{head}, the arms' intervals at {shown} as recorded (not one correction for {k} arms)."
 
 
 def arm_exactness(section: dict[str, Any] | None) -> tuple[str, str]:

@@ -121,6 +121,10 @@ def test_a_several_arm_rehearsal_shows_every_arm_at_its_own_confidence(api):
         (False, True, True), (True, True, True), (False, False, False)
     ]  # fmt: skip
     assert {a["confidence"] for a in arms.values()} == {"98.3 %"}
+    assert shown["arms_note"] == (
+        "3 arms against the same baseline, each arm's intervals at 98.3 % "
+        "(alpha 0.0167 = 0.05 / 3, Bonferroni)."
+    )
     assert arms["k4"]["crossover"] == "between 2 and 8"
     assert arms["k8"]["exactness"] == "not exact: TV 0.21 [0.12, 0.30]"
     parity = "greedy parity: 1 of 4 answers identical token for token (mismatch rate 0.75)"
@@ -136,3 +140,19 @@ def test_a_several_arm_rehearsal_shows_every_arm_at_its_own_confidence(api):
         ]
     assert shown["best"][0].startswith("Best arm, all segments: at 1 k4 (1.42x, ahead of k2)")
     assert "Arms that pay at 2: k2, k4; not exact, never chosen: k8." in shown["lines"]
+
+
+def test_arms_recorded_before_their_correction_are_not_said_to_be_corrected(api):
+    # A rehearsal recorded before arms carried their alpha: every arm was judged at 0.05.
+    summary = arms_summary(at=2)
+    summary["interval_alpha"] = 0.05
+    for arm in summary["arms"]:
+        del arm["interval_alpha"]
+    assert record(api, summary).status_code == 201
+    path = f"/v1/rollouts/{api.rollout_id}/glance"
+    shown = api.client.get(path, headers=api.headers("read")).json()["rehearsal"]
+    assert {arm["confidence"] for arm in shown["arms"]} == {"95 %"}
+    assert shown["arms_note"] == (
+        "3 arms against the same baseline, each arm's intervals at 95 % (alpha 0.05, "
+        "not corrected for 3 arms: one may read as paying by chance)."
+    )
