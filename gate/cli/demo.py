@@ -23,7 +23,12 @@ from gate.stats.policy_sections import Arms
 
 def demo(
     requests: Annotated[
-        int, typer.Option(min=1, help="How many workload requests to replay.")
+        int,
+        typer.Option(
+            min=1,
+            help="How many workload requests to replay (past the built-in 86, they are "
+            "replayed again in turn).",
+        ),
     ] = 80,
     backend: Annotated[
         str,

@@ -26,7 +26,7 @@ from gate.demo.sampled import PROMPT_LOOKUP_MIN, parity_policy, sampled_workload
 from gate.demo.summary import ParityCounts, SegmentRow, parity_counts, summarise
 from gate.engines.spec import NgramConfig
 from gate.engines.weights import default_encoding, weights_path
-from gate.engines.workload import WorkloadItem, load_workload
+from gate.engines.workload import WorkloadItem, cycled, load_workload
 from gate.gateway.app import ProxyDispatch
 from gate.gateway.factory import build_gateway_app
 from gate.reports import glance
@@ -158,7 +158,7 @@ def _run(settings: Settings, options: DemoOptions, console: Console) -> DemoResu
 def _workload(options: DemoOptions) -> list[WorkloadItem]:
     if options.parity:
         return sampled_workload(options.requests)
-    return load_workload(limit=options.requests)
+    return cycled(load_workload(), options.requests)
 
 
 def _policy(options: DemoOptions, workload: list[WorkloadItem]) -> dict[str, object]:

@@ -83,6 +83,18 @@ def load_workload(
     return mixed if limit is None else mixed[: max(0, limit)]
 
 
+def cycled(items: list[WorkloadItem], n: int) -> list[WorkloadItem]:
+    """Return `n` items, going through `items` again as often as needed (a repeat's id
+    gains `#2`, `#3`, ...), so that a replay may be longer than its workload."""
+    if not items:
+        return []
+    out = list(items[:n])
+    for k in range(len(items), n):
+        item = items[k % len(items)]
+        out.append(replace(item, id=f"{item.id}#{k // len(items) + 1}"))
+    return out
+
+
 def parse_jsonl(text: str, *, source: str = "workload") -> list[WorkloadItem]:
     """Parse JSONL of OpenAI chat or completion bodies; blank and `#` lines are skipped."""
     items: list[WorkloadItem] = []

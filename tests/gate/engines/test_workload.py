@@ -94,3 +94,16 @@ def test_replays_of_the_builtin_workload_draw_fresh_seeds():
     line = '{"messages": [{"role": "user", "content": "hi"}], "temperature": 1, "seed": 5}'
     (own,) = parse_jsonl(line)
     assert own.replay_body(rng)["seed"] == 5  # a user's workload keeps its seeds
+
+
+def test_a_demo_longer_than_the_workload_replays_it_again_in_turn():
+    from gate.demo.run import DemoOptions, _workload
+
+    items = load_workload()
+    asked = 2 * len(items) + 5
+    got = _workload(DemoOptions(requests=asked))
+    assert len(got) == asked, "--requests is honoured past the built-in 86"
+    assert len({item.id for item in got}) == asked
+    assert [item.body for item in got] == [items[k % len(items)].body for k in range(asked)]
+    assert got[len(items)].id == f"{items[0].id}#2"
+    assert _workload(DemoOptions(requests=5)) == items[:5]
