@@ -30,7 +30,7 @@ the most it was running at an arrival, the slowest 1 %'s routes). `--report` poo
 runs saved with `--raw` (their rounds all resampled together). It stops by itself:
 every request and the whole run have deadlines.
 
-    python bench/crossover.py [--requests 240] [--rounds 8] [--levels 1,2,...,16]
+    python bench/crossover.py [--requests 184] [--rounds 8] [--levels 1,2,...,16]
         [--json rows.json] [--raw requests.json.gz]
     python bench/crossover.py --report a.json.gz b.json.gz [--json rows.json]
 """
@@ -247,6 +247,8 @@ def summarize(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
             by_round: dict[tuple[int, int], list[float]] = {}
             for q in (q for r in found for q in r["requests"][mode]):
                 by_round.setdefault((q[0], q[1]), []).append(q[3])
+            if len({len(v) for v in by_round.values()}) > 1:
+                raise SystemExit("--report pools runs made with one --requests and --rounds")
             blocks[mode] = np.array([by_round[k] for k in sorted(by_round)])
         by_load = [q for r in found for q in r["requests"]["by-load"]]
         better = "speculative" if control_of(level).startswith("spec") else "baseline"
@@ -288,18 +290,26 @@ def not_ok(gateway: str) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tokens", type=int, default=12, help="decode steps per request")
-    parser.add_argument("--levels", default=",".join(map(str, LEVELS)), help="concurrencies")
-    parser.add_argument("--requests", type=int, default=240, help="per mode and level")
-    parser.add_argument("--rounds", type=int, default=8, help="blocks per mode and level")
-    parser.add_argument("--json", type=Path, help="write the summary rows here")
+    parser.add_argument("--tokens", type=int, default=12, help="decode steps per request (12)")
+    parser.add_argument(
+        "--levels",
+        default=",".join(map(str, LEVELS)),
+        help="concurrencies, comma-separated (1..8,10,..,16)",
+    )
+    parser.add_argument(
+        "--requests", type=int, default=184, help="requests per mode and level (184)"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=8, help="rounds per level; a mode runs one block a round (8)"
+    )
+    parser.add_argument("--json", type=Path, help="write the per-level rows here")
     parser.add_argument("--raw", type=Path, help="write every request here (gzip JSON)")
     parser.add_argument(
         "--report",
         type=Path,
         nargs="+",
         metavar="RAW",
-        help="pool these --raw runs",
+        help="measure nothing: pool these --raw files, print the table",
     )
     parser.add_argument("--upstream", nargs=2, metavar=("SHAPE", "PORT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
