@@ -53,6 +53,9 @@ class Slice:
     # No pair of the stage was created before this (`stage_since`): bounds every read by
     # time, so a partitioned `pairs` reads only the stage window's partitions.
     since: datetime = _NO_KEY[0]
+    # No pair of the rollout was created before this (`rollout_since`): bounds the look at
+    # the earlier stages' pairs, which decides the episodes that began there (`opens`).
+    opened_since: datetime = _NO_KEY[0]
 
     def params(self, policy: Policy) -> dict[str, Any]:
         """Return the bind parameters every slice query takes."""
@@ -73,6 +76,8 @@ class Slice:
             "load_match": self.load_match,
             "arm": self.arm,
             "since": self.since,
+            "earlier": list(range(self.stage)),
+            "opened_since": self.opened_since,
         }
 
 
@@ -116,9 +121,14 @@ _RANGE = (
     "(evaluated_at, id) > (:after_at, :after_id) AND (evaluated_at, id) <= (:upto_at, :upto_id)"
 )
 _CLOSED = f"{_STAGE} AND state IN ('complete', 'dropped')"
-# `opens`: the pair has no earlier closed pair of its episode in the stage (inside the
-# subquery the unqualified columns of `_CLOSED` are q's); the collapse detectors read only
-# those (`gate.stats.change`).
+# An episode's pairs in the rollout's earlier stages (`:earlier`, any state: each was created
+# before this stage began, so the answer never changes), bounded by the rollout's first pair
+# (`:opened_since`); one probe of the (rollout_id, stage, episode) index per earlier stage.
+_EARLIER_STAGES = """FROM pairs e WHERE e.rollout_id = :rollout
+             AND e.stage = ANY(CAST(:earlier AS int[])) AND e.created_at >= :opened_since"""
+# `opens`: the pair is its episode's first in the whole rollout: no pair of it in an earlier
+# stage, no earlier closed pair of it in this one (inside that subquery the unqualified
+# columns of `_CLOSED` are q's); the collapse detectors read only those (`gate.stats.change`).
 _PAIR = f"""id, is_control, state, created_at, evaluated_at, parity, baseline_load, candidate_load,
          episode, (evaluated_at, id) <= (:after_at, :after_id) AS old,
          CASE WHEN segment = ANY(CAST(:segments AS text[])) THEN segment
@@ -126,7 +136,8 @@ _PAIR = f"""id, is_control, state, created_at, evaluated_at, parity, baseline_lo
          (evaluated_at, id) <= (:warm_at, :warm_id) AS warm,
          (episode IS NULL OR NOT EXISTS (
            SELECT 1 FROM pairs q WHERE {_CLOSED} AND q.episode = pairs.episode
-             AND (q.evaluated_at, q.id) < (pairs.evaluated_at, pairs.id))) AS opens"""
+             AND (q.evaluated_at, q.id) < (pairs.evaluated_at, pairs.id))
+           AND NOT EXISTS (SELECT 1 {_EARLIER_STAGES} AND e.episode = pairs.episode)) AS opens"""
 # The slice's pairs, and (`EPISODE_SLICE`) the earlier pairs of the episodes they name:
 # `old` marks those, so the fold can add what the slice changes in each episode's sums.
 _SLICE_PAIRS = f"SELECT {_PAIR} FROM pairs WHERE {_CLOSED} AND {_RANGE}"
@@ -198,6 +209,28 @@ def stage_since(session: Session, *, rollout_id: int, stage: int) -> datetime:
     the fold's horizon, it covers every pair stamped up to it (`gate.pairs.watermark`)."""
     found = session.execute(text(_SINCE), {"rollout": rollout_id, "stage": stage}).scalar()
     return found - SINCE_SLACK if isinstance(found, datetime) else _NO_KEY[0]
+
+
+def rollout_since(session: Session, *, rollout_id: int) -> datetime:
+    """Return a time no pair of the rollout was created before: its first stage's
+    `stage_since` (the epoch where stage 0 has no pair: then unbounded). A conversation
+    older than the rollout has no pair in it, so the look at earlier stages stops there."""
+    return stage_since(session, rollout_id=rollout_id, stage=0)
+
+
+_EPISODES_BEFORE = f"SELECT DISTINCT e.episode {_EARLIER_STAGES} AND e.episode = ANY(:episodes)"
+
+
+def episodes_before(
+    session: Session, *, rollout_id: int, stage: int, episodes: list[str], since: datetime
+) -> set[str]:
+    """Return which of `episodes` have a pair in a stage of the rollout before `stage`
+    (`since`: `rollout_since`); as `opens` decides for the fold."""
+    if not stage or not episodes:
+        return set()
+    params = {"rollout": rollout_id, "earlier": list(range(stage)), "opened_since": since}
+    found = session.execute(text(_EPISODES_BEFORE), {**params, "episodes": episodes})
+    return set(found.scalars())
 
 
 def last_key(

@@ -73,7 +73,7 @@ def store(session, records: list[dict], rollout_id: int | None = None) -> int:
         created = datetime.fromisoformat(record["created_at"])
         pair_rows.append(
             {
-                "id": pair_id, "rollout_id": rollout_id, "stage": 0,
+                "id": pair_id, "rollout_id": rollout_id, "stage": record.get("stage", 0),
                 "state": "dropped" if record["candidate"] is None else "complete",
                 "is_control": record["is_control"], "segment": record["segment"],
                 "created_at": created, "deadline": created + timedelta(minutes=5),
