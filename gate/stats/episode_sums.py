@@ -14,9 +14,11 @@ replay builds; the fold does so only once an episode of the stage holds two pair
 Keys: a cell's metric id (`tpot`, `parity:length`, `eval:judge`); `control:<metric>` for
 the control slice's parity cells; `baseline:<metric>` and `candidate:<metric>` for the two
 sides of a two-proportion cell (greedy mismatch: the control slice's and the candidate
-pairs' 0/1 mismatches, `side_keys`); `band:<i>` for the load bands; `live` for the pairs the
-gate tests (its episodes are the verdict's episode count). All but `band:`, `control:`
-and `live` per declared segment and pooled (`all`); those pooled only.
+pairs' 0/1 mismatches, `side_keys`) and `shared:<metric>` for the trials of its two sides
+that share an episode (sum_e n_b n_c, in `n_sq`: `shared_key`); `band:<i>` for the load
+bands; `live` for the pairs the gate tests (its episodes are the verdict's episode
+count). All but `band:`, `control:` and `live` per declared segment and pooled (`all`);
+those pooled only.
 """
 
 from __future__ import annotations
@@ -67,6 +69,12 @@ def side_keys(metric: str) -> tuple[str, str]:
     return f"baseline:{metric}", f"candidate:{metric}"
 
 
+def shared_key(metric: str) -> str:
+    """Return the key under which a two-proportion cell keeps, in `n_sq`, the sum over
+    episodes of its two sides' trials multiplied (0: no episode holds both sides)."""
+    return f"shared:{metric}"
+
+
 def outcomes(counts: CountStats) -> MeanStats:
     """Return a proportion's trials as the mean of their 0/1 outcomes."""
     return MeanStats(counts.n, counts.k, counts.k)
@@ -103,15 +111,16 @@ def episodic(cell: MeanStats | PairedCounts, sums: EpisodeSums) -> EpisodeMean |
 
 
 def episodic_sides(
-    cell: TwoCounts, baseline: EpisodeSums, candidate: EpisodeSums
+    cell: TwoCounts, baseline: EpisodeSums, candidate: EpisodeSums, shared: EpisodeSums
 ) -> EpisodeTwoCounts:
-    """Return a two-proportion cell with each side's episode sums, as replay builds it."""
-    sides = [
-        episodic(outcomes(c), s)
-        for c, s in ((cell.baseline, baseline), (cell.candidate, candidate))
-    ]
-    assert all(isinstance(side, EpisodeMean) for side in sides)
-    return EpisodeTwoCounts(cell.baseline, cell.candidate, *sides)  # type: ignore[arg-type]
+    """Return a two-proportion cell with each side's episode sums and the trials the sides
+    share episodes by (`shared_key`), as replay builds it."""
+    base, cand = (
+        episodic(outcomes(cell.baseline), baseline),
+        episodic(outcomes(cell.candidate), candidate),
+    )
+    assert isinstance(base, EpisodeMean) and isinstance(cand, EpisodeMean)
+    return EpisodeTwoCounts(cell.baseline, cell.candidate, base, cand, shared.n_sq)
 
 
 def merge(a: Sums, b: Sums) -> dict[str, dict[str, EpisodeSums]]:
