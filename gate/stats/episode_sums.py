@@ -14,11 +14,9 @@ replay builds; the fold does so only once an episode of the stage holds two pair
 Keys: a cell's metric id (`tpot`, `parity:length`, `eval:judge`); `control:<metric>` for
 the control slice's parity cells; `baseline:<metric>` and `candidate:<metric>` for the two
 sides of a two-proportion cell (greedy mismatch: the control slice's and the candidate
-pairs' 0/1 mismatches, `side_keys`) and `shared:<metric>` for the trials of its two sides
-that share an episode (sum_e n_b n_c, in `n_sq`: `shared_key`); `band:<i>` for the load
-bands; `live` for the pairs the gate tests (its episodes are the verdict's episode
-count). All but `band:`, `control:` and `live` per declared segment and pooled (`all`);
-those pooled only.
+pairs' 0/1 mismatches, `side_keys`); `band:<i>` for the load bands; `live` for the pairs the
+gate tests (its episodes are the verdict's episode count). All but `band:`, `control:`
+and `live` per declared segment and pooled (`all`); those pooled only.
 """
 
 from __future__ import annotations
@@ -57,19 +55,18 @@ _NO_TRIALS = TwoCounts(CountStats(0.0, 0.0), CountStats(0.0, 0.0))
 
 @dataclass(frozen=True)
 class SidesSums:
-    """A two-proportion cell's counts, each side's episode sums, and `shared` (sum_e n_b
-    n_c, in `n_sq`): what the live gate reads of the ratings (`gate.verdicts.feedback`)."""
+    """A two-proportion cell's counts and each side's episode sums: what the live gate
+    reads of the ratings (`gate.verdicts.feedback`)."""
 
     counts: TwoCounts = _NO_TRIALS
     baseline: EpisodeSums = NONE
     candidate: EpisodeSums = NONE
-    shared: EpisodeSums = NONE
 
     def cell(self, episodic: bool) -> TwoCounts:
         """Return the cell: with its episode sums where `episodic` (as replay builds it)."""
         if not episodic:
             return self.counts
-        return episodic_sides(self.counts, self.baseline, self.candidate, self.shared)
+        return episodic_sides(self.counts, self.baseline, self.candidate)
 
 
 def control_key(metric: str) -> str:
@@ -85,12 +82,6 @@ def band_key(band: int) -> str:
 def side_keys(metric: str) -> tuple[str, str]:
     """Return the keys of a two-proportion cell's sides' episode sums (baseline, candidate)."""
     return f"baseline:{metric}", f"candidate:{metric}"
-
-
-def shared_key(metric: str) -> str:
-    """Return the key under which a two-proportion cell keeps, in `n_sq`, the sum over
-    episodes of its two sides' trials multiplied (0: no episode holds both sides)."""
-    return f"shared:{metric}"
 
 
 def outcomes(counts: CountStats) -> MeanStats:
@@ -129,16 +120,15 @@ def episodic(cell: MeanStats | PairedCounts, sums: EpisodeSums) -> EpisodeMean |
 
 
 def episodic_sides(
-    cell: TwoCounts, baseline: EpisodeSums, candidate: EpisodeSums, shared: EpisodeSums
+    cell: TwoCounts, baseline: EpisodeSums, candidate: EpisodeSums
 ) -> EpisodeTwoCounts:
-    """Return a two-proportion cell with each side's episode sums and the trials the sides
-    share episodes by (`shared_key`), as replay builds it."""
-    base, cand = (
-        episodic(outcomes(cell.baseline), baseline),
-        episodic(outcomes(cell.candidate), candidate),
-    )
-    assert isinstance(base, EpisodeMean) and isinstance(cand, EpisodeMean)
-    return EpisodeTwoCounts(cell.baseline, cell.candidate, base, cand, shared.n_sq)
+    """Return a two-proportion cell with each side's episode sums, as replay builds it."""
+    sides = [
+        episodic(outcomes(c), s)
+        for c, s in ((cell.baseline, baseline), (cell.candidate, candidate))
+    ]
+    assert all(isinstance(side, EpisodeMean) for side in sides)
+    return EpisodeTwoCounts(cell.baseline, cell.candidate, *sides)  # type: ignore[arg-type]
 
 
 def merge(a: Sums, b: Sums) -> dict[str, dict[str, EpisodeSums]]:

@@ -101,9 +101,9 @@ def _episodic(
     out = dict(cells)
     for (metric, segment), cell in cells.items():
         if isinstance(cell, TwoCounts) and not control:
-            keys = (*episode_sums.side_keys(metric), episode_sums.shared_key(metric))
-            sides = [state.episodes.get(k, {}).get(segment, episode_sums.NONE) for k in keys]
-            out[Cell(metric_id(metric), segment)] = episode_sums.episodic_sides(cell, *sides)
+            keys = episode_sums.side_keys(metric)
+            base, cand = (state.episodes.get(k, {}).get(segment, episode_sums.NONE) for k in keys)
+            out[Cell(metric_id(metric), segment)] = episode_sums.episodic_sides(cell, base, cand)
             continue
         if not isinstance(cell, MeanStats | PairedCounts):
             continue

@@ -84,17 +84,10 @@ def _two_counts(acc: Acc, valid: BoolArray, bad: BoolArray, seg: int | None) -> 
     ]
     if acc.episodes is None:
         return TwoCounts(*side)
-    # Episodes: each side's 0/1 outcomes as a mean with the episode as the unit, and how
-    # many trials of the two sides share an episode (sum_e n_b n_c, in the cell).
-    base, cand = (
-        mean(acc, valid[..., i], bad[..., i].astype(np.float64), seg) for i in (BASE, CAND)
-    )
-    assert isinstance(base, EpisodeMean) and isinstance(cand, EpisodeMean)
-    assert acc.episodes is not None
-    in_cell = valid if seg is None else valid & acc.onehot[seg][..., None]
-    vb, vc = (np.asarray(in_cell[..., i], dtype=np.float64) for i in (BASE, CAND))
-    shared = acc(vb * acc.episodes.before(vc) + vc * acc.episodes.before(vb) + vb * vc, seg)
-    return EpisodeTwoCounts(side[0], side[1], base, cand, shared)
+    # Episodes: each side's 0/1 outcomes as a mean with the episode as the unit.
+    outcomes = [mean(acc, valid[..., i], bad[..., i].astype(np.float64), seg) for i in (BASE, CAND)]
+    assert all(isinstance(o, EpisodeMean) for o in outcomes)
+    return EpisodeTwoCounts(*side, *outcomes)  # type: ignore[arg-type]
 
 
 def _tail_threshold(

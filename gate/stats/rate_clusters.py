@@ -66,12 +66,10 @@ def design_effect(stats: EpisodeCounts | EpisodeCohorts) -> FloatArray:
 def _rate_spread(stats: EpisodeRates) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """Return a rate cell's (n, estimate, clustered squared SE, design effect per value).
 
-    Two proportions: the difference of the sides' means; its squared standard error the
-    sum of theirs where no episode holds trials of both sides (`shared` 0: the means are
-    then independent, episodes being independent of one another), else the square of the
-    sum of their standard errors (Cauchy-Schwarz: valid whatever the sides' episodes
-    share); and the design effect per value the smaller side's, `least_variance` of a
-    difference of two rates being reached with all the variance on one side.
+    Two proportions: the difference of the sides' means, its standard error the sum of
+    theirs (Cauchy-Schwarz: valid whatever the sides' episodes share), and the design
+    effect per value the smaller side's, `least_variance` of a difference of two rates
+    being reached with all the variance on one side.
     """
     if isinstance(stats, EpisodeTwoCounts):
         sides = [_cluster_variance(v) for v in (stats.baseline_outcomes, stats.candidate_outcomes)]
@@ -80,9 +78,7 @@ def _rate_spread(stats: EpisodeRates) -> tuple[FloatArray, FloatArray, FloatArra
             _design_effect(stats.baseline_outcomes, 1.0) / np.maximum(nb, 1.0),
             _design_effect(stats.candidate_outcomes, 1.0) / np.maximum(nc, 1.0),
         )
-        apart = as_array(stats.shared) == 0
-        se2 = np.where(apart, se2b + se2c, (np.sqrt(se2b) + np.sqrt(se2c)) ** 2)
-        return nb + nc, mc - mb, se2, per_value
+        return nb + nc, mc - mb, (np.sqrt(se2b) + np.sqrt(se2c)) ** 2, per_value
     n, mean, se2 = _cluster_variance(stats.difference)
     return n, mean, se2, design_effect(stats) / np.maximum(n, 1.0)
 

@@ -134,15 +134,11 @@ class EpisodeTwoCounts(TwoCounts):
     Beside each side's counts, its 0/1 outcomes as an `EpisodeMean` (`baseline_outcomes`,
     `candidate_outcomes`), so that the difference is bounded with the episode as the unit
     (`rate_cluster_interval`). A side's episodes may be the other side's too (feedback
-    on both answers of a pair): `shared` counts that, the sum over episodes of the two
-    sides' trials multiplied (0: no episode holds both; inf: unknown, taken as shared).
-    Where none does (greedy mismatch: the control slice is drawn per episode), the sides'
-    means are independent; elsewhere they are not assumed to be.
+    on both answers of a pair): the two sides are not assumed independent.
     """
 
     baseline_outcomes: EpisodeMean
     candidate_outcomes: EpisodeMean
-    shared: Num = float("inf")
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,6 @@ from gate.stats.episode_sums import (
     alone,
     band_key,
     control_key,
-    shared_key,
     side_keys,
 )
 from gate.stats.ids import ALL, MetricId
@@ -175,12 +174,7 @@ FROM g GROUP BY evaluator, pooled, seg"""
 
 
 # Greedy pairs' mismatches, the control slice's (v0, x0) and the candidate pairs' (v1, x1)
-# as 0/1 outcomes, as `aggregates._EVALS` counts them; `shared` what the slice adds to
-# sum_e n_b n_c (`episode_sums.shared_key`): n_b n_c grows by no0 nn1 + nn0 no1 + nn0 nn1.
-_SHARED = " + ".join(
-    f"coalesce({a}, 0) * coalesce({b}, 0)"
-    for a, b in (("no0", "nn1"), ("nn0", "no1"), ("nn0", "nn1"))
-)
+# as 0/1 outcomes, as `aggregates._EVALS` counts them.
 _GREEDY_QUERY = f"""{EPISODE_SLICE}{EVALUATIONS}, r AS (
   SELECT coalesce(y.episode, CAST(y.id AS text)) AS ep, y.seg, y.old, y.is_control,
          NOT e.c_pass AS bad
@@ -197,8 +191,7 @@ _GREEDY_QUERY = f"""{EPISODE_SLICE}{EVALUATIONS}, r AS (
   SELECT GROUPING(seg) AS pooled, seg, ep, {_per_episode(2)}
   FROM v GROUP BY GROUPING SETS ((seg, ep), (ep))
 )
-SELECT pooled, seg, {_added(2)},
-  coalesce(sum({_SHARED}), 0) AS shared
+SELECT pooled, seg, {_added(2)}
 FROM g GROUP BY pooled, seg"""
 
 
@@ -243,11 +236,9 @@ def added(
     for row in session.execute(text(_GREEDY_QUERY), params).mappings() if greedy else ():
         segment = _cell_segment(row, policy)
         if segment is not None:
-            for metric in greedy:
-                for k, key in enumerate(side_keys(metric)):  # v0/x0 the control slice, v1/x1 not
-                    out.setdefault(key, {})[segment] = _sums(row, k)
-                both = EpisodeSums(n_sq=float(row["shared"]))
-                out.setdefault(shared_key(metric), {})[segment] = both
+            for key in (key for metric in greedy for key in side_keys(metric)):
+                k = int(key.startswith("candidate:"))  # v0/x0 the control slice, v1/x1 not
+                out.setdefault(key, {})[segment] = _sums(row, k)
     if names:
         rows = session.execute(text(_EVALUATOR_QUERY), {**params, "names": names}).mappings()
         for row in rows:
@@ -269,8 +260,6 @@ def _alone(delta: Delta, names: list[str], policy: Policy) -> Sums:
             if isinstance(c, TwoCounts):  # greedy mismatch: each side's 0/1 outcomes
                 sides = zip(side_keys(key), (c.baseline, c.candidate), strict=True)
                 cells += [(k, episode_sums.outcomes(side)) for k, side in sides]
-                # A greedy pair is on one side (control or not): alone, no episode holds both.
-                parts += [(shared_key(key), seg, episode_sums.NONE) for seg in segments]
         for name in names:
             counts = delta.evaluators.get(name, {}).get(bucket, PairedCounts(0.0, 0.0, 0.0))
             with_ties = PairedCounts(counts.n + b.both_failed, counts.worse, counts.better)

@@ -5,10 +5,9 @@ latest wins, as the export writes it), so they are not folded: at each look one 
 reads the stage's folded pairs that hold a rating (up to the fold's watermark, each
 judged as the fold judged it: live, warm-up end, load tolerance, arm) and sums each
 side's 0/1 thumbs-down per segment and pooled, with the episode sums replay keeps
-(`EpisodeTwoCounts`: per episode S_e and n_e of each side, and sum_e n_b n_c, the trials of
-both sides in one episode). The query starts from the ratings made since the stage began
-(`feedback.created_at >= :since`: a rating follows its pair), a scan of the feedback
-table that retention bounds, and reads only the rated pairs.
+(`EpisodeTwoCounts`: per episode S_e and n_e of each side). The query starts from the
+ratings made since the stage began (`feedback.created_at >= :since`: a rating follows its
+pair), a scan of the feedback table that retention bounds, and reads only the rated pairs.
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ SELECT pooled, seg,
   sum(nb) AS nb, sum(sb) AS kb, count(*) FILTER (WHERE nb > 0) AS eb, sum(sb * sb) AS sqb,
   sum(sb * nb) AS crb, sum(nb * nb) AS nsqb,
   sum(nc) AS nc, sum(sc) AS kc, count(*) FILTER (WHERE nc > 0) AS ec, sum(sc * sc) AS sqc,
-  sum(sc * nc) AS crc, sum(nc * nc) AS nsqc, sum(nb * nc) AS shared
+  sum(sc * nc) AS crc, sum(nc * nc) AS nsqc
 FROM e GROUP BY pooled, seg"""
 
 
@@ -58,7 +57,6 @@ def rated(session: Session, piece: Slice, policy: Policy) -> dict[str, SidesSums
             TwoCounts(_counts(row, "b"), _counts(row, "c")),
             _sums(row, "b"),
             _sums(row, "c"),
-            EpisodeSums(n_sq=float(row["shared"])),
         )
     return out
 

@@ -11,7 +11,6 @@ from gate.stats.cell_checks import harm_interval
 from gate.stats.cumulative import looks_every, to_stats
 from gate.stats.ids import ALL, Cell, MetricId
 from gate.stats.policy import Policy, at_stage
-from gate.stats.rate_clusters import rate_cluster_interval
 from gate.stats.registry import rule_for
 from gate.stats.rule import apply_rule
 from gate.stats.sequences import EpisodeTwoCounts, TwoCounts
@@ -152,55 +151,3 @@ def test_simulated_rates_correlate_within_conversations_at_the_stated_icc(icc: f
     # The control slice is chosen per conversation.
     control = cols.is_control[0]
     assert all(len(set(control[ep == e])) == 1 for e in np.unique(ep)[:200])
-
-
-def _greedy_intervals(cells, *, shared: float | None = None):
-    """Return the difference interval of each cell (every look), at 5 % each end; with
-    `shared`, as if that many trial pairs of the two sides shared an episode."""
-    rule = rule_for(POLICY, str(GREEDY), ALL)
-    assert rule is not None
-    out = []
-    for cell in cells:
-        assert isinstance(cell, EpisodeTwoCounts)
-        if shared is not None:
-            cell = replace(cell, shared=shared)
-        out.append(
-            rate_cluster_interval(cell, kill_at=rule.kill_at, margin=rule.margin,
-                                  alpha_lower=0.05, alpha_upper=0.05, n_opt=1000.0)
-        )  # fmt: skip
-    return out
-
-
-def test_greedy_sides_in_separate_episodes_add_variances_and_keep_coverage():
-    # The control slice and the candidate's greedy pairs are different conversations (the
-    # gateway draws the control slice per episode), so their means are independent and the
-    # variances add: narrower than the sum of standard errors, and still covering (A/A at
-    # ICC 0.5: the true difference 0 is left out at some look in at most 10 % of runs).
-    cols = _columns(43, harm=0.0)
-    looks = looks_every(CONVERSATIONS.pairs, CONVERSATIONS.every)
-    cell = to_stats(cols, POLICY, looks).cells[Cell(GREEDY, ALL)]
-    assert isinstance(cell, EpisodeTwoCounts)
-    assert float(np.max(cell.shared)) == 0.0  # no conversation holds both sides
-    (added,) = _greedy_intervals([cell])
-    (summed,) = _greedy_intervals([cell], shared=1.0)
-    missed = (np.asarray(added.lower) > 0) | (np.asarray(added.upper) < 0)
-    assert missed.any(axis=-1).mean() <= 0.10
-    width = np.asarray(added.upper) - np.asarray(added.lower)
-    wide = np.asarray(summed.upper) - np.asarray(summed.lower)
-    last = np.isfinite(width[:, -1]) & np.isfinite(wide[:, -1])
-    assert last.all()
-    assert float(np.median(width[:, -1] / wide[:, -1])) < 0.85
-
-
-def test_thumbs_down_on_both_answers_of_a_pair_keeps_the_sum_of_standard_errors():
-    # Both answers of a pair are rated: the sides share every episode, so the interval
-    # stays the Cauchy-Schwarz one, whatever their correlation.
-    cols = _columns(44, harm=0.0)
-    looks = looks_every(CONVERSATIONS.pairs, CONVERSATIONS.every)
-    cell = to_stats(cols, POLICY, looks).cells[Cell(FEEDBACK, ALL)]
-    assert isinstance(cell, EpisodeTwoCounts)
-    assert float(np.min(np.asarray(cell.shared)[..., -1])) > 0
-    (got,) = _greedy_intervals([cell])
-    (summed,) = _greedy_intervals([cell], shared=np.inf)
-    for end in ("lower", "upper"):
-        assert np.array_equal(getattr(got, end), getattr(summed, end), equal_nan=True)

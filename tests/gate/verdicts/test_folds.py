@@ -156,29 +156,6 @@ def test_batches_folded_between_gate_runs_equal_a_replay_from_scratch(pg_session
         assert " episodes" in verdict.summary
 
 
-def test_greedy_sides_sharing_conversations_fold_as_replay_judges_them(pg_session):
-    # The control slice drawn per pair, not per conversation (a control rate changed
-    # mid-conversation, or pairs from another source): conversations hold trials of both
-    # greedy sides, so their interval keeps the sum of standard errors. Folded across
-    # batches, the fold counts those shared trials as replay does.
-    scenario, policy, _ = SCENARIOS["episode rates"]
-    records = sorted(recorded_pairs(scenario, policy), key=lambda r: r["evaluated_at"])
-    rng = np.random.default_rng(39)
-    for record in records:
-        if record["candidate"] is not None and rng.random() < 0.1:
-            record["is_control"] = True
-    rollout = factories.rollout(pg_session)
-    for batch in batches(records):
-        store(pg_session, batch, rollout.id)
-        want_stats, _ = replayed(pg_session, rollout.id, policy)
-        state = fold(pg_session, rollout_id=rollout.id, stage=0, policy=policy)
-        assert_same_stats(folded_stats(state, policy), want_stats)
-    (greedy,) = [
-        c for (m, seg), c in want_stats.cells.items() if m == "greedy_mismatch" and seg == "all"
-    ]
-    assert float(np.asarray(greedy.shared)) > 0
-
-
 def test_another_policy_refolds_from_scratch(pg_session):
     records = recorded_pairs()
     rollout_id = store(pg_session, records)
