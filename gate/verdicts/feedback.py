@@ -7,7 +7,9 @@ judged as the fold judged it: live, warm-up end, load tolerance, arm) and sums e
 side's 0/1 thumbs-down per segment and pooled, with the episode sums replay keeps
 (`EpisodeTwoCounts`: per episode S_e and n_e of each side). The query starts from the
 ratings made since the stage began (`feedback.created_at >= :since`: a rating follows its
-pair), a scan of the feedback table that retention bounds, and reads only the rated pairs.
+pair; `feedback` has no index on it, a scan that retention bounds) and joins their
+generations and pairs by id; its plan at a million pairs is not measured (a planner that
+misjudges the ratings' count could scan the stage's generations instead).
 """
 
 from __future__ import annotations
