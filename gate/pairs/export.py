@@ -15,7 +15,7 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 from gate.db.enums import Cohort, PairState
 from gate.db.models import Evaluation, Feedback, Generation, Pair, RequestRecord
 from gate.pairs import load
-from gate.verdicts.slices import SINCE_SLACK
+from gate.verdicts.slices import SINCE_SLACK, episodes_before, rollout_since
 
 CHUNK = 5000
 # The record side each cohort's generation fills (a control pair's second call: candidate).
@@ -127,6 +127,7 @@ def _records(
         assert g.pair_id is not None
         sides[g.pair_id][SIDES[g.cohort]] = _side(g, evals.get(g.id, {}), feedback.get(g.id))
     kept = _requests(session, pairs) if with_requests else {}
+    went_on = _continuing(session, pairs)
     for pair in pairs:
         found = sides.get(pair.id, {})
         for k, name in enumerate(("baseline", "candidate")):
@@ -137,6 +138,8 @@ def _records(
             "pair_id": str(pair.id),
             "segment": pair.segment,
             "episode": pair.episode,
+            # The episode began in an earlier stage: none of its pairs here opens it.
+            "episode_continues": pair.id in went_on,
             # The arm of a rollout with several candidates; null: it has one (or a
             # control pair, which compares the baseline with itself).
             "arm": pair.arm,
@@ -146,6 +149,23 @@ def _records(
             "baseline": found.get("baseline"),
             "candidate": found.get("candidate"),
         }
+
+
+def _continuing(session: Session, pairs: Sequence[Pair]) -> set[uuid.UUID]:
+    """Return the pairs whose episode has a pair in an earlier stage of their rollout."""
+    out: set[uuid.UUID] = set()
+    for stage in {p.stage for p in pairs if p.stage and p.episode is not None}:
+        mine = [p for p in pairs if p.stage == stage and p.episode is not None]
+        rollout_id = mine[0].rollout_id
+        found = episodes_before(
+            session,
+            rollout_id=rollout_id,
+            stage=stage,
+            episodes=sorted({p.episode for p in mine if p.episode is not None}),
+            since=rollout_since(session, rollout_id=rollout_id),
+        )
+        out |= {p.id for p in mine if p.episode in found}
+    return out
 
 
 def _since(pairs: Sequence[Pair]) -> datetime:

@@ -26,9 +26,9 @@ the detectors read each episode's first pair only (`gate.stats.cumulative`; in t
 conditioned on: episodes independent of one another, and an episode's first request
 with expected acceptance at least m0; given every earlier request (all of other
 episodes) its e-value then has mean <= 1, and the bound above holds with T counting
-episodes. Which pair opens an episode depends on arrival order only (within a stage: at
-a stage's start the turns of conversations already open count as first, a known gap,
-docs/gate.md). Where every episode is one pair, every pair is read, as before.
+episodes. Which pair opens an episode depends on arrival order only: its first over the
+whole rollout, so a conversation begun in an earlier stage opens nothing in a later one
+(docs/gate.md). Where every episode is one pair, every pair is read, as before.
 Cost: a collapse is seen only in the conversations that start after it (simulated,
 5-20 turns, 40 open at once: median 1,100 pairs from the collapse to the alarm, against
 90 read pair by pair).

@@ -72,6 +72,9 @@ class PairColumns:
     # episode; a pair without an episode has a code of its own. None: every pair is its own
     # episode (the statistics are then exactly those of independent pairs).
     episode: IntArray | None = None
+    # Per pair: its episode has a pair in an earlier stage of the rollout (the record's
+    # `episode_continues`), so no pair of it opens the episode here. None: none has.
+    continues: BoolArray | None = None
     # Per pair and side (n, 2: baseline, candidate), the loop guardrail's outcome: the
     # baseline answer collapsed against the candidate's (`acceptance_length.baseline_collapse`),
     # the candidate's repetition-loop signature (`loop_outcome`); 1, 0, NaN where not

@@ -97,7 +97,7 @@ def to_stats(
         n_unmatched=acc(judged & ~matched, None),
         elapsed_s=_elapsed(cols.created_s, looks),
         warmed_up=np.broadcast_to(looks > policy.warmup_pairs, counted.shape),
-        collapse=_collapse(cols, policy, warm, live, looks, _opens_episode(acc)),
+        collapse=_collapse(cols, policy, warm, live, looks, _opens_episode(acc, cols)),
         cohort_counts=cohorts,
         candidate_share=candidate_share,
         bands=bands(ctx, acc, mode, next_share),
@@ -114,15 +114,19 @@ def _episodes(acc: Acc, live: BoolArray) -> FloatArray | None:
     return acc(counted * (acc.episodes.before(counted) == 0), None)
 
 
-def _opens_episode(acc: Acc) -> BoolArray:
-    """Return which pairs are the first of their episode (all of them without episodes).
+def _opens_episode(acc: Acc, cols: PairColumns) -> BoolArray:
+    """Return which pairs are the first of their episode in the whole rollout (all of them
+    without episodes): the first here of an episode no earlier stage holds a pair of.
 
     The collapse detectors read only these (`gate.stats.change`): a conversation's later
     turns are not independent of its first, episodes are of one another.
     """
-    if acc.episodes is None:
-        return np.ones((), dtype=bool)
-    return np.asarray(acc.episodes.before(np.ones(acc.episodes.order.shape)) == 0)
+    first = (
+        np.ones((), dtype=bool)
+        if acc.episodes is None
+        else acc.episodes.before(np.ones(acc.episodes.order.shape)) == 0
+    )
+    return np.asarray(first if cols.continues is None else first & ~cols.continues)
 
 
 def _elapsed(created_s: FloatArray, looks: IntArray) -> FloatArray:

@@ -50,6 +50,23 @@ class EpisodeSums:
 # Key -> segment (declared, or `all` pooled) -> sums.
 Sums = Mapping[str, Mapping[str, EpisodeSums]]
 NONE = EpisodeSums()
+_NO_TRIALS = TwoCounts(CountStats(0.0, 0.0), CountStats(0.0, 0.0))
+
+
+@dataclass(frozen=True)
+class SidesSums:
+    """A two-proportion cell's counts and each side's episode sums: what the live gate
+    reads of the ratings (`gate.verdicts.feedback`)."""
+
+    counts: TwoCounts = _NO_TRIALS
+    baseline: EpisodeSums = NONE
+    candidate: EpisodeSums = NONE
+
+    def cell(self, episodic: bool) -> TwoCounts:
+        """Return the cell: with its episode sums where `episodic` (as replay builds it)."""
+        if not episodic:
+            return self.counts
+        return episodic_sides(self.counts, self.baseline, self.candidate)
 
 
 def control_key(metric: str) -> str:

@@ -14,6 +14,7 @@ from functools import reduce
 from gate.db.enums import RolloutMode
 from gate.stats import episode_sums
 from gate.stats.change import CollapseState
+from gate.stats.episode_sums import SidesSums
 from gate.stats.gate_stats import BandStats, CellStats, GateStats
 from gate.stats.ids import ALL, Cell, MetricId
 from gate.stats.incremental import (
@@ -35,9 +36,16 @@ from gate.stats.sequences import MeanStats, PairedCounts, TwoCounts
 _PARITY = {g.id for g in tested(RolloutMode.SHADOW) if g.source is Source.PARITY}
 
 
-def to_stats(state: FoldState, policy: Policy, *, next_share: float | None = 1.0) -> GateStats:
+def to_stats(
+    state: FoldState,
+    policy: Policy,
+    *,
+    next_share: float | None = 1.0,
+    feedback: Mapping[str, SidesSums] | None = None,
+) -> GateStats:
     """Return the gate's statistics of the folded pairs (as `cumulative.to_stats` would);
-    `next_share` as there (the load bands' hold)."""
+    `next_share` as there (the load bands' hold). `feedback`: the thumbs-down cells' sums
+    by segment, read beside the fold (`gate.verdicts.feedback`; None: no such cells)."""
     pooled = reduce(plus, state.buckets.values(), Bucket())
     cells: dict[tuple[str, str], CellStats] = {}
     for segment in (ALL, *policy.segments):
@@ -55,6 +63,8 @@ def to_stats(state: FoldState, policy: Policy, *, next_share: float | None = 1.0
     if state.shared:  # an episode holds two pairs: the episode is the unit, as in replay
         cells, control = _episodic(state, cells), _episodic(state, control, control=True)
         bands = bands and _episodic_bands(state, bands)
+    if feedback is not None:
+        cells.update(_feedback_cells(policy, feedback, episodic=state.shared))
     live = state.episodes.get(episode_sums.LIVE, {}).get(ALL, episode_sums.NONE)
     return GateStats(
         cells=cells,
@@ -68,6 +78,19 @@ def to_stats(state: FoldState, policy: Policy, *, next_share: float | None = 1.0
         bands=bands,
         n_episodes=live.episodes if state.shared else None,
     )
+
+
+def _feedback_cells(
+    policy: Policy, sums: Mapping[str, SidesSums], *, episodic: bool
+) -> dict[tuple[str, str], CellStats]:
+    """Return the shadow thumbs-down cells (`Family.TWO_RATES`), per segment and pooled."""
+    empty = SidesSums()
+    return {
+        Cell(MetricId(g.id), segment): sums.get(segment, empty).cell(episodic)
+        for g in tested(RolloutMode.SHADOW)
+        if g.source is Source.FEEDBACK
+        for segment in g.segments(policy)
+    }
 
 
 def _episodic(

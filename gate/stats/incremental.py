@@ -17,7 +17,8 @@ Warm-up: the first `policy.warmup_pairs` pairs *in fold order*, not in creation 
 so a pair's role is known when it is folded and never revisited. Replay and export use
 the same order (`gate.stats.replay`), so both paths give the same statistics. Pairs of
 undeclared segments count only in the pooled cells; they share the bucket `all`.
-Not folded: user feedback (it arrives after the fold), canary mode (unpaired cohorts).
+Not folded: user feedback (it arrives after the fold; the live gate reads it at each look,
+`gate.verdicts.feedback`), canary mode (unpaired cohorts).
 The statistics the rule reads are built from a state in `gate.stats.fold_stats`; the
 state's stored JSON documents are written and read in `gate.stats.fold_json`.
 """
@@ -51,8 +52,9 @@ from gate.stats.sequences import CountStats, FloatArray, MeanStats, PairedCounts
 # 8: episode sums; 9: the loop guardrail's baseline side (its answer collapsed against the
 # candidate's); 10: greedy mismatch's per-side episode sums, and the collapse detectors
 # reading each episode's first pair only; 11: the collapse detectors' warm-up levels from
-# each episode's first pair only, as they read.
-FOLD_VERSION = 11
+# each episode's first pair only, as they read; 12: an episode's first pair is its first in
+# the whole rollout (an episode begun in an earlier stage opens nothing in this one).
+FOLD_VERSION = 12
 # The bucket of pairs whose segment the policy does not declare ("all" is never declared).
 POOLED_ONLY = ALL
 Key = tuple[datetime, uuid.UUID]

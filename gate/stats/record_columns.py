@@ -59,12 +59,14 @@ class _Builder:
         self.tested = False
         self.episode_codes: dict[str, int] = {}
         self.episode: list[int] = []  # per pair: its episode's code (a new one when none)
+        self.continues: list[bool] = []  # per pair: its episode began in an earlier stage
         self.loop: list[tuple[float, ...]] = []  # per pair: what `loop_outcome` reads
 
     def add(self, n: int, record: Record) -> None:
         rows = self.rows
         rows["segment"].append(self.index.get(str(record.get("segment", "chat")), -1))
         self.episode.append(self._episode(episode_of(record)))
+        self.continues.append(continues_of(record))
         rows["created"].append(_seconds(record["created_at"]))
         control = bool(record.get("is_control", False))
         rows["control"].append(control)
@@ -145,6 +147,7 @@ class _Builder:
             partial_logprobs=np.asarray(self.partial, dtype=bool) if self.sampled else None,
             exactness=self._exact_columns(n) if self.tested else None,
             episode=self._episode_column(),
+            continues=np.asarray(self.continues, dtype=bool) if any(self.continues) else None,
             looping=self._loop_columns(n),
         )
 
@@ -200,6 +203,14 @@ def episode_of(record: Record) -> str | None:
     if episode is not None and not isinstance(episode, str):
         raise ValueError(f"episode is not a string or null: {episode!r}")
     return episode
+
+
+def continues_of(record: Record) -> bool:
+    """Return whether a pair's episode began in an earlier stage of the rollout."""
+    value = record.get("episode_continues")
+    if value is not None and not isinstance(value, bool):
+        raise ValueError(f"episode_continues is not a boolean or null: {value!r}")
+    return bool(value)
 
 
 def exactness_of(side: Record | None) -> TokenFit | None:

@@ -30,6 +30,9 @@ One JSON object per line, one line per pair, in fold order (below):
   `EpisodeCounts`, `EpisodeCohorts`, `EpisodeTwoCounts`), and the collapse detectors read
   each episode's first pair; without any, every pair is its own and the verdicts are
   those of independent pairs.
+* `episode_continues` (optional): true when the pair's episode has a pair in an earlier
+  stage of the rollout (the export writes it): no pair of it opens its episode here, so
+  the collapse detectors read none of it. False, null or absent: the episode may begin here.
 * `arm` (optional): the string that names the candidate configuration (route) the pair's
   candidate call used, in a rollout with several (issue 40; stored in `pairs.arm`). A file
   where no record names one is the single-arm case, judged as before; where some do, every

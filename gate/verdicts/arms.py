@@ -133,7 +133,11 @@ def _folded(
         state, sums = folds.fold_arm(session, rollout_id=rollout.id, stage=rollout.stage,
                                      arm=name, policy=policy, load_match=matched)  # fmt: skip
         if state.pairs:
-            stats = fold_stats.to_stats(state, judged, next_share=share)
+            rated = folds.feedback_sums(
+                session, rollout_id=rollout.id, stage=rollout.stage, state=state,
+                policy=policy, load_match=matched, arm=name,
+            )  # fmt: skip
+            stats = fold_stats.to_stats(state, judged, next_share=share, feedback=rated)
             # The arm's own gate, judged once (its intervals are most of a look's cost).
             verdict = decide(judged, stats)
             arms.append(_FoldedArm(name, state.pairs, stats, verdict, sums))

@@ -23,12 +23,13 @@ from gate.db.models import GateFold
 from gate.db.models.quality import NO_ARM
 from gate.pairs.watermark import fold_horizon
 from gate.stats import episode_sums, fold_json, incremental
+from gate.stats.episode_sums import SidesSums
 from gate.stats.incremental import FoldState, Key
 from gate.stats.policy import Policy
-from gate.verdicts import acceptance, aggregates, episodes
+from gate.verdicts import acceptance, aggregates, episodes, feedback
 from gate.verdicts.acceptance import ArmSums
 from gate.verdicts.aggregates import delta
-from gate.verdicts.slices import Slice, first_keys, last_key, stage_since
+from gate.verdicts.slices import Slice, first_keys, last_key, rollout_since, stage_since
 from gate.verdicts.warmup import warmup
 
 # What one fold state judges: (rollout id, stage, load tolerance, arm (None: every pair)).
@@ -72,11 +73,35 @@ def fold_arm(
     if state.watermark is None:
         return state, ArmSums()
     since = stage_since(session, rollout_id=rollout_id, stage=stage)
+    opened = rollout_since(session, rollout_id=rollout_id)
     piece = Slice(rollout_id, stage, after=None, upto=state.watermark, arm=arm, since=since)
+    piece = replace(piece, opened_since=opened)
     sums, stored = acceptance.advance(session, row.arm_sums, piece, policy)
     if stored != row.arm_sums:
         row.arm_sums = stored
     return state, sums
+
+
+def feedback_sums(
+    session: Session,
+    *,
+    rollout_id: int,
+    stage: int,
+    state: FoldState,
+    policy: Policy,
+    load_match: float | None = None,
+    arm: str | None = None,
+) -> dict[str, SidesSums]:
+    """Return the feedback cells' sums of the state's pairs (up to its watermark, judged
+    as it judged them), from the ratings stored now: they are read at each look, not folded."""
+    if state.watermark is None:
+        return {}
+    since = stage_since(session, rollout_id=rollout_id, stage=stage)
+    opened = rollout_since(session, rollout_id=rollout_id)
+    piece = Slice(rollout_id, stage, after=None, upto=state.watermark, load_match=load_match,
+                  arm=arm, since=since, opened_since=opened)  # fmt: skip
+    warm = first_keys(session, replace(piece, load_match=None), policy, policy.warmup_pairs)
+    return feedback.rated(session, replace(piece, warm_upto=warm[-1] if warm else None), policy)
 
 
 def _fold(session: Session, judged: Judged, policy: Policy) -> tuple[GateFold, FoldState]:
@@ -95,7 +120,8 @@ def _fold(session: Session, judged: Judged, policy: Policy) -> tuple[GateFold, F
         row.arm_sums = None
     # After the horizon: every pair stamped up to it is committed, so none is older.
     since = stage_since(session, rollout_id=rollout_id, stage=stage)
-    state = _advance(session, stored, judged, policy, (since, horizon))
+    opened = rollout_since(session, rollout_id=rollout_id)
+    state = _advance(session, stored, judged, policy, (since, opened, horizon))
     if state is not stored:
         _save(row, state)
     return row, state
@@ -106,10 +132,10 @@ def _advance(
     state: FoldState,
     judged: Judged,
     policy: Policy,
-    window: tuple[datetime, datetime],
+    window: tuple[datetime, datetime, datetime],
 ) -> FoldState:
     rollout_id, stage, load_match, arm = judged
-    since, horizon = window
+    since, opened, horizon = window
     last = last_key(
         session, rollout_id=rollout_id, stage=stage, horizon=horizon, arm=arm, since=since
     )
@@ -123,6 +149,7 @@ def _advance(
         load_match=load_match,
         arm=arm,
         since=since,
+        opened_since=opened,
     )
     needed = policy.warmup_pairs - state.warm_pairs
     if needed > 0:

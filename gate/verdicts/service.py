@@ -74,7 +74,9 @@ def _pairs_verdict(session: Session, *, rollout: Rollout, policy: Policy) -> Ver
         if not state.pairs:
             return NO_PAIRS
         share = next_stage_share(policy, rollout.stage, RolloutMode.SHADOW)
-        stats = fold_stats.to_stats(state, policy, next_share=share)
+        rated = folds.feedback_sums(session, rollout_id=rollout.id, stage=rollout.stage,
+                                    state=state, policy=policy, load_match=matched)  # fmt: skip
+        stats = fold_stats.to_stats(state, policy, next_share=share, feedback=rated)
         return decide(at_stage(policy, rollout.stage), stats)
     records = list(
         pair_records(session, rollout_id=rollout.id, stage=rollout.stage, evaluated_only=True)

@@ -14,7 +14,8 @@ so does the selection of a promoted rollout routed by load: only load-matched pa
 `live` (`_MATCHED`, as `gate.stats.columns.load_matched`), the others are `unmatched`.
 Every query starts from `SLICE`, one row per pair; `gate.verdicts.warmup` reads what the
 warm-up fixes and `gate.verdicts.aggregates` the slice's sums, the gate's statistics.
-Not here: canary mode (unpaired cohorts), user feedback.
+Not here: canary mode (unpaired cohorts). User feedback is read at each look, not folded
+(`RATED_SLICE`, `gate.verdicts.feedback`).
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ class Slice:
     # No pair of the stage was created before this (`stage_since`): bounds every read by
     # time, so a partitioned `pairs` reads only the stage window's partitions.
     since: datetime = _NO_KEY[0]
+    # No pair of the rollout was created before this (`rollout_since`): bounds the look at
+    # the earlier stages' pairs, which decides the episodes that began there (`opens`).
+    opened_since: datetime = _NO_KEY[0]
 
     def params(self, policy: Policy) -> dict[str, Any]:
         """Return the bind parameters every slice query takes."""
@@ -73,6 +77,8 @@ class Slice:
             "load_match": self.load_match,
             "arm": self.arm,
             "since": self.since,
+            "earlier": list(range(self.stage)),
+            "opened_since": self.opened_since,
         }
 
 
@@ -116,9 +122,14 @@ _RANGE = (
     "(evaluated_at, id) > (:after_at, :after_id) AND (evaluated_at, id) <= (:upto_at, :upto_id)"
 )
 _CLOSED = f"{_STAGE} AND state IN ('complete', 'dropped')"
-# `opens`: the pair has no earlier closed pair of its episode in the stage (inside the
-# subquery the unqualified columns of `_CLOSED` are q's); the collapse detectors read only
-# those (`gate.stats.change`).
+# An episode's pairs in the rollout's earlier stages (`:earlier`, any state: each was created
+# before this stage began, so the answer never changes), bounded by the rollout's first pair
+# (`:opened_since`); one probe of the (rollout_id, stage, episode) index per earlier stage.
+_EARLIER_STAGES = """FROM pairs e WHERE e.rollout_id = :rollout
+             AND e.stage = ANY(CAST(:earlier AS int[])) AND e.created_at >= :opened_since"""
+# `opens`: the pair is its episode's first in the whole rollout: no pair of it in an earlier
+# stage, no earlier closed pair of it in this one (inside that subquery the unqualified
+# columns of `_CLOSED` are q's); the collapse detectors read only those (`gate.stats.change`).
 _PAIR = f"""id, is_control, state, created_at, evaluated_at, parity, baseline_load, candidate_load,
          episode, (evaluated_at, id) <= (:after_at, :after_id) AS old,
          CASE WHEN segment = ANY(CAST(:segments AS text[])) THEN segment
@@ -126,7 +137,8 @@ _PAIR = f"""id, is_control, state, created_at, evaluated_at, parity, baseline_lo
          (evaluated_at, id) <= (:warm_at, :warm_id) AS warm,
          (episode IS NULL OR NOT EXISTS (
            SELECT 1 FROM pairs q WHERE {_CLOSED} AND q.episode = pairs.episode
-             AND (q.evaluated_at, q.id) < (pairs.evaluated_at, pairs.id))) AS opens"""
+             AND (q.evaluated_at, q.id) < (pairs.evaluated_at, pairs.id))
+           AND NOT EXISTS (SELECT 1 {_EARLIER_STAGES} AND e.episode = pairs.episode)) AS opens"""
 # The slice's pairs, and (`EPISODE_SLICE`) the earlier pairs of the episodes they name:
 # `old` marks those, so the fold can add what the slice changes in each episode's sums.
 _SLICE_PAIRS = f"SELECT {_PAIR} FROM pairs WHERE {_CLOSED} AND {_RANGE}"
@@ -176,6 +188,13 @@ SLICE = _slice(_SLICE_PAIRS)
 # The slice's pairs alone, one row each (columns of `pairs` and the fold's flags).
 SLICE_PAIRS = _SLICE_PAIRS
 EPISODE_SLICE = _slice(f"{_SLICE_PAIRS}\n  UNION ALL {_EARLIER_OF_EPISODES}")
+# The slice's pairs that hold a rating with thumbs (`gate.verdicts.feedback`), read from
+# the ratings made since the stage began (a rating follows its pair's calls).
+RATED_SLICE = _slice(f"""SELECT {_PAIR} FROM (
+    SELECT DISTINCT g.pair_id FROM feedback f JOIN generations g ON g.id = f.generation_id
+    WHERE f.created_at >= :since AND f.thumbs IS NOT NULL AND {calls_since("g")}
+      AND g.rollout_id = :rollout) AS rated
+  JOIN pairs ON pairs.id = rated.pair_id WHERE {_CLOSED} AND {_RANGE}""")
 
 _LAST = f"""SELECT evaluated_at, id FROM pairs WHERE {_STAGE} AND evaluated_at <= :horizon
 ORDER BY evaluated_at DESC, id DESC LIMIT 1"""
@@ -198,6 +217,28 @@ def stage_since(session: Session, *, rollout_id: int, stage: int) -> datetime:
     the fold's horizon, it covers every pair stamped up to it (`gate.pairs.watermark`)."""
     found = session.execute(text(_SINCE), {"rollout": rollout_id, "stage": stage}).scalar()
     return found - SINCE_SLACK if isinstance(found, datetime) else _NO_KEY[0]
+
+
+def rollout_since(session: Session, *, rollout_id: int) -> datetime:
+    """Return a time no pair of the rollout was created before: its first stage's
+    `stage_since` (the epoch where stage 0 has no pair: then unbounded). A conversation
+    older than the rollout has no pair in it, so the look at earlier stages stops there."""
+    return stage_since(session, rollout_id=rollout_id, stage=0)
+
+
+_EPISODES_BEFORE = f"SELECT DISTINCT e.episode {_EARLIER_STAGES} AND e.episode = ANY(:episodes)"
+
+
+def episodes_before(
+    session: Session, *, rollout_id: int, stage: int, episodes: list[str], since: datetime
+) -> set[str]:
+    """Return which of `episodes` have a pair in a stage of the rollout before `stage`
+    (`since`: `rollout_since`); as `opens` decides for the fold."""
+    if not stage or not episodes:
+        return set()
+    params = {"rollout": rollout_id, "earlier": list(range(stage)), "opened_since": since}
+    found = session.execute(text(_EPISODES_BEFORE), {**params, "episodes": episodes})
+    return set(found.scalars())
 
 
 def last_key(

@@ -9,7 +9,7 @@ import numpy as np
 from gate.stats.cumulative import looks_every, to_stats
 from gate.stats.policy import Policy, at_stage
 from gate.stats.rule import apply_rule
-from gate.stats.simulated_pairs import Scenario, draw_pairs
+from gate.stats.simulated_pairs import Scenario, draw_episodes, draw_pairs
 
 POLICY = at_stage(Policy(), 0)
 
@@ -105,3 +105,31 @@ def test_first_turns_that_accept_less_than_later_turns_raise_no_false_collapse()
     for flag in ev.collapsed.values():
         alarmed |= np.broadcast_to(flag, ev.code.shape).any(axis=-1)
     assert alarmed.mean() <= 0.025, alarmed.mean()
+
+
+def test_conversations_open_across_a_stage_start_raise_no_false_collapse():
+    # A/A across a stage boundary, first turns ~0.3 and later turns ~0.85 as above. At the
+    # start of stage 1 the conversations already open in stage 0 go on: their next turns
+    # are no first turns (`continues`). Counted as first, they fill the warm-up, its level
+    # comes out 0.5 * ~0.8 > 0.3, and the real first turns that follow drift to an alarm.
+    runs, n = 40, 4000
+    s = Scenario("first turns", pairs=n, every=100, episode_len=(5, 20), concurrent=40)
+    rng = np.random.default_rng(43)
+    stream = draw_episodes(replace(s, pairs=2 * n), runs, rng)
+    episode = stream[:, n:]
+    continues = np.stack([np.isin(episode[r], stream[r, :n]) for r in range(runs)])
+    assert continues[:, :200].mean() > 0.5  # the stage starts mid-conversation
+    first = _first_turns(episode) & ~continues
+    acceptance = np.where(first, rng.beta(6, 14, first.shape), rng.beta(17, 3, first.shape))
+    policy = at_stage(Policy(), 1)
+    cols = replace(draw_pairs(s, policy, runs, rng), episode=episode, acceptance=acceptance)
+
+    def alarmed(c) -> float:
+        ev = apply_rule(policy, to_stats(c, policy, looks_every(n, s.every)))
+        hit = np.zeros(runs, dtype=bool)
+        for flag in ev.collapsed.values():
+            hit |= np.broadcast_to(flag, ev.code.shape).any(axis=-1)
+        return float(hit.mean())
+
+    assert alarmed(cols) > 0.025  # the stage alone cannot tell
+    assert alarmed(replace(cols, continues=continues)) <= 0.025

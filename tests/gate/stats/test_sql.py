@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import insert
 
 from gate.db.enums import Cohort, RolloutMode
-from gate.db.models import Evaluation, Generation, Pair
+from gate.db.models import Evaluation, Feedback, Generation, Pair
 from gate.pairs.watermark import record_stamped
 from gate.stats.cumulative import at_look, to_stats
 from gate.stats.fold_stats import to_stats as folded_stats
@@ -66,14 +66,14 @@ def store(session, records: list[dict], rollout_id: int | None = None) -> int:
     (`gate.pairs.watermark.record_stamped`): loads from the scrapes stored before.
     """
     rollout_id = rollout_id or factories.rollout(session).id
-    pair_rows, gen_rows, side_evals = [], [], []
+    pair_rows, gen_rows, side_evals, side_feedback = [], [], [], []
     for record in records:
         pair_id = _own_id(record)
         record["pair_id"] = str(pair_id)
         created = datetime.fromisoformat(record["created_at"])
         pair_rows.append(
             {
-                "id": pair_id, "rollout_id": rollout_id, "stage": 0,
+                "id": pair_id, "rollout_id": rollout_id, "stage": record.get("stage", 0),
                 "state": "dropped" if record["candidate"] is None else "complete",
                 "is_control": record["is_control"], "segment": record["segment"],
                 "created_at": created, "deadline": created + timedelta(minutes=5),
@@ -98,6 +98,7 @@ def store(session, records: list[dict], rollout_id: int | None = None) -> int:
                 }
             )  # fmt: skip
             side_evals.append(side["evals"])
+            side_feedback.append((pair_id, side.get("feedback")))
     session.execute(insert(Pair), pair_rows)
     ids = session.scalars(
         insert(Generation).returning(Generation.id, sort_by_parameter_order=True), gen_rows
@@ -116,6 +117,14 @@ def store(session, records: list[dict], rollout_id: int | None = None) -> int:
             for name, passed in evals.items()
         ],
     )
+    # A side's rating (`feedback`: thumbs), as the feedback endpoint stores it.
+    rated = [
+        {"generation_id": gid, "pair_id": pair_id, "thumbs": thumbs}
+        for gid, (pair_id, thumbs) in zip(ids, side_feedback, strict=True)
+        if thumbs is not None
+    ]
+    if rated:
+        session.execute(insert(Feedback), rated)
     record_stamped(session, pair_ids=[row["id"] for row in pair_rows])
     session.flush()
     return rollout_id

@@ -65,6 +65,8 @@ side = st.fixed_dictionaries(
         "draft_tokens": st.sampled_from([0, 10, 100]),
         "accepted_tokens": st.integers(0, 120),
         "exactness": st.one_of(st.none(), st.none(), exactness),
+        # A user's thumbs on the side (-1 down, 0 neutral, 1 up), stored as a rating.
+        "feedback": st.sampled_from([None, None, -1, 0, 1]),
     }
 )
 # Sampled-output parity's side fields; `words` become the answer (`output`), from which

@@ -117,3 +117,33 @@ def test_the_fold_reads_only_the_stage_window_of_partitioned_generations(engine:
             if "pair_id" in statement:  # the fold's joins; availability reads from the start
                 assert partitions.partition_name("generations", DAYS[-1]) in plan, statement
             assert not [name for name in older if name in plan], statement
+
+
+def test_a_later_stage_looks_back_at_the_rollouts_own_days_only(engine: Engine) -> None:
+    # Stage 1's `opens` asks whether an episode began in stage 0 (issue 39): that look is
+    # bounded by the rollout's first pair, so the days before the rollout are never read.
+    partition_pairs(engine, DAYS)
+    with Session(engine) as session:
+        rollout = factories.rollout(session)
+        earlier = []
+        for i, record in enumerate(recorded_pairs()[:300]):
+            record["episode"] = f"conv-{i % 40}"
+            for key in ("created_at", "evaluated_at"):
+                moved = datetime.fromisoformat(record[key]) - timedelta(hours=36)
+                record[key] = moved.isoformat()
+            earlier.append(record)
+        later = [
+            {**r, "stage": 1, "episode": f"conv-{i % 80}"} for i, r in enumerate(recorded_pairs())
+        ]
+        store(session, earlier + later, rollout.id)
+        rollout.stage = 1
+        older_rollout_pairs(session, 3 * 24 * 60 - 1)
+        session.commit()
+        seen = fold_reads(session, rollout, "pairs e")
+        assert seen
+        # Stage 0's day is read (by the queries that ask `opens`); the day before, never.
+        stage0 = partitions.partition_name("pairs", DAYS[1])
+        assert any(f"{stage0} e" in plan for _, plan in seen)
+        before = partitions.partition_name("pairs", DAYS[0])
+        for statement, plan in seen:
+            assert before not in plan, statement

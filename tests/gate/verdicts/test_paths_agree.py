@@ -29,7 +29,7 @@ from gate.stats.record_columns import columns, fold_order
 from gate.stats.replay import replay
 from gate.stats.rule import FEEDBACK
 from gate.stats.verdict import decide
-from gate.verdicts.folds import fold
+from gate.verdicts.folds import feedback_sums, fold
 from gate.verdicts.service import compute, run_gate
 from tests import factories
 from tests.gate.stats.test_sql import store
@@ -87,15 +87,17 @@ def test_replay_simulation_and_the_fold_agree_on_every_guardrail(pg_session, raw
         store(pg_session, [dict(r) for r in records], rollout.id)
         state = fold(pg_session, rollout_id=rollout.id, stage=0, policy=POLICY)
         if state.pairs:
-            # Feedback arrives after the fold: it is not folded (replay's records carry none).
-            # With episodes the fold keeps each cell's episode sums (issue 39).
-            assert_same_stats(folded_stats(state, POLICY), replayed, skip={FEEDBACK})
+            # Ratings are read beside the fold at each look (`feedback_sums`). With episodes
+            # the fold keeps each cell's episode sums (issue 39).
+            rated = feedback_sums(pg_session, rollout_id=rollout.id, stage=0, state=state,
+                                  policy=POLICY)  # fmt: skip
+            assert_same_stats(folded_stats(state, POLICY, feedback=rated), replayed)
             assert (folded_stats(state, POLICY).n_episodes is None) is (replayed.n_episodes is None)
             got = compute(pg_session, rollout=rollout, policy=POLICY)
-            assert_same_verdict(got, want, skip={FEEDBACK})
+            assert_same_verdict(got, want)
             exported = list(pair_records(pg_session, rollout_id=rollout.id))
             again = replay(exported, POLICY, every=len(exported)).verdict
-            assert_same_verdict(got, again, skip={FEEDBACK})
+            assert_same_verdict(got, again)
 
 
 def test_an_evaluator_never_evaluable_yet_is_seen_alike_by_replay_and_the_fold(pg_session):
@@ -148,3 +150,33 @@ def test_a_stage_with_episodes_is_judged_with_the_episode_as_the_unit(pg_session
     (mine,) = [c for c in got.cells if (c.metric, c.segment) == ("tpot", "all")]
     (theirs,) = [c for c in alone.verdict.cells if (c.metric, c.segment) == ("tpot", "all")]
     assert mine.upper - mine.lower > 1.5 * (theirs.upper - theirs.lower)
+
+
+@pytest.mark.parametrize("episodes", [False, True])
+def test_thumbs_down_on_the_candidate_kills_the_live_shadow_gate_as_replay(pg_session, episodes):
+    # Users (or raters) mark a third of the candidate's answers down, none of the
+    # baseline's: the live gate folds the ratings (issue 39's feedback cell) and kills for
+    # them, with replay's statistics and verdict.
+    rng = np.random.default_rng(7)
+    raw = []
+    for i in range(400):
+        side = {"ttft_s": 0.2, "tpot_s": 0.02 * float(np.exp(rng.normal(0, 0.05))),
+                "e2e_s": 1.0, "status": "ok", "evals": {"task": True}, "draft_tokens": 0,
+                "accepted_tokens": 0}  # fmt: skip
+        cand = {**side, "feedback": -1 if rng.random() < 0.35 else 1}
+        raw.append({"segment": "chat", "baseline": {**side, "feedback": 0 if i % 2 else None},
+                    "candidate": cand, "lag_s": 0, "control": 1, "id_rank": 0,
+                    "episode": f"conv-{i // 2}"})  # fmt: skip
+    records = as_records(raw, episodes)
+    rollout = factories.rollout(pg_session, name=f"thumbs-{next(_names)}")
+    store(pg_session, [dict(r) for r in records], rollout.id)
+    got = compute(pg_session, rollout=rollout, policy=POLICY)
+    exported = list(pair_records(pg_session, rollout_id=rollout.id))
+    want = replay(exported, POLICY, every=len(exported)).verdict
+    assert_same_verdict(got, want)
+    assert any(code.startswith("kill:feedback") for code in got.reason_codes), got.reason_codes
+    state = fold(pg_session, rollout_id=rollout.id, stage=0, policy=POLICY)
+    cols = columns(fold_order(exported), POLICY, RolloutMode.SHADOW)
+    replayed = at_look(to_stats(cols, POLICY, np.array([len(exported)])), 0)
+    rated = feedback_sums(pg_session, rollout_id=rollout.id, stage=0, state=state, policy=POLICY)
+    assert_same_stats(folded_stats(state, POLICY, feedback=rated), replayed)
