@@ -1,6 +1,7 @@
 """Time gate verdicts over N stored pairs in Postgres (the incremental fold path).
 
     python bench/gate_sql.py --pairs 1000000 --new 1000 --repeat 5 [--episode-len 10] [--arms 3]
+        [--rated 0.05]
 
 Creates a throwaway database on the local server, builds it with the migrations, loads N
 complete, evaluated shadow pairs (two generations and two evaluations each, five
@@ -69,10 +70,12 @@ def load(
     stamped: datetime | None = None,
     episode_len: int = 0,
     arms: int = 0,
+    rated: float = 0.0,
 ) -> None:
     """COPY pairs `first` .. `first + n - 1`, created 150 ms apart from `start`.
 
-    Each is evaluated up to 30 s after creation, or at `stamped` when given.
+    Each is evaluated up to 30 s after creation, or at `stamped` when given. A `rated`
+    share of the pairs gets a thumbs rating on each side (10 % down), made when evaluated.
     """
     rng = np.random.default_rng(seed)
     shared = np.exp(rng.normal(0, 0.5, n))
@@ -123,6 +126,15 @@ def load(
                 for side in (0, 1):
                     gid = 2 * (first + i) + side + 1
                     copy.write_row((gid, "task", "1", bool(passed[i]), "{}", created[i]))
+        if rated:
+            with cur.copy(
+                "COPY feedback (generation_id, thumbs, escalated, created_at) FROM STDIN"
+            ) as copy:
+                for i in np.flatnonzero(rng.random(n) < rated):
+                    at = stamped or created[i] + timedelta(milliseconds=int(lag_ms[i]))
+                    for side in (0, 1):
+                        down = rng.random() < 0.1
+                        copy.write_row((2 * (first + i) + side + 1, -1 if down else 1, False, at))
         conn.execute("SELECT setval('generations_id_seq', %s)", (2 * (first + n) + 1,))
         conn.commit()
 
@@ -211,7 +223,7 @@ def bench(url: str, args: argparse.Namespace) -> None:
     start = datetime.now(UTC) - timedelta(days=3)
     started = time.perf_counter()
     load(dsn, rollout_id, args.pairs, first=0, start=start, seed=0, episode_len=args.episode_len,
-         arms=args.arms)  # fmt: skip
+         arms=args.arms, rated=args.rated)  # fmt: skip
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("ANALYZE")
     print(f"loaded {args.pairs:,} pairs in {time.perf_counter() - started:.1f} s")
@@ -226,7 +238,7 @@ def bench(url: str, args: argparse.Namespace) -> None:
         batch_start = now - timedelta(minutes=5)
         load(
             dsn, rollout_id, args.new, first=first, start=batch_start, seed=k + 1, stamped=now,
-            episode_len=args.episode_len, arms=args.arms,
+            episode_len=args.episode_len, arms=args.arms, rated=args.rated,
         )  # fmt: skip
         runs.append(timed_verdict(sessions, rollout_id))
     report(f"verdict, {args.new:,} new pairs", runs)
@@ -249,6 +261,10 @@ def main() -> None:
     parser.add_argument(
         "--arms", type=int, default=0,
         help="candidate arms; pairs split evenly, 1 in 20 a control pair (0: one candidate)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--rated", type=float, default=0.0,
+        help="share of pairs with a thumbs rating on each side (the live feedback read; issue 39)",
     )  # fmt: skip
     parser.add_argument("--server", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
     args = parser.parse_args()

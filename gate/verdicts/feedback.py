@@ -6,10 +6,8 @@ reads the stage's folded pairs that hold a rating (up to the fold's watermark, e
 judged as the fold judged it: live, warm-up end, load tolerance, arm) and sums each
 side's 0/1 thumbs-down per segment and pooled, with the episode sums replay keeps
 (`EpisodeTwoCounts`: per episode S_e and n_e of each side). The query starts from the
-ratings made since the stage began (`feedback.created_at >= :since`: a rating follows its
-pair; `feedback` has no index on it, a scan that retention bounds) and joins their
-generations and pairs by id; its plan at a million pairs is not measured (a planner that
-misjudges the ratings' count could scan the stage's generations instead).
+ratings made since the stage began (`feedback.created_at >= :since`, indexed: a rating
+follows its pair) and joins their generations and pairs by id.
 """
 
 from __future__ import annotations
