@@ -15,7 +15,7 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 from gate.db.enums import Cohort, PairState
 from gate.db.models import Evaluation, Feedback, Generation, Pair, RequestRecord
 from gate.pairs import load
-from gate.verdicts.slices import SINCE_SLACK
+from gate.verdicts.slices import pair_calls_since
 
 CHUNK = 5000
 # The record side each cohort's generation fills (a control pair's second call: candidate).
@@ -151,8 +151,8 @@ def _records(
 def _since(pairs: Sequence[Pair]) -> datetime:
     """Return a time no call or request of the pairs is older than, so a partitioned
     `generations` or `requests` reads the page's partitions only: a request has its pair's
-    `created_at` and a call starts after it (`SINCE_SLACK`, as the fold's bound)."""
-    return min(p.created_at for p in pairs) - SINCE_SLACK
+    `created_at` and a call starts after it (as the fold's bound)."""
+    return pair_calls_since(p.created_at for p in pairs)
 
 
 def _requests(session: Session, pairs: Sequence[Pair]) -> dict[uuid.UUID | None, Any]:

@@ -108,8 +108,8 @@ def test_a_resent_call_span_lands_once_and_vllm_facts_join_exactly(engine: Engin
     assert land(engine, [first, other]) == 2
     assert land(engine, [first, other]) == 0  # re-sent: nothing new
     facts: list[EngineFacts] = [
-        {"trace_id": first["trace_id"], "parent_span_id": first["span_id"], "queue_s": 0.5,
-         "input_tokens": 7, "output_tokens": 9}
+        {"trace_id": first["trace_id"], "parent_span_id": first["span_id"], "started_at": now,
+         "queue_s": 0.5, "input_tokens": 7, "output_tokens": 9}
     ]  # fmt: skip
     with engine.begin() as conn:
         storage.of(engine).fill_engine_facts(conn, facts)
