@@ -100,14 +100,15 @@ def _records(
     with_requests: bool,
     loads: dict[uuid.UUID, tuple[float | None, float | None]],
 ) -> Iterator[dict[str, Any]]:
-    mine = Generation.pair_id.in_([p.id for p in pairs]), Generation.started_at >= _since(pairs)
+    since = _since(pairs)
+    mine = Generation.pair_id.in_([p.id for p in pairs]), Generation.started_at >= since
     generations = list(session.scalars(select(Generation).where(*mine)))
     ids = [g.id for g in generations]
     evals: dict[int, dict[str, bool | None]] = defaultdict(dict)
+    # Each carries its generation's start: a partitioned `evaluations` is read from `since`.
+    theirs = Evaluation.generation_id.in_(ids), Evaluation.generation_started_at >= since
     for generation_id, name, passed in session.execute(
-        select(Evaluation.generation_id, Evaluation.evaluator, Evaluation.passed).where(
-            Evaluation.generation_id.in_(ids)
-        )
+        select(Evaluation.generation_id, Evaluation.evaluator, Evaluation.passed).where(*theirs)
     ):
         # Several versions of one evaluator: it passes only if all that were evaluable
         # passed (the fold's bool_and); one never evaluable is kept as null, so a replay of

@@ -142,6 +142,12 @@ def calls_since(alias: str) -> str:
     return f"{alias}.started_at >= :since"
 
 
+def evaluations_since(alias: str) -> str:
+    """Return the bound on the evaluations (`alias`) of a pair's generations: each carries
+    its generation's start, so a partitioned `evaluations` is read from the stage's start."""
+    return f"{alias}.generation_started_at >= :since"
+
+
 def _slice(pairs: str) -> str:
     return _ROWS.replace("{pairs}", pairs)
 

@@ -136,8 +136,9 @@ def test_retention_drops_old_generations_partitions_with_their_evaluations(
     with engine.begin() as conn:
         conn.execute(
             text(
-                "INSERT INTO evaluations (generation_id, evaluator, version, details, created_at) "
-                "SELECT id, 'task', '1', '{}', now() FROM generations"
+                "INSERT INTO evaluations (generation_id, generation_started_at, evaluator, "
+                "version, details, created_at) SELECT id, started_at, 'task', '1', '{}', now() "
+                "FROM generations"
             )
         )
         conn.execute(
@@ -181,8 +182,9 @@ def test_retention_deletes_a_dropped_partitions_evaluations_in_bounded_batches(
     with engine.begin() as conn:
         conn.execute(
             text(
-                "INSERT INTO evaluations (generation_id, evaluator, version, details, created_at) "
-                "SELECT id, 'e' || k, '1', '{}', now() FROM generations, generate_series(1, 3) k"
+                "INSERT INTO evaluations (generation_id, generation_started_at, evaluator, "
+                "version, details, created_at) SELECT id, started_at, 'e' || k, '1', '{}', "
+                "now() FROM generations, generate_series(1, 3) k"
             )
         )
     online_partition.convert(engine, "generations", period=DAY, echo=QUIET)
