@@ -242,9 +242,10 @@ def test_fold_states_stored_before_the_arm_key_keep_their_meaning_on_postgres(em
     check_arm_folds_keep_the_old_rows(empty_pg_url)
 
 
-def check_evaluations_take_their_generations_start(url: str) -> None:
+def check_evaluations_take_their_generations_start(url: str, *, stopped: bool = False) -> None:
     """0032 fills `evaluations.generation_started_at` from each evaluation's generation (the
-    key `specgate db partition evaluations` partitions by); every row survives."""
+    key `specgate db partition evaluations` partitions by); every row survives. `stopped`:
+    a first run stopped in its backfill (which commits as it goes) is taken up again."""
     migrate.upgrade(url, "0030")
     engine = make_engine(url)
     try:
@@ -264,6 +265,10 @@ def check_evaluations_take_their_generations_start(url: str) -> None:
                 ),
                 [{"g": g, "e": name, "t": started} for g, started, name in want],
             )
+        if stopped:
+            with engine.begin() as connection:
+                for statement in STOPPED_0032:
+                    connection.execute(text(statement))
         migrate.upgrade(url)
         with engine.connect() as connection:
             got = connection.execute(
@@ -272,6 +277,16 @@ def check_evaluations_take_their_generations_start(url: str) -> None:
         assert sorted((g, _aware(t), e) for g, t, e in got) == want
     finally:
         engine.dispose()
+
+
+# What a run of 0032 stopped after its first backfill batch leaves behind.
+STOPPED_0032 = (
+    "ALTER TABLE evaluations ADD COLUMN generation_started_at timestamp with time zone",
+    "ALTER TABLE evaluations ADD CONSTRAINT ck_evaluations_generation_started_at_set "
+    "CHECK (generation_started_at IS NOT NULL) NOT VALID",
+    "UPDATE evaluations e SET generation_started_at = g.started_at FROM generations g "
+    "WHERE g.id = e.generation_id AND e.evaluator = 'a'",
+)
 
 
 def _aware(moment: datetime | str) -> datetime:
@@ -283,6 +298,11 @@ def _aware(moment: datetime | str) -> datetime:
 @pytest.mark.postgres
 def test_evaluations_take_their_generations_start_on_postgres(empty_pg_url: str) -> None:
     check_evaluations_take_their_generations_start(empty_pg_url)
+
+
+@pytest.mark.postgres
+def test_a_stopped_evaluations_backfill_is_taken_up_again(empty_pg_url: str) -> None:
+    check_evaluations_take_their_generations_start(empty_pg_url, stopped=True)
 
 
 def test_evaluations_take_their_generations_start_on_sqlite(tmp_path) -> None:

@@ -35,11 +35,11 @@ _CHECK = "ck_evaluations_generation_started_at_set"
 
 def upgrade() -> None:
     """Add `generation_started_at`, fill it from the generations, make it NOT NULL."""
-    op.add_column(
-        "evaluations",
-        sa.Column("generation_started_at", sa.DateTime(timezone=True), nullable=True),
-    )
     if op.get_bind().dialect.name != "postgresql":
+        op.add_column(
+            "evaluations",
+            sa.Column("generation_started_at", sa.DateTime(timezone=True), nullable=True),
+        )
         op.execute(
             "UPDATE evaluations SET generation_started_at = (SELECT started_at FROM "
             "generations AS g WHERE g.id = evaluations.generation_id)"
@@ -48,6 +48,13 @@ def upgrade() -> None:
         with op.batch_alter_table("evaluations") as batch:
             batch.alter_column("generation_started_at", nullable=False)
         return
+    # Re-runnable: the backfill commits as it goes, so a run stopped in it left the column
+    # and the check behind (and no new revision): the next run takes them up again.
+    op.execute(
+        "ALTER TABLE evaluations ADD COLUMN IF NOT EXISTS generation_started_at "
+        "timestamp with time zone"
+    )
+    op.execute(f"ALTER TABLE evaluations DROP CONSTRAINT IF EXISTS {_CHECK}")
     op.execute(
         f"ALTER TABLE evaluations ADD CONSTRAINT {_CHECK} "
         "CHECK (generation_started_at IS NOT NULL) NOT VALID"
