@@ -172,3 +172,19 @@ def test_the_fold_and_the_export_read_only_the_stage_window_of_evaluations(
     for statement, plan in reads:
         assert partitions.partition_name("evaluations", DAYS[-1]) in plan, statement
         assert not [name for name in older if name in plan], statement
+
+
+def test_generations_convert_after_evaluations_keeping_every_evaluation(engine: Engine) -> None:
+    # A partitioned `evaluations` keeps its foreign key into an unpartitioned `generations`
+    # (the conversion copies it), and that key goes when `generations` is converted next.
+    rollout_id = filled(engine)
+    before = rows(engine, "evaluations")
+    online_partition.convert(engine, "evaluations", period=DAY, echo=QUIET)
+    with engine.connect() as conn:
+        keys = "SELECT count(*) FROM pg_constraint WHERE confrelid = 'generations'::regclass"
+        assert conn.execute(text(keys + " AND conrelid = 'evaluations'::regclass")).scalar() == 1
+    want = verdict(engine, rollout_id)
+    online_partition.convert(engine, "generations", period=DAY, echo=QUIET)
+    assert rows(engine, "evaluations") == before
+    assert count(engine, _MISMATCHED) == 0
+    assert_same_verdict(verdict(engine, rollout_id), want)
