@@ -120,9 +120,13 @@ def evaluate_pair(
     if evaluators is None:
         rollout = session.get(Rollout, pair.rollout_id)
         evaluators = build_evaluators(rollout.policy if rollout else None)
-    request = session.get(RequestRecord, pair.request_id) if pair.request_id else None
-    # From the pair's start, as its calls: a partitioned `generations` is read near it.
+    # From the pair's start, as its request and calls: a partitioned `generations` or
+    # `requests` is read near it.
     since = pair_calls_since([pair.created_at])
+    asked = RequestRecord.id == pair.request_id, RequestRecord.created_at >= since
+    request = (
+        session.scalars(select(RequestRecord).where(*asked)).first() if pair.request_id else None
+    )
     calls = Generation.pair_id == pair_id, Generation.started_at >= since
     rows = session.scalars(select(Generation).where(*calls).order_by(Generation.id)).all()
     scored = score_pair(evaluators, request_view(request), [generation_view(r) for r in rows])

@@ -12,23 +12,25 @@ import pytest
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
+from evaluators.service import evaluate_pair
 from gate.db import partitions, storage
 from gate.db.base import utcnow
-from gate.db.enums import Cohort, PairState
+from gate.db.enums import Cohort, GenerationStatus, PairState
 from gate.db.models import Generation, Pair
 from gate.db.rows import EngineFacts
 from gate.feedback import service as feedback
 from gate.pairs import parity
 from gate.pairs.service import complete_ready
 from tests import factories
+from tests.evaluators.factories import RIGHT, make_pair, make_rollout
 from tests.gate.verdicts.test_partitioned_pairs import DAY, partition_by_day
 from tests.plans import explain, statements
 
 pytestmark = pytest.mark.postgres
+OK = GenerationStatus.OK
 TODAY = partitions.floor(utcnow(), DAY)
 DAYS = [TODAY + timedelta(days=d) for d in (-3, -2, -1, 0)]
 # A pair's bound (its start less a slack) may reach the day before; older days never.
-OLDER = [partitions.partition_name("generations", day) for day in DAYS[:2]]
 
 
 @pytest.fixture
@@ -48,12 +50,15 @@ def served_pair(session: Session) -> tuple[Pair, Generation]:
     return pair, baseline
 
 
-def assert_recent_only(session: Session, seen: list[tuple[str, object]]) -> None:
+def assert_recent_only(
+    session: Session, seen: list[tuple[str, object]], table: str = "generations"
+) -> None:
     assert seen
+    older = [partitions.partition_name(table, day) for day in DAYS[:2]]
     for statement, parameters in seen:
         plan = explain(session.connection(), statement, parameters)
-        assert partitions.partition_name("generations", TODAY) in plan, statement
-        assert not [name for name in OLDER if name in plan], statement
+        assert partitions.partition_name(table, TODAY) in plan, statement
+        assert not [name for name in older if name in plan], statement
 
 
 def test_completing_and_stamping_a_pair_read_only_recent_partitions(engine: Engine) -> None:
@@ -107,3 +112,21 @@ def test_vllm_facts_join_their_generation_reading_only_recent_partitions(
         assert_recent_only(session, seen)
         session.refresh(baseline)
         assert (baseline.queue_s, baseline.input_tokens) == (0.25, 7)
+
+
+def test_evaluating_a_pair_reads_only_recent_partitions(engine: Engine) -> None:
+    partition_by_day(engine, "requests", "created_at", DAYS)
+    with Session(engine) as session:
+        pair = make_pair(
+            session,
+            make_rollout(session),
+            [(Cohort.BASELINE, RIGHT, OK), (Cohort.CANDIDATE, RIGHT, OK)],
+        )
+        conn = session.connection()
+        with (
+            statements(conn, "FROM generations") as calls,
+            statements(conn, "FROM requests") as asked,
+        ):
+            assert evaluate_pair(session, pair_id=pair.id)
+        assert_recent_only(session, calls)
+        assert_recent_only(session, asked, "requests")
