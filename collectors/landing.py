@@ -73,11 +73,11 @@ def _stored_facts(conn: Connection, storage: Storage, wanted: set[Key]) -> list[
         return []
     trace_ids = sorted({trace_id for trace_id, _ in wanted})
     facts = []
-    for trace_id, parent, attributes in storage.vllm_spans(conn, trace_ids):
+    for trace_id, parent, attributes, started_at in storage.vllm_spans(conn, trace_ids):
         if (trace_id, parent) not in wanted:
             continue
         try:
-            facts.append(engine_facts(trace_id, parent, attributes))
+            facts.append(engine_facts(trace_id, parent, attributes, started_at))
         except NormaliseError:
             # Counted as skipped when it landed; it must not fail the generation's batch.
             continue

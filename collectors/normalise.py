@@ -175,7 +175,8 @@ def _normalise_one(out: Normalised, row: SpanRow, pair_deadline_s: float) -> dic
         return _without_held(attrs, generation)
     if row.name == a.VLLM_SPAN_NAME and row.parent_span_id is not None:
         # Kept whole: a gateway span landing later reads its facts from the stored span.
-        out.engine_facts.append(engine_facts(row.trace_id, row.parent_span_id, attrs))
+        facts = engine_facts(row.trace_id, row.parent_span_id, attrs, row.start_time)
+        out.engine_facts.append(facts)
     return None
 
 
@@ -324,11 +325,14 @@ def exactness_of(value: Any) -> dict[str, Any] | None:
         return None
 
 
-def engine_facts(trace_id: str, parent_span_id: str, attrs: dict[str, Any]) -> EngineFacts:
+def engine_facts(
+    trace_id: str, parent_span_id: str, attrs: dict[str, Any], started_at: datetime
+) -> EngineFacts:
     """Return the engine-side facts of a vLLM `llm_request` span, keyed by its parent."""
     return {
         "trace_id": trace_id,
         "parent_span_id": parent_span_id,
+        "started_at": started_at,
         "queue_s": _float(attrs.get(a.VLLM_QUEUE)),
         "input_tokens": _int(attrs.get(a.VLLM_PROMPT_TOKENS)),
         "output_tokens": _int(attrs.get(a.VLLM_COMPLETION_TOKENS)),

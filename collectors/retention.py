@@ -1,9 +1,10 @@
 """Retention: purge captured content after a short age, raw spans and engine samples later.
 
 Partitioned tables (`gate.db.partitions`) lose whole partitions; unpartitioned tables and
-default partitions are deleted from in batches. Pairs, generations and requests go only
-when partitioned, whole partitions past their age and older than every row of a rollout
-not ended.
+default partitions are deleted from in batches. Pairs, generations, requests and
+evaluations go only when partitioned, whole partitions past their age and older than every
+row of a rollout not ended (an unpartitioned `evaluations` loses the rows of a dropped
+generations partition, in batches).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 from sqlalchemy import (
@@ -55,6 +57,8 @@ class PurgeResult:
     requests_scrubbed: int
     samples_deleted: int = 0
     partitions_dropped: tuple[str, ...] = ()
+    # Rows of `pairs_default`, `requests_default` and `evaluations_default` past their age.
+    defaults_deleted: int = 0
 
     @property
     def touched(self) -> int:
@@ -65,6 +69,7 @@ class PurgeResult:
             + self.generations_scrubbed
             + self.requests_scrubbed
             + self.samples_deleted
+            + self.defaults_deleted
         )
 
 
@@ -90,9 +95,7 @@ def purge(
     span_parts, spans = _drop_partitions(engine, chosen, _SPANS, spans_cut)
     sample_parts, samples = _drop_partitions(engine, chosen, _SAMPLES, samples_cut)
     pairs_cut = now - timedelta(days=settings.retention_pairs_days)
-    pair_parts = _drop_aged(engine, chosen, "pairs", pairs_cut)
-    generation_parts = _drop_aged(engine, chosen, "generations", pairs_cut)
-    request_parts = _drop_aged(engine, chosen, "requests", pairs_cut)
+    aged = {t: _drop_aged(engine, chosen, t, pairs_cut) for t in _AGED}
     span_key = (spans.c.trace_id, spans.c.span_id)
     result = PurgeResult(
         spans_deleted=_repeat(
@@ -105,15 +108,19 @@ def purge(
             engine,
             lambda: _delete_before(samples.c.scraped_at, (samples.c.id,), samples_cut, size),
         ),
-        partitions_dropped=tuple(
-            span_parts + sample_parts + pair_parts + generation_parts + request_parts
+        partitions_dropped=(*span_parts, *sample_parts, *(n for t in _AGED for n in aged[t][0])),
+        defaults_deleted=sum(
+            _repeat(engine, partial(_delete_default, table, column, cut, size))
+            for table, column in _AGED_DEFAULTS.items()
+            if (cut := aged[table][1]) is not None
         ),
     )
     log.info(
         "collector.retention_purged spans_deleted=%d spans_scrubbed=%d generations_scrubbed=%d "
-        "requests_scrubbed=%d samples_deleted=%d partitions_dropped=%d",
+        "requests_scrubbed=%d samples_deleted=%d partitions_dropped=%d defaults_deleted=%d",
         result.spans_deleted, result.spans_scrubbed, result.generations_scrubbed,
         result.requests_scrubbed, result.samples_deleted, len(result.partitions_dropped),
+        result.defaults_deleted,
     )  # fmt: skip
     return result
 
@@ -149,16 +156,43 @@ def _drop_partitions(
     return dropped, table.to_metadata(MetaData(), name=f"{table.name}_default")
 
 
-def _drop_aged(engine: Engine, chosen: Storage, table: str, cut: datetime) -> list[str]:
-    """Drop the partitions of a partitioned `pairs`, `generations` or `requests` wholly past
-    `cut` that hold no row of a rollout still live (`_oldest_live`); unpartitioned, they
-    keep every row. Generations and requests age out with their pairs."""
+def _drop_aged(
+    engine: Engine, chosen: Storage, table: str, cut: datetime
+) -> tuple[list[str], datetime | None]:
+    """Drop the partitions of a partitioned `pairs`, `generations`, `requests` or
+    `evaluations` wholly past `cut` that hold no row of a rollout still live
+    (`_oldest_live`); unpartitioned, they keep every row. Generations and requests age out
+    with their pairs, evaluations with their generations. Return the partitions dropped and
+    the cut taken (None: not partitioned)."""
     if not chosen.partitions:
-        return []
+        return [], None
     with engine.connect() as conn:
         if partitions.period_s(conn, table) is None:
-            return []
-    return partitions.drop_before(engine, table, min(cut, _oldest_live(engine, table, cut)))
+            return [], None
+    taken = min(cut, _oldest_live(engine, table, cut))
+    return partitions.drop_before(engine, table, taken), taken
+
+
+# Ordered so a dropped generations partition finds its evaluations' dropped already.
+_AGED = ("pairs", "evaluations", "generations", "requests")
+# The default partitions (rows outside every partition: written with a time older than the
+# oldest partition, or past those made ahead) whose rows past the cut are deleted in batches,
+# as spans' are: nothing is deleted with them. Not `generations_default`: evaluations and
+# feedback name its rows (`Layout.referrers`); the periodic job's alert reports them.
+_AGED_DEFAULTS = {
+    "pairs": "created_at",
+    "requests": "created_at",
+    "evaluations": "generation_started_at",
+}
+
+
+def _delete_default(table: str, column: str, cut: datetime, size: int) -> tuple[Any, int]:
+    """Delete one batch of `table`'s default partition's rows older than `cut`."""
+    held = f"{table}_default"
+    query = text(
+        f"DELETE FROM {held} WHERE id IN (SELECT id FROM {held} WHERE {column} < :cut LIMIT :n)"
+    ).bindparams(cut=cut, n=size)
+    return query, size
 
 
 # Live: not ended, or ended after the cut: a kill is not final (RESUME takes a killed
@@ -168,14 +202,17 @@ _LIVE = "SELECT id FROM rollouts WHERE ended_at IS NULL OR ended_at > :cut"
 # The oldest row of a live rollout: an index probe per partition (and cohort), on
 # (rollout_id, stage, created_at) and (rollout_id, cohort, started_at).
 _OLDEST_PAIR = f"SELECT min(created_at) FROM pairs WHERE rollout_id IN ({_LIVE})"
+_OLDEST_GENERATION = f"""SELECT min(g.started_at) FROM ({_LIVE}) AS r
+  CROSS JOIN unnest(CAST(:cohorts AS text[])) AS c(cohort)
+  CROSS JOIN LATERAL (SELECT started_at FROM generations WHERE rollout_id = r.id
+    AND cohort = c.cohort ORDER BY started_at LIMIT 1) AS g"""
 _OLDEST = {
     "pairs": _OLDEST_PAIR,
     # A request is written from its pair's span, with the same `created_at`.
     "requests": _OLDEST_PAIR,
-    "generations": f"""SELECT min(g.started_at) FROM ({_LIVE}) AS r
-  CROSS JOIN unnest(CAST(:cohorts AS text[])) AS c(cohort)
-  CROSS JOIN LATERAL (SELECT started_at FROM generations WHERE rollout_id = r.id
-    AND cohort = c.cohort ORDER BY started_at LIMIT 1) AS g""",
+    "generations": _OLDEST_GENERATION,
+    # An evaluation carries its generation's `started_at`.
+    "evaluations": _OLDEST_GENERATION,
 }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
@@ -26,6 +27,7 @@ from gate.db.enums import Cohort, PairState
 from gate.db.models import Evaluation, Generation, Pair, RequestRecord, Rollout
 from gate.errors import Conflict, NotFound
 from gate.pairs.watermark import stamp_evaluated
+from gate.verdicts.slices import pair_calls_since
 
 
 class PairNotComplete(Conflict):
@@ -118,21 +120,29 @@ def evaluate_pair(
     if evaluators is None:
         rollout = session.get(Rollout, pair.rollout_id)
         evaluators = build_evaluators(rollout.policy if rollout else None)
-    request = session.get(RequestRecord, pair.request_id) if pair.request_id else None
-    rows = session.scalars(
-        select(Generation).where(Generation.pair_id == pair_id).order_by(Generation.id)
-    ).all()
+    # From the pair's start, as its request and calls: a partitioned `generations` or
+    # `requests` is read near it.
+    since = pair_calls_since([pair.created_at])
+    asked = RequestRecord.id == pair.request_id, RequestRecord.created_at >= since
+    request = (
+        session.scalars(select(RequestRecord).where(*asked)).first() if pair.request_id else None
+    )
+    calls = Generation.pair_id == pair_id, Generation.started_at >= since
+    rows = session.scalars(select(Generation).where(*calls).order_by(Generation.id)).all()
     scored = score_pair(evaluators, request_view(request), [generation_view(r) for r in rows])
-    stored = [_store(session, item) for item in scored]
+    started = {row.id: row.started_at for row in rows}
+    stored = [_store(session, item, started) for item in scored]
     # Last, so the stamp's lock is held only until commit; a re-run keeps the first stamp,
     # so the gate never folds the pair twice.
     stamp_evaluated(session, pair_ids=[pair_id])
     return stored
 
 
-def _store(session: Session, item: Scored) -> Scored:
+def _store(session: Session, item: Scored, started: dict[int, datetime]) -> Scored:
+    assert item.generation_id is not None  # scored from a stored generation
     values: dict[str, Any] = {
         "generation_id": item.generation_id,
+        "generation_started_at": started[item.generation_id],
         "evaluator": item.evaluator,
         "version": item.version,
         "score": item.result.score,
@@ -144,7 +154,9 @@ def _store(session: Session, item: Scored) -> Scored:
         storage.of(session)
         .insert(Evaluation)
         .values(**values)
-        .on_conflict_do_nothing(index_elements=["generation_id", "evaluator", "version"])
+        # No target: right both unpartitioned, keyed (generation_id, evaluator, version), and
+        # partitioned, whose unique key holds `generation_started_at` too.
+        .on_conflict_do_nothing()
         .returning(Evaluation.id)
     )
     # A row comes back only when this call inserted it (rowcount is -1 on the ORM path).

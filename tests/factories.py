@@ -167,6 +167,7 @@ def seed_pairs(
             evaluations.append(
                 {
                     "generation_id": next_id,
+                    "generation_started_at": created,
                     "evaluator": "task",
                     "version": "1",
                     "score": None,
@@ -233,7 +234,8 @@ def insert_records(session: Session, rollout_id: int, records: list[dict[str, An
                                 "trace_id": uuid.uuid4().hex,
                                 "span_id": uuid.uuid4().hex[:16]})  # fmt: skip
             for name, passed in side["evals"].items():
-                evaluations.append({"generation_id": next_id, "evaluator": name, "version": "1",
+                evaluations.append({"generation_id": next_id, "generation_started_at": created,
+                                    "evaluator": name, "version": "1",
                                     "score": None, "passed": passed, "details": {},
                                     "created_at": created})  # fmt: skip
             next_id += 1

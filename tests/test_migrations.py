@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
+from sqlalchemy.orm import Session
 
 from gate.db import migrate
 from gate.db.engine import make_engine
+from gate.db.enums import Cohort
 from gate.db.models import Base
+from tests import factories
 
 TABLES = set(Base.metadata.tables)
 
@@ -236,3 +240,70 @@ def test_fold_states_stored_before_the_arm_key_keep_their_meaning(tmp_path):
 @pytest.mark.postgres
 def test_fold_states_stored_before_the_arm_key_keep_their_meaning_on_postgres(empty_pg_url):
     check_arm_folds_keep_the_old_rows(empty_pg_url)
+
+
+def check_evaluations_take_their_generations_start(url: str, *, stopped: bool = False) -> None:
+    """0032 fills `evaluations.generation_started_at` from each evaluation's generation (the
+    key `specgate db partition evaluations` partitions by); every row survives. `stopped`:
+    a first run stopped in its backfill (which commits as it goes) is taken up again."""
+    migrate.upgrade(url, "0030")
+    engine = make_engine(url)
+    try:
+        with Session(engine) as session:
+            pair = factories.pair(session, factories.rollout(session).id)
+            calls = [
+                factories.generation(session, pair, c) for c in (Cohort.BASELINE, Cohort.CANDIDATE)
+            ]
+            calls[1].started_at = calls[0].started_at + timedelta(seconds=3)
+            session.commit()
+            want = sorted((g.id, g.started_at, name) for g in calls for name in ("a", "b"))
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO evaluations (generation_id, evaluator, version, details, "
+                    "created_at) VALUES (:g, :e, '1', '{}', :t)"
+                ),
+                [{"g": g, "e": name, "t": started} for g, started, name in want],
+            )
+        if stopped:
+            with engine.begin() as connection:
+                for statement in STOPPED_0032:
+                    connection.execute(text(statement))
+        migrate.upgrade(url)
+        with engine.connect() as connection:
+            got = connection.execute(
+                text("SELECT generation_id, generation_started_at, evaluator FROM evaluations")
+            ).all()
+        assert sorted((g, _aware(t), e) for g, t, e in got) == want
+    finally:
+        engine.dispose()
+
+
+# What a run of 0032 stopped after its first backfill batch leaves behind.
+STOPPED_0032 = (
+    "ALTER TABLE evaluations ADD COLUMN generation_started_at timestamp with time zone",
+    "ALTER TABLE evaluations ADD CONSTRAINT ck_evaluations_generation_started_at_set "
+    "CHECK (generation_started_at IS NOT NULL) NOT VALID",
+    "UPDATE evaluations e SET generation_started_at = g.started_at FROM generations g "
+    "WHERE g.id = e.generation_id AND e.evaluator = 'a'",
+)
+
+
+def _aware(moment: datetime | str) -> datetime:
+    """A stored time as an aware UTC datetime (SQLite gives back naive UTC text)."""
+    found = datetime.fromisoformat(moment) if isinstance(moment, str) else moment
+    return found if found.tzinfo else found.replace(tzinfo=UTC)
+
+
+@pytest.mark.postgres
+def test_evaluations_take_their_generations_start_on_postgres(empty_pg_url: str) -> None:
+    check_evaluations_take_their_generations_start(empty_pg_url)
+
+
+@pytest.mark.postgres
+def test_a_stopped_evaluations_backfill_is_taken_up_again(empty_pg_url: str) -> None:
+    check_evaluations_take_their_generations_start(empty_pg_url, stopped=True)
+
+
+def test_evaluations_take_their_generations_start_on_sqlite(tmp_path) -> None:
+    check_evaluations_take_their_generations_start(f"sqlite:///{tmp_path}/evaluations.db")

@@ -50,7 +50,7 @@ def partition(
         typer.Argument(
             help="Tables to partition: spans, engine_samples (the default), pairs (once "
             "every gateway runs this version), generations and requests (once every "
-            "collector does; deploy/PRODUCTION.md)."
+            "collector does), evaluations (once every worker does; deploy/PRODUCTION.md)."
         ),
     ] = None,
     period: Annotated[str, typer.Option(help="One partition per hour, day or week.")] = "day",

@@ -54,7 +54,11 @@ class Layout:
 # span_id, started_at) keeps ingest idempotent; `evaluations.generation_id` and
 # `feedback.generation_id` lose their foreign keys (retention deletes those rows instead).
 # requests: by `created_at`, the pair span's start, as its pair's; `pairs.request_id`
-# loses its foreign key (the two age out together). See docs/architecture.md.
+# loses its foreign key (the two age out together). evaluations: by
+# `generation_started_at`, a copy of its generation's `started_at` that every writer sets,
+# so an evaluation lies in its generation's period and the two drop on the same cut (a
+# partitioned referrer is never deleted from row by row, below); nothing refers to it.
+# See docs/architecture.md.
 LAYOUTS = {
     "spans": Layout("spans", "start_time", ("trace_id", "span_id", "start_time")),
     "engine_samples": Layout("engine_samples", "scraped_at", ("id", "scraped_at")),
@@ -79,10 +83,14 @@ LAYOUTS = {
         mutable=True,
         ages_with=(("pairs", "request_id"),),
     ),
+    # Mutable: retention deletes the evaluations of a dropped generation while it is copied.
+    "evaluations": Layout(
+        "evaluations", "generation_started_at", ("id", "generation_started_at"), mutable=True
+    ),
 }
-# What `specgate db partition` converts when no table is named: `pairs`, `generations` and
-# `requests` only when asked, once every gateway and collector runs a version that writes them
-# partitioned (deploy/PRODUCTION.md).
+# What `specgate db partition` converts when no table is named: `pairs`, `generations`,
+# `requests` and `evaluations` only when asked, once every gateway, collector and worker runs
+# a version that writes them partitioned (deploy/PRODUCTION.md).
 DEFAULT_TABLES = ("spans", "engine_samples")
 PERIODS = {"hour": 3600, "day": 86_400, "week": 604_800}
 # Partitions kept ready past the current one.
@@ -238,7 +246,9 @@ def _drop_detached(engine: Engine, table: str) -> list[str]:
             {"prefix": f"{table}_p", "mark": DETACHED},
         ).scalars()
         found = list(names)
-    referrers = _layout(table).referrers
+        # A referrer partitioned too (evaluations, by its generation's start) drops its own
+        # partitions on the same cut: a delete by id would read every one of them.
+        referrers = tuple(r for r in _layout(table).referrers if period_s(conn, r[0]) is None)
     for name in found:
         # What a foreign key's cascade deleted: first in batches of their own transactions,
         # REFERRED_BATCH of the dropped rows at a time (a day of generations names hundreds

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal, TypedDict
 
 from sqlalchemy import Table
@@ -160,11 +160,17 @@ class EngineFacts(TypedDict):
 
     trace_id: str
     parent_span_id: str
+    # The vLLM span's start: its generation started within `ENGINE_SKEW` of it.
+    started_at: datetime
     queue_s: float | None
     input_tokens: int | None
     output_tokens: int | None
 
 
+# How far a generation's start may lie from its vLLM span's: the engine receives the call
+# after the gateway starts it (queued behind others, retried), on another host's clock. The
+# join of the facts reads a partitioned `generations` within it of the facts' spans only.
+ENGINE_SKEW = timedelta(hours=1)
 # (id, pair id, trace id, span id) of a generation a batch inserted.
 NewGeneration = tuple[int, uuid.UUID | None, str, str]
 
@@ -172,11 +178,12 @@ REQUEST_COLUMNS: tuple[str, ...] = tuple(RequestRow.__annotations__)
 PAIR_COLUMNS: tuple[str, ...] = tuple(PairRow.__annotations__)
 GENERATION_COLUMNS: tuple[str, ...] = tuple(GenerationRow.__annotations__)
 REHEARSAL_COLUMNS: tuple[str, ...] = tuple(RehearsalRow.__annotations__)
-FACT_COLUMNS: tuple[str, ...] = tuple(EngineFacts.__annotations__)
 # Generation fields vLLM's span can fill when the gateway's span did not carry them (a
 # literal type, so mypy checks each against both row types).
 EngineField = Literal["queue_s", "input_tokens", "output_tokens"]
 ENGINE_FIELDS: tuple[EngineField, ...] = ("queue_s", "input_tokens", "output_tokens")
+# The facts' columns the join matches and writes (the span's start only bounds it).
+FACT_COLUMNS: tuple[str, ...] = ("trace_id", "parent_span_id", *ENGINE_FIELDS)
 # Every `spans` column, in the table's order; a span row carries all but `received_at`.
 SPAN_COLUMNS: tuple[str, ...] = tuple(column.name for column in SPANS.columns)
 # Facts the pair span owns; a stub written from a route span gets them when it lands.

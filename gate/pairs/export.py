@@ -15,7 +15,7 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 from gate.db.enums import Cohort, PairState
 from gate.db.models import Evaluation, Feedback, Generation, Pair, RequestRecord
 from gate.pairs import load
-from gate.verdicts.slices import SINCE_SLACK, episodes_before, rollout_since
+from gate.verdicts.slices import episodes_before, pair_calls_since, rollout_since
 
 CHUNK = 5000
 # The record side each cohort's generation fills (a control pair's second call: candidate).
@@ -100,14 +100,15 @@ def _records(
     with_requests: bool,
     loads: dict[uuid.UUID, tuple[float | None, float | None]],
 ) -> Iterator[dict[str, Any]]:
-    mine = Generation.pair_id.in_([p.id for p in pairs]), Generation.started_at >= _since(pairs)
+    since = _since(pairs)
+    mine = Generation.pair_id.in_([p.id for p in pairs]), Generation.started_at >= since
     generations = list(session.scalars(select(Generation).where(*mine)))
     ids = [g.id for g in generations]
     evals: dict[int, dict[str, bool | None]] = defaultdict(dict)
+    # Each carries its generation's start: a partitioned `evaluations` is read from `since`.
+    theirs = Evaluation.generation_id.in_(ids), Evaluation.generation_started_at >= since
     for generation_id, name, passed in session.execute(
-        select(Evaluation.generation_id, Evaluation.evaluator, Evaluation.passed).where(
-            Evaluation.generation_id.in_(ids)
-        )
+        select(Evaluation.generation_id, Evaluation.evaluator, Evaluation.passed).where(*theirs)
     ):
         # Several versions of one evaluator: it passes only if all that were evaluable
         # passed (the fold's bool_and); one never evaluable is kept as null, so a replay of
@@ -171,8 +172,8 @@ def _continuing(session: Session, pairs: Sequence[Pair]) -> set[uuid.UUID]:
 def _since(pairs: Sequence[Pair]) -> datetime:
     """Return a time no call or request of the pairs is older than, so a partitioned
     `generations` or `requests` reads the page's partitions only: a request has its pair's
-    `created_at` and a call starts after it (`SINCE_SLACK`, as the fold's bound)."""
-    return min(p.created_at for p in pairs) - SINCE_SLACK
+    `created_at` and a call starts after it (as the fold's bound)."""
+    return pair_calls_since(p.created_at for p in pairs)
 
 
 def _requests(session: Session, pairs: Sequence[Pair]) -> dict[uuid.UUID | None, Any]:

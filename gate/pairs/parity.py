@@ -21,6 +21,7 @@ from gate.db.models import Generation, Pair
 from gate.pairs.export import SIDES, parity_fields
 from gate.parity import STATISTICS
 from gate.stats.record_columns import parity_values, partial_logprobs
+from gate.verdicts.slices import pair_calls_since
 
 Side = dict[str, Any]
 
@@ -51,8 +52,13 @@ def record(session: Session, *, pair_ids: Sequence[uuid.UUID]) -> None:
     """Store the pairs' parity differences (`Pair.parity`) from their generations."""
     if not pair_ids:
         return
+    created = session.scalars(select(Pair.created_at).where(Pair.id.in_(pair_ids))).all()
+    if not created:
+        return
+    # Bounded by the pairs' start: a partitioned `generations` is read from their partitions.
+    calls = Generation.pair_id.in_(pair_ids), Generation.started_at >= pair_calls_since(created)
     sides: dict[uuid.UUID, dict[str, Side]] = defaultdict(dict)
-    for g in session.scalars(select(Generation).where(Generation.pair_id.in_(pair_ids))):
+    for g in session.scalars(select(Generation).where(*calls)):
         assert g.pair_id is not None
         sides[g.pair_id][SIDES[g.cohort]] = parity_fields(g)
     rows = []

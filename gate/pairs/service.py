@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 
 from sqlalchemy import or_, select, update
@@ -22,6 +22,7 @@ from gate.db.enums import Cohort, PairState, RolloutMode
 from gate.db.hooks import after_commit
 from gate.db.models import Generation, Pair, Rollout
 from gate.pairs.watermark import stamp_evaluated
+from gate.verdicts.slices import pair_calls_since
 
 log = logging.getLogger(__name__)
 
@@ -43,17 +44,15 @@ def complete_ready(
     """Mark the open pairs among `pair_ids` complete when their sides are all in."""
     if not pair_ids:
         return []
-    rows = session.execute(
-        select(Pair.id, Pair.is_control, Rollout.mode, Generation.cohort)
+    open_pairs = session.execute(
+        select(Pair.id, Pair.is_control, Rollout.mode, Pair.created_at)
         .join(Rollout, Rollout.id == Pair.rollout_id)
-        .join(Generation, Generation.pair_id == Pair.id)
         .where(Pair.id.in_(pair_ids), Pair.state == PairState.OPEN)
     ).all()
-    landed: dict[uuid.UUID, set[Cohort]] = {}
-    needs: dict[uuid.UUID, frozenset[Cohort] | None] = {}
-    for pair_id, is_control, mode, cohort in rows:
-        landed.setdefault(pair_id, set()).add(cohort)
-        needs[pair_id] = expected_cohorts(is_control=is_control, mode=mode)
+    if not open_pairs:
+        return []
+    needs = {p: expected_cohorts(is_control=c, mode=m) for p, c, m, _ in open_pairs}
+    landed = _landed(session, needs, since=pair_calls_since(row[3] for row in open_pairs))
     ready = [p for p, cohorts in landed.items() if _complete(needs[p], cohorts)]
     # Only the pairs this UPDATE moved: a concurrent caller completing the same pair
     # must not enqueue it twice.
@@ -61,6 +60,22 @@ def complete_ready(
     if enqueue is not None and moved:
         after_commit(session, lambda: enqueue(moved))
     return moved
+
+
+def _landed(
+    session: Session, pair_ids: Iterable[uuid.UUID], *, since: datetime
+) -> dict[uuid.UUID, set[Cohort]]:
+    # Bounded by the pairs' start, as their calls are: a partitioned `generations` is read
+    # from the pairs' partitions on, not over its whole history.
+    landed: dict[uuid.UUID, set[Cohort]] = {}
+    for pair_id, cohort in session.execute(
+        select(Generation.pair_id, Generation.cohort).where(
+            Generation.pair_id.in_(list(pair_ids)), Generation.started_at >= since
+        )
+    ):
+        assert pair_id is not None  # matched on it
+        landed.setdefault(pair_id, set()).add(cohort)
+    return landed
 
 
 def _complete(needed: frozenset[Cohort] | None, landed: set[Cohort]) -> bool:

@@ -90,6 +90,11 @@ def generation_filter(window: Window) -> list[ColumnElement[bool]]:
     return clauses
 
 
+def _evaluation_window(window: Window) -> list[ColumnElement[bool]]:
+    started = Evaluation.generation_started_at
+    return [started >= window.since, started < window.until]
+
+
 def quantiles(
     session: Session,
     *,
@@ -155,7 +160,9 @@ def pass_counts(session: Session, window: Window) -> list[PassRow]:
             Evaluation.evaluator, Generation.cohort, func.count(Evaluation.passed), passed, unjudged
         )
         .join(Generation, Generation.id == Evaluation.generation_id)
-        .where(*generation_filter(window))
+        # The window on the evaluations' copy of their generation's start too, so a
+        # partitioned `evaluations` is read only in it.
+        .where(*generation_filter(window), *_evaluation_window(window))
         .group_by(Evaluation.evaluator, Generation.cohort)
         .order_by(Evaluation.evaluator, Generation.cohort)
     )

@@ -36,7 +36,7 @@ from gate.stats.incremental import (
 from gate.stats.policy import Policy
 from gate.stats.registry import Family, Guardrail, Source, collapse_segments
 from gate.stats.sequences import CountStats, FloatArray, MeanStats, PairedCounts, TwoCounts
-from gate.verdicts.slices import SLICE, Slice, calls_since, difference
+from gate.verdicts.slices import SLICE, Slice, calls_since, difference, evaluations_since
 
 
 def _threshold_case(name: str, tail: Tail | None) -> tuple[str, dict[str, Any]]:
@@ -261,7 +261,7 @@ EVALUATIONS = f""", e AS (
          bool_and(ev.passed) FILTER (WHERE g.id = y.b_id) AS b_pass,
          bool_and(ev.passed) FILTER (WHERE g.id = y.c_id) AS c_pass
   FROM y JOIN generations g ON g.pair_id = y.id AND {calls_since("g")}
-  JOIN evaluations ev ON ev.generation_id = g.id
+  JOIN evaluations ev ON ev.generation_id = g.id AND {evaluations_since("ev")}
   GROUP BY y.id, ev.evaluator
 )"""
 _EVALS = (

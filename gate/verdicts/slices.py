@@ -21,6 +21,7 @@ Not here: canary mode (unpaired cohorts). User feedback is read at each look, no
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -153,6 +154,12 @@ def calls_since(alias: str) -> str:
     return f"{alias}.started_at >= :since"
 
 
+def evaluations_since(alias: str) -> str:
+    """Return the bound on the evaluations (`alias`) of a pair's generations: each carries
+    its generation's start, so a partitioned `evaluations` is read from the stage's start."""
+    return f"{alias}.generation_started_at >= :since"
+
+
 def _slice(pairs: str) -> str:
     return _ROWS.replace("{pairs}", pairs)
 
@@ -207,6 +214,12 @@ _SINCE = "SELECT min(created_at) FROM pairs WHERE rollout_id = :rollout AND stag
 # A pair's span landing after its stub moves `created_at` back to the pair's start, seconds
 # before its calls' spans (`collectors.normalise`): the bound leaves room for that.
 SINCE_SLACK = timedelta(hours=1)
+
+
+def pair_calls_since(created: Iterable[datetime]) -> datetime:
+    """Return a time no call or request of pairs created at `created` started before (the
+    first less `SINCE_SLACK`), so a partitioned `generations` or `requests` is read from it."""
+    return min(created) - SINCE_SLACK
 
 
 def stage_since(session: Session, *, rollout_id: int, stage: int) -> datetime:

@@ -32,6 +32,9 @@ class Evaluation(Base):
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True)
     generation_id: Mapped[int] = mapped_column(ForeignKey("generations.id", ondelete="CASCADE"))
+    # Its generation's `started_at`: the time `specgate db partition evaluations` partitions
+    # by, so an evaluation lies in the period of its generation (`gate.db.partitions`).
+    generation_started_at: Mapped[datetime] = mapped_column(UTCDateTime)
     evaluator: Mapped[str] = mapped_column(String(64))
     version: Mapped[str] = mapped_column(String(32))
     score: Mapped[float | None] = mapped_column(Float)

@@ -66,8 +66,9 @@ class Storage(Protocol):
 
     def vllm_spans(
         self, conn: Connection, trace_ids: Sequence[str]
-    ) -> list[tuple[str, str, dict[str, Any]]]:
-        """Return (trace id, parent span id, attributes) of stored vLLM spans of the traces."""
+    ) -> list[tuple[str, str, dict[str, Any], datetime]]:
+        """Return (trace id, parent span id, attributes, start) of stored vLLM spans of the
+        traces."""
 
     def insert_generations(
         self, conn: Connection, rows: Sequence[GenerationRow]

@@ -26,6 +26,7 @@ from sqlalchemy.engine import make_url
 from gate.db import partitions
 from gate.db.rows import (
     ENGINE_FIELDS,
+    ENGINE_SKEW,
     FACT_COLUMNS,
     GENERATIONS,
     PAIR_COLUMNS,
@@ -96,18 +97,18 @@ class PostgresStorage:
 
     def vllm_spans(
         self, conn: Connection, trace_ids: Sequence[str]
-    ) -> list[tuple[str, str, dict[str, Any]]]:
+    ) -> list[tuple[str, str, dict[str, Any], datetime]]:
         # One primary-key probe per trace: the LATERAL with OFFSET 0 keeps the planner from
         # turning this into a scan of the whole spans table.
         query = (
-            "SELECT s.trace_id, s.parent_span_id, s.attributes "
+            "SELECT s.trace_id, s.parent_span_id, s.attributes, s.start_time "
             "FROM unnest(%b::text[]) AS v(trace_id) "
-            "CROSS JOIN LATERAL (SELECT trace_id, parent_span_id, attributes FROM spans "
-            "WHERE trace_id = v.trace_id AND name = %s OFFSET 0) AS s"
+            "CROSS JOIN LATERAL (SELECT trace_id, parent_span_id, attributes, start_time "
+            "FROM spans WHERE trace_id = v.trace_id AND name = %s OFFSET 0) AS s"
         )
         with pg_copy.cursor(conn) as cursor:
             cursor.execute(query, [list(trace_ids), a.VLLM_SPAN_NAME])
-            return [(t, p, attrs) for t, p, attrs in cursor.fetchall()]
+            return [(t, p, attrs, start) for t, p, attrs, start in cursor.fetchall()]
 
     def insert_generations(
         self, conn: Connection, rows: Sequence[GenerationRow]
@@ -125,11 +126,16 @@ class PostgresStorage:
         gains = " OR ".join(
             f"(g.{name} IS NULL AND v.{name} IS NOT NULL)" for name in ENGINE_FIELDS
         )
+        # Bounds known before planning, so a partitioned `generations` is read only near
+        # the facts' spans (a per-row bound would not prune).
+        starts = [fact["started_at"] for fact in facts]
+        near = [min(starts) - ENGINE_SKEW, max(starts) + ENGINE_SKEW]
         with pg_copy.cursor(conn) as cursor:
             cursor.execute(
                 f"UPDATE generations AS g SET {fields} FROM unnest({arrays}) AS v({names}) "
-                f"WHERE g.trace_id = v.trace_id AND g.span_id = v.parent_span_id AND ({gains})",
-                [_column(facts, name, kind) for name, kind in _FACT_TYPES.items()],
+                f"WHERE g.trace_id = v.trace_id AND g.span_id = v.parent_span_id AND ({gains}) "
+                "AND g.started_at BETWEEN %s AND %s",
+                [*(_column(facts, name, kind) for name, kind in _FACT_TYPES.items()), *near],
             )
 
     def json_has_any_key(self, column: Any, keys: Sequence[str]) -> ColumnElement[bool]:

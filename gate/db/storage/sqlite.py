@@ -29,6 +29,7 @@ from sqlalchemy.engine import make_url
 
 from gate.db.rows import (
     ENGINE_FIELDS,
+    FACT_COLUMNS,
     GENERATION_COLUMNS,
     GENERATIONS,
     PAIR_SPAN_FIELDS,
@@ -103,14 +104,16 @@ class SqliteStorage:
 
     def vllm_spans(
         self, conn: Connection, trace_ids: Sequence[str]
-    ) -> list[tuple[str, str, dict[str, Any]]]:
-        found: list[tuple[str, str, dict[str, Any]]] = []
+    ) -> list[tuple[str, str, dict[str, Any], datetime]]:
+        found: list[tuple[str, str, dict[str, Any], datetime]] = []
         for start in range(0, len(trace_ids), _CHUNK):
-            query = select(SPANS.c.trace_id, SPANS.c.parent_span_id, SPANS.c.attributes).where(
+            query = select(
+                SPANS.c.trace_id, SPANS.c.parent_span_id, SPANS.c.attributes, SPANS.c.start_time
+            ).where(
                 SPANS.c.trace_id.in_(trace_ids[start : start + _CHUNK]),
                 SPANS.c.name == a.VLLM_SPAN_NAME,
             )
-            found.extend((t, p, attrs) for t, p, attrs in conn.execute(query))
+            found.extend((t, p, attrs, start) for t, p, attrs, start in conn.execute(query))
         return found
 
     def insert_generations(
@@ -146,7 +149,8 @@ class SqliteStorage:
             .where(or_(*gains))  # only rows the facts complete: a second join writes nothing
             .values(values)
         )
-        conn.execute(statement, [{f"b_{k}": v for k, v in fact.items()} for fact in facts])
+        binds = [{f"b_{k}": v for k, v in fact.items() if k in FACT_COLUMNS} for fact in facts]
+        conn.execute(statement, binds)
 
     def json_has_any_key(self, column: Any, keys: Sequence[str]) -> ColumnElement[bool]:
         return or_(*[func.json_type(column, path).is_not(None) for path in _paths(keys)])

@@ -108,8 +108,8 @@ def test_a_resent_call_span_lands_once_and_vllm_facts_join_exactly(engine: Engin
     assert land(engine, [first, other]) == 2
     assert land(engine, [first, other]) == 0  # re-sent: nothing new
     facts: list[EngineFacts] = [
-        {"trace_id": first["trace_id"], "parent_span_id": first["span_id"], "queue_s": 0.5,
-         "input_tokens": 7, "output_tokens": 9}
+        {"trace_id": first["trace_id"], "parent_span_id": first["span_id"], "started_at": now,
+         "queue_s": 0.5, "input_tokens": 7, "output_tokens": 9}
     ]  # fmt: skip
     with engine.begin() as conn:
         storage.of(engine).fill_engine_facts(conn, facts)
@@ -136,8 +136,9 @@ def test_retention_drops_old_generations_partitions_with_their_evaluations(
     with engine.begin() as conn:
         conn.execute(
             text(
-                "INSERT INTO evaluations (generation_id, evaluator, version, details, created_at) "
-                "SELECT id, 'task', '1', '{}', now() FROM generations"
+                "INSERT INTO evaluations (generation_id, generation_started_at, evaluator, "
+                "version, details, created_at) SELECT id, started_at, 'task', '1', '{}', now() "
+                "FROM generations"
             )
         )
         conn.execute(
@@ -181,8 +182,9 @@ def test_retention_deletes_a_dropped_partitions_evaluations_in_bounded_batches(
     with engine.begin() as conn:
         conn.execute(
             text(
-                "INSERT INTO evaluations (generation_id, evaluator, version, details, created_at) "
-                "SELECT id, 'e' || k, '1', '{}', now() FROM generations, generate_series(1, 3) k"
+                "INSERT INTO evaluations (generation_id, generation_started_at, evaluator, "
+                "version, details, created_at) SELECT id, started_at, 'e' || k, '1', '{}', "
+                "now() FROM generations, generate_series(1, 3) k"
             )
         )
     online_partition.convert(engine, "generations", period=DAY, echo=QUIET)

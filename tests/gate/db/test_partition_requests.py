@@ -9,7 +9,7 @@ import uuid
 from datetime import datetime, timedelta
 
 import pytest
-from sqlalchemy import Engine, event, text
+from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
 from collectors.retention import purge
@@ -20,6 +20,7 @@ from gate.pairs.export import pair_records
 from gate.settings import CollectorSettings
 from tests import factories
 from tests.gate.db.test_partition_pairs import QUIET
+from tests.plans import explain, statements
 
 pytestmark = pytest.mark.postgres
 DAY = 86_400
@@ -103,23 +104,14 @@ def test_the_export_finds_requests_reading_only_the_pages_partitions(engine: Eng
     older = [request(rollout_id, day + timedelta(hours=1)) for day in days]
     land(engine, [*older, request(other, days[0] + timedelta(hours=2))], with_pairs=False)
     land(engine, [request(rollout_id, now - timedelta(minutes=m)) for m in (1, 2)])
-    seen: list[tuple[str, object]] = []
     with Session(engine) as session:
         conn = session.connection()
-
-        def capture(_conn, _cursor, statement, parameters, _context, _many) -> None:
-            if "FROM requests" in statement:
-                seen.append((statement, parameters))
-
-        event.listen(conn, "before_cursor_execute", capture)
-        records = list(pair_records(session, rollout_id=rollout_id, with_requests=True))
-        event.remove(conn, "before_cursor_execute", capture)
+        with statements(conn, "FROM requests") as seen:
+            records = list(pair_records(session, rollout_id=rollout_id, with_requests=True))
         assert sorted(r["request"]["body"] is not None for r in records) == [True, True]
         assert seen
         for statement, parameters in seen:
-            cursor = conn.connection.driver_connection.cursor()
-            cursor.execute("EXPLAIN " + statement, parameters)
-            plan = "\n".join(row[0] for row in cursor.fetchall())
+            plan = explain(conn, statement, parameters)
             assert not [d for d in days if partitions.partition_name("requests", d) in plan]
 
 
@@ -150,3 +142,31 @@ def test_retention_drops_old_requests_partitions_but_none_of_a_live_rollout(
     assert counts(engine) == {ended: 2, live: 2}
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(body) FROM requests")).scalar_one() == 0
+
+
+def test_retention_deletes_old_rows_of_the_default_partitions_but_none_of_a_live_rollout(
+    engine: Engine,
+) -> None:
+    """Rows outside every partition (written with a time older than the oldest one) wait
+    in `pairs_default` and `requests_default`: past the age they go in batches, as spans'."""
+    ended, live = factories_rollout(engine, "a"), factories_rollout(engine, "b")
+    with engine.begin() as conn:
+        sql = "UPDATE rollouts SET ended_at = now() - interval '91 days' WHERE id = :r"
+        conn.execute(text(sql), {"r": ended})
+    for table in ("pairs", "requests"):
+        online_partition.convert(engine, table, period=DAY, echo=QUIET)
+    now = utcnow()
+    land(engine, [request(ended, now - timedelta(days=110)) for _ in range(3)])
+    land(engine, [request(live, now - timedelta(days=100)) for _ in range(2)])
+    land(engine, [request(ended, now - timedelta(days=8))])
+    with engine.connect() as conn:
+        held = conn.execute(text("SELECT count(*) FROM pairs_default")).scalar_one()
+    assert held == 6  # before every partition
+    settings = CollectorSettings(
+        retention_pairs_days=90, retention_content_days=7, retention_batch_rows=2
+    )
+    assert purge(engine, settings).defaults_deleted == 2 * 3
+    assert counts(engine) == {ended: 1, live: 2}
+    with engine.connect() as conn:
+        pairs = conn.execute(text("SELECT rollout_id, count(*) FROM pairs GROUP BY 1")).all()
+    assert dict(pairs) == {ended: 1, live: 2}

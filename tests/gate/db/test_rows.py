@@ -76,7 +76,7 @@ def test_the_normalisers_held_attributes_name_generation_columns() -> None:
 def test_engine_fields_are_facts_and_generation_columns() -> None:
     facts = typing.get_type_hints(rows.EngineFacts)
     generation = typing.get_type_hints(rows.GenerationRow)
-    assert set(rows.ENGINE_FIELDS) == set(facts) - {"trace_id", "parent_span_id"}
+    assert set(rows.ENGINE_FIELDS) == set(facts) - {"trace_id", "parent_span_id", "started_at"}
     assert all(facts[name] == generation[name] for name in rows.ENGINE_FIELDS)
     assert set(rows.PAIR_SPAN_FIELDS) <= set(rows.PAIR_COLUMNS)
 

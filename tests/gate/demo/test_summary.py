@@ -51,6 +51,7 @@ def test_not_evaluable_results_are_counted_not_scored(sqlite_session):
         sqlite_session.add(
             Evaluation(
                 generation_id=row.id,
+                generation_started_at=row.started_at,
                 evaluator="schema",
                 version="1",
                 passed=passed,

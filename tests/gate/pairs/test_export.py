@@ -85,14 +85,15 @@ def test_an_evaluator_never_evaluable_is_exported_as_null_and_versions_combine_a
     pair.state, pair.evaluated_at = PairState.COMPLETE, utcnow()
     session.flush()
     results = {
-        base.id: [("task", None), ("schema", True), ("schema", None)],
-        cand.id: [("task", None), ("task", None), ("schema", None), ("schema", False)],
+        base: [("task", None), ("schema", True), ("schema", None)],
+        cand: [("task", None), ("task", None), ("schema", None), ("schema", False)],
     }
-    for generation_id, found in results.items():
+    for generation, found in results.items():
         for i, (name, passed) in enumerate(found):
             session.add(
                 Evaluation(
-                    generation_id=generation_id, evaluator=name, version=str(i), passed=passed,
+                    generation_id=generation.id, generation_started_at=generation.started_at,
+                    evaluator=name, version=str(i), passed=passed,
                     not_evaluable=None if passed is not None else "truncated", details={},
                 )
             )  # fmt: skip

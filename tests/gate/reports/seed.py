@@ -87,6 +87,7 @@ def traffic(
     db.add_all(
         Evaluation(
             generation_id=row.id,
+            generation_started_at=row.started_at,
             evaluator=name,
             version="1",
             passed=passed,

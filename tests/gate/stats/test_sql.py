@@ -100,20 +100,24 @@ def store(session, records: list[dict], rollout_id: int | None = None) -> int:
             side_evals.append(side["evals"])
             side_feedback.append((pair_id, side.get("feedback")))
     session.execute(insert(Pair), pair_rows)
-    ids = session.scalars(
-        insert(Generation).returning(Generation.id, sort_by_parameter_order=True), gen_rows
+    ids = session.execute(
+        insert(Generation).returning(
+            Generation.id, Generation.started_at, sort_by_parameter_order=True
+        ),
+        gen_rows,
     ).all()
     session.execute(
         insert(Evaluation),
         [
             {
                 "generation_id": gid,
+                "generation_started_at": started,
                 "evaluator": name,
                 "version": "1",
                 "passed": passed,
                 "not_evaluable": "truncated" if passed is None else None,
             }
-            for gid, evals in zip(ids, side_evals, strict=True)
+            for (gid, started), evals in zip(ids, side_evals, strict=True)
             for name, passed in evals.items()
         ],
     )

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pytest
-from sqlalchemy import Engine, event, text
+from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
 from gate.db import online_partition, partitions
@@ -15,6 +15,7 @@ from gate.stats.policy import Policy
 from gate.verdicts.service import compute
 from tests import factories
 from tests.gate.stats.test_sql import START, recorded_pairs, store
+from tests.plans import explain, statements
 
 pytestmark = pytest.mark.postgres
 DAY = 86_400
@@ -46,23 +47,11 @@ def partition_pairs(engine: Engine, days: list[datetime]) -> None:
 def fold_reads(session: Session, rollout, needle: str) -> list[tuple[str, str]]:
     """Judge `rollout` and return each statement it ran that names `needle`, with its
     EXPLAIN plan."""
-    seen: list[tuple[str, object]] = []
-
-    def capture(_conn, _cursor, statement, parameters, _context, _many) -> None:
-        if needle in statement:
-            seen.append((statement, parameters))
-
     conn = session.connection()
-    event.listen(conn, "before_cursor_execute", capture)
-    verdict = compute(session, rollout=rollout, policy=Policy())
-    event.remove(conn, "before_cursor_execute", capture)
+    with statements(conn, needle) as seen:
+        verdict = compute(session, rollout=rollout, policy=Policy())
     assert verdict.n_pairs > 0
-    plans = []
-    for statement, parameters in seen:
-        cursor = conn.connection.driver_connection.cursor()
-        cursor.execute("EXPLAIN " + statement, parameters)
-        plans.append((statement, "\n".join(row[0] for row in cursor.fetchall())))
-    return plans
+    return [(statement, explain(conn, statement, parameters)) for statement, parameters in seen]
 
 
 def older_rollout_pairs(session: Session, n: int) -> None:
