@@ -146,6 +146,21 @@ def test_moving_traffic_toward_the_leader_gives_it_the_extra_pairs():
     assert list(moved[1].pairs[0]) == [50, 100, 150, 200, 250]
 
 
+def test_a_reallocated_stage_gives_the_arm_behind_a_quarter_of_the_pairs():
+    sys.path.insert(0, str(Path(__file__).parents[3] / "bench"))
+    import arms_sim
+
+    grid = np.arange(1.0, 9.0)[None, :] * 50
+    as_runs = [
+        ArmStream(grid, s.code[None, :], MeanStats(*(np.asarray(v)[None, :] for v in
+                  (s.primary.n, s.primary.total, s.primary.total_sq))))
+        for s in (stream(r, list(grid[0])) for r in (0.75, 0.9))
+    ]  # fmt: skip
+    full, behind = arms_sim.at_weights(as_runs, (1.0, 0.25))
+    assert list(full.pairs[0]) == list(grid[0])
+    assert list(behind.pairs[0]) == [50] * 4 + [100] * 4
+
+
 def test_only_an_arm_proven_behind_another_live_arm_gets_the_behind_weight():
     intervals = {
         "k2": (1.02, 1.10),  # beaten by k4 (1.01 < 1.02)
