@@ -76,13 +76,19 @@ def of_rollout(
     pace = words.Pace(pairs=pairs, elapsed_s=max(0.0, elapsed))
     source = verdict if verdict is not None else NO_VERDICT
     rehearsed = rehearsals.latest(session, rollout_id=rollout.id)
+    now_shares = shares({a.name: a.weight for a in rollout.arms if a.state is ArmState.ACTIVE})
     return Glance(
         rollout_id=rollout.id,
         verdict_id=verdict.id if verdict else None,
         verdict_at=verdict.created_at if verdict else None,
         stage=rollout.stage,
         headline=words.headline(
-            source, policy=policy, pace=pace, act=act, promote_next=promote_next
+            source,
+            policy=policy,
+            pace=pace,
+            act=act,
+            promote_next=promote_next,
+            shares=now_shares,
         ),
         grid=words.grid(source, policy=policy),
         bands=[band_row(b) for b in (verdict.bands or [] if verdict else [])],
@@ -91,7 +97,7 @@ def of_rollout(
         if policy.promotion.route_by_load
         else None,
         arms=verdict.arms if verdict else None,
-        shares=shares({a.name: a.weight for a in rollout.arms if a.state is ArmState.ACTIVE}),
+        shares=now_shares,
     )
 
 
