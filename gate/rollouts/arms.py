@@ -137,8 +137,9 @@ def reallocate(session: Session, rollout: Rollout, *, actor: str) -> None:
     weights = {name: 1.0 for name in active} | stage_weights(
         live, behind_weight=policy.behind_weight
     )
-    behind = {name: sorted(o for o in live if o != name and beats(live[o], live[name]))
-              for name, w in weights.items() if w < 1.0}  # fmt: skip
+    ahead = {name: sorted(o for o in live if o != name and beats(live[o], live[name]))
+             for name in live}  # fmt: skip
+    behind = {name: by for name, by in ahead.items() if by}
     for name, arm in active.items():
         arm.weight = weights[name]
     audit.record(
