@@ -14,7 +14,11 @@ Cases (the first decisive rollout verdict of each run; "ever": at any look to th
 * `aa`: three arms equal to the baseline: any arm killed, any promotion, at any look;
 * `three-adaptive`, `equal-adaptive`: the same arms with traffic moved toward the leader
   (`toward_leader`: each block gives every arm `every` pairs and the current leader
-  `every` more), the allocation the choice's guarantee must survive.
+  `every` more), the allocation the choice's guarantee must survive;
+* `three-realloc`, `equal-realloc`: the stage after a boundary where `arms.reallocate`
+  gave one arm `arms.behind_weight` (0.25 by default; `at_weights`): in `three` the
+  second arm (the one the best proves behind), in `equal` arm b (an arm wrongly put
+  behind: the strict-preference check under shares fixed apart from the data).
 
 "pairs" at a decision count every arm's pairs together.
 
@@ -94,6 +98,25 @@ def toward_leader(streams: list[ArmStream]) -> list[ArmStream]:
     return [_take(s, index[k]) for k, s in enumerate(streams)]
 
 
+def at_weights(streams: list[ArmStream], weights: tuple[float, ...]) -> list[ArmStream]:
+    """Re-time the arms' streams as one stage at fixed weights (`arms.reallocate`).
+
+    Block b gives an arm of weight w its stream up to step ceil(b w): a full arm a step
+    (`every` pairs) a block, an arm at 0.25 a step every 4 blocks (its first up front).
+    """
+    steps = streams[0].code.shape[-1]
+    blocks = np.arange(1, steps + 1)
+    out = []
+    for s, w in zip(streams, weights, strict=True):
+        index = np.broadcast_to(np.ceil(blocks * w).astype(np.int64) - 1, s.code.shape)
+        out.append(_take(s, index))
+    return out
+
+
+# The weights the `-realloc` cases give their arms (`at_weights`).
+REALLOC = {"three": (1.0, 0.25, 1.0), "equal": (1.0, 0.25)}
+
+
 def _mean(stats: MeanStats, at: np.ndarray) -> np.ndarray:
     rows = np.arange(at.size)
     n = np.asarray(stats.n)[rows, at]
@@ -112,18 +135,26 @@ def simulate_arms(
     name: str, policy: Policy, runs: int, pairs: int, every: int, rng: np.random.Generator
 ) -> tuple[ArmLooks, np.ndarray]:
     """Return the multi-arm rule at every look of `runs` runs, and each look's total pairs."""
-    adaptive = name.endswith(ADAPTIVE)
-    arms = CASES[name.removesuffix(ADAPTIVE)]
+    adaptive, case = name.endswith(ADAPTIVE), _case(name)
+    arms = CASES[case]
     streams = arm_streams(arms, policy, runs, pairs, every, rng)
     looks = looks_every(pairs, every) * len(arms)
     if adaptive:
         streams = toward_leader(streams)
         looks = np.arange(1, streams[0].code.shape[-1] + 1) * every * (len(arms) + 1)
+    if name.endswith(REALLOCATED):
+        streams = at_weights(streams, REALLOC[case])
+        looks = sum(np.asarray(s.pairs)[0] for s in streams)
     return choose(at_stage(policy, 0), streams), looks
 
 
-# A case name with this suffix moves traffic toward the leader (`toward_leader`).
-ADAPTIVE = "-adaptive"
+# A case name with this suffix moves traffic toward the leader (`toward_leader`), or
+# runs at the weights a stage boundary's reallocation set (`at_weights`).
+ADAPTIVE, REALLOCATED = "-adaptive", "-realloc"
+
+
+def _case(name: str) -> str:
+    return name.removesuffix(ADAPTIVE).removesuffix(REALLOCATED)
 
 
 def run_case(
@@ -177,8 +208,7 @@ def _summary(name: str, out: dict[str, np.ndarray], runs: int, pairs: int) -> di
         "promote": _rate(promoted.sum(), runs),
         "kill": _rate((out["code"] == Code.KILL).sum(), runs),
         "winner_share": {
-            str(k): _rate((out["winner"] == k).sum(), runs)
-            for k in range(len(CASES[name.removesuffix(ADAPTIVE)]))
+            str(k): _rate((out["winner"] == k).sum(), runs) for k in range(len(CASES[_case(name)]))
         },
         "median_pairs_at_decision": _median(out["pairs"][promoted]),
         "arm_killed_by_decision": [_rate(k.sum(), runs) for k in out["killed_at_decision"]],
@@ -203,7 +233,12 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=6000, help="pairs per arm")
     ap.add_argument("--aa-pairs", type=int, default=20_000, help="pairs per arm, A/A")
     ap.add_argument("--every", type=int, default=50)
-    ap.add_argument("--cases", default=",".join([*CASES, "three-adaptive", "equal-adaptive"]))
+    ap.add_argument(
+        "--cases",
+        default=",".join(
+            [*CASES, "three-adaptive", "equal-adaptive", "three-realloc", "equal-realloc"]
+        ),
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     policy, rows = Policy(), []

@@ -68,6 +68,8 @@ class ArmOut(Out):
     state: ArmState
     added_at: datetime
     killed_at: datetime | None
+    # Its weight in the gateway's choice of arm: share = weight / the active arms' sum.
+    weight: float = 1.0
 
     @field_validator("route", mode="before")
     @classmethod

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 
 from gate.rollouts.states import PrimaryTarget, RoutingPlan
@@ -53,17 +54,31 @@ def assign(
 
 
 def choose_arm(rollout_id: int, key: bytes, arms: tuple[Arm, ...]) -> Arm:
-    """Return the one arm a sampled request is mirrored to: the arm whose hash of the
-    request's sticky key is highest (rendezvous hashing).
+    """Return the one arm a sampled request is mirrored to, by weighted rendezvous hashing:
+    the arm with the highest score -weight / ln(u), u the arm's hash of the request's
+    sticky key (Schindelhauer and Schomaker, "Weighted distributed hash tables", 2005).
 
-    Each active arm gets an equal share, and every request of an episode the same arm.
-    The choice depends on the key and the set of active arms only, never on an arm's
-    own outcomes, so each arm's pairs are a hash-chosen sample of the same traffic (a
-    predictable allocation: each arm's stream is valid on its own, as one rollout's).
-    Killing an arm moves only its own episodes to the others; adding one takes an equal
-    share from each.
+    Each active arm gets the share weight / sum of weights (`gate.stats.arms.shares`;
+    equal shares at equal weights, where the score orders arms as u does, so the choice is
+    the arm with the highest hash), and every request of an episode the same arm. The
+    choice depends on the key and the active arms and their weights only, never on an
+    arm's own outcomes, and weights change only at a stage boundary
+    (`gate.rollouts.arms.reallocate`), so each arm's pairs in a stage are a hash-chosen
+    sample of the same traffic (a predictable allocation: each arm's stream is valid on
+    its own, as one rollout's). Killing an arm moves only its own episodes to the others;
+    adding one takes its share from each; lowering a weight moves only that arm's.
     One arm rather than all: mirroring every arm would multiply the candidate load by
     the number of arms, and the arms' calls on one request would share its prompt and
     the routes' load at that moment, making their streams dependent.
     """
-    return max(arms, key=lambda arm: unit_hash(rollout_id, key, arm.salt))
+
+    def score(arm: Arm) -> tuple[float, float]:
+        u = unit_hash(rollout_id, key, arm.salt)
+        # u as a tie-break keeps the choice at equal weights exactly the highest hash,
+        # even where rounding gives two close hashes one score. The ends are the limits
+        # (u = 0 scores 0; a hash that rounds to 1.0 scores infinity).
+        if u <= 0.0 or u >= 1.0:
+            return (0.0 if u <= 0.0 else math.inf, u)
+        return (arm.weight / -math.log(u), u)
+
+    return max(arms, key=score)

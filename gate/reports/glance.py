@@ -9,7 +9,7 @@ from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
 from gate.db.base import utcnow
-from gate.db.enums import RolloutState
+from gate.db.enums import ArmState, RolloutState
 from gate.db.models import Rollout, Verdict
 from gate.rehearse import repository as rehearsals
 from gate.reports import headline as words
@@ -20,6 +20,7 @@ from gate.reports.guardrails import band_row
 from gate.reports.rehearsal import RehearsalView, view
 from gate.rollouts import repository
 from gate.rollouts.exposure import exposure_of
+from gate.stats.arms import shares
 from gate.stats.policy import load_policy
 
 # What a rollout without a verdict reads as: the gate has not judged any pair yet.
@@ -45,6 +46,9 @@ class Glance(BaseModel):
     # A rollout with several candidates: the verdict's choice (winner, leader) and each
     # arm's state, decision, pairs, ratio and interval (`verdicts.arms`); None: one candidate.
     arms: dict[str, Any] | None = None
+    # Each active arm's current share of the sampled episodes (its weight over the active
+    # arms' sum, `gate.stats.arms.shares`); empty for one candidate.
+    shares: dict[str, float] = {}
 
 
 def of_rollout(
@@ -72,13 +76,19 @@ def of_rollout(
     pace = words.Pace(pairs=pairs, elapsed_s=max(0.0, elapsed))
     source = verdict if verdict is not None else NO_VERDICT
     rehearsed = rehearsals.latest(session, rollout_id=rollout.id)
+    now_shares = shares({a.name: a.weight for a in rollout.arms if a.state is ArmState.ACTIVE})
     return Glance(
         rollout_id=rollout.id,
         verdict_id=verdict.id if verdict else None,
         verdict_at=verdict.created_at if verdict else None,
         stage=rollout.stage,
         headline=words.headline(
-            source, policy=policy, pace=pace, act=act, promote_next=promote_next
+            source,
+            policy=policy,
+            pace=pace,
+            act=act,
+            promote_next=promote_next,
+            shares=now_shares,
         ),
         grid=words.grid(source, policy=policy),
         bands=[band_row(b) for b in (verdict.bands or [] if verdict else [])],
@@ -87,6 +97,7 @@ def of_rollout(
         if policy.promotion.route_by_load
         else None,
         arms=verdict.arms if verdict else None,
+        shares=now_shares,
     )
 
 

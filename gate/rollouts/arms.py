@@ -8,6 +8,8 @@ read the routing state learn the new set of arms.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
@@ -19,6 +21,8 @@ from gate.db.models import Rollout, RolloutArm, Route, Verdict
 from gate.errors import BadRequest, Conflict, NotFound, StaleVersion
 from gate.rollouts import repository
 from gate.rollouts.schemas import MAX_ARMS, ArmIn
+from gate.stats.arms import beats, stage_weights
+from gate.stats.policy import load_policy
 
 _FINISHED = (RolloutState.KILLED, RolloutState.PROMOTED)
 
@@ -100,16 +104,74 @@ def check_promotable(session: Session, rollout: Rollout, *, actor: str) -> None:
 
 def _winner(session: Session, rollout: Rollout) -> str | None:
     """Return the arm the newest verdict on the rollout's stage promotes (None: none)."""
-    newest = session.scalars(
+    newest = _newest(session, rollout)
+    if newest is None or newest.decision is not Decision.PROMOTE or not newest.arms:
+        return None
+    winner = newest.arms.get("winner")
+    return winner if isinstance(winner, str) else None
+
+
+def _newest(session: Session, rollout: Rollout) -> Verdict | None:
+    """Return the newest verdict on the rollout's current stage."""
+    return session.scalars(
         select(Verdict)
         .where(Verdict.rollout_id == rollout.id, Verdict.stage == rollout.stage)
         .order_by(Verdict.created_at.desc(), Verdict.id.desc())
         .limit(1)
     ).first()
-    if newest is None or newest.decision is not Decision.PROMOTE or not newest.arms:
-        return None
-    winner = newest.arms.get("winner")
-    return winner if isinstance(winner, str) else None
+
+
+def reallocate(session: Session, rollout: Rollout, *, actor: str) -> None:
+    """At a stage boundary (before the stage moves on), set each active arm's weight for
+    the next stage from the newest verdict's choice on this one, and audit the weights
+    and why: an arm proven behind another live arm gets `arms.behind_weight`, the others
+    1 (`gate.stats.arms.stage_weights`). Nothing when the policy does not reallocate."""
+    policy = load_policy(rollout.policy).arms
+    if not rollout.arms or not policy.reallocate:
+        return
+    active = {a.name: a for a in rollout.arms if a.state is ArmState.ACTIVE}
+    newest = _newest(session, rollout)
+    judged = {a["arm"]: a for a in (newest.arms or {}).get("arms", [])} if newest else {}
+    live = {name: _interval(judged[name]) for name in active
+            if name in judged and judged[name]["state"] not in _OUT}  # fmt: skip
+    weights = {name: 1.0 for name in active} | stage_weights(
+        live, behind_weight=policy.behind_weight
+    )
+    ahead = {name: sorted(o for o in live if o != name and beats(live[o], live[name]))
+             for name in live}  # fmt: skip
+    behind = {name: by for name, by in ahead.items() if by}
+    for name, arm in active.items():
+        arm.weight = weights[name]
+    audit.record(
+        session,
+        actor=actor,
+        action="arm.reallocate",
+        reason=_why(behind, policy.behind_weight),
+        rollout_id=rollout.id,
+        details={
+            "stage": rollout.stage + 1,
+            "verdict_id": newest.id if newest else None,
+            "weights": weights,
+            "behind": behind,
+        },
+    )
+
+
+# An arm in these states at the look is out of the choice: it cannot hold another back.
+_OUT = ("killed", "waiting")
+
+
+def _interval(arm: dict[str, Any]) -> tuple[float | None, float | None]:
+    lower, upper = arm.get("interval") or (None, None)
+    return lower, upper
+
+
+def _why(behind: dict[str, list[str]], weight: float) -> str:
+    if not behind:
+        return "no arm is proven behind another live arm: equal shares"
+    said = "; ".join(f"arm {name!r} is proven behind {', '.join(repr(o) for o in by)}"
+                     for name, by in behind.items())  # fmt: skip
+    return f"{said}: weight {weight:g} for the next stage"
 
 
 def _locked(session: Session, rollout_id: int) -> Rollout:

@@ -166,6 +166,7 @@ def _apply(rollout: Rollout, target: RolloutState) -> None:
 
 
 def _advance_stage(session: Session, rollout: Rollout, *, actor: str, reason: str) -> Rollout:
+    arms.reallocate(session, rollout, actor=actor)  # from this stage's newest verdict
     rollout.stage += 1
     audit.record(
         session,

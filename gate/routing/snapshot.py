@@ -54,6 +54,8 @@ class Arm:
     route: RouteTarget
     # What the arm's hash is salted with (`gate.gateway.sampling.choose_arm`), made once.
     salt: bytes = field(default=b"", repr=False)
+    # Its weight in the choice (`rollout_arms.weight`): its share is weight / sum.
+    weight: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -271,7 +273,12 @@ def _route_with(rollout: Rollout, stage_percent: float, secrets_dir: Path) -> Ro
         killed_at=_epoch(rollout.ended_at) if rollout.state is RolloutState.KILLED else 0.0,
         verdict_at=_epoch(rollout.started_at) if rollout.state is RolloutState.RUNNING else 0.0,
         arms=tuple(
-            Arm(arm.name, target(arm.route, secrets_dir), salt=f"arm:{arm.name}".encode())
+            Arm(
+                arm.name,
+                target(arm.route, secrets_dir),
+                salt=f"arm:{arm.name}".encode(),
+                weight=arm.weight,
+            )
             for arm in rollout.arms
             if arm.state is ArmState.ACTIVE
         ),

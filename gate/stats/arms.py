@@ -31,6 +31,13 @@ Error budgets (`Policy.arms`):
   sequence is asymptotic (unbounded below `MIN_N` pairs), and the choice's budget is per
   stage, like `alpha_promote`.
 
+Reallocation (`arms.reallocate`, off by default): at a stage boundary, an arm the stage's
+last look proved behind another live arm (`stage_weights`) gets a smaller weight for the
+next stage, and the gateway's weighted rendezvous hashing gives each arm its weight's
+share (`shares`). The weights read only looks already taken and change only where a new
+stage's sequences start afresh, so within a stage each arm's pairs are still a fixed,
+hash-chosen share of the traffic and every bound above holds as with equal shares.
+
 An arm is best (or tied best) when, against every other live arm, it beats it or ties it.
 The rollout promotes when a best-or-tied arm's own gate promotes; among several, the one
 with the lowest estimate wins. It is killed when every arm is killed (an arm that has no
@@ -39,7 +46,7 @@ pair yet is still to come), and held when every live arm's gate holds.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -194,3 +201,39 @@ def _is(index: IntArray, shape: tuple[int, ...]) -> BoolArray:
     """Return a mask of `shape` (arms first) true where the arm is `index` at that look."""
     arms = np.arange(shape[0]).reshape((-1,) + (1,) * (len(shape) - 1))
     return np.asarray(arms == index[None, ...])
+
+
+def stage_weights(
+    intervals: Mapping[str, tuple[float | None, float | None]], *, behind_weight: float
+) -> dict[str, float]:
+    """Return each live arm's weight for the next stage: `behind_weight` for an arm proven
+    behind another (that arm's upper bound below its lower bound, the relation `choose`
+    calls beating), else 1. The best, the tied best and the leader are never behind.
+
+    Args:
+        intervals: each live arm's primary-ratio interval at the stage's last look; None
+            for an end that is unbounded (too few pairs).
+        behind_weight: the weight of an arm behind (`Arms.behind_weight`).
+
+    Returns:
+        The weight of every arm in `intervals`.
+    """
+    return {name: behind_weight if _behind(name, intervals) else 1.0 for name in intervals}
+
+
+def _behind(name: str, intervals: Mapping[str, tuple[float | None, float | None]]) -> bool:
+    """Return whether another arm in `intervals` beats arm `name`."""
+    return any(beats(other, intervals[name]) for o, other in intervals.items() if o != name)
+
+
+def beats(i: tuple[float | None, float | None], j: tuple[float | None, float | None]) -> bool:
+    """Return whether an arm with interval `i` is proven faster than one with `j` (None:
+    an unbounded end)."""
+    return i[1] is not None and j[0] is not None and i[1] < j[0]
+
+
+def shares(weights: Mapping[str, float]) -> dict[str, float]:
+    """Return each active arm's share of the sampled episodes under weighted rendezvous
+    hashing (`gate.gateway.sampling.choose_arm`): its weight over the weights' sum."""
+    total = sum(weights.values())
+    return {name: weight / total for name, weight in weights.items()}

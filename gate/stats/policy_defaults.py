@@ -104,6 +104,9 @@ arms:                   # several candidate configurations in one rollout (pairs
   tie_margin: 0.05      # arms proven within 5% of each other (primary ratio) are tied
   alpha_choice: 0.05    # chance of a strict preference between equal arms, or of
                         # choosing one more than the margin slower than the best
+  reallocate: false     # true: at each stage boundary an arm the last verdict proved
+                        # behind another live arm gets behind_weight for the next stage
+  behind_weight: 0.25   # its weight then (others 1; share = weight / sum); floor 0.05
 min_pairs: 1000         # complete pairs after warm-up before any promotion
 min_duration_s: 1800.0  # and 30 minutes, to cover load swings
 warmup_pairs: 200       # excluded from tests; fixes tail thresholds and acceptance level

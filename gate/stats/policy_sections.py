@@ -207,8 +207,15 @@ class Arms(PolicyModel):
     `tie_margin`: two arms whose primary ratios are proven within this relative difference
     are tied; `alpha_choice`: the chance, under continuous monitoring, of a strict
     preference between equal arms or of choosing an arm beyond the margin of the best.
+    `reallocate`: at each stage boundary, an arm the last verdict proved behind another
+    live arm gets `behind_weight` of a full arm's weight for the next stage
+    (`gate.rollouts.arms.reallocate`); off, every arm keeps an equal share. The floor of
+    0.05 keeps an arm behind in the running: with no traffic it could neither catch up
+    nor be killed.
     """
 
     slots: int = Field(4, ge=1, le=64)
     tie_margin: float = Field(0.05, gt=0.0, lt=1.0)
     alpha_choice: float = Field(0.05, gt=0.0, lt=0.5)
+    reallocate: bool = False
+    behind_weight: float = Field(0.25, ge=0.05, le=1.0)

@@ -97,6 +97,10 @@ class RolloutArm(Base):
     )
     added_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     killed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Its weight in the gateway's choice of arm: its share is weight / the active arms'
+    # sum (`gate.gateway.sampling.choose_arm`); set at stage boundaries when the policy
+    # reallocates (`gate.rollouts.arms.reallocate`).
+    weight: Mapped[float] = mapped_column(Float, default=1.0, server_default="1")
 
     route: Mapped[Route] = relationship(lazy="joined")
 

@@ -45,14 +45,22 @@ class ArmLine(BaseModel):
     # Why its own gate killed it, in words (empty unless killed).
     causes: list[str]
     text: str
+    # Its current share of the sampled episodes (`gate.stats.arms.shares`); None: not
+    # active, or not known. The text says it only when the shares are unequal (reallocated).
+    share: float | None = None
 
 
-def arm_lines(choice: Mapping[str, Any] | None, policy: Policy) -> list[ArmLine]:
-    """Return one line per arm of a verdict's choice (none: a single-candidate verdict)."""
+def arm_lines(
+    choice: Mapping[str, Any] | None, policy: Policy, shares: Mapping[str, float] | None = None
+) -> list[ArmLine]:
+    """Return one line per arm of a verdict's choice (none: a single-candidate verdict),
+    with each active arm's share of the episodes from `shares`."""
     if not choice:
         return []
     roles = {choice.get("leader"): "leader", choice.get("winner"): "winner"}
-    return [_line(arm, roles.get(arm["arm"], ""), policy) for arm in choice.get("arms") or []]
+    lines = [_line(arm, roles.get(arm["arm"], ""), policy) for arm in choice.get("arms") or []]
+    said = shares is not None and len(set(shares.values())) > 1
+    return [_with_share(line, (shares or {}).get(line.arm), said=said) for line in lines]
 
 
 def arms_sentence(view: str, lines: list[ArmLine], *, decision: str) -> str:
@@ -74,6 +82,13 @@ def arms_sentence(view: str, lines: list[ArmLine], *, decision: str) -> str:
     if killed and decision != "kill":
         parts.append("killed on its own: " + "; ".join(_killed(line) for line in killed))
     return f"{words}: " + "; ".join(p for p in parts if p) + "."
+
+
+def _with_share(line: ArmLine, share: float | None, *, said: bool) -> ArmLine:
+    if not said or share is None:
+        return line.model_copy(update={"share": share})
+    text = f"{line.text}, {100 * share:.0f} % of the episodes"
+    return line.model_copy(update={"share": share, "text": text})
 
 
 def _line(arm: Mapping[str, Any], role: str, policy: Policy) -> ArmLine:

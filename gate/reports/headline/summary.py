@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel
@@ -95,10 +96,12 @@ def headline(
     pace: Pace | None = None,
     act: Act | None = None,
     promote_next: str | None = None,
+    shares: Mapping[str, float] | None = None,
 ) -> Headline:
     """Return the headline of a stored verdict (a row, a result or its JSON), led by `act`
     when someone killed, held or promoted the rollout; `promote_next` says what a promote
-    would do (the next stage's share, or all of the traffic)."""
+    would do (the next stage's share, or all of the traffic); `shares` are a rollout with
+    arms' current shares of the episodes, said per arm."""
     facts = Facts.of(verdict)
     lines = [_line(c, policy) for c in ordered(facts.cells) if c.segment == ALL]
     needs = pairs_needed(facts, policy, pace)
@@ -109,7 +112,7 @@ def headline(
         left = policy.min_duration_s - pace.elapsed_s  # promotion also waits for the clock
         seconds = max(seconds or 0.0, left) if left > 0 else seconds
     view = _sentence(facts, policy, lines, needs, seconds, pace)
-    arms = arm_lines(facts.arms, policy)
+    arms = arm_lines(facts.arms, policy, shares)
     if arms:
         view = arms_sentence(view, arms, decision=facts.decision)
     if facts.decision == "promote" and promote_next:

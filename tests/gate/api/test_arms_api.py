@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from gate.routing.snapshot import load_snapshot
 from gate.verdicts.service import run_gate
 from tests import factories
 
@@ -210,3 +211,53 @@ def test_the_gate_judges_each_arm_and_the_glance_and_promotion_follow_it(api, pg
     kills = [(r, n) for a, r, n in audit(api, rid) if a == "arm.kill"]
     assert [n for _, n in kills] == ["k8", "k2"]
     assert "won the best-arm choice" in kills[1][0]
+
+
+def judged_three_arms(api, pg_committing, *, reallocate: bool) -> int:
+    """Return a rollout of three arms over two stages, judged once: k4 is the best arm,
+    k2 proven behind it, k8 killed on its own (its quality)."""
+    policy = {"segments": ["chat"], "warmup_pairs": 50, "min_pairs": 300, "min_duration_s": 0,
+              "stages": [50, 100], "arms": {"reallocate": reallocate}}  # fmt: skip
+    rid = armed(api, arms=("k2", "k4", "k8"), policy=policy).json()["id"]
+    post(api, f"/v1/rollouts/{rid}/start", {"reason": "go"})
+    with pg_committing() as db, db.begin():
+        factories.seed_pairs(db, rid, 600, tpot_ratio=0.95, arm="k2", seed=1)
+        factories.seed_pairs(db, rid, 600, tpot_ratio=0.7, arm="k4", seed=2)
+        factories.seed_pairs(db, rid, 600, candidate_pass=0.6, arm="k8", seed=3)
+    with pg_committing() as db, db.begin():
+        run_gate(db, rollout_id=rid, publisher=None)
+    return rid
+
+
+def snapshot_weights(pg_committing, rid: int) -> dict[str, float]:
+    with pg_committing() as db:
+        snapshot = load_snapshot(db, loaded_at=0.0)
+    routing = next(r for r in snapshot.by_alias.values() if r.rollout_id == rid)
+    return {arm.name: arm.weight for arm in routing.arms}
+
+
+def test_a_stage_advance_reallocates_from_the_stored_choice(api, pg_committing):
+    rid = judged_three_arms(api, pg_committing, reallocate=True)
+    assert snapshot_weights(pg_committing, rid) == {"k2": 1.0, "k4": 1.0}  # until the stage
+    advanced = post(api, f"/v1/rollouts/{rid}/promote", {"reason": "next stage"})
+    assert advanced.status_code == 200 and advanced.json()["stage"] == 1, advanced.text
+    assert snapshot_weights(pg_committing, rid) == {"k2": 0.25, "k4": 1.0}
+    assert {a["name"]: a["weight"] for a in advanced.json()["arms"]}["k2"] == 0.25
+    trail = api.client.get(f"/v1/audit?rollout_id={rid}", headers=api.headers("read")).json()
+    event = next(e for e in trail if e["action"] == "arm.reallocate")
+    assert event["details"]["weights"] == {"k2": 0.25, "k4": 1.0}
+    assert event["details"]["behind"] == {"k2": ["k4"]}
+    assert "'k2' is proven behind 'k4'" in event["reason"]
+    look = api.client.get(f"/v1/rollouts/{rid}/glance", headers=api.headers("read")).json()
+    assert look["shares"] == {"k2": 0.2, "k4": 0.8}
+
+
+def test_a_stage_advance_without_reallocate_keeps_equal_shares(api, pg_committing):
+    rid = judged_three_arms(api, pg_committing, reallocate=False)
+    advanced = post(api, f"/v1/rollouts/{rid}/promote", {"reason": "next stage"})
+    assert advanced.status_code == 200 and advanced.json()["stage"] == 1, advanced.text
+    assert snapshot_weights(pg_committing, rid) == {"k2": 1.0, "k4": 1.0}
+    trail = api.client.get(f"/v1/audit?rollout_id={rid}", headers=api.headers("read")).json()
+    assert "arm.reallocate" not in {e["action"] for e in trail}
+    look = api.client.get(f"/v1/rollouts/{rid}/glance", headers=api.headers("read")).json()
+    assert look["shares"] == {"k2": 0.5, "k4": 0.5}

@@ -229,6 +229,16 @@ def test_a_verdict_with_arms_names_its_leader_and_the_arms_killed_on_their_own()
     assert f"- {k4.text}" in words.markdown(head)
 
 
+def test_an_arm_line_says_its_share_once_the_shares_are_unequal():
+    head = words.headline(ARMED, policy=POLICY, shares={"k4": 0.8, "k2": 0.2})
+    k4, k8, k2 = head.arms
+    assert (k4.share, k8.share, k2.share) == (0.8, None, 0.2)
+    assert k4.text.endswith("400 pairs, 80 % of the episodes")
+    assert k2.text.endswith("0 pairs, 20 % of the episodes")
+    equal = words.headline(ARMED, policy=POLICY, shares={"k4": 0.5, "k2": 0.5})
+    assert equal.arms[0].share == 0.5 and equal.arms[0].text.endswith("400 pairs")
+
+
 def test_a_single_candidate_headline_has_no_arms():
     single = {key: value for key, value in ARMED.items() if key != "arms"}
     head = words.headline(single, policy=POLICY)

@@ -8,7 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gate.stats.arms import ArmState, ArmStream, arm_intervals, arm_policy, choose
+from gate.stats.arms import (
+    ArmState,
+    ArmStream,
+    arm_intervals,
+    arm_policy,
+    choose,
+    shares,
+    stage_weights,
+)
 from gate.stats.policy import Policy
 from gate.stats.rule import Code
 from gate.stats.sequences import MeanStats
@@ -136,3 +144,41 @@ def test_moving_traffic_toward_the_leader_gives_it_the_extra_pairs():
     moved = arms_sim.toward_leader(as_runs)
     assert list(moved[0].pairs[0]) == [100, 200, 300, 400, 500]
     assert list(moved[1].pairs[0]) == [50, 100, 150, 200, 250]
+
+
+def test_a_reallocated_stage_gives_the_arm_behind_a_quarter_of_the_pairs():
+    sys.path.insert(0, str(Path(__file__).parents[3] / "bench"))
+    import arms_sim
+
+    grid = np.arange(1.0, 9.0)[None, :] * 50
+    as_runs = [
+        ArmStream(grid, s.code[None, :], MeanStats(*(np.asarray(v)[None, :] for v in
+                  (s.primary.n, s.primary.total, s.primary.total_sq))))
+        for s in (stream(r, list(grid[0])) for r in (0.75, 0.9))
+    ]  # fmt: skip
+    full, behind = arms_sim.at_weights(as_runs, (1.0, 0.25))
+    assert list(full.pairs[0]) == list(grid[0])
+    assert list(behind.pairs[0]) == [50] * 4 + [100] * 4
+
+
+def test_only_an_arm_proven_behind_another_live_arm_gets_the_behind_weight():
+    intervals = {
+        "k2": (1.02, 1.10),  # beaten by k4 (1.01 < 1.02)
+        "k4": (0.90, 1.01),  # the leader
+        "k8": (0.95, 1.05),  # overlaps k4: not proven behind
+        "new": (None, None),  # too few pairs: unbounded
+    }
+    weights = stage_weights(intervals, behind_weight=0.25)
+    assert weights == {"k2": 0.25, "k4": 1.0, "k8": 1.0, "new": 1.0}
+    assert stage_weights({"k2": (1.02, 1.10)}, behind_weight=0.25) == {"k2": 1.0}
+
+
+def test_shares_are_the_weights_normalised():
+    assert shares({"k2": 0.25, "k4": 1.0}) == {"k2": 0.2, "k4": 0.8}
+    assert shares({}) == {}
+
+
+def test_the_behind_weight_has_a_floor_and_reallocation_is_off_by_default():
+    assert Policy().arms.reallocate is False
+    with pytest.raises(ValueError, match=r"greater than or equal to 0\.05"):
+        Policy.model_validate({"arms": {"behind_weight": 0.0}})
