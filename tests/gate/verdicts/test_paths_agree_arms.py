@@ -33,7 +33,6 @@ from gate.stats.arms import arm_policy, member
 from gate.stats.cumulative import at_look, to_stats
 from gate.stats.policy import at_stage, next_stage_share
 from gate.stats.record_columns import columns, fold_order
-from gate.stats.rule import FEEDBACK
 from gate.verdicts import arms as armgate
 from gate.verdicts import folds
 from gate.verdicts.service import compute, run_gate
@@ -134,8 +133,11 @@ def assert_arm_paths_agree(session, rollout, records: list[dict], name: str) -> 
     replayed = at_look(to_stats(cols, JUDGED, looks, next_share=SHARE), 0)
     simulated = _run(at_look(to_stats(stacked(cols), JUDGED, looks, next_share=SHARE), 0), 0)
     assert_same_stats(simulated, replayed)
-    folded = fold_stats.to_stats(state, JUDGED, next_share=SHARE)
-    assert_same_stats(folded, replayed, skip={FEEDBACK})
+    # Each arm's ratings are read beside its fold (`folds.feedback_sums`, as `arms` does).
+    rated = folds.feedback_sums(session, rollout_id=rollout.id, stage=0, state=state,
+                                policy=POLICY, arm=name)  # fmt: skip
+    folded = fold_stats.to_stats(state, JUDGED, next_share=SHARE, feedback=rated)
+    assert_same_stats(folded, replayed)
 
 
 def assert_look_agrees(session, rollout, records: list[dict]) -> None:
@@ -146,7 +148,7 @@ def assert_look_agrees(session, rollout, records: list[dict]) -> None:
         folded, choice = armgate.judge(session, rollout=rollout, policy=POLICY)
         assert compute(session, rollout=rollout, policy=POLICY).decision is folded.decision
     replayed, want = by_replay(session, rollout)
-    assert_same_verdict(folded, replayed, skip={FEEDBACK})
+    assert_same_verdict(folded, replayed)
     assert folded.summary == replayed.summary
     assert_same_json(choice, want)
     for arm in rollout.arms:
