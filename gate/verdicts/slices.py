@@ -128,16 +128,23 @@ _CLOSED = f"{_STAGE} AND state IN ('complete', 'dropped')"
 # (`:opened_since`); one probe of the (rollout_id, stage, episode) index per earlier stage.
 _EARLIER_STAGES = """FROM pairs e WHERE e.rollout_id = :rollout
              AND e.stage = ANY(CAST(:earlier AS int[])) AND e.created_at >= :opened_since"""
+# Any arm's closed pairs of the stage: an episode moves between arms when the arm set
+# changes (`gate.gateway.sampling.choose_arm`), so its first pair may be in another arm.
+_CLOSED_ANY_ARM = (
+    "rollout_id = :rollout AND stage = :stage AND created_at >= :since"
+    " AND state IN ('complete', 'dropped')"
+)
 # `opens`: the pair is its episode's first in the whole rollout: no pair of it in an earlier
-# stage, no earlier closed pair of it in this one (inside that subquery the unqualified
-# columns of `_CLOSED` are q's); the collapse detectors read only those (`gate.stats.change`).
+# stage, no earlier closed pair of it in this one in any arm (inside that subquery the
+# unqualified columns of `_CLOSED_ANY_ARM` are q's); the collapse detectors read only those
+# (`gate.stats.change`; replay: `gate.stats.arms.arm_rows`).
 _PAIR = f"""id, is_control, state, created_at, evaluated_at, parity, baseline_load, candidate_load,
          episode, (evaluated_at, id) <= (:after_at, :after_id) AS old,
          CASE WHEN segment = ANY(CAST(:segments AS text[])) THEN segment
               ELSE :pooled_only END AS seg,
          (evaluated_at, id) <= (:warm_at, :warm_id) AS warm,
          (episode IS NULL OR NOT EXISTS (
-           SELECT 1 FROM pairs q WHERE {_CLOSED} AND q.episode = pairs.episode
+           SELECT 1 FROM pairs q WHERE {_CLOSED_ANY_ARM} AND q.episode = pairs.episode
              AND (q.evaluated_at, q.id) < (pairs.evaluated_at, pairs.id))
            AND NOT EXISTS (SELECT 1 {_EARLIER_STAGES} AND e.episode = pairs.episode)) AS opens"""
 # The slice's pairs, and (`EPISODE_SLICE`) the earlier pairs of the episodes they name:
