@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from gate.db.enums import Outcome, sql_statuses
+from gate.db.models import Pair
 from gate.stats.acceptance_length import LOOP_DISTINCT, LOOP_SHARE
 from gate.stats.incremental import POOLED_ONLY, Key
 from gate.stats.policy import Policy
@@ -246,19 +247,25 @@ def rollout_since(session: Session, *, rollout_id: int) -> datetime:
     return stage_since(session, rollout_id=rollout_id, stage=0)
 
 
-_EPISODES_BEFORE = f"SELECT DISTINCT e.episode {_EARLIER_STAGES} AND e.episode = ANY(:episodes)"
-
-
 def episodes_before(
     session: Session, *, rollout_id: int, stage: int, episodes: list[str], since: datetime
 ) -> set[str]:
     """Return which of `episodes` have a pair in a stage of the rollout before `stage`
-    (`since`: `rollout_since`); as `opens` decides for the fold."""
+    (`since`: `rollout_since`); as `opens` decides for the fold. Portable SQL: the export
+    runs on SQLite too (the replay path's records)."""
     if not stage or not episodes:
         return set()
-    params = {"rollout": rollout_id, "earlier": list(range(stage)), "opened_since": since}
-    found = session.execute(text(_EPISODES_BEFORE), {**params, "episodes": episodes})
-    return set(found.scalars())
+    found = session.scalars(
+        select(Pair.episode)
+        .distinct()
+        .where(
+            Pair.rollout_id == rollout_id,
+            Pair.stage.in_(list(range(stage))),
+            Pair.created_at >= since,
+            Pair.episode.in_(episodes),
+        )
+    )
+    return {episode for episode in found if episode is not None}
 
 
 def last_key(
