@@ -122,7 +122,9 @@ def _records(
         .order_by(Feedback.id)
     ):
         if rated is not None and thumbs is not None:
-            feedback[rated] = thumbs  # the latest rating wins
+            # The first rating wins: an outcome once read never changes at a later look,
+            # as the gate's bets need (`gate.verdicts.feedback`).
+            feedback.setdefault(rated, thumbs)
     sides: dict[uuid.UUID, dict[str, Any]] = defaultdict(dict)
     for g in generations:
         assert g.pair_id is not None

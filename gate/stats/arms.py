@@ -53,6 +53,7 @@ from enum import IntEnum
 import numpy as np
 
 from gate.stats.policy import Policy, log_ratio
+from gate.stats.record_columns import Record, continues_of, episode_of
 from gate.stats.rule import Code
 from gate.stats.sequences import BoolArray, FloatArray, IntArray, MeanStats, mean_interval
 
@@ -98,6 +99,23 @@ def member(pair_arm: str | None, arm: str) -> bool:
     the pairs that name no arm (the control pairs, the baseline against itself, which count
     in every arm's). The fold's SQL says the same (`gate.verdicts.slices`)."""
     return pair_arm is None or pair_arm == arm
+
+
+def arm_rows(records: Sequence[Record], arm: str) -> list[Record]:
+    """Return `arm`'s stream of the fold-ordered `records` (`member`), each pair whose
+    episode has an earlier pair in any arm marked `episode_continues`: an episode moves
+    between arms when the arm set changes (`gate.gateway.sampling.choose_arm`), and its
+    turns in the new arm are no first turns (as the fold's `opens` decides)."""
+    seen: set[str] = set()
+    out = []
+    for record in records:
+        episode = episode_of(record)
+        if member(record.get("arm"), arm):
+            moved = episode is not None and episode in seen and not continues_of(record)
+            out.append({**record, "episode_continues": True} if moved else record)
+        if episode is not None:
+            seen.add(episode)
+    return out
 
 
 def arm_policy(policy: Policy) -> Policy:

@@ -19,7 +19,7 @@ import numpy as np
 from gate.db.enums import Decision, RolloutMode
 from gate.errors import BadRequest, InputMalformed
 from gate.stats.acceptance_length import AcceptanceLength, summarise
-from gate.stats.arms import ArmLooks, ArmState, ArmStream, arm_policy, choose, member
+from gate.stats.arms import ArmLooks, ArmState, ArmStream, arm_policy, arm_rows, choose, member
 from gate.stats.cumulative import at_look, looks_every, to_stats
 from gate.stats.gate_stats import GateStats
 from gate.stats.ids import ALL
@@ -101,7 +101,7 @@ def replay_arms(
     arms: list[_Arm] = []
     streams: list[ArmStream] = []
     for name, (positions, candidates) in _split(records).items():
-        rows = [records[i] for i in positions]
+        rows = arm_rows(records, name)  # its `positions`, episodes begun elsewhere marked
         counts = np.searchsorted(np.asarray(positions), looks, side="right")
         own = np.unique(counts[counts > 0])
         stats = to_stats(columns(rows, judged, RolloutMode.SHADOW), judged, own,

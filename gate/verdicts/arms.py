@@ -29,7 +29,7 @@ from gate.pairs.export import pair_records
 from gate.routing import service as routing
 from gate.routing.pubsub import Publisher
 from gate.stats import fold_stats
-from gate.stats.arms import ArmLooks, ArmState, ArmStream, arm_policy, choose, member
+from gate.stats.arms import ArmLooks, ArmState, ArmStream, arm_policy, arm_rows, choose
 from gate.stats.arms_replay import (
     ArmResult,
     ArmsReplayResult,
@@ -55,15 +55,13 @@ _CODES = {decision: code for code, decision in DECISIONS.items()}
 def arm_records(session: Session, *, rollout: Rollout) -> dict[str, list[dict[str, Any]]]:
     """Return the current stage's evaluated pair records of each arm, in fold order; the
     control pairs (the baseline against itself, no arm) are in every arm's."""
-    by_arm: dict[str, list[dict[str, Any]]] = {arm.name: [] for arm in rollout.arms}
-    stage = pair_records(session, rollout_id=rollout.id, stage=rollout.stage, evaluated_only=True)
-    for record in stage:
-        if record["arm"] is not None:
-            by_arm.setdefault(record["arm"], [])
-        for name, rows in by_arm.items():
-            if member(record["arm"], name):
-                rows.append(record)
-    return by_arm
+    stage = list(
+        pair_records(session, rollout_id=rollout.id, stage=rollout.stage, evaluated_only=True)
+    )
+    names = dict.fromkeys([arm.name for arm in rollout.arms])
+    names.update(dict.fromkeys(r["arm"] for r in stage if r["arm"] is not None))
+    # An episode's pairs in another arm before this one's mark it continued (`arm_rows`).
+    return {name: arm_rows(stage, name) for name in names}
 
 
 def arm_verdicts(session: Session, *, rollout: Rollout, policy: Policy) -> dict[str, VerdictResult]:

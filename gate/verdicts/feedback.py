@@ -1,13 +1,20 @@
 """The shadow thumbs-down cell's sums for the live gate, read at each look (issue 39).
 
-Ratings arrive after a pair is folded, and a later rating replaces an earlier one (the
-latest wins, as the export writes it), so they are not folded: at each look one query
+Ratings arrive after a pair is folded, so they are not folded: at each look one query
 reads the stage's folded pairs that hold a rating (up to the fold's watermark, each
 judged as the fold judged it: live, warm-up end, load tolerance, arm) and sums each
 side's 0/1 thumbs-down per segment and pooled, with the episode sums replay keeps
 (`EpisodeTwoCounts`: per episode S_e and n_e of each side). The query starts from the
 ratings made since the stage began (`feedback.created_at >= :since`, indexed: a rating
 follows its pair) and joins their generations and pairs by id.
+
+An answer's outcome is its FIRST rating with thumbs (as the export writes it); a later
+rating of the same answer changes nothing. The cell's bets multiply one factor per rated
+answer (`gate.stats.betting`), and Ville's bound holds for factors that, once read, stay:
+a factor replaced between looks (a rating changed from up to down) is no step of a
+supermartingale, and re-rating could push the cell over its kill line. Conditioned on: a
+rating's arrival (when, and whether, an answer is rated) independent of the candidate's
+effect, so the rated answers at each look are a growing set whose outcomes never change.
 """
 
 from __future__ import annotations
@@ -22,12 +29,12 @@ from gate.stats.policy import Policy
 from gate.stats.sequences import CountStats, TwoCounts
 from gate.verdicts.slices import RATED_SLICE, Slice
 
-# Per side the latest rating that carries thumbs (the export's), down: 1, other: 0.
-_LATEST = """(SELECT CASE WHEN f.thumbs < 0 THEN 1.0 ELSE 0.0 END FROM feedback f
-   WHERE f.generation_id = y.{side}_id AND f.thumbs IS NOT NULL ORDER BY f.id DESC LIMIT 1)"""
+# Per side the first rating that carries thumbs (the export's), down: 1, other: 0.
+_FIRST = """(SELECT CASE WHEN f.thumbs < 0 THEN 1.0 ELSE 0.0 END FROM feedback f
+   WHERE f.generation_id = y.{side}_id AND f.thumbs IS NOT NULL ORDER BY f.id LIMIT 1)"""
 _RATED = f"""{RATED_SLICE}, r AS (
   SELECT y.seg, coalesce(y.episode, CAST(y.id AS text)) AS ep,
-         {_LATEST.format(side="b")} AS b_down, {_LATEST.format(side="c")} AS c_down
+         {_FIRST.format(side="b")} AS b_down, {_FIRST.format(side="c")} AS c_down
   FROM y WHERE y.live
 ), e AS (
   SELECT GROUPING(seg) AS pooled, seg, ep,

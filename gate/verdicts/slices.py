@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from gate.db.enums import Outcome, sql_statuses
+from gate.db.models import Pair
 from gate.stats.acceptance_length import LOOP_DISTINCT, LOOP_SHARE
 from gate.stats.incremental import POOLED_ONLY, Key
 from gate.stats.policy import Policy
@@ -128,16 +129,23 @@ _CLOSED = f"{_STAGE} AND state IN ('complete', 'dropped')"
 # (`:opened_since`); one probe of the (rollout_id, stage, episode) index per earlier stage.
 _EARLIER_STAGES = """FROM pairs e WHERE e.rollout_id = :rollout
              AND e.stage = ANY(CAST(:earlier AS int[])) AND e.created_at >= :opened_since"""
+# Any arm's closed pairs of the stage: an episode moves between arms when the arm set
+# changes (`gate.gateway.sampling.choose_arm`), so its first pair may be in another arm.
+_CLOSED_ANY_ARM = (
+    "rollout_id = :rollout AND stage = :stage AND created_at >= :since"
+    " AND state IN ('complete', 'dropped')"
+)
 # `opens`: the pair is its episode's first in the whole rollout: no pair of it in an earlier
-# stage, no earlier closed pair of it in this one (inside that subquery the unqualified
-# columns of `_CLOSED` are q's); the collapse detectors read only those (`gate.stats.change`).
+# stage, no earlier closed pair of it in this one in any arm (inside that subquery the
+# unqualified columns of `_CLOSED_ANY_ARM` are q's); the collapse detectors read only those
+# (`gate.stats.change`; replay: `gate.stats.arms.arm_rows`).
 _PAIR = f"""id, is_control, state, created_at, evaluated_at, parity, baseline_load, candidate_load,
          episode, (evaluated_at, id) <= (:after_at, :after_id) AS old,
          CASE WHEN segment = ANY(CAST(:segments AS text[])) THEN segment
               ELSE :pooled_only END AS seg,
          (evaluated_at, id) <= (:warm_at, :warm_id) AS warm,
          (episode IS NULL OR NOT EXISTS (
-           SELECT 1 FROM pairs q WHERE {_CLOSED} AND q.episode = pairs.episode
+           SELECT 1 FROM pairs q WHERE {_CLOSED_ANY_ARM} AND q.episode = pairs.episode
              AND (q.evaluated_at, q.id) < (pairs.evaluated_at, pairs.id))
            AND NOT EXISTS (SELECT 1 {_EARLIER_STAGES} AND e.episode = pairs.episode)) AS opens"""
 # The slice's pairs, and (`EPISODE_SLICE`) the earlier pairs of the episodes they name:
@@ -239,19 +247,25 @@ def rollout_since(session: Session, *, rollout_id: int) -> datetime:
     return stage_since(session, rollout_id=rollout_id, stage=0)
 
 
-_EPISODES_BEFORE = f"SELECT DISTINCT e.episode {_EARLIER_STAGES} AND e.episode = ANY(:episodes)"
-
-
 def episodes_before(
     session: Session, *, rollout_id: int, stage: int, episodes: list[str], since: datetime
 ) -> set[str]:
     """Return which of `episodes` have a pair in a stage of the rollout before `stage`
-    (`since`: `rollout_since`); as `opens` decides for the fold."""
+    (`since`: `rollout_since`); as `opens` decides for the fold. Portable SQL: the export
+    runs on SQLite too (the replay path's records)."""
     if not stage or not episodes:
         return set()
-    params = {"rollout": rollout_id, "earlier": list(range(stage)), "opened_since": since}
-    found = session.execute(text(_EPISODES_BEFORE), {**params, "episodes": episodes})
-    return set(found.scalars())
+    found = session.scalars(
+        select(Pair.episode)
+        .distinct()
+        .where(
+            Pair.rollout_id == rollout_id,
+            Pair.stage.in_(list(range(stage))),
+            Pair.created_at >= since,
+            Pair.episode.in_(episodes),
+        )
+    )
+    return {episode for episode in found if episode is not None}
 
 
 def last_key(

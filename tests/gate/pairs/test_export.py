@@ -117,3 +117,22 @@ def test_each_side_carries_its_exactness_fields_or_null(session):
     assert record["candidate"]["exactness"] == fit
     assert TokenFit.from_dict(record["candidate"]["exactness"]).tokens == 2
     assert record["baseline"]["exactness"] is None
+
+
+def test_a_later_stages_records_say_which_episodes_began_earlier(session):
+    # `episode_continues` (issue 39) on every store the export runs on, SQLite included:
+    # conv-1 has a pair in stage 0, conv-2 begins in stage 1.
+    rollout = factories.rollout(session)
+    now = utcnow()
+    for k, (stage, episode) in enumerate(((0, "conv-1"), (1, "conv-1"), (1, "conv-2"))):
+        pair = factories.pair(session, rollout.id)
+        factories.generation(session, pair, Cohort.BASELINE)
+        factories.generation(session, pair, Cohort.CANDIDATE)
+        pair.state, pair.stage, pair.episode = PairState.COMPLETE, stage, episode
+        pair.created_at = pair.evaluated_at = now + timedelta(seconds=k)
+    session.flush()
+    records = list(pair_records(session, rollout_id=rollout.id, stage=1))
+    assert [(r["episode"], r["episode_continues"]) for r in records] == [
+        ("conv-1", True),
+        ("conv-2", False),
+    ]

@@ -19,8 +19,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sqlalchemy import insert, select
 
 from gate.db.enums import RolloutMode
+from gate.db.models import Feedback, Generation
 from gate.pairs.export import pair_records
 from gate.reports.headline.summary import headline
 from gate.stats.cumulative import at_look, to_stats
@@ -176,6 +178,45 @@ def test_thumbs_down_on_the_candidate_kills_the_live_shadow_gate_as_replay(pg_se
     assert_same_verdict(got, want)
     assert any(code.startswith("kill:feedback") for code in got.reason_codes), got.reason_codes
     state = fold(pg_session, rollout_id=rollout.id, stage=0, policy=POLICY)
+    cols = columns(fold_order(exported), POLICY, RolloutMode.SHADOW)
+    replayed = at_look(to_stats(cols, POLICY, np.array([len(exported)])), 0)
+    rated = feedback_sums(pg_session, rollout_id=rollout.id, stage=0, state=state, policy=POLICY)
+    assert_same_stats(folded_stats(state, POLICY, feedback=rated), replayed)
+
+
+def test_a_rating_once_read_never_changes_at_a_later_look(pg_session):
+    # The thumbs-down cell's bets multiply one factor per rated answer: a factor replaced
+    # between looks (a rating changed from up to down) is not a step of a supermartingale,
+    # and Ville's bound no longer holds. An answer's first rating with thumbs is its
+    # outcome on every path (live read, export, replay): a later one changes nothing.
+    side = {"ttft_s": 0.2, "tpot_s": 0.02, "e2e_s": 1.0, "status": "ok", "evals": {"task": True},
+            "draft_tokens": 0, "accepted_tokens": 0}  # fmt: skip
+    raw = [{"segment": "chat", "baseline": {**side, "feedback": 1 if i % 3 else -1},
+            "candidate": {**side, "feedback": 1}, "lag_s": 0, "control": 1, "id_rank": 0,
+            "episode": None} for i in range(40)]  # fmt: skip
+    rollout = factories.rollout(pg_session, name=f"rerated-{next(_names)}")
+    store(pg_session, [dict(r) for r in as_records(raw)], rollout.id)
+    state = fold(pg_session, rollout_id=rollout.id, stage=0, policy=POLICY)
+
+    def read() -> tuple:
+        got = feedback_sums(pg_session, rollout_id=rollout.id, stage=0, state=state, policy=POLICY)
+        return got["all"].counts
+
+    before = read()
+    assert before.candidate.k == 0 and before.candidate.n > 0
+    # Every candidate answer rated up is rated again, down, after the look.
+    gids = pg_session.execute(
+        select(Feedback.generation_id, Feedback.pair_id)
+        .join(Generation, Generation.id == Feedback.generation_id)
+        .where(Generation.rollout_id == rollout.id, Generation.cohort == "candidate")
+    ).all()
+    pg_session.execute(
+        insert(Feedback), [{"generation_id": g, "pair_id": p, "thumbs": -1} for g, p in gids]
+    )
+    pg_session.flush()
+    assert read() == before
+    exported = list(pair_records(pg_session, rollout_id=rollout.id))
+    assert all(r["candidate"]["feedback"] == 1 for r in exported)
     cols = columns(fold_order(exported), POLICY, RolloutMode.SHADOW)
     replayed = at_look(to_stats(cols, POLICY, np.array([len(exported)])), 0)
     rated = feedback_sums(pg_session, rollout_id=rollout.id, stage=0, state=state, policy=POLICY)
