@@ -119,13 +119,15 @@ def load(
                          *(sides[i][side][k] for k in PARITY))
                     )  # fmt: skip
         with cur.copy(
-            "COPY evaluations (generation_id, evaluator, version, passed, details, "
-            "created_at) FROM STDIN"
+            "COPY evaluations (generation_id, generation_started_at, evaluator, version, "
+            "passed, details, created_at) FROM STDIN"
         ) as copy:
             for i in range(n):
                 for side in (0, 1):
                     gid = 2 * (first + i) + side + 1
-                    copy.write_row((gid, "task", "1", bool(passed[i]), "{}", created[i]))
+                    # Its generation's `started_at` (migration 0032; the partition key).
+                    at = created[i]
+                    copy.write_row((gid, at, "task", "1", bool(passed[i]), "{}", at))
         if rated:
             with cur.copy(
                 "COPY feedback (generation_id, thumbs, escalated, created_at) FROM STDIN"
