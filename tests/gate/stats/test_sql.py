@@ -124,7 +124,7 @@ def store(session, records: list[dict], rollout_id: int | None = None) -> int:
     # A side's rating (`feedback`: thumbs), as the feedback endpoint stores it.
     rated = [
         {"generation_id": gid, "pair_id": pair_id, "thumbs": thumbs}
-        for gid, (pair_id, thumbs) in zip(ids, side_feedback, strict=True)
+        for (gid, _), (pair_id, thumbs) in zip(ids, side_feedback, strict=True)
         if thumbs is not None
     ]
     if rated:
