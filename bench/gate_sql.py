@@ -125,8 +125,9 @@ def load(
             for i in range(n):
                 for side in (0, 1):
                     gid = 2 * (first + i) + side + 1
-                    row = (gid, created[i], "task", "1", bool(passed[i]), "{}", created[i])
-                    copy.write_row(row)
+                    # Its generation's `started_at` (migration 0032; the partition key).
+                    at = created[i]
+                    copy.write_row((gid, at, "task", "1", bool(passed[i]), "{}", at))
         if rated:
             with cur.copy(
                 "COPY feedback (generation_id, thumbs, escalated, created_at) FROM STDIN"

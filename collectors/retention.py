@@ -161,13 +161,19 @@ def _drop_aged(
 ) -> tuple[list[str], datetime | None]:
     """Drop the partitions of a partitioned `pairs`, `generations`, `requests` or
     `evaluations` wholly past `cut` that hold no row of a rollout still live
-    (`_oldest_live`); unpartitioned, they keep every row. Generations and requests age out
+    (`_oldest_live`); unpartitioned, they keep every row (evaluations too while
+    `generations` is unpartitioned). Generations and requests age out
     with their pairs, evaluations with their generations. Return the partitions dropped and
     the cut taken (None: not partitioned)."""
     if not chosen.partitions:
         return [], None
     with engine.connect() as conn:
         if partitions.period_s(conn, table) is None:
+            return [], None
+        # Evaluations age with their generations: while `generations` is unpartitioned it
+        # keeps every row, and so do they (else an ended rollout's calls outlive their
+        # results, and its report, export and replayed verdict change).
+        if table == "evaluations" and partitions.period_s(conn, "generations") is None:
             return [], None
     taken = min(cut, _oldest_live(engine, table, cut))
     return partitions.drop_before(engine, table, taken), taken

@@ -263,7 +263,13 @@ def check_evaluations_take_their_generations_start(url: str, *, stopped: bool = 
                     "INSERT INTO evaluations (generation_id, evaluator, version, details, "
                     "created_at) VALUES (:g, :e, '1', '{}', :t)"
                 ),
-                [{"g": g, "e": name, "t": started} for g, started, name in want],
+                # Written a day after its generation started: a backfill from the evaluation's
+                # own `created_at` (the orphans' fallback) cannot pass for one from its
+                # generation.
+                [
+                    {"g": g, "e": name, "t": started + timedelta(days=1)}
+                    for g, started, name in want
+                ],
             )
         if stopped:
             with engine.begin() as connection:

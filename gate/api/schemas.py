@@ -182,7 +182,13 @@ class KillAll(BaseModel):
 
 
 class FeedbackIn(BaseModel):
-    response_id: str | None = Field(None, min_length=1, max_length=128)
+    response_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=128,
+        description="The rated response's id; one served in the last 7 days (an older one is "
+        "a 404: `gate.feedback.service.FEEDBACK_WINDOW`).",
+    )
     pair_id: uuid.UUID | None = None
     thumbs: int | None = Field(None, description="+1 or -1.")
     score: float | None = Field(None, ge=0.0, le=1.0)

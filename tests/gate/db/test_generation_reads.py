@@ -18,6 +18,7 @@ from gate.db.base import utcnow
 from gate.db.enums import Cohort, GenerationStatus, PairState
 from gate.db.models import Generation, Pair
 from gate.db.rows import EngineFacts
+from gate.errors import NotFound
 from gate.feedback import service as feedback
 from gate.pairs import parity
 from gate.pairs.service import complete_ready
@@ -130,3 +131,18 @@ def test_evaluating_a_pair_reads_only_recent_partitions(engine: Engine) -> None:
             assert evaluate_pair(session, pair_id=pair.id)
         assert_recent_only(session, calls)
         assert_recent_only(session, asked, "requests")
+
+
+def test_feedback_by_an_older_response_id_is_a_404_naming_the_window(engine: Engine) -> None:
+    week_ago = TODAY - feedback.FEEDBACK_WINDOW - timedelta(days=1)
+    with engine.begin() as conn:
+        partitions.create_partition(conn, "generations", "started_at", week_ago, DAY)
+    with Session(engine) as session:
+        _, baseline = served_pair(session)
+        baseline.started_at = utcnow() - feedback.FEEDBACK_WINDOW + timedelta(hours=1)
+        session.flush()
+        assert feedback.record(session, response_id="chatcmpl-1", pair_id=None, **RATING)
+        baseline.started_at = utcnow() - feedback.FEEDBACK_WINDOW - timedelta(hours=1)
+        session.flush()
+        with pytest.raises(NotFound, match="chatcmpl-1 in the last 7 days"):
+            feedback.record(session, response_id="chatcmpl-1", pair_id=None, **RATING)

@@ -188,3 +188,38 @@ def test_generations_convert_after_evaluations_keeping_every_evaluation(engine: 
     assert rows(engine, "evaluations") == before
     assert count(engine, _MISMATCHED) == 0
     assert_same_verdict(verdict(engine, rollout_id), want)
+
+
+def test_evaluations_partitioned_alone_keep_the_rows_of_generations_kept(engine: Engine) -> None:
+    # Converted before `generations` (as the test above allows): an unpartitioned
+    # `generations` keeps every row, so its evaluations must stay with them, not drop on
+    # their own cut and leave an ended rollout's calls without their results.
+    with Session(engine) as session:
+        ended = factories.rollout(session, name="a")
+        ended.ended_at = utcnow() - timedelta(days=91)
+        rollout_id = ended.id
+        session.commit()
+    land(engine, [generation(rollout_id, utcnow() - timedelta(days=100)) for _ in range(2)])
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO evaluations (generation_id, generation_started_at, evaluator, "
+                "version, details, created_at) SELECT id, started_at, 'e', '1', '{}', now() "
+                "FROM generations"
+            )
+        )
+    online_partition.convert(engine, "evaluations", period=DAY, echo=QUIET)
+    # One straggler in the default partition too (older than every partition made).
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO evaluations (generation_id, generation_started_at, evaluator, "
+                "version, details, created_at) SELECT id, started_at - interval '30 days', "
+                "'late', '1', '{}', now() FROM generations ORDER BY id LIMIT 1"
+            )
+        )
+    result = purge(engine, CollectorSettings(retention_pairs_days=90))
+    assert not [n for n in result.partitions_dropped if n.startswith("evaluations")]
+    assert result.defaults_deleted == 0
+    assert count(engine, "SELECT count(*) FROM generations") == 2
+    assert count(engine, "SELECT count(*) FROM evaluations") == 3

@@ -136,3 +136,24 @@ def test_a_later_stage_looks_back_at_the_rollouts_own_days_only(engine: Engine) 
         before = partitions.partition_name("pairs", DAYS[0])
         for statement, plan in seen:
             assert before not in plan, statement
+
+
+def test_the_gate_sql_bench_loads_its_pairs_on_the_current_schema(engine: Engine) -> None:
+    # bench/gate_sql.py (the 1M-pair verdict, and bench/pairs_partitions.py's rows) COPYs
+    # evaluations: each must carry its generation's start, NOT NULL since 0032.
+    from bench.gate_sql import load
+
+    with Session(engine) as session:
+        rollout_id = factories.rollout(session).id
+        session.commit()
+    dsn = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    load(dsn, rollout_id, 5, first=0, start=START, seed=0)
+    with engine.connect() as conn:
+        mismatched = conn.execute(
+            text(
+                "SELECT count(*) FROM evaluations e JOIN generations g "
+                "ON g.id = e.generation_id WHERE g.started_at <> e.generation_started_at"
+            )
+        ).scalar_one()
+        assert conn.execute(text("SELECT count(*) FROM evaluations")).scalar_one() == 10
+    assert mismatched == 0
