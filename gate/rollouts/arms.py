@@ -21,7 +21,7 @@ from gate.db.models import Rollout, RolloutArm, Route, Verdict
 from gate.errors import BadRequest, Conflict, NotFound, StaleVersion
 from gate.rollouts import repository
 from gate.rollouts.schemas import MAX_ARMS, ArmIn
-from gate.stats.arms import beats, stage_weights
+from gate.stats.arms import ahead_of, stage_weights
 from gate.stats.policy import load_policy
 
 _FINISHED = (RolloutState.KILLED, RolloutState.PROMOTED)
@@ -134,11 +134,10 @@ def reallocate(session: Session, rollout: Rollout, *, actor: str) -> None:
     judged = {a["arm"]: a for a in (newest.arms or {}).get("arms", [])} if newest else {}
     live = {name: _interval(judged[name]) for name in active
             if name in judged and judged[name]["state"] not in _OUT}  # fmt: skip
+    ahead = ahead_of(live)
     weights = {name: 1.0 for name in active} | stage_weights(
-        live, behind_weight=policy.behind_weight
+        ahead, behind_weight=policy.behind_weight
     )
-    ahead = {name: sorted(o for o in live if o != name and beats(live[o], live[name]))
-             for name in live}  # fmt: skip
     behind = {name: by for name, by in ahead.items() if by}
     for name, arm in active.items():
         arm.weight = weights[name]

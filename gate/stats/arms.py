@@ -221,27 +221,25 @@ def _is(index: IntArray, shape: tuple[int, ...]) -> BoolArray:
     return np.asarray(arms == index[None, ...])
 
 
-def stage_weights(
-    intervals: Mapping[str, tuple[float | None, float | None]], *, behind_weight: float
-) -> dict[str, float]:
-    """Return each live arm's weight for the next stage: `behind_weight` for an arm proven
-    behind another (that arm's upper bound below its lower bound, the relation `choose`
-    calls beating), else 1. The best, the tied best and the leader are never behind.
+def ahead_of(intervals: Mapping[str, tuple[float | None, float | None]]) -> dict[str, list[str]]:
+    """Return, for each live arm, the arms proven faster than it (their upper bound below
+    its lower bound, the relation `choose` calls beating), sorted; empty for the best,
+    the tied best and the leader.
 
     Args:
         intervals: each live arm's primary-ratio interval at the stage's last look; None
             for an end that is unbounded (too few pairs).
-        behind_weight: the weight of an arm behind (`Arms.behind_weight`).
-
-    Returns:
-        The weight of every arm in `intervals`.
     """
-    return {name: behind_weight if _behind(name, intervals) else 1.0 for name in intervals}
+    return {
+        name: sorted(o for o, other in intervals.items() if o != name and beats(other, mine))
+        for name, mine in intervals.items()
+    }
 
 
-def _behind(name: str, intervals: Mapping[str, tuple[float | None, float | None]]) -> bool:
-    """Return whether another arm in `intervals` beats arm `name`."""
-    return any(beats(other, intervals[name]) for o, other in intervals.items() if o != name)
+def stage_weights(ahead: Mapping[str, list[str]], *, behind_weight: float) -> dict[str, float]:
+    """Return each live arm's weight for the next stage: `behind_weight` (`Arms.
+    behind_weight`) for an arm another is proven ahead of (`ahead_of`), else 1."""
+    return {name: behind_weight if by else 1.0 for name, by in ahead.items()}
 
 
 def beats(i: tuple[float | None, float | None], j: tuple[float | None, float | None]) -> bool:

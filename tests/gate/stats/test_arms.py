@@ -11,6 +11,7 @@ import pytest
 from gate.stats.arms import (
     ArmState,
     ArmStream,
+    ahead_of,
     arm_intervals,
     arm_policy,
     choose,
@@ -168,9 +169,9 @@ def test_only_an_arm_proven_behind_another_live_arm_gets_the_behind_weight():
         "k8": (0.95, 1.05),  # overlaps k4: not proven behind
         "new": (None, None),  # too few pairs: unbounded
     }
-    weights = stage_weights(intervals, behind_weight=0.25)
+    weights = stage_weights(ahead_of(intervals), behind_weight=0.25)
     assert weights == {"k2": 0.25, "k4": 1.0, "k8": 1.0, "new": 1.0}
-    assert stage_weights({"k2": (1.02, 1.10)}, behind_weight=0.25) == {"k2": 1.0}
+    assert stage_weights(ahead_of({"k2": (1.02, 1.10)}), behind_weight=0.25) == {"k2": 1.0}
 
 
 def test_shares_are_the_weights_normalised():
