@@ -3,6 +3,8 @@ an arm mid-run, kill one arm with its reason while the others go on (issue 40)."
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from gate.routing.snapshot import load_snapshot
@@ -186,16 +188,8 @@ def test_a_rollout_with_arms_stays_in_shadow_mode(api):
 
 
 def test_the_gate_judges_each_arm_and_the_glance_and_promotion_follow_it(api, pg_committing):
-    policy = {"segments": ["chat"], "warmup_pairs": 50, "min_pairs": 300, "stages": [100]}
-    made = armed(api, arms=("k2", "k4", "k8"), policy={**policy, "min_duration_s": 0}).json()
+    made, verdict = judged_three_arms(api, pg_committing, stages=[100])
     rid = made["id"]
-    post(api, f"/v1/rollouts/{rid}/start", {"reason": "go"})
-    with pg_committing() as db, db.begin():
-        factories.seed_pairs(db, rid, 600, tpot_ratio=0.95, arm="k2", seed=1)
-        factories.seed_pairs(db, rid, 600, tpot_ratio=0.7, arm="k4", seed=2)
-        factories.seed_pairs(db, rid, 600, candidate_pass=0.6, arm="k8", seed=3)
-    with pg_committing() as db, db.begin():
-        verdict = run_gate(db, rollout_id=rid, publisher=None)
     assert verdict.decision.value == "promote", verdict.summary
     look = api.client.get(f"/v1/rollouts/{rid}/glance", headers=api.headers("read")).json()
     arms = look["arms"]
@@ -213,20 +207,24 @@ def test_the_gate_judges_each_arm_and_the_glance_and_promotion_follow_it(api, pg
     assert "won the best-arm choice" in kills[1][0]
 
 
-def judged_three_arms(api, pg_committing, *, reallocate: bool) -> int:
-    """Return a rollout of three arms over two stages, judged once: k4 is the best arm,
-    k2 proven behind it, k8 killed on its own (its quality)."""
+def judged_three_arms(
+    api, pg_committing, *, reallocate: bool = False, stages: list[int] | None = None
+) -> tuple[dict[str, Any], Any]:
+    """Return a started rollout of three arms (over two stages unless `stages`), judged
+    once, and that verdict: k4 is the best arm, k2 proven behind it, k8 killed on its
+    own (its quality)."""
     policy = {"segments": ["chat"], "warmup_pairs": 50, "min_pairs": 300, "min_duration_s": 0,
-              "stages": [50, 100], "arms": {"reallocate": reallocate}}  # fmt: skip
-    rid = armed(api, arms=("k2", "k4", "k8"), policy=policy).json()["id"]
+              "stages": stages or [50, 100], "arms": {"reallocate": reallocate}}  # fmt: skip
+    made = armed(api, arms=("k2", "k4", "k8"), policy=policy).json()
+    rid = made["id"]
     post(api, f"/v1/rollouts/{rid}/start", {"reason": "go"})
     with pg_committing() as db, db.begin():
         factories.seed_pairs(db, rid, 600, tpot_ratio=0.95, arm="k2", seed=1)
         factories.seed_pairs(db, rid, 600, tpot_ratio=0.7, arm="k4", seed=2)
         factories.seed_pairs(db, rid, 600, candidate_pass=0.6, arm="k8", seed=3)
     with pg_committing() as db, db.begin():
-        run_gate(db, rollout_id=rid, publisher=None)
-    return rid
+        verdict = run_gate(db, rollout_id=rid, publisher=None)
+    return made, verdict
 
 
 def snapshot_weights(pg_committing, rid: int) -> dict[str, float]:
@@ -237,7 +235,7 @@ def snapshot_weights(pg_committing, rid: int) -> dict[str, float]:
 
 
 def test_a_stage_advance_reallocates_from_the_stored_choice(api, pg_committing):
-    rid = judged_three_arms(api, pg_committing, reallocate=True)
+    rid = judged_three_arms(api, pg_committing, reallocate=True)[0]["id"]
     assert snapshot_weights(pg_committing, rid) == {"k2": 1.0, "k4": 1.0}  # until the stage
     advanced = post(api, f"/v1/rollouts/{rid}/promote", {"reason": "next stage"})
     assert advanced.status_code == 200 and advanced.json()["stage"] == 1, advanced.text
@@ -253,7 +251,7 @@ def test_a_stage_advance_reallocates_from_the_stored_choice(api, pg_committing):
 
 
 def test_a_stage_advance_without_reallocate_keeps_equal_shares(api, pg_committing):
-    rid = judged_three_arms(api, pg_committing, reallocate=False)
+    rid = judged_three_arms(api, pg_committing, reallocate=False)[0]["id"]
     advanced = post(api, f"/v1/rollouts/{rid}/promote", {"reason": "next stage"})
     assert advanced.status_code == 200 and advanced.json()["stage"] == 1, advanced.text
     assert snapshot_weights(pg_committing, rid) == {"k2": 1.0, "k4": 1.0}

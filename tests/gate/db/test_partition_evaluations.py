@@ -25,7 +25,12 @@ from tests.gate.db.test_partition_generations import generation, land
 from tests.gate.db.test_partition_pairs import QUIET, filled, verdict
 from tests.gate.stats.test_sql import recorded_pairs, store
 from tests.gate.verdicts.test_folds import assert_same_verdict
-from tests.gate.verdicts.test_partitioned_pairs import DAYS, fold_reads, partition_by_day
+from tests.gate.verdicts.test_partitioned_pairs import (
+    DAYS,
+    calls_follow_their_pairs,
+    fold_reads,
+    partition_by_day,
+)
 from tests.plans import explain, statements
 
 pytestmark = pytest.mark.postgres
@@ -148,19 +153,7 @@ def test_the_fold_and_the_export_read_only_the_stage_window_of_evaluations(
     with Session(engine) as session:
         rollout = factories.rollout(session)
         store(session, recorded_pairs(), rollout.id)
-        # Each call (and so its evaluations) a second after its pair, as a gateway's are.
-        session.execute(
-            text(
-                "UPDATE generations g SET started_at = p.created_at + interval '1 second' "
-                "FROM pairs p WHERE p.id = g.pair_id"
-            )
-        )
-        session.execute(
-            text(
-                "UPDATE evaluations e SET generation_started_at = g.started_at "
-                "FROM generations g WHERE g.id = e.generation_id"
-            )
-        )
+        calls_follow_their_pairs(session)
         session.commit()
         reads = fold_reads(session, rollout, "evaluations")
         conn = session.connection()

@@ -85,19 +85,30 @@ def test_the_fold_on_partitioned_pairs_reads_only_the_stage_window(engine: Engin
             assert not [name for name in OLDER if name in plan], statement
 
 
+def calls_follow_their_pairs(session: Session) -> None:
+    """Start each stored call a second after its pair, as a gateway's do (and so its
+    evaluations, which carry their call's start)."""
+    session.execute(
+        text(
+            "UPDATE generations g SET started_at = p.created_at + interval '1 second' "
+            "FROM pairs p WHERE p.id = g.pair_id"
+        )
+    )
+    session.execute(
+        text(
+            "UPDATE evaluations e SET generation_started_at = g.started_at "
+            "FROM generations g WHERE g.id = e.generation_id"
+        )
+    )
+
+
 def test_the_fold_reads_only_the_stage_window_of_partitioned_generations(engine: Engine) -> None:
     partition_pairs(engine, DAYS)
     partition_by_day(engine, "generations", "started_at", DAYS)
     with Session(engine) as session:
         rollout = factories.rollout(session)
         store(session, recorded_pairs(), rollout.id)
-        # Each call starts a second after its pair, as a gateway's do.
-        session.execute(
-            text(
-                "UPDATE generations g SET started_at = p.created_at + interval '1 second' "
-                "FROM pairs p WHERE p.id = g.pair_id"
-            )
-        )
+        calls_follow_their_pairs(session)
         session.commit()
         seen = fold_reads(session, rollout, "generations")
         older = {partitions.partition_name("generations", day) for day in DAYS[:-2]}
