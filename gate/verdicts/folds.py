@@ -74,8 +74,8 @@ def fold_arm(
         return state, ArmSums()
     since = stage_since(session, rollout_id=rollout_id, stage=stage)
     opened = rollout_since(session, rollout_id=rollout_id)
-    piece = Slice(rollout_id, stage, after=None, upto=state.watermark, arm=arm, since=since)
-    piece = replace(piece, opened_since=opened)
+    piece = Slice(rollout_id, stage, after=None, upto=state.watermark, arm=arm, since=since,
+                  opened_since=opened)  # fmt: skip
     sums, stored = acceptance.advance(session, row.arm_sums, piece, policy)
     if stored != row.arm_sums:
         row.arm_sums = stored

@@ -119,7 +119,9 @@ _LOOP = f"""CASE WHEN {_READABLE} THEN
 # An arm's pairs (`gate.stats.arms.member`, the one definition): its own and those that name
 # no arm (the control pairs, in every arm's stream); without an arm, every pair.
 _MEMBER = "(CAST(:arm AS text) IS NULL OR arm IS NULL OR arm = CAST(:arm AS text))"
-_STAGE = f"rollout_id = :rollout AND stage = :stage AND created_at >= :since AND {_MEMBER}"
+# The stage's pairs of every arm, and (`_STAGE`) of the judged arm's stream.
+_STAGE_ANY_ARM = "rollout_id = :rollout AND stage = :stage AND created_at >= :since"
+_STAGE = f"{_STAGE_ANY_ARM} AND {_MEMBER}"
 _RANGE = (
     "(evaluated_at, id) > (:after_at, :after_id) AND (evaluated_at, id) <= (:upto_at, :upto_id)"
 )
@@ -131,19 +133,17 @@ _EARLIER_STAGES = """FROM pairs e WHERE e.rollout_id = :rollout
              AND e.stage = ANY(CAST(:earlier AS int[])) AND e.created_at >= :opened_since"""
 # Any arm's closed pairs of the stage: an episode moves between arms when the arm set
 # changes (`gate.gateway.sampling.choose_arm`), so its first pair may be in another arm.
-_CLOSED_ANY_ARM = (
-    "rollout_id = :rollout AND stage = :stage AND created_at >= :since"
-    " AND state IN ('complete', 'dropped')"
-)
+_CLOSED_ANY_ARM = f"{_STAGE_ANY_ARM} AND state IN ('complete', 'dropped')"
 # `opens`: the pair is its episode's first in the whole rollout: no pair of it in an earlier
 # stage, no earlier closed pair of it in this one in any arm (inside that subquery the
 # unqualified columns of `_CLOSED_ANY_ARM` are q's); the collapse detectors read only those
 # (`gate.stats.change`; replay: `gate.stats.arms.arm_rows`).
-_PAIR = f"""id, is_control, state, created_at, evaluated_at, parity, baseline_load, candidate_load,
-         episode, (evaluated_at, id) <= (:after_at, :after_id) AS old,
+_PAIR_COLUMNS = """id, is_control, state, created_at, evaluated_at, parity, baseline_load,
+         candidate_load, episode, (evaluated_at, id) <= (:after_at, :after_id) AS old,
          CASE WHEN segment = ANY(CAST(:segments AS text[])) THEN segment
               ELSE :pooled_only END AS seg,
-         (evaluated_at, id) <= (:warm_at, :warm_id) AS warm,
+         (evaluated_at, id) <= (:warm_at, :warm_id) AS warm"""
+_PAIR = f"""{_PAIR_COLUMNS},
          (episode IS NULL OR NOT EXISTS (
            SELECT 1 FROM pairs q WHERE {_CLOSED_ANY_ARM} AND q.episode = pairs.episode
              AND (q.evaluated_at, q.id) < (pairs.evaluated_at, pairs.id))
@@ -205,7 +205,8 @@ SLICE_PAIRS = _SLICE_PAIRS
 EPISODE_SLICE = _slice(f"{_SLICE_PAIRS}\n  UNION ALL {_EARLIER_OF_EPISODES}")
 # The slice's pairs that hold a rating with thumbs (`gate.verdicts.feedback`), read from
 # the ratings made since the stage began (a rating follows its pair's calls).
-RATED_SLICE = _slice(f"""SELECT {_PAIR} FROM (
+# `opens` is only the collapse detectors' (NULL here: the ratings' read has no use for it).
+RATED_SLICE = _slice(f"""SELECT {_PAIR_COLUMNS}, CAST(NULL AS boolean) AS opens FROM (
     SELECT DISTINCT g.pair_id FROM feedback f JOIN generations g ON g.id = f.generation_id
     WHERE f.created_at >= :since AND f.thumbs IS NOT NULL AND {calls_since("g")}
       AND g.rollout_id = :rollout) AS rated
