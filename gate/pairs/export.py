@@ -5,13 +5,14 @@ from __future__ import annotations
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
+from contextlib import nullcontext
 from datetime import datetime
-from itertools import chain
 from typing import Any
 
 from sqlalchemy import ColumnElement, select, tuple_
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
+from gate.db import storage
 from gate.db.enums import Cohort, PairState
 from gate.db.models import Evaluation, Feedback, Generation, Pair, RequestRecord
 from gate.pairs import load
@@ -42,15 +43,16 @@ def pair_records(
     stamped with the pair, so a replay reads what the fold sums; computed now only for a
     pair not stamped yet.
     """
-    evaluated = Pair.evaluated_at.is_not(None)
-    pages = _pages(session, rollout_id, stage, evaluated, (Pair.evaluated_at, Pair.id))
+    orders = [(Pair.evaluated_at.is_not(None), (Pair.evaluated_at, Pair.id))]
     if not evaluated_only:
-        waiting = Pair.evaluated_at.is_(None)
-        pages = chain(
-            pages, _pages(session, rollout_id, stage, waiting, (Pair.created_at, Pair.id))
-        )
-    for page in pages:
-        yield from _records(session, page, with_requests, _loads(session, page))
+        orders.append((Pair.evaluated_at.is_(None), (Pair.created_at, Pair.id)))
+    # Two orders, several queries: read from one snapshot, or a pair stamped by a worker
+    # between them would be in neither (or, read twice, in both).
+    one_read = nullcontext(session) if evaluated_only else storage.of(session).snapshot(session)
+    with one_read as reading:
+        for where, order in orders:
+            for page in _pages(reading, rollout_id, stage, where, order):
+                yield from _records(reading, page, with_requests, _loads(reading, page))
 
 
 def _pages(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -48,6 +49,10 @@ class Storage(Protocol):
 
     def create_engine(self, url: str, *, echo: bool) -> Engine:
         """Create the SQLAlchemy engine for `url` with this database's connection setup."""
+
+    def snapshot(self, session: Session) -> AbstractContextManager[Session]:
+        """A session whose statements all see one snapshot, for a reader that pages through
+        several queries (`gate.pairs.export`): rows `session` wrote stay visible to it."""
 
     def insert(self, table: Table | type[Any]) -> Insert:
         """An INSERT that takes `on_conflict_do_nothing` / `on_conflict_do_update`."""

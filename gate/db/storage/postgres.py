@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +23,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
 
 from gate.db import partitions
 from gate.db.rows import (
@@ -67,6 +69,19 @@ class PostgresStorage:
         psycopg = make_url(url).get_driver_name() == "psycopg"
         args = {"connect_timeout": 5} if psycopg else {}
         return create_engine(url, echo=echo, pool_pre_ping=True, connect_args=args)
+
+    @contextmanager
+    def snapshot(self, session: Session) -> Iterator[Session]:
+        bind = session.get_bind()
+        if isinstance(bind, Connection):  # the caller's transaction, and its isolation
+            yield session
+            return
+        # A connection of its own at REPEATABLE READ: one snapshot, taken at the first
+        # statement, for the whole read. (A session bound to the engine writes nothing it
+        # then exports before committing: `specgate pairs export`, the demo's summary.)
+        options = {"isolation_level": "REPEATABLE READ", "postgresql_readonly": True}
+        with bind.connect().execution_options(**options) as conn, Session(conn) as reading:
+            yield reading
 
     def insert(self, table: Table | type[Any]) -> postgresql.Insert:
         return postgresql.insert(table)

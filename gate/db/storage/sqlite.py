@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
 
 from gate.db.rows import (
     ENGINE_FIELDS,
@@ -71,6 +73,23 @@ class SqliteStorage:
         engine = create_engine(url, echo=echo, connect_args={"timeout": 30})
         event.listen(engine, "connect", _pragmas)
         return engine
+
+    @contextmanager
+    def snapshot(self, session: Session) -> Iterator[Session]:
+        # The caller's connection. Inside a transaction it already reads one snapshot (WAL;
+        # one that wrote holds the write lock). Outside one, the driver begins a transaction
+        # only before a write, so an explicit BEGIN makes the reads one read transaction,
+        # ended after them: the caller's session is left as it was found (a write of its
+        # own later would otherwise have to upgrade a stale snapshot: SQLITE_BUSY).
+        driver: Any = session.connection().connection.driver_connection  # sqlite3's
+        began = not driver.in_transaction
+        if began:
+            driver.execute("BEGIN")
+        try:
+            yield session
+        finally:
+            if began and driver.in_transaction:
+                driver.execute("COMMIT")  # nothing written: it ends the read
 
     def insert(self, table: Table | type[Any]) -> sqlite.Insert:
         return sqlite.insert(table)

@@ -7,10 +7,12 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from sqlalchemy.orm import sessionmaker
 
 from gate.db.base import utcnow
+from gate.db.engine import make_engine
 from gate.db.enums import Cohort, PairState
-from gate.db.models import RequestRecord
+from gate.db.models import Pair, RequestRecord
 from gate.pairs.export import pair_records
 from gate.rehearse import workload
 from tests import factories
@@ -136,3 +138,38 @@ def test_a_later_stages_records_say_which_episodes_began_earlier(session):
         ("conv-1", True),
         ("conv-2", False),
     ]
+
+
+@pytest.fixture(params=[pytest.param("pg", marks=pytest.mark.postgres), "sqlite"])
+def committing(request):
+    """A committing session factory, so that a second session's writes are seen."""
+    if request.param == "pg":
+        return request.getfixturevalue("pg_committing")
+    engine = make_engine(request.getfixturevalue("sqlite_url"))
+    request.addfinalizer(engine.dispose)
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+def test_a_pair_evaluated_while_the_export_runs_is_exported_once(committing):
+    """The export reads evaluated pairs, then waiting ones: two queries. A pair that a
+    worker stamps between them (stamped before the first query's cursor, as a transaction
+    that took its clock earlier and commits later does) must still come out, exactly once:
+    both orders are read from one snapshot."""
+    now = utcnow()
+    with committing() as db, db.begin():
+        rollout = factories.rollout(db)
+        pairs = []
+        for k in range(2):
+            pair = factories.pair(db, rollout.id)
+            factories.generation(db, pair, Cohort.BASELINE)
+            factories.generation(db, pair, Cohort.CANDIDATE)
+            pair.state, pair.created_at = PairState.COMPLETE, now + timedelta(seconds=k)
+            pairs.append(pair)
+        pairs[0].evaluated_at = now + timedelta(seconds=20)
+    with committing() as reader:
+        records = pair_records(reader, rollout_id=rollout.id, stage=0)
+        first = next(records)  # the evaluated pair; its query's cursor is past +20 s
+        with committing() as worker, worker.begin():
+            worker.get(Pair, pairs[1].id).evaluated_at = now + timedelta(seconds=10)
+        rest = list(records)
+    assert [r["pair_id"] for r in (first, *rest)] == [str(pairs[0].id), str(pairs[1].id)]
