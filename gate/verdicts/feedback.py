@@ -46,7 +46,7 @@ from gate.db.models import Feedback, RatedEpisode
 from gate.db.models.quality import NO_ARM
 from gate.stats.episode_sums import EpisodeSums, SidesSums
 from gate.stats.ids import ALL
-from gate.stats.incremental import POOLED_ONLY, Key
+from gate.stats.incremental import Key
 from gate.stats.policy import Policy
 from gate.stats.sequences import CountStats, TwoCounts
 from gate.verdicts.slices import Slice, calls_since, rated_slice
@@ -121,9 +121,10 @@ def advance(
         rated = Rated()  # the fold started over: so do its ratings
     if rated.upto is None:
         _forget(session, piece, arm_key)
-    last = session.scalar(select(func.coalesce(func.max(Feedback.id), 0)))
-    if rated.upto != piece.upto or last != rated.rated_upto:
-        rated = _added(session, rated, piece, policy, (int(last or 0), arm_key))
+    last = int(session.scalar(select(func.coalesce(func.max(Feedback.id), 0))) or 0)
+    if rated.upto == piece.upto and last == rated.rated_upto:
+        return _cells(rated, policy), stored or dump(rated)  # nothing new: nothing to write
+    rated = _added(session, rated, piece, policy, (last, arm_key))
     return _cells(rated, policy), dump(rated)
 
 
@@ -155,8 +156,8 @@ def _forget(session: Session, piece: Slice, arm_key: str) -> None:
 def _cells(rated: Rated, policy: Policy) -> dict[str, SidesSums]:
     out = {}
     for segment, sums in rated.cells.items():
-        if segment != ALL and (segment == POOLED_ONLY or segment not in policy.segments):
-            continue
+        if segment != ALL and segment not in policy.segments:
+            continue  # defensive: undeclared segments are stored pooled only
         row = dict(zip(_FIELDS, sums, strict=True))
         out[segment] = SidesSums(
             TwoCounts(_counts(row, "b"), _counts(row, "c")), _sums(row, "b"), _sums(row, "c")
