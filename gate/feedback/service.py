@@ -12,6 +12,7 @@ from gate.db.base import utcnow
 from gate.db.enums import Cohort
 from gate.db.models import Feedback, Generation, Pair
 from gate.errors import NotFound
+from gate.pairs.watermark import hold_for_ratings
 from gate.verdicts.slices import pair_calls_since
 
 # In a pair the user saw the served side: the candidate only in canary (one call per
@@ -35,6 +36,9 @@ def record(
 ) -> Feedback:
     """Store feedback joined to its generation; unknown targets are a 404."""
     generation = _served(db, response_id=response_id, pair_id=pair_id)
+    if generation.rollout_id is not None:
+        # Ratings are folded by id: none may commit behind a look (`gate.verdicts.feedback`).
+        hold_for_ratings(db, rollout_id=generation.rollout_id)
     row = Feedback(
         generation_id=generation.id,
         pair_id=generation.pair_id,

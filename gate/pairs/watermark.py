@@ -68,6 +68,14 @@ def stamp_evaluated(session: Session, *, pair_ids: Sequence[uuid.UUID]) -> int:
     return len(stamped)
 
 
+def hold_for_ratings(session: Session, *, rollout_id: int) -> None:
+    """Hold the rollout's lock shared until commit, as a stamp does, before inserting a
+    rating: a look that folds ratings by id (`gate.verdicts.feedback`) holds it exclusive,
+    so no rating of the rollout with an id below the last it reads is still in flight."""
+    if not _single_writer(session):
+        session.execute(_SHARED, {"space": LOCK_SPACE, "id": rollout_id})
+
+
 def record_stamped(session: Session, *, pair_ids: Sequence[uuid.UUID]) -> None:
     """Fix what the fold reads of newly stamped pairs: parity differences and loads."""
     parity.record(session, pair_ids=pair_ids)

@@ -54,8 +54,9 @@ from gate.stats.sequences import CountStats, FloatArray, MeanStats, PairedCounts
 # reading each episode's first pair only; 11: the collapse detectors' warm-up levels from
 # each episode's first pair only, as they read; 12: an episode's first pair is its first in
 # the whole rollout (an episode begun in an earlier stage opens nothing in this one); 13:
-# nor one begun in another arm of the stage (an arm added or killed moves episodes).
-FOLD_VERSION = 13
+# nor one begun in another arm of the stage (an arm added or killed moves episodes); 14:
+# the ratings folded by rating id beside the state (`gate.verdicts.feedback`).
+FOLD_VERSION = 14
 # The bucket of pairs whose segment the policy does not declare ("all" is never declared).
 POOLED_ONLY = ALL
 Key = tuple[datetime, uuid.UUID]

@@ -93,15 +93,24 @@ def feedback_sums(
     arm: str | None = None,
 ) -> dict[str, SidesSums]:
     """Return the feedback cells' sums of the state's pairs (up to its watermark, judged
-    as it judged them), from the ratings stored now: they are read at each look, not folded."""
+    as it judged them), folding in the ratings and pairs new since the last look
+    (`gate.verdicts.feedback`); stored with the (rollout, stage, arm) state."""
     if state.watermark is None:
         return {}
+    # Exclusive, as the fold holds it: every rating of the rollout made so far is committed
+    # and a later one gets a larger id (`gate.feedback.service.record` holds it shared).
+    fold_horizon(session, rollout_id=rollout_id)
+    row = _locked_row(session, rollout_id=rollout_id, stage=stage, arm=arm or NO_ARM)
     since = stage_since(session, rollout_id=rollout_id, stage=stage)
     opened = rollout_since(session, rollout_id=rollout_id)
     piece = Slice(rollout_id, stage, after=None, upto=state.watermark, load_match=load_match,
                   arm=arm, since=since, opened_since=opened)  # fmt: skip
     warm = first_keys(session, replace(piece, load_match=None), policy, policy.warmup_pairs)
-    return feedback.rated(session, replace(piece, warm_upto=warm[-1] if warm else None), policy)
+    piece = replace(piece, warm_upto=warm[-1] if warm else None)
+    sums, stored = feedback.advance(session, row.ratings, piece, policy)
+    if stored != row.ratings:
+        row.ratings = stored
+    return sums
 
 
 def _fold(session: Session, judged: Judged, policy: Policy) -> tuple[GateFold, FoldState]:
@@ -116,8 +125,9 @@ def _fold(session: Session, judged: Judged, policy: Policy) -> tuple[GateFold, F
     # turns it on) means other statistics: start over.
     stored = _load(row) if row.policy_key == key else FoldState(policy_key=key)
     if row.policy_key != key:
-        # The arm's sums are stored with the state (FOLD_VERSION covers them): start over too.
-        row.arm_sums = None
+        # The arm's sums and the ratings are stored with the state (FOLD_VERSION covers
+        # them): start over too.
+        row.arm_sums = row.ratings = None
     # After the horizon: every pair stamped up to it is committed, so none is older.
     since = stage_since(session, rollout_id=rollout_id, stage=stage)
     opened = rollout_since(session, rollout_id=rollout_id)

@@ -14,8 +14,8 @@ so does the selection of a promoted rollout routed by load: only load-matched pa
 `live` (`_MATCHED`, as `gate.stats.columns.load_matched`), the others are `unmatched`.
 Every query starts from `SLICE`, one row per pair; `gate.verdicts.warmup` reads what the
 warm-up fixes and `gate.verdicts.aggregates` the slice's sums, the gate's statistics.
-Not here: canary mode (unpaired cohorts). User feedback is read at each look, not folded
-(`RATED_SLICE`, `gate.verdicts.feedback`).
+Not here: canary mode (unpaired cohorts). User feedback is folded by rating on its own
+(`rated_slice`, `gate.verdicts.feedback`).
 """
 
 from __future__ import annotations
@@ -203,14 +203,19 @@ SLICE = _slice(_SLICE_PAIRS)
 # The slice's pairs alone, one row each (columns of `pairs` and the fold's flags).
 SLICE_PAIRS = _SLICE_PAIRS
 EPISODE_SLICE = _slice(f"{_SLICE_PAIRS}\n  UNION ALL {_EARLIER_OF_EPISODES}")
-# The slice's pairs that hold a rating with thumbs (`gate.verdicts.feedback`), read from
-# the ratings made since the stage began (a rating follows its pair's calls).
-# `opens` is only the collapse detectors' (NULL here: the ratings' read has no use for it).
-RATED_SLICE = _slice(f"""SELECT {_PAIR_COLUMNS}, CAST(NULL AS boolean) AS opens FROM (
-    SELECT DISTINCT g.pair_id FROM feedback f JOIN generations g ON g.id = f.generation_id
-    WHERE f.created_at >= :since AND f.thumbs IS NOT NULL AND {calls_since("g")}
-      AND g.rollout_id = :rollout) AS rated
-  JOIN pairs ON pairs.id = rated.pair_id WHERE {_CLOSED} AND {_RANGE}""")
+
+
+def rated_slice(late: str) -> str:
+    """Return the slice's rows (`gate.verdicts.feedback`) of its pairs (after `after`, up to
+    `upto`) and of the pairs up to `after` that `late` names (one `pair_id` column: those
+    with a rating made since the last look); `old` marks the latter.
+    `opens` is only the collapse detectors' (NULL here: the ratings' read has no use for it)."""
+    return _slice(f"""SELECT {_PAIR_COLUMNS}, CAST(NULL AS boolean) AS opens FROM pairs
+  WHERE {_CLOSED} AND {_RANGE}
+  UNION ALL SELECT {_PAIR_COLUMNS}, CAST(NULL AS boolean) AS opens FROM ({late}) AS rated
+  JOIN pairs ON pairs.id = rated.pair_id
+  WHERE {_CLOSED} AND (evaluated_at, id) <= (:after_at, :after_id)""")
+
 
 _LAST = f"""SELECT evaluated_at, id FROM pairs WHERE {_STAGE} AND evaluated_at <= :horizon
 ORDER BY evaluated_at DESC, id DESC LIMIT 1"""

@@ -11,7 +11,15 @@ from gate.db.models.control import (
     Route,
 )
 from gate.db.models.controllers import ControllerKind, ControllerLink
-from gate.db.models.quality import Evaluation, Feedback, GateFold, Rehearsal, Report, Verdict
+from gate.db.models.quality import (
+    Evaluation,
+    Feedback,
+    GateFold,
+    RatedEpisode,
+    Rehearsal,
+    Report,
+    Verdict,
+)
 from gate.db.models.telemetry import EngineSample, Generation, Pair, RequestRecord, SpanRecord
 
 __all__ = [
@@ -28,6 +36,7 @@ __all__ = [
     "Generation",
     "IdempotencyKey",
     "Pair",
+    "RatedEpisode",
     "Rehearsal",
     "Report",
     "RequestRecord",

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     Float,
     ForeignKey,
@@ -114,7 +115,30 @@ class GateFold(Base):
     # What an arm's verdict shows beyond its gate, up to its own watermark: the arm's first
     # pair and its acceptance-length sums (`gate.verdicts.acceptance`; NULL: none folded).
     arm_sums: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    # The ratings folded, up to which pair and rating id, and the thumbs-down cells' sums
+    # (`gate.verdicts.feedback`; NULL: none folded).
+    ratings: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+
+
+class RatedEpisode(Base):
+    """One episode's folded ratings in one cell of a fold state (`gate.verdicts.feedback`):
+    per side the answers rated and those rated down, S_e and n_e of its episode sums."""
+
+    __tablename__ = "gate_rated_episodes"
+
+    rollout_id: Mapped[int] = mapped_column(
+        ForeignKey("rollouts.id", ondelete="CASCADE"), primary_key=True
+    )
+    stage: Mapped[int] = mapped_column(Integer, primary_key=True)
+    arm: Mapped[str] = mapped_column(String(64), primary_key=True)
+    # A declared segment, or `all`: the pooled cell.
+    segment: Mapped[str] = mapped_column(String(64), primary_key=True)
+    episode: Mapped[str] = mapped_column(Text, primary_key=True)
+    nb: Mapped[int] = mapped_column(BigInteger)
+    sb: Mapped[int] = mapped_column(BigInteger)
+    nc: Mapped[int] = mapped_column(BigInteger)
+    sc: Mapped[int] = mapped_column(BigInteger)
 
 
 class Feedback(Base):
