@@ -151,6 +151,9 @@ def _records(
             "created_at": pair.created_at.isoformat(),
             "evaluated_at": pair.evaluated_at.isoformat() if pair.evaluated_at else None,
             "is_control": pair.is_control,
+            # Dropped at its deadline: the fold never judges it, though a side (a span
+            # replayed from the spool) may have landed since.
+            "dropped": pair.state is PairState.DROPPED,
             "baseline": found.get("baseline"),
             "candidate": found.get("candidate"),
         }

@@ -72,7 +72,8 @@ class _Builder:
         rows["control"].append(control)
         base, cand = record.get("baseline"), record.get("candidate")
         missing = (base is None) + (cand is None)
-        dropped = missing == 2 or (self.mode is RolloutMode.SHADOW and missing > 0)
+        dropped = dropped_of(record) or missing == 2
+        dropped = dropped or (self.mode is RolloutMode.SHADOW and missing > 0)
         for k, side in enumerate((base, cand)):
             if side is None:
                 rows["failed"].append(False)
@@ -207,9 +208,19 @@ def episode_of(record: Record) -> str | None:
 
 def continues_of(record: Record) -> bool:
     """Return whether a pair's episode began in an earlier stage of the rollout."""
-    value = record.get("episode_continues")
+    return _flag(record, "episode_continues")
+
+
+def dropped_of(record: Record) -> bool:
+    """Return whether the pair was dropped (at its deadline): never judged, whatever
+    landed later (the fold reads the pair's state, `gate.verdicts.slices`)."""
+    return _flag(record, "dropped")
+
+
+def _flag(record: Record, key: str) -> bool:
+    value = record.get(key)
     if value is not None and not isinstance(value, bool):
-        raise ValueError(f"episode_continues is not a boolean or null: {value!r}")
+        raise ValueError(f"{key} is not a boolean or null: {value!r}")
     return bool(value)
 
 

@@ -38,6 +38,10 @@ One JSON object per line, one line per pair, in fold order (below):
   where no record names one is the single-arm case, judged as before; where some do, every
   record must (null or absent there is a malformed record), each arm's pairs are judged as
   their own stream and the best arm is chosen (`gate.stats.arms_replay`, shadow mode).
+* `dropped` (optional): true when the pair was dropped at its deadline (the export writes
+  it from the pair's state): never judged, even where a side landed afterwards (a span
+  replayed from the collector's spool), as the fold reads it. False, null or absent: the
+  sides decide (below).
 * `is_control`: a baseline-vs-baseline pair; `candidate` is then the second baseline call.
   Control pairs feed only the greedy-mismatch control rate.
 * side `status`: ok | error | timeout | fallback | dropped | cancelled, read through the

@@ -23,11 +23,6 @@ pytestmark = pytest.mark.postgres
 _names = itertools.count()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the export carries no pair state: a dropped pair whose late side landed is "
-    "replayed as complete (gate/pairs/export.py, the lead's file)",
-)
 def test_a_dropped_pair_whose_side_lands_late_is_dropped_in_the_export_too(pg_session):
     ok = {"ttft_s": 0.2, "tpot_s": 0.02, "e2e_s": 2.0, "status": "ok",
           "evals": {"task": True}, "draft_tokens": 10, "accepted_tokens": 5}  # fmt: skip
