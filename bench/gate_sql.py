@@ -1,7 +1,7 @@
 """Time gate verdicts over N stored pairs in Postgres (the incremental fold path).
 
     python bench/gate_sql.py --pairs 1000000 --new 1000 --repeat 5 [--episode-len 10] [--arms 3]
-        [--rated 0.05]
+        [--rated 0.05] [--partitioned]
 
 Creates a throwaway database on the local server, builds it with the migrations, loads N
 complete, evaluated shadow pairs (two generations and two evaluations each, five
@@ -223,6 +223,8 @@ def bench(url: str, args: argparse.Namespace) -> None:
             route = routes.create_route(db, spec=spec, actor="bench")
             rollout.arms.append(RolloutArm(name=f"arm{k}", route_id=route.id))
     start = datetime.now(UTC) - timedelta(days=3)
+    if args.partitioned:
+        partition_telemetry(url, start)
     started = time.perf_counter()
     load(dsn, rollout_id, args.pairs, first=0, start=start, seed=0, episode_len=args.episode_len,
          arms=args.arms, rated=args.rated)  # fmt: skip
@@ -249,6 +251,30 @@ def bench(url: str, args: argparse.Namespace) -> None:
         print(f"arms: {runs[-1][1].summary}")
 
 
+# What `--partitioned` converts (`specgate db partition pairs generations requests
+# evaluations`), a day a partition.
+PARTITIONED = ("pairs", "generations", "requests", "evaluations")
+
+
+def partition_telemetry(url: str, start: datetime) -> None:
+    """Partition the (empty) telemetry tables the gate reads a day a partition, with the
+    partitions from `start`'s day on made too (as a conversion makes for stored rows)."""
+    from gate.db import online_partition, partitions
+
+    engine = make_engine(url)
+    first = partitions.floor(start, 86_400)
+    days = [first + timedelta(days=d) for d in range(5)]
+    for table in PARTITIONED:
+        online_partition.convert(engine, table, period=86_400, echo=lambda _line: None)
+        with engine.begin() as conn:
+            have = {s for _, s, _ in partitions.partitions(conn, table)}
+            column = partitions.LAYOUTS[table].column
+            for day in (d for d in days if d not in have):
+                partitions.create_partition(conn, table, column, day, 86_400)
+    engine.dispose()
+    print(f"partitioned {', '.join(PARTITIONED)} a day a partition")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--pairs", type=int, default=1_000_000)
@@ -267,6 +293,10 @@ def main() -> None:
     parser.add_argument(
         "--rated", type=float, default=0.0,
         help="share of pairs with a thumbs rating on each side (the live feedback read; issue 39)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--partitioned", action="store_true",
+        help="partition pairs, generations, requests and evaluations a day a partition (issue 43)",
     )  # fmt: skip
     parser.add_argument("--server", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
     args = parser.parse_args()
