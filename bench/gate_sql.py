@@ -36,10 +36,11 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import numpy as np
 import psycopg
-from sqlalchemy import create_engine, text
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -200,18 +201,50 @@ def timed_verdict(sessions: sessionmaker[Session], rollout_id: int) -> tuple[flo
         return time.perf_counter() - started, verdict
 
 
-def report(label: str, runs: list[tuple[float, VerdictResult]]) -> None:
+class SqlClock:
+    """Seconds an engine's statements took (sent to their result), to tell the verdict's
+    time in Postgres from its time in Python."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.seconds = 0.0
+        self.runs: list[float] = []
+        event.listen(engine, "before_cursor_execute", self._start)
+        event.listen(engine, "after_cursor_execute", self._stop)
+
+    def _start(self, conn: Any, *_args: Any) -> None:
+        conn.info["sql_started"] = time.perf_counter()
+
+    def _stop(self, conn: Any, *_args: Any) -> None:
+        self.seconds += time.perf_counter() - conn.info.pop("sql_started", time.perf_counter())
+
+    def timed(
+        self, sessions: sessionmaker[Session], rollout_id: int
+    ) -> tuple[float, VerdictResult]:
+        """Time one verdict, noting its statements' share."""
+        self.seconds = 0.0
+        took = timed_verdict(sessions, rollout_id)
+        self.runs.append(self.seconds)
+        return took
+
+
+def report(
+    label: str, runs: list[tuple[float, VerdictResult]], sql: list[float] | None = None
+) -> None:
     took = [t for t, _ in runs]
     last = runs[-1][1]
+    in_sql = f"; in SQL median {statistics.median(sql[-len(runs) :]):.3f} s" if sql else ""
     print(
         f"{label}: median {statistics.median(took):.3f} s, max {max(took):.3f} s "
         f"({', '.join(f'{t:.3f}' for t in took)}); {last.decision.value} on {last.n_pairs:,} pairs"
+        f"{in_sql}"
     )
 
 
 def bench(url: str, args: argparse.Namespace) -> None:
     dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-    sessions = session_factory(make_engine(url))
+    engine = make_engine(url)
+    sessions = session_factory(engine)
+    clock = SqlClock(engine)
     with sessions() as db, db.begin():
         policy = {"stages": [100], **json.loads(args.policy)}
         rollout = factories.rollout(db, name="bench", policy=policy)
@@ -231,9 +264,9 @@ def bench(url: str, args: argparse.Namespace) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("ANALYZE")
     print(f"loaded {args.pairs:,} pairs in {time.perf_counter() - started:.1f} s")
-    report("initial fold + verdict", [timed_verdict(sessions, rollout_id)])
-    idle = [timed_verdict(sessions, rollout_id) for _ in range(args.repeat)]
-    report("verdict, 0 new pairs", idle)
+    report("initial fold + verdict", [clock.timed(sessions, rollout_id)], clock.runs)
+    idle = [clock.timed(sessions, rollout_id) for _ in range(args.repeat)]
+    report("verdict, 0 new pairs", idle, clock.runs)
     runs = []
     for k in range(args.repeat):
         first = args.pairs + k * args.new
@@ -244,8 +277,8 @@ def bench(url: str, args: argparse.Namespace) -> None:
             dsn, rollout_id, args.new, first=first, start=batch_start, seed=k + 1, stamped=now,
             episode_len=args.episode_len, arms=args.arms, rated=args.rated,
         )  # fmt: skip
-        runs.append(timed_verdict(sessions, rollout_id))
-    report(f"verdict, {args.new:,} new pairs", runs)
+        runs.append(clock.timed(sessions, rollout_id))
+    report(f"verdict, {args.new:,} new pairs", runs, clock.runs)
     print(f"episodes: {runs[-1][1].n_episodes}")
     if args.arms:
         print(f"arms: {runs[-1][1].summary}")
