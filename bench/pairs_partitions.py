@@ -5,12 +5,12 @@
 
 Creates a throwaway database, builds it with the migrations and partitions `pairs`,
 `generations`, `requests` and `evaluations` by time (`specgate db partition`'s code), a
-partition a `--period` over the `--days` before today and two days ahead. Loads `--pairs`
-evaluated shadow pairs of one rollout's stage from today's midnight (bench/gate_sql.py's
-pairs: two generations and evaluations each, a request each), and `--older` pairs of
-another rollout, with theirs, spread over the partitions wholly before the stage's bound
-(its first pair less `SINCE_SLACK`): rows the tables grow by that the fold must not read.
-VACUUM ANALYZE.
+partition a `--period` over the `--days` before today, up to `AHEAD` (3) periods ahead.
+Loads `--pairs` evaluated shadow pairs of one rollout's stage from today's midnight
+(bench/gate_sql.py's pairs: two generations and evaluations each, a request each), and
+`--older` pairs of another rollout, with theirs, spread over the partitions wholly before
+the stage's bound (its first pair less `SINCE_SLACK`): rows the tables grow by that the
+fold must not read. VACUUM ANALYZE.
 
 Then, in `--rounds` rounds, the older partitions attached and detached in alternation
 (ABBA, so a drift of the host's load hits both alike), it measures the verdict
@@ -209,7 +209,12 @@ def bench(url: str, args: argparse.Namespace) -> None:
     period = partitions.PERIODS[args.period]
     today = partitions.floor(datetime.now(UTC), DAY)
     first = today - timedelta(days=args.days)
-    count = int((today + timedelta(days=2) - first).total_seconds()) // period
+    # Up to `AHEAD` periods past the current one, as the partitions job keeps them: a read
+    # bounded only from below plans every partition ahead.
+    last = partitions.floor(datetime.now(UTC), period) + timedelta(
+        seconds=period * partitions.AHEAD
+    )
+    count = int((last - first).total_seconds()) // period + 1
     started = time.perf_counter()
     partition_all(engine, [first + timedelta(seconds=period * k) for k in range(count)], period)
     print(f"{count} partitions of {period} s per table ({', '.join(PARTITIONED)}) "
