@@ -197,7 +197,7 @@ def _delete_default(engine: Engine, table: str, cut: datetime, size: int) -> tup
         referrers = partitions.row_referrers(conn, table)
     batch = f"SELECT id FROM {held} WHERE {column} < :cut ORDER BY id LIMIT :n FOR UPDATE"
     named = "".join(
-        f", {other} AS (DELETE FROM {other} WHERE {ref} IN (SELECT id FROM batch))"
+        f", {other}_gone AS (DELETE FROM {other} WHERE {ref} IN (SELECT id FROM batch))"
         for other, ref in referrers
     )
     query = text(
