@@ -1,7 +1,7 @@
 """Time gate verdicts over N stored pairs in Postgres (the incremental fold path).
 
     python bench/gate_sql.py --pairs 1000000 --new 1000 --repeat 5 [--episode-len 10] [--arms 3]
-        [--rated 0.05]
+        [--rated 0.05] [--partitioned]
 
 Creates a throwaway database on the local server, builds it with the migrations, loads N
 complete, evaluated shadow pairs (two generations and two evaluations each, five
@@ -36,10 +36,11 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import numpy as np
 import psycopg
-from sqlalchemy import create_engine, text
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -200,18 +201,50 @@ def timed_verdict(sessions: sessionmaker[Session], rollout_id: int) -> tuple[flo
         return time.perf_counter() - started, verdict
 
 
-def report(label: str, runs: list[tuple[float, VerdictResult]]) -> None:
+class SqlClock:
+    """Seconds an engine's statements took (sent to their result), to tell the verdict's
+    time in Postgres from its time in Python."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.seconds = 0.0
+        self.runs: list[float] = []
+        event.listen(engine, "before_cursor_execute", self._start)
+        event.listen(engine, "after_cursor_execute", self._stop)
+
+    def _start(self, conn: Any, *_args: Any) -> None:
+        conn.info["sql_started"] = time.perf_counter()
+
+    def _stop(self, conn: Any, *_args: Any) -> None:
+        self.seconds += time.perf_counter() - conn.info.pop("sql_started", time.perf_counter())
+
+    def timed(
+        self, sessions: sessionmaker[Session], rollout_id: int
+    ) -> tuple[float, VerdictResult]:
+        """Time one verdict, noting its statements' share."""
+        self.seconds = 0.0
+        took = timed_verdict(sessions, rollout_id)
+        self.runs.append(self.seconds)
+        return took
+
+
+def report(
+    label: str, runs: list[tuple[float, VerdictResult]], sql: list[float] | None = None
+) -> None:
     took = [t for t, _ in runs]
     last = runs[-1][1]
+    in_sql = f"; in SQL median {statistics.median(sql[-len(runs) :]):.3f} s" if sql else ""
     print(
         f"{label}: median {statistics.median(took):.3f} s, max {max(took):.3f} s "
         f"({', '.join(f'{t:.3f}' for t in took)}); {last.decision.value} on {last.n_pairs:,} pairs"
+        f"{in_sql}"
     )
 
 
 def bench(url: str, args: argparse.Namespace) -> None:
     dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-    sessions = session_factory(make_engine(url))
+    engine = make_engine(url)
+    sessions = session_factory(engine)
+    clock = SqlClock(engine)
     with sessions() as db, db.begin():
         policy = {"stages": [100], **json.loads(args.policy)}
         rollout = factories.rollout(db, name="bench", policy=policy)
@@ -223,15 +256,17 @@ def bench(url: str, args: argparse.Namespace) -> None:
             route = routes.create_route(db, spec=spec, actor="bench")
             rollout.arms.append(RolloutArm(name=f"arm{k}", route_id=route.id))
     start = datetime.now(UTC) - timedelta(days=3)
+    if args.partitioned:
+        partition_telemetry(url, start)
     started = time.perf_counter()
     load(dsn, rollout_id, args.pairs, first=0, start=start, seed=0, episode_len=args.episode_len,
          arms=args.arms, rated=args.rated)  # fmt: skip
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("ANALYZE")
     print(f"loaded {args.pairs:,} pairs in {time.perf_counter() - started:.1f} s")
-    report("initial fold + verdict", [timed_verdict(sessions, rollout_id)])
-    idle = [timed_verdict(sessions, rollout_id) for _ in range(args.repeat)]
-    report("verdict, 0 new pairs", idle)
+    report("initial fold + verdict", [clock.timed(sessions, rollout_id)], clock.runs)
+    idle = [clock.timed(sessions, rollout_id) for _ in range(args.repeat)]
+    report("verdict, 0 new pairs", idle, clock.runs)
     runs = []
     for k in range(args.repeat):
         first = args.pairs + k * args.new
@@ -242,11 +277,35 @@ def bench(url: str, args: argparse.Namespace) -> None:
             dsn, rollout_id, args.new, first=first, start=batch_start, seed=k + 1, stamped=now,
             episode_len=args.episode_len, arms=args.arms, rated=args.rated,
         )  # fmt: skip
-        runs.append(timed_verdict(sessions, rollout_id))
-    report(f"verdict, {args.new:,} new pairs", runs)
+        runs.append(clock.timed(sessions, rollout_id))
+    report(f"verdict, {args.new:,} new pairs", runs, clock.runs)
     print(f"episodes: {runs[-1][1].n_episodes}")
     if args.arms:
         print(f"arms: {runs[-1][1].summary}")
+
+
+# What `--partitioned` converts (`specgate db partition pairs generations requests
+# evaluations`), a day a partition.
+PARTITIONED = ("pairs", "generations", "requests", "evaluations")
+
+
+def partition_telemetry(url: str, start: datetime) -> None:
+    """Partition the (empty) telemetry tables the gate reads a day a partition, with the
+    partitions from `start`'s day on made too (as a conversion makes for stored rows)."""
+    from gate.db import online_partition, partitions
+
+    engine = make_engine(url)
+    first = partitions.floor(start, 86_400)
+    days = [first + timedelta(days=d) for d in range(5)]
+    for table in PARTITIONED:
+        online_partition.convert(engine, table, period=86_400, echo=lambda _line: None)
+        with engine.begin() as conn:
+            have = {s for _, s, _ in partitions.partitions(conn, table)}
+            column = partitions.LAYOUTS[table].column
+            for day in (d for d in days if d not in have):
+                partitions.create_partition(conn, table, column, day, 86_400)
+    engine.dispose()
+    print(f"partitioned {', '.join(PARTITIONED)} a day a partition")
 
 
 def main() -> None:
@@ -267,6 +326,10 @@ def main() -> None:
     parser.add_argument(
         "--rated", type=float, default=0.0,
         help="share of pairs with a thumbs rating on each side (the live feedback read; issue 39)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--partitioned", action="store_true",
+        help="partition pairs, generations, requests and evaluations a day a partition (issue 43)",
     )  # fmt: skip
     parser.add_argument("--server", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
     args = parser.parse_args()

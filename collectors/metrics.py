@@ -60,10 +60,12 @@ class CollectorMetrics:
             registry=registry,
             multiprocess_mode="livemin",
         )
-        # Rows no time partition holds (`gate.db.partitions`): counted when /metrics is read.
-        self.spans_default_rows = Gauge(
-            "specgate_collector_spans_default_rows",
-            "Spans in the default partition of time-partitioned spans (0: none, or unpartitioned).",
+        # Rows no time partition holds (`gate.db.partitions`), per partitioned table:
+        # counted when /metrics is read; retention deletes them once past their age.
+        self.default_rows = Gauge(
+            "specgate_collector_default_rows",
+            "Rows in the default partition of a time-partitioned table (0: none).",
+            ["table"],
             registry=registry,
             multiprocess_mode="max",
         )

@@ -32,15 +32,21 @@ class Pipeline:
         return SinkSpanExporter(self.writer.enqueue, flush=self.writer.flush)
 
     def count_default_rows(self) -> None:
-        """Set the gauge of spans in the default partition (kept as it was if the query fails)."""
+        """Set the gauge of rows in each partitioned table's default partition (kept as it
+        was if the query fails)."""
         if not storage.of(self.engine).partitions:
             return
         try:
             with self.engine.connect() as conn:
-                rows = partitions.default_rows(conn, "spans")
+                held = {
+                    table: partitions.default_rows(conn, table)
+                    for table in partitions.LAYOUTS
+                    if partitions.period_s(conn, table) is not None
+                }
         except SQLAlchemyError:
             return  # the database being down is the writer's alert, not this one's
-        self.metrics.spans_default_rows.set(rows)
+        for table, rows in held.items():
+            self.metrics.default_rows.labels(table=table).set(rows)
 
     def close(self) -> None:
         """Stop the writer (queued spans are written or spooled) and release the engine."""

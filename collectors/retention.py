@@ -57,7 +57,8 @@ class PurgeResult:
     requests_scrubbed: int
     samples_deleted: int = 0
     partitions_dropped: tuple[str, ...] = ()
-    # Rows of `pairs_default`, `requests_default` and `evaluations_default` past their age.
+    # Rows of the default partitions of `pairs`, `generations`, `requests` and `evaluations`
+    # past their age (not those of the generations' evaluations and ratings deleted with them).
     defaults_deleted: int = 0
 
     @property
@@ -110,8 +111,8 @@ def purge(
         ),
         partitions_dropped=(*span_parts, *sample_parts, *(n for t in _AGED for n in aged[t][0])),
         defaults_deleted=sum(
-            _repeat(engine, partial(_delete_default, table, column, cut, size))
-            for table, column in _AGED_DEFAULTS.items()
+            _repeat(engine, partial(_delete_default, engine, table, cut, size))
+            for table in _AGED
             if (cut := aged[table][1]) is not None
         ),
     )
@@ -181,22 +182,26 @@ def _drop_aged(
 
 # Ordered so a dropped generations partition finds its evaluations' dropped already.
 _AGED = ("pairs", "evaluations", "generations", "requests")
-# The default partitions (rows outside every partition: written with a time older than the
-# oldest partition, or past those made ahead) whose rows past the cut are deleted in batches,
-# as spans' are: nothing is deleted with them. Not `generations_default`: evaluations and
-# feedback name its rows (`Layout.referrers`); the periodic job's alert reports them.
-_AGED_DEFAULTS = {
-    "pairs": "created_at",
-    "requests": "created_at",
-    "evaluations": "generation_started_at",
-}
 
 
-def _delete_default(table: str, column: str, cut: datetime, size: int) -> tuple[Any, int]:
-    """Delete one batch of `table`'s default partition's rows older than `cut`."""
-    held = f"{table}_default"
+def _delete_default(engine: Engine, table: str, cut: datetime, size: int) -> tuple[Any, int]:
+    """Delete one batch of `table`'s default partition's rows older than `cut`, with the
+    rows naming them (`partitions.row_referrers`: a generation's evaluations and ratings).
+
+    The default partition holds rows outside every partition (written with a time older
+    than the oldest partition, or past those made ahead); it is never dropped, so its aged
+    rows go in batches, as spans' do from `spans_default`.
+    """
+    held, column = f"{table}_default", partitions.LAYOUTS[table].column
+    with engine.connect() as conn:
+        referrers = partitions.row_referrers(conn, table)
+    batch = f"SELECT id FROM {held} WHERE {column} < :cut ORDER BY id LIMIT :n FOR UPDATE"
+    named = "".join(
+        f", {other}_gone AS (DELETE FROM {other} WHERE {ref} IN (SELECT id FROM batch))"
+        for other, ref in referrers
+    )
     query = text(
-        f"DELETE FROM {held} WHERE id IN (SELECT id FROM {held} WHERE {column} < :cut LIMIT :n)"
+        f"WITH batch AS ({batch}){named} DELETE FROM {held} WHERE id IN (SELECT id FROM batch)"
     ).bindparams(cut=cut, n=size)
     return query, size
 

@@ -136,9 +136,8 @@ def maintain_partitions(sessions: sessionmaker[Session]) -> int:
             log.info("partition_created table=%s partition=%s", table, name)
         if rows:
             # Rows no partition holds: written far outside the created range (clock skew,
-            # late spans older than the oldest partition); kept, and deleted by retention (but
-            # those of `pairs`, `generations` and `requests`, which retention only drops by
-            # whole partitions).
+            # late spans older than the oldest partition); kept, and deleted by retention in
+            # batches once past their age (`collectors.retention`).
             log.warning("partition_default_rows table=%s rows=%d", table, rows)
         stray += rows
     return stray

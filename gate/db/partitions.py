@@ -246,9 +246,7 @@ def _drop_detached(engine: Engine, table: str) -> list[str]:
             {"prefix": f"{table}_p", "mark": DETACHED},
         ).scalars()
         found = list(names)
-        # A referrer partitioned too (evaluations, by its generation's start) drops its own
-        # partitions on the same cut: a delete by id would read every one of them.
-        referrers = tuple(r for r in _layout(table).referrers if period_s(conn, r[0]) is None)
+        referrers = row_referrers(conn, table)
     for name in found:
         # What a foreign key's cascade deleted: first in batches of their own transactions,
         # REFERRED_BATCH of the dropped rows at a time (a day of generations names hundreds
@@ -262,6 +260,16 @@ def _drop_detached(engine: Engine, table: str) -> list[str]:
                 conn.execute(text(f"DELETE FROM {other} WHERE {column} IN (SELECT id FROM {name})"))
             conn.execute(text(f"DROP TABLE {name}"))
     return found
+
+
+def row_referrers(conn: Connection, table: str) -> tuple[tuple[str, str], ...]:
+    """Return the (table, column) of `Layout.referrers` whose rows go with a row of `table`,
+    deleted by its id.
+
+    A referrer partitioned too (evaluations, by its generation's start) is left out: it
+    drops its own partitions on the same cut, and a delete by id would read every one.
+    """
+    return tuple(r for r in _layout(table).referrers if period_s(conn, r[0]) is None)
 
 
 # Rows of a detached partition whose referrers (`Layout.referrers`) go in one transaction.

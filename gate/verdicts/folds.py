@@ -72,8 +72,7 @@ def fold_arm(
     row, state = _fold(session, (rollout_id, stage, load_match, arm), policy)
     if state.watermark is None:
         return state, ArmSums()
-    since = stage_since(session, rollout_id=rollout_id, stage=stage)
-    opened = rollout_since(session, rollout_id=rollout_id)
+    since, opened = _bounds(session, rollout_id, stage)
     piece = Slice(rollout_id, stage, after=None, upto=state.watermark, arm=arm, since=since,
                   opened_since=opened)  # fmt: skip
     sums, stored = acceptance.advance(session, row.arm_sums, piece, policy)
@@ -101,8 +100,7 @@ def feedback_sums(
     # and a later one gets a larger id (`gate.feedback.service.record` holds it shared).
     fold_horizon(session, rollout_id=rollout_id)
     row = _locked_row(session, rollout_id=rollout_id, stage=stage, arm=arm or NO_ARM)
-    since = stage_since(session, rollout_id=rollout_id, stage=stage)
-    opened = rollout_since(session, rollout_id=rollout_id)
+    since, opened = _bounds(session, rollout_id, stage)
     piece = Slice(rollout_id, stage, after=None, upto=state.watermark, load_match=load_match,
                   arm=arm, since=since, opened_since=opened)  # fmt: skip
     warm = first_keys(session, replace(piece, load_match=None), policy, policy.warmup_pairs)
@@ -111,6 +109,33 @@ def feedback_sums(
     if stored != row.ratings:
         row.ratings = stored
     return sums
+
+
+# The stage's and the rollout's first pairs' times less the slack (`stage_since`,
+# `rollout_since`), as the last `_fold` of this transaction read them after its horizon.
+# The reads after it in the same look (an arm's sums, the ratings) go only up to its
+# watermark, whose pairs they cover, so they reuse them: no time bound prunes this read,
+# so it is planned over every partition of `pairs` (~0.1 s with hourly partitions over 14
+# days, BENCHMARKS.md, issue 43).
+_BOUNDS = "gate.verdicts.folds.bounds"
+Bounds = tuple[datetime, datetime]
+
+
+def _read_bounds(session: Session, rollout_id: int, stage: int) -> Bounds:
+    """Read the stage's and the rollout's bounds, and keep them for this transaction."""
+    since = stage_since(session, rollout_id=rollout_id, stage=stage)
+    opened = since if stage == 0 else rollout_since(session, rollout_id=rollout_id)
+    session.info[_BOUNDS] = (session.get_transaction(), (rollout_id, stage), (since, opened))
+    return since, opened
+
+
+def _bounds(session: Session, rollout_id: int, stage: int) -> Bounds:
+    """Return the bounds the last fold of this transaction read, or read them."""
+    held = session.info.get(_BOUNDS)
+    if held and held[0] is session.get_transaction() and held[1] == (rollout_id, stage):
+        since, opened = held[2]
+        return since, opened
+    return _read_bounds(session, rollout_id, stage)
 
 
 def _fold(session: Session, judged: Judged, policy: Policy) -> tuple[GateFold, FoldState]:
@@ -129,8 +154,7 @@ def _fold(session: Session, judged: Judged, policy: Policy) -> tuple[GateFold, F
         # them): start over too.
         row.arm_sums = row.ratings = None
     # After the horizon: every pair stamped up to it is committed, so none is older.
-    since = stage_since(session, rollout_id=rollout_id, stage=stage)
-    opened = rollout_since(session, rollout_id=rollout_id)
+    since, opened = _read_bounds(session, rollout_id, stage)
     state = _advance(session, stored, judged, policy, (since, opened, horizon))
     if state is not stored:
         _save(row, state)

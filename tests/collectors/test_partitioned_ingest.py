@@ -1,5 +1,5 @@
 """The collector on time-partitioned spans: every acknowledged span is stored once, and
-/metrics counts the spans no partition holds."""
+/metrics counts the rows no partition holds, table by table."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from sqlalchemy import Engine, func, select, text
 from sqlalchemy.orm import Session
 
 from collectors.app import create_app
-from gate.db import migrate, online_partition
+from gate.db import migrate, online_partition, partitions
 from gate.db.engine import make_engine
 from gate.db.models import Generation, Pair, RequestRecord, SpanRecord
 from gate.settings import load_settings
@@ -44,6 +44,11 @@ def count(engine: Engine, model: type) -> int:
         return connection.execute(select(func.count()).select_from(model)).scalar_one()
 
 
+def partitioned_pairs(engine: Engine) -> bool:
+    with engine.connect() as connection:
+        return partitions.period_s(connection, "pairs") is not None
+
+
 def test_sdk_spans_land_once_in_partitioned_spans(partitioned_url, tmp_path):
     engine = make_engine(partitioned_url)
     with Session(engine) as session, session.begin():
@@ -71,12 +76,18 @@ def test_sdk_spans_land_once_in_partitioned_spans(partitioned_url, tmp_path):
                     "end_time, status_code, attributes, resource, received_at FROM spans LIMIT 1"
                 )
             )
+            # A pair's too, where `pairs` is partitioned (the update moves it to the default).
+            one = "(SELECT id FROM pairs LIMIT 1)"
+            moved = f"UPDATE pairs SET created_at = created_at + interval '10 days' WHERE id={one}"
+            conn.execute(text(moved))
         stray = httpx.get(f"{base_url}/metrics").text
     assert count(engine, SpanRecord) == 61
     assert count(engine, Generation) == 40
     assert count(engine, Pair) == 20
     assert count(engine, RequestRecord) == 20
     assert registry.get_sample_value("specgate_collector_spans_duplicate_total") == 60
-    assert "specgate_collector_spans_default_rows 0.0" in metrics
-    assert "specgate_collector_spans_default_rows 1.0" in stray
+    assert 'specgate_collector_default_rows{table="spans"} 0.0' in metrics
+    assert 'specgate_collector_default_rows{table="spans"} 1.0' in stray
+    pairs = 'specgate_collector_default_rows{table="pairs"} 1.0'
+    assert (pairs in stray) == partitioned_pairs(engine)
     engine.dispose()

@@ -208,6 +208,67 @@ def test_retention_deletes_a_dropped_partitions_evaluations_in_bounded_batches(
     assert max(deleted) <= 2 * 3  # two generations' evaluations a transaction
 
 
+def rate(engine: Engine) -> None:
+    """An evaluation and a rating of every generation (as the worker and the API write them)."""
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO evaluations (generation_id, generation_started_at, evaluator, "
+                "version, details, created_at) SELECT id, started_at, 'task', '1', '{}', now() "
+                "FROM generations"
+            )
+        )
+        conn.execute(
+            text(
+                "INSERT INTO feedback (generation_id, escalated, created_at) "
+                "SELECT id, false, now() FROM generations"
+            )
+        )
+
+
+@pytest.mark.parametrize(
+    "with_evaluations", [False, True], ids=["evaluations", "evaluations-partitioned"]
+)
+def test_retention_deletes_old_rows_of_generations_default_with_what_names_them(
+    engine: Engine, with_evaluations: bool
+) -> None:
+    """A generation written with a time older than the oldest partition waits in
+    `generations_default`: past the age it goes in batches with its evaluations and ratings,
+    unless its rollout is live."""
+    with Session(engine) as session:
+        ended, live = (factories.rollout(session, name=n) for n in ("a", "b"))
+        ended.ended_at = utcnow() - timedelta(days=91)
+        ids = ended.id, live.id
+        session.commit()
+    online_partition.convert(engine, "generations", period=DAY, echo=QUIET)
+    if with_evaluations:
+        online_partition.convert(engine, "evaluations", period=DAY, echo=QUIET)
+    now = utcnow()
+    land(engine, [generation(ids[0], now - timedelta(days=110)) for _ in range(3)])
+    land(engine, [generation(ids[1], now - timedelta(days=100)) for _ in range(2)])
+    land(engine, [generation(ids[0], now - timedelta(days=8))])
+    rate(engine)
+    with engine.connect() as conn:
+        held = conn.execute(text("SELECT count(*) FROM generations_default")).scalar_one()
+    assert held == 6  # before every partition
+    settings = CollectorSettings(
+        retention_pairs_days=90, retention_content_days=7, retention_batch_rows=2
+    )
+    purge(engine, settings)
+    with engine.connect() as conn:
+        kept = conn.execute(text("SELECT rollout_id, count(*) FROM generations GROUP BY 1")).all()
+        assert dict(kept) == {ids[0]: 1, ids[1]: 2}
+        for table in ("evaluations", "feedback"):
+            orphans = conn.execute(
+                text(
+                    f"SELECT count(*) FROM {table} t WHERE NOT EXISTS "
+                    "(SELECT 1 FROM generations g WHERE g.id = t.generation_id)"
+                )
+            ).scalar_one()
+            assert orphans == 0, table
+            assert conn.execute(text(f"SELECT count(*) FROM {table}")).scalar_one() == 3
+
+
 def test_a_foreign_key_no_layout_accounts_for_refuses_the_conversion_before_copying(
     engine: Engine,
 ) -> None:

@@ -85,6 +85,20 @@ def test_the_fold_on_partitioned_pairs_reads_only_the_stage_window(engine: Engin
             assert not [name for name in OLDER if name in plan], statement
 
 
+def test_a_look_probes_every_partition_for_the_stage_start_once(engine: Engine) -> None:
+    """The one read no time bound prunes (`stage_since`: the stage's first pair) is planned
+    over every partition, so with hourly partitions each run costs ~0.1 s of planning
+    (BENCHMARKS.md, issue 43): a look runs it once, and its later reads reuse it."""
+    partition_pairs(engine, DAYS)
+    with Session(engine) as session:
+        rollout = factories.rollout(session)
+        store(session, recorded_pairs(), rollout.id)
+        session.commit()
+        seen = fold_reads(session, rollout, "min(created_at) FROM pairs")
+    assert rollout.stage == 0  # its first stage is the rollout's too: one probe serves both
+    assert len(seen) == 1
+
+
 def calls_follow_their_pairs(session: Session) -> None:
     """Start each stored call a second after its pair, as a gateway's do (and so its
     evaluations, which carry their call's start)."""
