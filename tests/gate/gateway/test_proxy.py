@@ -111,9 +111,12 @@ def test_streaming_timings_are_recorded(tmp_path):
         list(stack.client().chat.completions.create(model=ALIAS, messages=MESSAGES, stream=True))
         assert wait_until(lambda: len(stack.spans("candidate")) == 1)
         (cand,) = stack.spans("candidate")
-        assert cand.attributes[A.TTFT_S] >= 0.05
-        assert cand.attributes[A.TPOT_S] == pytest.approx(0.01, abs=0.008)
-        assert cand.attributes[A.E2E_S] >= 0.05 + 9 * 0.01
+        # The engine's sleeps are lower bounds; a loaded host only adds to them, so no
+        # upper bound (0.01 +- 0.008 failed under load 6): TPOT is the nine gaps after the
+        # first token, each at least 0.01 s.
+        ttft, tpot, e2e = (cand.attributes[k] for k in (A.TTFT_S, A.TPOT_S, A.E2E_S))
+        assert ttft >= 0.05 and tpot >= 0.01 and e2e >= 0.05 + 9 * 0.01
+        assert tpot == pytest.approx((e2e - ttft) / 9)
 
 
 @pytest.mark.parametrize(
