@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -182,6 +184,21 @@ def gateway_stack(
             extra={"app": app},
         )
     engine.dispose()
+
+
+def held(app: Any, release: threading.Event, arrived: list[int]) -> Any:
+    """Wrap an ASGI app so that each chat request waits for `release` before it is served
+    (`arrived` counts those that came). A test that needs a call in flight holds it so,
+    never by a slow answer that a loaded host can outlast. Set `release` in a `finally`:
+    a held call blocks the server's shutdown."""
+
+    async def gated(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"].endswith("/chat/completions"):
+            arrived.append(1)
+            await asyncio.to_thread(release.wait)
+        await app(scope, receive, send)
+
+    return gated
 
 
 def bearer_only(token: str, app: Any) -> Any:

@@ -5,7 +5,6 @@ switch and per-request fallback behave as for a canary. Real routes on 127.0.0.1
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import threading
 from collections.abc import Iterator
@@ -29,7 +28,7 @@ from gate.routing.service import change_state
 from gate.routing.snapshot import RolloutRouting, RouteTarget
 from gate.telemetry import attributes as A
 from tests.factories import rehearsal_summary
-from tests.gate.gateway.conftest import ALIAS, Stack, gateway_stack
+from tests.gate.gateway.conftest import ALIAS, Stack, gateway_stack, held
 from tests.waits import wait_until
 
 MESSAGES = [{"role": "user", "content": "hello"}]
@@ -91,9 +90,15 @@ def ask(stack: Stack, segment: str = "chat", *, stream: bool = False) -> dict[st
         assert len(list(answer)) > 1  # type: ignore[arg-type]
     else:
         assert answer.choices[0].message.content  # type: ignore[union-attr]
-    assert wait_until(lambda: len(stack.spans()) > before)
-    spans = sorted(stack.spans(), key=lambda s: s.end_time)
-    return dict(spans[-1].attributes)
+
+    # The call that answered is the one that did not fall back. A streamed answer's span
+    # ends just after its last chunk reached the client, so a candidate's fallback span
+    # can be the only new one yet: wait for the answering call's own.
+    def answering() -> list[Any]:
+        return [s for s in stack.spans()[before:] if not s.attributes.get(A.FALLBACK)]
+
+    assert wait_until(answering)
+    return dict(answering()[-1].attributes)
 
 
 def served(stack: Stack, segment: str = "chat") -> tuple[str, str | None]:
@@ -188,18 +193,6 @@ def test_a_failing_candidate_falls_back_to_the_baseline(tmp_path, stream):
         failed = stack.spans("candidate")
         assert [s.attributes[A.STATUS] for s in failed] == ["fallback"]
         assert failed[0].attributes[A.ROUTED_BY_LOAD] == "below_crossover"
-
-
-def held(app: Any, release: threading.Event, arrived: list[int]) -> Any:
-    """Wrap an ASGI app so that each request waits for `release` before it is served."""
-
-    async def gated(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"].endswith("/chat/completions"):
-            arrived.append(1)
-            await asyncio.to_thread(release.wait)
-        await app(scope, receive, send)
-
-    return gated
 
 
 def test_the_gateways_own_in_flight_calls_count_without_a_gauge(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
 
 import httpx
@@ -14,11 +15,11 @@ from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
 from gate.db.enums import RolloutMode
-from gate.engines.sim import SimProfile
+from gate.engines.sim import SimProfile, create_sim_app
 from gate.gateway.upstream import FIRST_BYTE_TIMEOUT
 from gate.settings import Settings
 from gate.telemetry import attributes as A
-from tests.gate.gateway.conftest import ALIAS, gateway_stack
+from tests.gate.gateway.conftest import ALIAS, gateway_stack, held
 from tests.gate.gateway.test_proxy import MESSAGES, wait_until
 
 # Every route client passes these (gate/gateway/transport.py).
@@ -90,28 +91,44 @@ def test_a_client_that_leaves_mid_stream_is_cancelled_upstream_and_recorded(tmp_
 
 
 def test_a_mirror_queue_held_full_drops_instead_of_timing_out(tmp_path):
-    # One mirror at a time, each taking 0.3 s of a 1 s deadline: the fourth waits 0.9 s in
-    # the gateway's queue. Queue time is the gateway's, never the candidate's.
+    # One mirror at a time, each call taking at least 1.2 s of a 4 s deadline. The candidate
+    # holds the first call until all six are in the gateway (one running, five queued),
+    # so the queue is full however slowly the requests came: the sixth cannot start before
+    # four calls ran (>= 4.8 s after the release), past its deadline (<= 4 s after it).
+    # Queue time is the gateway's, never the candidate's: it is dropped, not timed out.
+    release, arrived = threading.Event(), []
+    candidate = held(
+        create_sim_app(SimProfile(ttft_s=1.2, spec_tokens=4, acceptance=0.7)), release, arrived
+    )
     with gateway_stack(
         tmp_path,
-        candidate=SimProfile(ttft_s=0.3, spec_tokens=4, acceptance=0.7),
+        candidate_app=candidate,
         mirror_max_concurrency=1,
         mirror_max_queue=8,
-        mirror_deadline_s=1.0,
+        mirror_deadline_s=4.0,
     ) as stack:
+        pool = stack.extra["app"].api.state.gateway.mirror
         client = stack.client()
-        for _ in range(6):
-            client.chat.completions.create(model=ALIAS, messages=MESSAGES)
-        assert wait_until(lambda: len(stack.spans("candidate")) == 6, timeout=10.0)
-        spans = stack.spans("candidate")
+        try:
+            for _ in range(6):
+                client.chat.completions.create(model=ALIAS, messages=MESSAGES)
+            assert wait_until(lambda: pool.pending == 6 and len(arrived) == 1)
+        finally:
+            release.set()
+        assert wait_until(lambda: len(stack.spans("candidate")) == 6, timeout=30.0)
+        spans = sorted(stack.spans("candidate"), key=lambda s: s.start_time)
         statuses = [s.attributes[A.STATUS] for s in spans]
         assert "timeout" not in statuses and statuses.count("ok") >= 2, statuses
         assert "dropped" in statuses, statuses
         started = [s for s in spans if s.attributes[A.STATUS] == "ok"]
         waits = [s.attributes[A.MIRROR_QUEUE_S] for s in started]
-        assert max(waits) > 0.25, waits
-        # The call's own time leaves out the wait.
-        assert all(s.attributes[A.E2E_S] < 0.9 for s in started)
+        assert max(waits) >= 1.2, waits  # the second waited for the whole first call
+        # A queued call's own time leaves out its wait: its 1.2 s, not the queue's too (the
+        # first call's includes the candidate's hold, which is the candidate's).
+        queued = list(zip(started, waits, strict=True))[1:]
+        assert all(s.attributes[A.E2E_S] < 1.2 + w for s, w in queued), [
+            (s.attributes[A.E2E_S], w) for s, w in queued
+        ]
         text = httpx.get(stack.url + "/metrics").text
         assert f"specgate_gateway_mirror_queue_wait_seconds_count {float(len(started))}" in text
 
@@ -152,13 +169,14 @@ def stalled_body_upstream() -> Starlette:
 
 
 def test_a_body_that_stalls_after_the_head_is_not_a_first_byte_timeout(tmp_path):
-    # The head comes well inside the first-byte bound; the body read times out after it.
+    # The head comes well inside the first-byte bound (at once, from a local engine: 1 s
+    # leaves a loaded host more room than 0.3 s did); the body read times out after it.
     with gateway_stack(
         tmp_path,
         mode=RolloutMode.CANARY,
         candidate_app=stalled_body_upstream(),
-        canary_first_byte_timeout_s=0.3,
-        upstream_timeout_s=1.0,
+        canary_first_byte_timeout_s=1.0,
+        upstream_timeout_s=2.0,
     ) as stack:
         stack.client(timeout=8.0).chat.completions.create(model=ALIAS, messages=MESSAGES)
         (cand,) = stack.spans("candidate")

@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import json
 import os
-import time
+import threading
 import uuid
 
 import httpx
 import pytest
 
 from gate.db.enums import RolloutMode
-from gate.engines.sim import SimProfile
+from gate.engines.sim import SimProfile, create_sim_app
 from gate.gateway.http1 import Pool
 from gate.gateway.httpx_transport import HttpxTransport
 from gate.gateway.proxy import new_id
 from gate.rollouts.states import Action
 from gate.routing import service as routing_service
 from gate.telemetry import attributes as A
-from tests.gate.gateway.conftest import ALIAS, gateway_stack
+from tests.gate.gateway.conftest import ALIAS, gateway_stack, held
 from tests.waits import wait_until
 
 # Every route client passes these (gate/gateway/transport.py).
@@ -111,9 +111,12 @@ def test_streaming_timings_are_recorded(tmp_path):
         list(stack.client().chat.completions.create(model=ALIAS, messages=MESSAGES, stream=True))
         assert wait_until(lambda: len(stack.spans("candidate")) == 1)
         (cand,) = stack.spans("candidate")
-        assert cand.attributes[A.TTFT_S] >= 0.05
-        assert cand.attributes[A.TPOT_S] == pytest.approx(0.01, abs=0.008)
-        assert cand.attributes[A.E2E_S] >= 0.05 + 9 * 0.01
+        # The engine's sleeps are lower bounds; a loaded host only adds to them, so no
+        # upper bound (0.01 +- 0.008 failed under load 6): TPOT is the nine gaps after the
+        # first token, each at least 0.01 s.
+        ttft, tpot, e2e = (cand.attributes[k] for k in (A.TTFT_S, A.TPOT_S, A.E2E_S))
+        assert ttft >= 0.05 and tpot >= 0.01 and e2e >= 0.05 + 9 * 0.01
+        assert tpot == pytest.approx((e2e - ttft) / 9)
 
 
 @pytest.mark.parametrize(
@@ -132,7 +135,8 @@ def test_a_failing_candidate_never_touches_the_primary(tmp_path, failure, status
     with gateway_stack(
         tmp_path, candidate=profile, candidate_down=failure == "down", mirror_deadline_s=0.5
     ) as stack:
-        started = time.monotonic()
+        # That the primary never waits for its mirror is test_the_primary_never_waits_for_
+        # its_mirror's (held mirrors, not a wall clock a loaded host can outlast).
         for _ in range(3):
             answer = stack.client().chat.completions.create(
                 model=ALIAS, messages=MESSAGES, stream=stream
@@ -141,7 +145,6 @@ def test_a_failing_candidate_never_touches_the_primary(tmp_path, failure, status
                 assert len(list(answer)) == 32
             else:
                 assert answer.choices[0].message.content
-        assert time.monotonic() - started < 2.0, "the primary waited for the mirror"
         assert wait_until(lambda: len(stack.spans("candidate")) == 3)
         # A non-streamed answer has no stream to break.
         expected = "ok" if failure == "broken_stream" and not stream else status
@@ -151,6 +154,31 @@ def test_a_failing_candidate_never_touches_the_primary(tmp_path, failure, status
         else:
             assert found == {expected}
         assert {s.attributes[A.STATUS] for s in stack.spans("baseline")} == {"ok"}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_the_primary_never_waits_for_its_mirror(tmp_path, stream):
+    # The candidate holds every call until the test releases it: the answers can only
+    # come back while their mirrors are still in flight.
+    release, arrived = threading.Event(), []
+    candidate = held(create_sim_app(SimProfile(spec_tokens=4, acceptance=0.7)), release, arrived)
+    with gateway_stack(tmp_path, candidate_app=candidate, mirror_deadline_s=60.0) as stack:
+        try:
+            for _ in range(3):
+                answer = stack.client().chat.completions.create(
+                    model=ALIAS, messages=MESSAGES, stream=stream
+                )
+                if stream:
+                    assert len(list(answer)) == 32
+                else:
+                    assert answer.choices[0].message.content
+            assert stack.extra["app"].api.state.gateway.mirror.pending == 3
+            assert stack.spans("candidate") == []
+        finally:
+            release.set()
+        assert wait_until(lambda: len(stack.spans("candidate")) == 3)
+        assert {s.attributes[A.STATUS] for s in stack.spans("candidate")} == {"ok"}
+        assert len(arrived) == 3
 
 
 def test_canary_serves_the_candidate(tmp_path):
