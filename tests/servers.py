@@ -62,7 +62,9 @@ def closed_port() -> int:
 
 class TcpProxy:
     """Forwards 127.0.0.1:<port> to a target; `cut` drops every connection until `restore`;
-    `stall` holds every byte (connections stay open, nothing answers) until `restore`.
+    `stall` holds every byte (connections stay open, nothing answers) until `restore`;
+    `hold(pattern)` holds, from the first chunk a client sends that contains `pattern`, what
+    clients send (answers still flow) until `restore`, setting `holding` once it does.
     `accepted` counts the connections it took (`listen_port` picks its own port)."""
 
     def __init__(self, host: str, port: int, *, listen_port: int = 0) -> None:
@@ -73,6 +75,10 @@ class TcpProxy:
         self._open = True
         self._flowing = threading.Event()
         self._flowing.set()
+        self._held: bytes | None = None
+        self._sending = threading.Event()
+        self._sending.set()
+        self.holding = threading.Event()
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
@@ -89,14 +95,20 @@ class TcpProxy:
     def stall(self) -> None:
         self._flowing.clear()
 
+    def hold(self, pattern: bytes) -> None:
+        self._held = pattern
+
     def restore(self) -> None:
         with self._lock:
             self._open = True
+        self._held = None
         self._flowing.set()
+        self._sending.set()
 
     def close(self) -> None:
         self.cut()
         self._flowing.set()  # stalled pumps meet their closed sockets and end
+        self._sending.set()
         self.listener.close()
 
     def _accept(self) -> None:
@@ -118,12 +130,18 @@ class TcpProxy:
                 for sock in (client, upstream):  # no Nagle delays on the database's round trips
                     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 self._sockets += [client, upstream]
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+            for source, sink, sent in ((client, upstream, True), (upstream, client, False)):
+                args = (source, sink, sent)
+                threading.Thread(target=self._pump, args=args, daemon=True).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+    def _pump(self, source: socket.socket, sink: socket.socket, sent: bool) -> None:
         with suppress(OSError):
             while data := source.recv(65536):
+                if sent and self._held is not None and self._held in data:
+                    self._sending.clear()
+                    self.holding.set()
+                if sent:
+                    self._sending.wait()
                 self._flowing.wait()
                 sink.sendall(data)
         for sock in (source, sink):

@@ -111,10 +111,14 @@ class RedisSubscriber:
         client = aioredis.Redis.from_url(self._url, socket_connect_timeout=1)
         try:
             async with client.pubsub() as pubsub:
-                await pubsub.subscribe(channel_for(deployment))
-                self.connected = True
-                yield RoutingChange(None)
+                await pubsub.subscribe(channel_for(deployment))  # sent, not yet confirmed
                 async for message in pubsub.listen():
+                    if message.get("type") == "subscribe":
+                        # Redis holds the subscription: every change published from now
+                        # on reaches us, so a full reload read now misses none.
+                        self.connected = True
+                        yield RoutingChange(None)
+                        continue
                     if message.get("type") != "message":
                         continue
                     change = RoutingChange.decode(message["data"])

@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import aclosing, contextmanager
+from urllib.parse import urlparse
 
 import pytest
+import redis
 from sqlalchemy.orm import sessionmaker
 
 from gate.db.engine import make_engine
@@ -17,10 +19,10 @@ from gate.db.models import Rollout
 from gate.rollouts import service
 from gate.rollouts.states import BASELINE_ONLY, Action
 from gate.routing import service as routing_service
-from gate.routing.pubsub import RedisPublisher, RedisSubscriber, RoutingChange
+from gate.routing.pubsub import RedisPublisher, RedisSubscriber, RoutingChange, channel_for
 from gate.routing.sync import RoutingState, db_loader
 from tests import factories
-from tests.servers import closed_port
+from tests.servers import TcpProxy, closed_port
 from tests.waits import wait_until
 
 
@@ -181,3 +183,39 @@ def test_a_stored_policy_that_no_longer_validates_routes_baseline_only(running_r
     assert asyncio.run(state.refresh()), "one bad row must not fail the whole load"
     assert state.plan(state.lookup("r1")) == BASELINE_ONLY
     assert state.lookup("r2").rollout_id == other.id
+
+
+@pytest.mark.redis
+def test_a_subscriber_reloads_only_once_redis_holds_its_subscription(redis_url):
+    """A (re)subscribing gateway reloads everything and says it is connected. Both wait for
+    Redis to confirm the SUBSCRIBE: a change committed after the reload's read and
+    published before Redis took the subscription would otherwise be lost until the next
+    poll. The SUBSCRIBE is held on its way to Redis; nothing may be reloaded meanwhile."""
+    target = urlparse(redis_url)
+    proxy = TcpProxy(target.hostname or "127.0.0.1", target.port or 6379)
+    proxy.hold(b"SUBSCRIBE")
+    through = redis_url.replace(target.netloc, f"127.0.0.1:{proxy.port}")
+    subscriber = RedisSubscriber(through, deployment="d-held", retry_s=0.2)
+    direct = redis.Redis.from_url(redis_url)
+    seen: list[tuple[RoutingChange, bool, int]] = []
+
+    async def first() -> None:
+        async with aclosing(subscriber.changes()) as changes:
+            async for change in changes:
+                ((_, subscribed),) = direct.pubsub_numsub(channel_for("d-held"))
+                seen.append((change, subscriber.connected, subscribed))
+                return
+
+    reader = threading.Thread(target=asyncio.run, args=(first(),), daemon=True)
+    reader.start()
+    try:
+        assert proxy.holding.wait(10)
+        assert not wait_until(lambda: seen, timeout=1)  # the SUBSCRIBE is not in Redis yet
+        assert not subscriber.connected
+        proxy.restore()
+        assert wait_until(lambda: seen, timeout=10)
+        assert seen == [(RoutingChange(None), True, 1)]
+    finally:
+        proxy.close()
+        reader.join(10)
+        direct.close()
