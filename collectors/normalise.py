@@ -223,6 +223,7 @@ def pair_rows(row: SpanRow, deadline_s: float) -> tuple[RequestRow | None, PairR
         "segment": segment,
         "episode": episode,
         "arm": _str(attrs.get(a.ARM), ARM_CHARS),
+        "pair_span": True,
         "created_at": row.start_time,
         "deadline": _after(row.start_time, deadline if deadline is not None else deadline_s),
     }
@@ -250,6 +251,7 @@ def pair_stub(row: SpanRow, generation: GenerationRow, deadline_s: float) -> Pai
         "segment": generation["segment"],
         "episode": None,  # the pair span's, when it lands
         "arm": _str(row.attributes.get(a.ARM), ARM_CHARS),
+        "pair_span": False,  # its own span, with the request and the episode, comes later
         "created_at": created,
         "deadline": _after(created, deadline_s),
     }

@@ -18,7 +18,8 @@ Seen = list[tuple[str, Any]]
 def statements(
     conn: Connection, needle: str, monkeypatch: pytest.MonkeyPatch | None = None
 ) -> Iterator[Seen]:
-    """Collect (statement, parameters) of each statement naming `needle` run on `conn`;
+    """Collect (statement, parameters) of each statement naming `needle` run on any of
+    `conn`'s engine's connections (the export reads on one of its own, in one snapshot);
     with `monkeypatch`, those run on a raw psycopg cursor (`pg_copy.cursor`) too."""
     seen: Seen = []
 
@@ -28,11 +29,11 @@ def statements(
 
     if monkeypatch is not None:
         monkeypatch.setattr(pg_copy, "cursor", _spying(pg_copy.cursor, needle, seen))
-    event.listen(conn, "before_cursor_execute", capture)
+    event.listen(conn.engine, "before_cursor_execute", capture)
     try:
         yield seen
     finally:
-        event.remove(conn, "before_cursor_execute", capture)
+        event.remove(conn.engine, "before_cursor_execute", capture)
 
 
 def _spying(make: Callable[[Connection], Any], needle: str, seen: Seen) -> Callable[..., Any]:

@@ -90,6 +90,7 @@ class PairRow(TypedDict):
     episode: str | None
     # The arm of a rollout with several candidates (`rollout_arms.name`), or None.
     arm: str | None
+    pair_span: bool  # from the pair span; false on a stub
     created_at: datetime
     deadline: datetime
 
@@ -188,5 +189,6 @@ FACT_COLUMNS: tuple[str, ...] = ("trace_id", "parent_span_id", *ENGINE_FIELDS)
 SPAN_COLUMNS: tuple[str, ...] = tuple(column.name for column in SPANS.columns)
 # Facts the pair span owns; a stub written from a route span gets them when it lands.
 PAIR_SPAN_FIELDS = (
-    "request_id", "is_control", "deadline", "created_at", "stage", "segment", "episode", "arm"
+    "request_id", "is_control", "deadline", "created_at", "stage", "segment", "episode", "arm",
+    "pair_span",
 )  # fmt: skip

@@ -39,15 +39,24 @@ def expected_cohorts(*, is_control: bool, mode: RolloutMode) -> frozenset[Cohort
 
 
 def complete_ready(
-    session: Session, *, pair_ids: Sequence[uuid.UUID], enqueue: Enqueue | None
+    session: Session,
+    *,
+    pair_ids: Sequence[uuid.UUID],
+    enqueue: Enqueue | None,
+    at_deadline: bool = False,
 ) -> list[uuid.UUID]:
-    """Mark the open pairs among `pair_ids` complete when their sides are all in."""
+    """Mark the open pairs among `pair_ids` complete when their sides are all in, and their
+    own span (the request, the episode: `pairs.pair_span`) is too; `at_deadline`, without
+    it: a pair span that has not come by then may never come."""
     if not pair_ids:
         return []
+    which = [Pair.id.in_(pair_ids), Pair.state == PairState.OPEN]
+    if not at_deadline:
+        which.append(Pair.pair_span.is_(True))
     open_pairs = session.execute(
         select(Pair.id, Pair.is_control, Rollout.mode, Pair.created_at)
         .join(Rollout, Rollout.id == Pair.rollout_id)
-        .where(Pair.id.in_(pair_ids), Pair.state == PairState.OPEN)
+        .where(*which)
     ).all()
     if not open_pairs:
         return []
@@ -92,7 +101,8 @@ def sweep_deadlines(
     """Close open pairs past their deadline; return how many were dropped.
 
     A pair whose sides all landed but whose completion was missed (the database failed
-    right after the collector stored the batch) is completed and enqueued, not dropped.
+    right after the collector stored the batch), or whose own span never came, is
+    completed and enqueued, not dropped.
     """
     expired = list(
         session.scalars(
@@ -101,7 +111,7 @@ def sweep_deadlines(
             .limit(limit)
         )
     )
-    late = set(complete_ready(session, pair_ids=expired, enqueue=enqueue))
+    late = set(complete_ready(session, pair_ids=expired, enqueue=enqueue, at_deadline=True))
     if late:
         log.warning("pairs_completed_late count=%d", len(late))
     dropped = _set_state(session, [p for p in expired if p not in late], PairState.DROPPED)

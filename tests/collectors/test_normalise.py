@@ -14,6 +14,7 @@ from collectors.normalise import GENERATION_HELD, REQUEST_CONTENT, ROUTE_CONTENT
 from collectors.spans import to_unix_nano
 from collectors.store import SpanStore
 from gate.db.models import Generation, Pair, RequestRecord, SpanRecord
+from gate.pairs.service import complete_ready, sweep_deadlines
 from gate.telemetry import attributes as a
 from tests.collectors.factory import START, Ids, gateway_spans
 
@@ -317,3 +318,38 @@ def test_cut_evaluation_inputs_land_marked(pg_engine, pg_ids):
     assert requests[0].truncated == ["body", "inputs"]
     cut = {g.cohort.value: g.output_truncated for g in generations.values()}
     assert cut == {"baseline": None, "candidate": True}
+
+
+@pytest.mark.parametrize("db", [pytest.param("pg", marks=pytest.mark.postgres), "sqlite"])
+def test_a_pair_whose_calls_land_before_its_pair_span_waits_for_its_facts(request, db):
+    """Both calls in one batch, the pair span (their parent, ended last) in the next: the
+    pair is complete only once its request and episode are in, or the worker would score it
+    without its request (no reference) and the gate fold it without its episode. At its
+    deadline a pair whose calls are in completes anyway (the pair span may never come)."""
+    engine = request.getfixturevalue(f"{db}_engine")
+    ids = request.getfixturevalue(f"{db}_ids")
+    store = SpanStore(engine, pair_deadline_s=300)
+    pair_span, baseline, candidate, _ = gateway_spans(ids)
+    early = store.write([baseline, candidate])
+    with Session(engine) as session, session.begin():
+        assert complete_ready(session, pair_ids=early.pair_ids, enqueue=None) == []
+    late = store.write([pair_span])
+    with Session(engine) as session, session.begin():
+        assert complete_ready(session, pair_ids=late.pair_ids, enqueue=None) == late.pair_ids
+    _, pairs, _ = stored(engine)
+    assert pairs[0].state.value == "complete" and pairs[0].episode == "conv-7"
+    assert pairs[0].request_id is not None
+
+
+@pytest.mark.parametrize("db", [pytest.param("pg", marks=pytest.mark.postgres), "sqlite"])
+def test_a_pair_whose_pair_span_never_lands_completes_at_its_deadline(request, db):
+    engine = request.getfixturevalue(f"{db}_engine")
+    ids = request.getfixturevalue(f"{db}_ids")
+    _, baseline, candidate, _ = gateway_spans(ids)
+    early = SpanStore(engine, pair_deadline_s=300).write([baseline, candidate])
+    (pair_id,) = early.pair_ids
+    with Session(engine) as session, session.begin():
+        later = session.get(Pair, pair_id).deadline + timedelta(seconds=1)
+        assert sweep_deadlines(session, now=later) == 0  # completed, not dropped
+    _, pairs, _ = stored(engine)
+    assert pairs[0].state.value == "complete" and pairs[0].request_id is None

@@ -17,6 +17,7 @@ from sqlalchemy import (
     UniqueConstraint,
     Uuid,
     text,
+    true,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -114,6 +115,9 @@ class Pair(Base):
     # The arm whose route answered as the candidate (`rollout_arms.name`); NULL: the
     # rollout has one candidate.
     arm: Mapped[str | None] = mapped_column(String(64))
+    # The pair span (the request, the episode) has landed; false: a stub a route call's
+    # span made first. Complete needs it, until the deadline (`gate.pairs.service`).
+    pair_span: Mapped[bool] = mapped_column(Boolean, server_default=true())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     deadline: Mapped[datetime] = mapped_column(UTCDateTime)
     completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

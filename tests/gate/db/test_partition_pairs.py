@@ -65,7 +65,7 @@ def rows(engine: Engine, table: str) -> set[tuple[object, ...]]:
 def pair(rollout_id: int, pair_id: uuid.UUID, *, control: bool = False) -> PairRow:
     return PairRow(
         id=pair_id, rollout_id=rollout_id, request_id=None, stage=0, state="open",
-        is_control=control, segment="chat", episode=None, arm=None,
+        is_control=control, segment="chat", episode=None, arm=None, pair_span=True,
         created_at=START + timedelta(hours=1), deadline=START + timedelta(hours=2),
     )  # fmt: skip
 

@@ -45,7 +45,7 @@ def pair_of(kept: RequestRow) -> PairRow:
     assert kept["rollout_id"] is not None
     return PairRow(
         id=uuid.uuid4(), rollout_id=kept["rollout_id"], request_id=kept["id"], stage=0,
-        state="complete", is_control=False, segment="chat", episode=None, arm=None,
+        state="complete", is_control=False, segment="chat", episode=None, arm=None, pair_span=True,
         created_at=kept["created_at"], deadline=kept["created_at"] + timedelta(minutes=5),
     )  # fmt: skip
 
