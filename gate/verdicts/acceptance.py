@@ -6,8 +6,9 @@ the arms' verdict shows it per arm. Its sums are additive, so the fold keeps the
 (`gate_folds.arm_sums`) with their own watermark and adds each new slice, as
 `gate.stats.arms_replay.acceptance_of` sums the arm's pair records: every pair of the arm
 but the control pairs and those dropped at their deadline (a dropped pair's candidate may
-land after it was folded, a span replayed from the spool: replay would read it); a request counts where its passes are known
-(emitted > accepted >= 0), and its loop signature where both answers' distinct-2 are known.
+land after it was folded, a span replayed from the spool: replay would read it); a request
+counts where its passes are known (emitted > accepted >= 0), and its loop signature where
+both answers' distinct-2 are known.
 """
 
 from __future__ import annotations

@@ -28,7 +28,8 @@ def _records(first: int, n: int, dropped: set[int]) -> list[dict]:
     raw = []
     for i in range(first, first + n):
         ok = {"ttft_s": 0.2, "tpot_s": 0.02, "e2e_s": 1.0, "status": "ok",
-              "evals": {"task": True}, "draft_tokens": 10, "accepted_tokens": 6 + i % 3}  # fmt: skip
+              "evals": {"task": True}, "draft_tokens": 10,
+              "accepted_tokens": 6 + i % 3}  # fmt: skip
         raw.append({"segment": "chat", "lag_s": 0, "control": 1, "id_rank": 0,
                     "baseline": ok, "candidate": None if i in dropped else dict(ok)})  # fmt: skip
     records = as_records(raw, episodes=False)
