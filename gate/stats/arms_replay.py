@@ -24,7 +24,7 @@ from gate.stats.cumulative import at_look, looks_every, to_stats
 from gate.stats.gate_stats import GateStats
 from gate.stats.ids import ALL
 from gate.stats.policy import Policy, at_stage, next_stage_share
-from gate.stats.record_columns import Record, columns, fold_order
+from gate.stats.record_columns import Record, columns, dropped_of, fold_order
 from gate.stats.replay import look_fields
 from gate.stats.rule import Code, apply_rule
 from gate.stats.sequences import IntArray, MeanStats
@@ -188,11 +188,12 @@ _COUNTS = (
 
 
 def acceptance_of(records: list[Record]) -> AcceptanceLength:
-    """Return the acceptance length of the records' candidate calls (control pairs aside)."""
+    """Return the acceptance length of the records' candidate calls (control pairs and
+    pairs dropped at their deadline aside, as the fold: `gate.verdicts.acceptance`)."""
     rows = [
         [_number((r.get(side) or {}).get(key)) for side, key in _COUNTS]
         for r in records
-        if not r.get("is_control")
+        if not r.get("is_control") and not dropped_of(r)
     ]
     values = np.asarray(rows, dtype=np.float64).reshape(len(rows), len(_COUNTS)).T
     return summarise(*values)

@@ -151,6 +151,9 @@ def _collapse(
     # With episodes the detectors read, and their levels are fixed from, each episode's
     # first pair only (`gate.stats.change`): a first turn's level may differ from a later one's.
     has = np.isfinite(cols.acceptance) & opens
+    # The level from the warm-up's judgeable pairs, as the fold's (`gate.verdicts.warmup`):
+    # a dropped pair's candidate may land after the fold fixed it (a span from the spool).
+    warm = warm & ~cols.dropped
     pooled = _warm_mean(rate, warm & has, None)
     out = {}
     for name in collapse_segments(policy):

@@ -55,8 +55,10 @@ from gate.stats.sequences import CountStats, FloatArray, MeanStats, PairedCounts
 # each episode's first pair only, as they read; 12: an episode's first pair is its first in
 # the whole rollout (an episode begun in an earlier stage opens nothing in this one); 13:
 # nor one begun in another arm of the stage (an arm added or killed moves episodes); 14:
-# the ratings folded by rating id beside the state (`gate.verdicts.feedback`).
-FOLD_VERSION = 14
+# the ratings folded by rating id beside the state (`gate.verdicts.feedback`); 15: the
+# collapse detectors' warm-up levels read no dropped pair (a late side moved replay's), nor
+# does an arm's acceptance length (`gate_folds.arm_sums`).
+FOLD_VERSION = 15
 # The bucket of pairs whose segment the policy does not declare ("all" is never declared).
 POOLED_ONLY = ALL
 Key = tuple[datetime, uuid.UUID]

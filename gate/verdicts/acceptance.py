@@ -5,8 +5,10 @@ The acceptance length compares arms across draft lengths (`gate.stats.acceptance
 the arms' verdict shows it per arm. Its sums are additive, so the fold keeps them per arm
 (`gate_folds.arm_sums`) with their own watermark and adds each new slice, as
 `gate.stats.arms_replay.acceptance_of` sums the arm's pair records: every pair of the arm
-but the control pairs, whatever its state; a request counts where its passes are known
-(emitted > accepted >= 0), and its loop signature where both answers' distinct-2 are known.
+but the control pairs and those dropped at their deadline (a dropped pair's candidate may
+land after it was folded, a span replayed from the spool: replay would read it); a request
+counts where its passes are known (emitted > accepted >= 0), and its loop signature where
+both answers' distinct-2 are known.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ WITH p AS (
   FROM p
   JOIN generations c ON c.pair_id = p.id AND c.cohort = 'candidate' AND {calls_since("c")}
   LEFT JOIN generations b ON b.pair_id = p.id AND b.cohort = 'baseline' AND {calls_since("b")}
-  WHERE NOT p.is_control
+  WHERE NOT p.is_control AND p.state <> 'dropped'
 ), k AS (
   SELECT s.*, coalesce(o > a AND a >= 0, false) AS known FROM s
 ), l AS (

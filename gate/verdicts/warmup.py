@@ -37,10 +37,11 @@ SELECT med.seg, med.m AS seg_median, pooled.m AS pooled_median,
 FROM pooled LEFT JOIN med ON true
 """
 )
-# The collapse detectors' levels: from each episode's first pair only, as they read.
+# The collapse detectors' levels: from each episode's first pair only, as they read; never
+# a dropped pair's (its candidate may land after the level is fixed: replay would read it).
 _WARM_ACCEPTANCE = SLICE + (
     "SELECT seg, count(acc) AS n, coalesce(sum(acc), 0) AS s FROM y"
-    " WHERE warm AND opens\nGROUP BY seg"
+    " WHERE warm AND opens AND NOT dropped\nGROUP BY seg"
 )
 
 

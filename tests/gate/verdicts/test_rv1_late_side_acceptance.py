@@ -1,0 +1,51 @@
+"""rv1: an arm's acceptance length (folded, `gate.verdicts.acceptance`) and replay's
+(`gate.stats.arms_replay.acceptance_of`) when a dropped pair's candidate lands after it
+was folded: the fold never read it, so replay of the export must not either."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from sqlalchemy import insert
+
+from gate.db.enums import Cohort
+from gate.db.models import Generation
+from gate.pairs.export import pair_records
+from gate.stats.arms_replay import acceptance_of
+from gate.stats.record_columns import fold_order
+from gate.verdicts.folds import fold_arm
+from tests import factories
+from tests.gate.stats.test_sql import store
+from tests.gate.verdicts.paths_agree import POLICY
+from tests.gate.verdicts.test_rv1_late_side_warmup import _records
+
+
+def _armed(first: int, n: int, dropped: set[int]) -> list[dict]:
+    records = _records(first, n, dropped)
+    for record in records:
+        record["arm"] = "a"
+        for side in ("baseline", "candidate"):
+            if record[side] is not None:
+                record[side]["output_tokens"] = 30
+    return records
+
+
+def test_a_late_candidate_of_a_dropped_pair_is_in_neither_acceptance_length(pg_session):
+    rollout_id = factories.rollout(pg_session, name="rv1-late-acc").id
+    first = _armed(0, 8, dropped={3})
+    store(pg_session, first, rollout_id)
+    fold_arm(pg_session, rollout_id=rollout_id, stage=0, arm="a", policy=POLICY)
+    late = uuid.UUID(first[3]["pair_id"])
+    pg_session.execute(insert(Generation), [{
+        "rollout_id": rollout_id, "pair_id": late, "cohort": Cohort.CANDIDATE,
+        "segment": "chat", "status": "ok", "ttft_s": 0.2, "tpot_s": 0.02, "e2e_s": 1.0,
+        "spec_draft_tokens": 10, "spec_accepted_tokens": 0, "output_tokens": 30,
+        "trace_id": uuid.uuid4().hex, "span_id": uuid.uuid4().hex[:16]}])  # fmt: skip
+    store(pg_session, _armed(8, 10, dropped=set()), rollout_id)
+    _, sums = fold_arm(pg_session, rollout_id=rollout_id, stage=0, arm="a", policy=POLICY)
+    exported = fold_order(list(pair_records(pg_session, rollout_id=rollout_id,
+                                            evaluated_only=True)))  # fmt: skip
+    got, want = sums.acceptance.length(), acceptance_of(exported)
+    assert got.requests == want.requests
+    assert got.length == pytest.approx(want.length, rel=1e-12)
