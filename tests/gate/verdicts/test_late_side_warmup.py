@@ -1,4 +1,4 @@
-"""rv1: a warm-up pair dropped at its deadline whose candidate lands after the warm-up was
+"""A warm-up pair dropped at its deadline whose candidate lands after the warm-up was
 fixed: the fold's acceptance-collapse level never read it; replay of the export must not."""
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def _stats(session, rollout_id):
 
 
 def test_a_late_candidate_of_a_dropped_warm_up_pair_moves_no_collapse_level(pg_session):
-    rollout_id = factories.rollout(pg_session, name="rv1-late-warm").id
+    rollout_id = factories.rollout(pg_session, name="late-warm").id
     first = _records(0, 8, dropped={2})
     store(pg_session, first, rollout_id)
     folded = fold(pg_session, rollout_id=rollout_id, stage=0, policy=POLICY)  # warm-up fixed

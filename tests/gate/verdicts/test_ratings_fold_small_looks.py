@@ -1,4 +1,4 @@
-"""rv1: ratings folded over looks that start inside the warm-up, small batches."""
+"""Ratings folded over looks that start inside the warm-up, small batches."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.postgres
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_small_looks_from_inside_the_warm_up_equal_replay(pg_session, seed):
     rng = np.random.default_rng(seed)
-    rollout_id = factories.rollout(pg_session, name=f"rv1-small-{seed}").id
+    rollout_id = factories.rollout(pg_session, name=f"small-{seed}").id
     first = 0
     for n in (2, 3, 2, 5, 1, 7, 4):
         store(pg_session, _batch(rng, n, first), rollout_id)
@@ -40,7 +40,7 @@ from tests.gate.verdicts.paths_agree import POLICY  # noqa: E402
 @pytest.mark.parametrize("seed", [4, 5])
 def test_arms_ratings_equal_each_arms_replay(pg_session, seed):
     rng = np.random.default_rng(seed)
-    rollout_id = factories.rollout(pg_session, name=f"rv1-arms-{seed}").id
+    rollout_id = factories.rollout(pg_session, name=f"arms-{seed}").id
     first = 0
     for n in (5, 9, 3, 12, 6):
         records = _batch(rng, n, first)

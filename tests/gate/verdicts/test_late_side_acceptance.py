@@ -1,4 +1,4 @@
-"""rv1: an arm's acceptance length (folded, `gate.verdicts.acceptance`) and replay's
+"""An arm's acceptance length (folded, `gate.verdicts.acceptance`) and replay's
 (`gate.stats.arms_replay.acceptance_of`) when a dropped pair's candidate lands after it
 was folded: the fold never read it, so replay of the export must not either."""
 
@@ -18,7 +18,7 @@ from gate.verdicts.folds import fold_arm
 from tests import factories
 from tests.gate.stats.test_sql import store
 from tests.gate.verdicts.paths_agree import POLICY
-from tests.gate.verdicts.test_rv1_late_side_warmup import _records
+from tests.gate.verdicts.test_late_side_warmup import _records
 
 
 def _armed(first: int, n: int, dropped: set[int]) -> list[dict]:
@@ -32,7 +32,7 @@ def _armed(first: int, n: int, dropped: set[int]) -> list[dict]:
 
 
 def test_a_late_candidate_of_a_dropped_pair_is_in_neither_acceptance_length(pg_session):
-    rollout_id = factories.rollout(pg_session, name="rv1-late-acc").id
+    rollout_id = factories.rollout(pg_session, name="late-acc").id
     first = _armed(0, 8, dropped={3})
     store(pg_session, first, rollout_id)
     fold_arm(pg_session, rollout_id=rollout_id, stage=0, arm="a", policy=POLICY)

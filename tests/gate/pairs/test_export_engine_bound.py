@@ -1,4 +1,4 @@
-"""rv1: the export on a session bound to the engine (its own REPEATABLE READ connection)."""
+"""The export on a session bound to the engine (its own REPEATABLE READ connection)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.postgres
 
 def test_export_on_an_engine_bound_session_reads_both_orders(pg_committing):
     with pg_committing() as db, db.begin():
-        rollout_id = factories.rollout(db, name="rv1-engine").id
+        rollout_id = factories.rollout(db, name="engine").id
         records = _batch(np.random.default_rng(1), 12, 0)
         store(db, records, rollout_id)
         db.execute(
