@@ -148,7 +148,7 @@ def parity_counts(session: Session, *, rollout_id: int) -> ParityCounts:
     sampled = eligible = with_logprobs = 0
     for record in pair_records(session, rollout_id=rollout_id):
         sides = [parity_side(record[cohort]) for cohort in ("baseline", "candidate")]
-        if record["is_control"] or sides[0] is None or sides[1] is None:
+        if record["is_control"] or record["dropped"] or sides[0] is None or sides[1] is None:
             continue
         sampled += 1
         verdict = eligibility(sides[0][0], sides[1][0])

@@ -64,10 +64,12 @@ def test_not_evaluable_results_are_counted_not_scored(sqlite_session):
     assert rows["json"].not_evaluable == rows["all"].not_evaluable == 1
 
 
-def _sampled_pair(session, rollout_id: int, sides: dict, *, control: bool = False) -> None:
+def _sampled_pair(
+    session, rollout_id: int, sides: dict, *, control: bool = False, dropped: bool = False
+) -> None:
     """A closed sampled pair; `sides`: cohort -> (finish reason, mean log-prob, tokens)."""
     pair = factories.pair(session, rollout_id, is_control=control)
-    pair.state = PairState.COMPLETE
+    pair.state = PairState.DROPPED if dropped else PairState.COMPLETE
     for cohort, (finish, mean, tokens) in sides.items():
         row = factories.generation(session, pair, cohort, output="a b c d")
         row.temperature, row.top_p, row.max_tokens, row.finish_reason = 0.8, 1.0, 64, finish
@@ -89,6 +91,9 @@ def test_parity_counts_say_which_pairs_are_eligible_and_the_shift_of_each_statis
     # Baseline against baseline: the control slice, not a candidate pair.
     control = {base: ("stop", -1.0, 10), Cohort.CONTROL: ("stop", 3.0, 10)}
     _sampled_pair(sqlite_session, rollout.id, control, control=True)
+    # Dropped at its deadline, its late side landed since: the gate never judges it.
+    late = {base: ("stop", -1.0, 10), cand: ("stop", 9.0, 12)}
+    _sampled_pair(sqlite_session, rollout.id, late, dropped=True)
 
     counts = parity_counts(sqlite_session, rollout_id=rollout.id)
 
