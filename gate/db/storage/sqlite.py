@@ -81,6 +81,7 @@ class SqliteStorage:
         # only before a write, so an explicit BEGIN makes the reads one read transaction,
         # ended after them: the caller's session is left as it was found (a write of its
         # own later would otherwise have to upgrade a stale snapshot: SQLITE_BUSY).
+        session.flush()  # the caller's pending rows: written in its own transaction, not ours
         driver: Any = session.connection().connection.driver_connection  # sqlite3's
         began = not driver.in_transaction
         if began:
