@@ -320,3 +320,44 @@ def test_a_stopped_evaluations_backfill_is_taken_up_again(empty_pg_url: str) -> 
 
 def test_evaluations_take_their_generations_start_on_sqlite(tmp_path) -> None:
     check_evaluations_take_their_generations_start(f"sqlite:///{tmp_path}/evaluations.db")
+
+
+@pytest.mark.postgres
+def test_pair_span_reaches_a_pairs_conversion_stopped_midway(empty_pg_url: str) -> None:
+    """`specgate db partition pairs` stopped after its first step (the partitioned copy
+    built, the mirror trigger on `pairs`), then the upgrade to 0037: the mirror copies
+    `NEW.*` by position, so a column `pairs` alone gains made every insert into `pairs` fail
+    (the collector could store no pair). 0037 gives the copy the column and the mirror
+    its update, so a pair span after its stub is mirrored, and the conversion completes."""
+    from gate.db import online_partition
+    from gate.db.storage import of as storage_of
+    from tests.collectors.factory import make_rollout
+    from tests.gate.db.test_partition_pairs import pair
+
+    migrate.upgrade(empty_pg_url, "0036")
+    engine = make_engine(empty_pg_url)
+    try:
+        with Session(engine) as session, session.begin():
+            rollout_id = make_rollout(session).rollout
+        with engine.begin() as conn:
+            online_partition._prepare(conn, "pairs", 86_400, lambda _line: None)
+        migrate.upgrade(empty_pg_url)
+        migrate.downgrade(empty_pg_url, "0036")  # both ways, the conversion still stopped
+        migrate.upgrade(empty_pg_url)
+        pair_id = uuid.uuid4()
+        stub, full = pair(rollout_id, pair_id), pair(rollout_id, pair_id)
+        stub["pair_span"] = False
+        with engine.begin() as conn:
+            storage_of(engine).insert_pair_stubs(conn, [stub])
+        with engine.begin() as conn:
+            storage_of(engine).upsert_pairs(conn, [full])
+        online_partition.convert(engine, "pairs", period=86_400, echo=lambda _line: None)
+        with engine.connect() as conn:
+            got = conn.execute(
+                text("SELECT pair_span, tableoid::regclass::text FROM pairs WHERE id = :i"),
+                {"i": pair_id},
+            ).all()
+        assert [g[0] for g in got] == [True]
+        migrate.downgrade(empty_pg_url, "0036")
+    finally:
+        engine.dispose()

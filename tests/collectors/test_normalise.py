@@ -353,3 +353,23 @@ def test_a_pair_whose_pair_span_never_lands_completes_at_its_deadline(request, d
         assert sweep_deadlines(session, now=later) == 0  # completed, not dropped
     _, pairs, _ = stored(engine)
     assert pairs[0].state.value == "complete" and pairs[0].request_id is None
+
+
+@pytest.mark.parametrize("db", [pytest.param("pg", marks=pytest.mark.postgres), "sqlite"])
+def test_a_pair_span_landing_before_its_calls_is_not_undone_by_their_stubs(request, db):
+    """The other order: the pair span first, then both calls (their stubs conflict with the
+    stored pair). A stub only marks a control pair: the pair keeps `pair_span` and its facts,
+    so it completes as its calls land, not at its deadline."""
+    engine = request.getfixturevalue(f"{db}_engine")
+    ids = request.getfixturevalue(f"{db}_ids")
+    store = SpanStore(engine, pair_deadline_s=300)
+    pair_span, baseline, candidate, _ = gateway_spans(ids)
+    store.write([pair_span])
+    calls = store.write([baseline, candidate])
+    with Session(engine) as session, session.begin():
+        assert complete_ready(session, pair_ids=calls.pair_ids, enqueue=None) == calls.pair_ids
+    _, pairs, _ = stored(engine)
+    assert [(p.pair_span, p.episode, p.state.value) for p in pairs] == [
+        (True, "conv-7", "complete")
+    ]
+    assert pairs[0].request_id is not None

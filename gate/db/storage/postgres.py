@@ -20,6 +20,7 @@ from sqlalchemy import (
     create_engine,
     extract,
     func,
+    text,
 )
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import make_url
@@ -73,12 +74,14 @@ class PostgresStorage:
     @contextmanager
     def snapshot(self, session: Session) -> Iterator[Session]:
         bind = session.get_bind()
-        if isinstance(bind, Connection):  # the caller's transaction, and its isolation
+        if isinstance(bind, Connection) or _wrote(session):
+            # The caller's transaction, and its isolation: rows it wrote are seen only there
+            # (at READ COMMITTED each query takes its own snapshot).
             yield session
             return
         # A connection of its own at REPEATABLE READ: one snapshot, taken at the first
-        # statement, for the whole read. (A session bound to the engine writes nothing it
-        # then exports before committing: `specgate pairs export`, the demo's summary.)
+        # statement, for the whole read (`specgate pairs export`, the demo's summary: a
+        # session bound to the engine that has written nothing in its transaction).
         options = {"isolation_level": "REPEATABLE READ", "postgresql_readonly": True}
         with bind.connect().execution_options(**options) as conn, Session(conn) as reading:
             yield reading
@@ -178,6 +181,16 @@ def _pair_key(conn: Connection) -> str:
 
 def _text_array(keys: Sequence[str]) -> Any:
     return bindparam("content_keys", list(keys), type_=postgresql.ARRAY(Text))
+
+
+def _wrote(session: Session) -> bool:
+    """Whether `session`'s transaction has written (its pending rows flushed first): a
+    transaction gets an id at its first write, and only its own connection sees its rows."""
+    session.flush()
+    if not session.in_transaction():
+        return False
+    xid = session.execute(text("SELECT pg_current_xact_id_if_assigned()")).scalar()
+    return xid is not None
 
 
 def _insert(
