@@ -203,10 +203,11 @@ def sample_waits(
             waits[key] = waits.get(key, 0) + 1
 
 
-def unlink_control(size: int) -> float:
-    """Write and fsync `size` bytes next to the bench, then time their removal: what the
-    filesystem alone takes to free that much."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".unlink-control")
+def unlink_control(size: int, directory: str | None = None) -> float:
+    """Write and fsync `size` bytes in `directory` (default: next to the bench), then time
+    their removal: what the filesystem alone takes to free that much."""
+    where = directory or os.path.dirname(os.path.abspath(__file__))
+    path = os.path.join(where, ".unlink-control")
     chunk = b"\0" * (1 << 20)
     with open(path, "wb") as handle:
         for _ in range(max(size >> 20, 1)):

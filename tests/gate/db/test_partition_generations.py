@@ -133,20 +133,7 @@ def test_retention_drops_old_generations_partitions_with_their_evaluations(
     running = [generation(ids[1], now - timedelta(days=95), output="x") for _ in range(2)]
     recent = [generation(ids[0], now - timedelta(days=8), output="secret") for _ in range(2)]
     land(engine, [*old, *running, *recent])
-    with engine.begin() as conn:
-        conn.execute(
-            text(
-                "INSERT INTO evaluations (generation_id, generation_started_at, evaluator, "
-                "version, details, created_at) SELECT id, started_at, 'task', '1', '{}', now() "
-                "FROM generations"
-            )
-        )
-        conn.execute(
-            text(
-                "INSERT INTO feedback (generation_id, escalated, created_at) "
-                "SELECT id, false, now() FROM generations"
-            )
-        )
+    rate(engine)
     online_partition.convert(engine, "generations", period=DAY, echo=QUIET)
     settings = CollectorSettings(retention_pairs_days=90, retention_content_days=7)
     result = purge(engine, settings)

@@ -119,6 +119,18 @@ def test_streaming_timings_are_recorded(tmp_path):
         assert tpot == pytest.approx((e2e - ttft) / 9)
 
 
+def ask_three(stack, stream: bool) -> None:
+    """Three chat completions through the gateway, each answered whole."""
+    for _ in range(3):
+        answer = stack.client().chat.completions.create(
+            model=ALIAS, messages=MESSAGES, stream=stream
+        )
+        if stream:
+            assert len(list(answer)) == 32
+        else:
+            assert answer.choices[0].message.content
+
+
 @pytest.mark.parametrize(
     ("failure", "status"),
     [
@@ -137,14 +149,7 @@ def test_a_failing_candidate_never_touches_the_primary(tmp_path, failure, status
     ) as stack:
         # That the primary never waits for its mirror is test_the_primary_never_waits_for_
         # its_mirror's (held mirrors, not a wall clock a loaded host can outlast).
-        for _ in range(3):
-            answer = stack.client().chat.completions.create(
-                model=ALIAS, messages=MESSAGES, stream=stream
-            )
-            if stream:
-                assert len(list(answer)) == 32
-            else:
-                assert answer.choices[0].message.content
+        ask_three(stack, stream)
         assert wait_until(lambda: len(stack.spans("candidate")) == 3)
         # A non-streamed answer has no stream to break.
         expected = "ok" if failure == "broken_stream" and not stream else status
@@ -164,14 +169,7 @@ def test_the_primary_never_waits_for_its_mirror(tmp_path, stream):
     candidate = held(create_sim_app(SimProfile(spec_tokens=4, acceptance=0.7)), release, arrived)
     with gateway_stack(tmp_path, candidate_app=candidate, mirror_deadline_s=60.0) as stack:
         try:
-            for _ in range(3):
-                answer = stack.client().chat.completions.create(
-                    model=ALIAS, messages=MESSAGES, stream=stream
-                )
-                if stream:
-                    assert len(list(answer)) == 32
-                else:
-                    assert answer.choices[0].message.content
+            ask_three(stack, stream)
             assert stack.extra["app"].api.state.gateway.mirror.pending == 3
             assert stack.spans("candidate") == []
         finally:

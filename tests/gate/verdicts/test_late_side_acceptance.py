@@ -7,10 +7,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from sqlalchemy import insert
 
-from gate.db.enums import Cohort
-from gate.db.models import Generation
 from gate.pairs.export import pair_records
 from gate.stats.arms_replay import acceptance_of
 from gate.stats.record_columns import fold_order
@@ -18,7 +15,7 @@ from gate.verdicts.folds import fold_arm
 from tests import factories
 from tests.gate.stats.test_sql import store
 from tests.gate.verdicts.paths_agree import POLICY
-from tests.gate.verdicts.test_late_side_warmup import _records
+from tests.gate.verdicts.test_late_side_warmup import _records, land_late_candidate
 
 
 def _armed(first: int, n: int, dropped: set[int]) -> list[dict]:
@@ -37,11 +34,7 @@ def test_a_late_candidate_of_a_dropped_pair_is_in_neither_acceptance_length(pg_s
     store(pg_session, first, rollout_id)
     fold_arm(pg_session, rollout_id=rollout_id, stage=0, arm="a", policy=POLICY)
     late = uuid.UUID(first[3]["pair_id"])
-    pg_session.execute(insert(Generation), [{
-        "rollout_id": rollout_id, "pair_id": late, "cohort": Cohort.CANDIDATE,
-        "segment": "chat", "status": "ok", "ttft_s": 0.2, "tpot_s": 0.02, "e2e_s": 1.0,
-        "spec_draft_tokens": 10, "spec_accepted_tokens": 0, "output_tokens": 30,
-        "trace_id": uuid.uuid4().hex, "span_id": uuid.uuid4().hex[:16]}])  # fmt: skip
+    land_late_candidate(pg_session, rollout_id, late, output_tokens=30)
     store(pg_session, _armed(8, 10, dropped=set()), rollout_id)
     _, sums = fold_arm(pg_session, rollout_id=rollout_id, stage=0, arm="a", policy=POLICY)
     exported = fold_order(list(pair_records(pg_session, rollout_id=rollout_id,

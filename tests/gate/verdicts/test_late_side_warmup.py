@@ -9,6 +9,7 @@ from datetime import timedelta
 import numpy as np
 import pytest
 from sqlalchemy import insert
+from sqlalchemy.orm import Session
 
 from gate.db.enums import Cohort, RolloutMode
 from gate.db.models import Generation
@@ -45,6 +46,17 @@ def _stats(session, rollout_id):
     return at_look(to_stats(cols, POLICY, np.array([len(exported)])), 0)
 
 
+def land_late_candidate(
+    session: Session, rollout_id: int, pair_id: uuid.UUID, *, output_tokens: int
+) -> None:
+    """A dropped pair's candidate call landing now, accepting 0 of its 10 drafted tokens."""
+    session.execute(insert(Generation), [{
+        "rollout_id": rollout_id, "pair_id": pair_id, "cohort": Cohort.CANDIDATE,
+        "segment": "chat", "status": "ok", "ttft_s": 0.2, "tpot_s": 0.02, "e2e_s": 1.0,
+        "spec_draft_tokens": 10, "spec_accepted_tokens": 0, "output_tokens": output_tokens,
+        "trace_id": uuid.uuid4().hex, "span_id": uuid.uuid4().hex[:16]}])  # fmt: skip
+
+
 def test_a_late_candidate_of_a_dropped_warm_up_pair_moves_no_collapse_level(pg_session):
     rollout_id = factories.rollout(pg_session, name="late-warm").id
     first = _records(0, 8, dropped={2})
@@ -54,11 +66,7 @@ def test_a_late_candidate_of_a_dropped_warm_up_pair_moves_no_collapse_level(pg_s
     # The dropped warm-up pair's candidate lands now (a span replayed from the spool):
     # accepted 0 of 10, a level the fold never read.
     late = uuid.UUID(first[2]["pair_id"])
-    pg_session.execute(insert(Generation), [{
-        "rollout_id": rollout_id, "pair_id": late, "cohort": Cohort.CANDIDATE,
-        "segment": "chat", "status": "ok", "ttft_s": 0.2, "tpot_s": 0.02, "e2e_s": 1.0,
-        "spec_draft_tokens": 10, "spec_accepted_tokens": 0, "output_tokens": 20,
-        "trace_id": uuid.uuid4().hex, "span_id": uuid.uuid4().hex[:16]}])  # fmt: skip
+    land_late_candidate(pg_session, rollout_id, late, output_tokens=20)
     store(pg_session, _records(8, 30, dropped=set()), rollout_id)
     got = folded_stats(fold(pg_session, rollout_id=rollout_id, stage=0, policy=POLICY), POLICY)
     assert got.collapse
