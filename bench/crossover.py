@@ -46,6 +46,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -142,8 +144,15 @@ def rehearsal(levels: list[int]) -> dict[str, Any]:
     }
 
 
-def seed(url: str, base: int, spec: int) -> None:
-    """Routes, the three aliases' rollouts, and the by-load one's rehearsal."""
+def seed(
+    url: str,
+    base: int,
+    spec: int,
+    models: tuple[str, str] = ("sim", "sim"),
+    recorded: dict[str, Any] | None = None,
+) -> int:
+    """Routes, the aliases' rollouts, and the by-load one's rehearsal (`recorded`, else
+    the model's curve; none when `recorded` is empty). Return the by-load rollout's id."""
     from gate.db import migrate
     from gate.db.engine import make_engine, session_factory
     from gate.db.enums import RouteRole
@@ -155,10 +164,11 @@ def seed(url: str, base: int, spec: int) -> None:
 
     migrate.upgrade(url)
     with session_factory(make_engine(url))() as session, session.begin():
-        for name, port, role in (("base", base, RouteRole.BASELINE),
-                                 ("spec", spec, RouteRole.CANDIDATE)):  # fmt: skip
+        routes = (("base", base, RouteRole.BASELINE, models[0]),
+                  ("spec", spec, RouteRole.CANDIDATE, models[1]))  # fmt: skip
+        for name, port, role, model in routes:
             url = f"http://127.0.0.1:{port}/v1"
-            route = RouteIn(name=name, base_url=url, model="sim", role=role)
+            route = RouteIn(name=name, base_url=url, model=model, role=role)
             service.create_route(session, spec=route, actor="bench")
         for alias in ALIASES:
             policy: dict[str, Any] = {"stages": [100]}
@@ -172,31 +182,67 @@ def seed(url: str, base: int, spec: int) -> None:
                 service.transition(
                     session, rollout_id=rollout.id, action=action, actor="bench", reason="b"
                 )
-            if alias == "by-load":
-                summary = RehearsalIn.model_validate(rehearsal(list(LEVELS)))
+            if alias != "by-load":
+                continue
+            by_load = rollout.id
+            document = rehearsal(list(LEVELS)) if recorded is None else recorded
+            if document:
+                summary = RehearsalIn.model_validate(document)
                 rehearsals.record(session, rollout_id=rollout.id, rehearsal=summary, actor="bench")
+    return by_load
 
 
-async def block(client: httpx.AsyncClient, alias: str, level: int, count: int) -> list[list[Any]]:
+@dataclass(frozen=True)
+class Sweep:
+    """What a sweep sends and how it reads the replies."""
+
+    bodies: tuple[dict[str, Any], ...]  # request bodies, cycled; the alias is the model
+    tag: Callable[[dict[str, Any]], tuple[str, int | None]]  # reply: upstream, running
+    control: Callable[[int], str]  # the A/A control's alias at a level
+    better: Callable[[int], str]  # the mode expected to be better at a level
+    timeout_s: float = 120.0  # one block's deadline
+    deadline_s: float = RUN_DEADLINE_S  # no level starts after this long
+
+
+def model_tag(reply: dict[str, Any]) -> tuple[str, int | None]:
+    """Return the model upstream's name and its running requests at the arrival."""
+    route, running = reply["id"].split(":")
+    return route, int(running)
+
+
+async def block(
+    client: httpx.AsyncClient, sweep: Sweep, alias: str, level: int, count: int
+) -> list[list[Any]]:
     """Run `count` requests at `level` concurrent clients; return, per request, its start
     (s), e2e latency (ms), the upstream that answered and that upstream's running
-    requests when it arrived (its own count, from its reply)."""
-    body = {"model": alias, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 12}
+    requests when it arrived (its own count from its reply, else this block's requests
+    to it that were in flight at the arrival, the arrival included)."""
     done: list[list[Any]] = []
+    spans: list[tuple[float, float]] = []  # each request's start and end, unrounded
     left = count
 
     async def worker() -> None:
         nonlocal left
         while left > 0:
             left -= 1
+            body = {**sweep.bodies[left % len(sweep.bodies)], "model": alias}
             started = time.perf_counter()
             answer = await client.post("/v1/chat/completions", json=body)
             answer.raise_for_status()
-            ms = (time.perf_counter() - started) * 1000
-            route, running = answer.json()["id"].split(":")
-            done.append([round(started, 4), round(ms, 2), route, int(running)])
+            ended = time.perf_counter()
+            route, running = sweep.tag(answer.json())
+            done.append([round(started, 4), round((ended - started) * 1000, 2), route, running])
+            spans.append((started, ended))
 
-    await asyncio.wait_for(asyncio.gather(*(worker() for _ in range(level))), timeout=120)
+    workers = asyncio.gather(*(worker() for _ in range(level)))
+    await asyncio.wait_for(workers, timeout=sweep.timeout_s)
+    for request, (start, _) in zip(done, spans, strict=True):
+        if request[3] is None:
+            request[3] = sum(
+                1
+                for other, (began, ended) in zip(done, spans, strict=True)
+                if other[2] == request[2] and began <= start < ended
+            )
     return done
 
 
@@ -206,19 +252,27 @@ def control_of(level: int) -> str:
     return "speculative-again" if faster else "baseline-again"
 
 
+MODEL = Sweep(
+    bodies=({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 12},),
+    tag=model_tag,
+    control=control_of,
+    better=lambda level: control_of(level).removesuffix("-again"),
+)
+
+
 async def measure_level(
-    client: httpx.AsyncClient, level: int, count: int, rounds: int
+    client: httpx.AsyncClient, sweep: Sweep, level: int, count: int, rounds: int
 ) -> dict[str, Any]:
     """Measure one level: a warm-up, then `rounds` rounds in which each mode runs one
     block, the order rotated every round so that neither drift nor position in the
     round favours a mode. Return the raw requests, each tagged with its round."""
-    aliases = {mode: mode for mode in MODES} | {"control": control_of(level)}
+    aliases = {mode: mode for mode in MODES} | {"control": sweep.control(level)}
     for alias in aliases.values():
-        await block(client, alias, level, 2 * level)
+        await block(client, sweep, alias, level, 2 * level)
     found: dict[str, list[list[Any]]] = {mode: [] for mode in MODES}
     for r in range(rounds):
         for mode in MODES[r % len(MODES) :] + MODES[: r % len(MODES)]:
-            done = await block(client, aliases[mode], level, -(-count // rounds))
+            done = await block(client, sweep, aliases[mode], level, -(-count // rounds))
             found[mode] += [[0, r, *request] for request in done]
     return {"level": level, "control": aliases["control"], "requests": found}
 
@@ -237,7 +291,7 @@ def routing(requests: list[list[Any]]) -> dict[str, Any]:
     }
 
 
-def summarize(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def summarize(raw: list[dict[str, Any]], sweep: Sweep = MODEL) -> list[dict[str, Any]]:
     """Pool raw runs level by level: quantiles, ratios with intervals, routing."""
     rows = []
     for level in sorted({r["level"] for r in raw}):
@@ -251,7 +305,7 @@ def summarize(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 raise SystemExit("--report pools runs made with one --requests and --rounds")
             blocks[mode] = np.array([by_round[k] for k in sorted(by_round)])
         by_load = [q for r in found for q in r["requests"]["by-load"]]
-        better = "speculative" if control_of(level).startswith("spec") else "baseline"
+        better = sweep.better(level)
         row = {"level": level, "n": len(by_load), **compare(blocks, seed=level)}
         route = routing(by_load)
         row["to_speculative"] = route["to_speculative"]
@@ -261,19 +315,22 @@ def summarize(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-async def measure(gateway: str, levels: list[int], count: int, rounds: int) -> list[dict[str, Any]]:
+async def measure(
+    gateway: str, sweep: Sweep, levels: list[int], count: int, rounds: int
+) -> list[dict[str, Any]]:
     """Sweep the levels with one client (its connections kept); stop at the deadline."""
     raw = []
     started = time.monotonic()
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
-    async with httpx.AsyncClient(base_url=gateway, timeout=30.0, limits=limits) as client:
+    timeout = sweep.timeout_s
+    async with httpx.AsyncClient(base_url=gateway, timeout=timeout, limits=limits) as client:
         for level in levels:
-            found = await measure_level(client, level, count, rounds)
+            found = await measure_level(client, sweep, level, count, rounds)
             raw.append(found)
-            row = summarize([found])[0]
+            row = summarize([found], sweep)[0]
             print(json.dumps({k: row[k] for k in ("level", "by-load_p99", "control_p99")}
                              | {"routing": row["by-load_routing"]}), flush=True)  # fmt: skip
-            if time.monotonic() - started > RUN_DEADLINE_S:
+            if time.monotonic() - started > sweep.deadline_s:
                 print("run deadline passed: stopping", flush=True)
                 break
     return raw
@@ -326,19 +383,35 @@ def main() -> None:
         args.json.write_text(json.dumps(rows, indent=1))
 
 
-def run_sweep(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Start the upstreams, the OTLP sink and the gateway; sweep; return the raw levels."""
+def run_sweep(
+    args: argparse.Namespace,
+    sweep: Sweep = MODEL,
+    upstreams: Callable[[dict[str, int]], list[subprocess.Popen[bytes]]] | None = None,
+    prepare: Callable[[str, dict[str, int]], Sweep] | None = None,
+) -> list[dict[str, Any]]:
+    """Start the upstreams, the OTLP sink and the gateway; sweep; return the raw levels.
+
+    `upstreams` starts the two upstreams and sets `ports["base"]` and `ports["spec"]` to
+    theirs (default: the modelled ones); `prepare` fills the gateway's database and returns
+    the sweep to run (default: `seed`, with the modelled rehearsal, and `sweep`).
+    """
     ports = {name: free_port() for name in ("base", "spec", "sink", "gw")}
-    me = [sys.executable, __file__, "--tokens", str(args.tokens)]
+    me = [sys.executable, __file__, "--tokens", str(getattr(args, "tokens", 12))]
     procs: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory() as work:
         try:
-            for shape in ("base", "spec"):
-                procs.append(subprocess.Popen([*me, "--upstream", shape, str(ports[shape])]))
+            if upstreams is None:
+                for shape in ("base", "spec"):
+                    procs.append(subprocess.Popen([*me, "--upstream", shape, str(ports[shape])]))
+            else:
+                procs += upstreams(ports)
             sink = Path(__file__).with_name("otlp_sink.py")
             procs.append(subprocess.Popen([sys.executable, str(sink), str(ports["sink"])]))
             db = f"sqlite:///{work}/gw.db"
-            seed(db, ports["base"], ports["spec"])
+            if prepare is None:
+                seed(db, ports["base"], ports["spec"])
+            else:
+                sweep = prepare(db, ports)
             serve = ["serve", "--port", str(ports["gw"]), "--database-url", db,
                      "--otlp-endpoint", f"http://127.0.0.1:{ports['sink']}"]  # fmt: skip
             env = {**os.environ, "SPECGATE_HOME": work, "SPECGATE_CONTROL_RATE": "0"}
@@ -346,7 +419,7 @@ def run_sweep(args: argparse.Namespace) -> list[dict[str, Any]]:
             gateway = f"http://127.0.0.1:{ports['gw']}"
             wait_ready(gateway + "/healthz")
             levels = [int(x) for x in args.levels.split(",")]
-            raw = asyncio.run(measure(gateway, levels, args.requests, args.rounds))
+            raw = asyncio.run(measure(gateway, sweep, levels, args.requests, args.rounds))
             print(f"route calls not ok: {not_ok(gateway)}", flush=True)
         finally:
             for proc in reversed(procs):  # the gateway first: its spans still go out

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, event, text
+from sqlalchemy import Connection, Engine, event, text
 from sqlalchemy.orm import Session
 
 from collectors.retention import purge
@@ -53,6 +53,20 @@ def referrers(engine: Engine, table: str) -> int:
     with engine.connect() as conn:
         query = "SELECT count(*) FROM pg_constraint WHERE confrelid = to_regclass(:t)"
         return int(conn.execute(text(query), {"t": table}).scalar_one())
+
+
+def assert_no_orphans(conn: Connection, kept: int) -> None:
+    """Assert that every evaluation and feedback row names a generation still there, and
+    that `kept` of each are left."""
+    for table in ("evaluations", "feedback"):
+        orphans = conn.execute(
+            text(
+                f"SELECT count(*) FROM {table} t WHERE NOT EXISTS "
+                "(SELECT 1 FROM generations g WHERE g.id = t.generation_id)"
+            )
+        ).scalar_one()
+        assert orphans == 0, table
+        assert conn.execute(text(f"SELECT count(*) FROM {table}")).scalar_one() == kept, table
 
 
 def test_a_filled_generations_converts_online_with_every_row_and_change(engine: Engine) -> None:
@@ -144,15 +158,7 @@ def test_retention_drops_old_generations_partitions_with_their_evaluations(
             text("SELECT rollout_id, count(*), count(output) FROM generations GROUP BY 1")
         ).all()
         assert sorted(kept) == [(ids[0], 2, 0), (ids[1], 2, 0)]  # content scrubbed at 7 days
-        for table in ("evaluations", "feedback"):
-            orphans = conn.execute(
-                text(
-                    f"SELECT count(*) FROM {table} t WHERE NOT EXISTS "
-                    "(SELECT 1 FROM generations g WHERE g.id = t.generation_id)"
-                )
-            ).scalar_one()
-            assert orphans == 0, table
-            assert conn.execute(text(f"SELECT count(*) FROM {table}")).scalar_one() == 4
+        assert_no_orphans(conn, kept=4)
 
 
 def test_retention_deletes_a_dropped_partitions_evaluations_in_bounded_batches(
@@ -245,15 +251,7 @@ def test_retention_deletes_old_rows_of_generations_default_with_what_names_them(
     with engine.connect() as conn:
         kept = conn.execute(text("SELECT rollout_id, count(*) FROM generations GROUP BY 1")).all()
         assert dict(kept) == {ids[0]: 1, ids[1]: 2}
-        for table in ("evaluations", "feedback"):
-            orphans = conn.execute(
-                text(
-                    f"SELECT count(*) FROM {table} t WHERE NOT EXISTS "
-                    "(SELECT 1 FROM generations g WHERE g.id = t.generation_id)"
-                )
-            ).scalar_one()
-            assert orphans == 0, table
-            assert conn.execute(text(f"SELECT count(*) FROM {table}")).scalar_one() == 3
+        assert_no_orphans(conn, kept=3)
 
 
 def test_a_foreign_key_no_layout_accounts_for_refuses_the_conversion_before_copying(
