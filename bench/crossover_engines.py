@@ -4,10 +4,11 @@ Two `specgate engine`s serve SmolLM2-135M on llama.cpp, each pinned to a CPU of 
 with `--parallel` slots (8): `plain`, and n-gram speculative `ngram`. First a real
 `specgate rehearse` of the two, over the built-in workload's creative segment, is recorded
 as the by-load rollout's rehearsal (or `--rehearsal FILE`, a `rehearsal.json` recorded
-before, is used): its crossover is the one the gateway routes by. Then `bench/crossover.py`'s
-sweep runs through the real gateway with the creative prompts (non-streamed, their
-`max_tokens` capped): baseline-only, speculative-only, by-load, and the A/A control, which
-is the rehearsal's better mode at the level run again under its own alias (speculative at
+before and younger than `promotion.crossover_max_age_s`, is used): its crossover is the
+one the gateway routes by. Then `bench/crossover.py`'s sweep runs through the real
+gateway with the creative prompts (non-streamed, their `max_tokens` capped):
+baseline-only, speculative-only, by-load, and the A/A control, which is the rehearsal's
+better mode at the level run again under its own alias (speculative at
 or below the crossover's proven win C, else the baseline). The table, the intervals and
 `--report` are `bench/crossover.py`'s. The engine that answered a request is the reply's
 model; its running requests at the arrival are the block's requests to it that were in
@@ -27,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.crossover import Sweep, load_raw, run_sweep, seed, summarize
 from bench.crossover_stats import table
 from bench.engines import start
+from gate.stats.policy_sections import Promotion
 
 SEGMENT = "creative"
 SERVED = {"base": "plain", "spec": "ngram"}
@@ -75,6 +78,19 @@ def sweep_for(proven: int, max_tokens: int) -> Sweep:
     )
 
 
+def check_fresh(document: dict[str, Any], now: datetime) -> None:
+    """Refuse a rehearsal the gateway would not route by: one measured longer ago than the
+    default `promotion.crossover_max_age_s` is stale, so by-load would send every request
+    to the baseline while the control followed the file's crossover."""
+    run_at = datetime.fromisoformat(str(document.get("run_at")))
+    age = (now - run_at).total_seconds()
+    if age > Promotion().crossover_max_age_s:
+        raise SystemExit(
+            f"--rehearsal was run {age / 86400:.1f} days ago, past promotion."
+            "crossover_max_age_s: the gateway would not route by it; rehearse again"
+        )
+
+
 def proven_win(document: dict[str, Any]) -> int:
     """Return the crossover's proven win C for the creative segment (0: none proven)."""
     found = (document.get("crossover") or {}).get(SEGMENT) or {}
@@ -105,6 +121,8 @@ class Engines:
     def prepare(self, db: str, ports: dict[str, int]) -> Sweep:
         """Seed the rollouts, record the rehearsal as the by-load rollout's, and return
         the sweep whose control follows its crossover."""
+        if self.document:
+            check_fresh(self.document, datetime.now(UTC))
         rollout = seed(db, ports["base"], ports["spec"], models=(SERVED["base"], SERVED["spec"]),
                        recorded=self.document or {})  # fmt: skip
         if not self.document:
