@@ -376,42 +376,50 @@ def main() -> None:
     if args.report:
         raw = [level for i, path in enumerate(args.report) for level in load_raw(path, run=i)]
     else:
-        raw = run_sweep(args)
+        raw = run_sweep(args, modelled_upstreams(args.tokens), modelled_rollouts)
     rows = summarize(raw)
     print(table(rows))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
 
 
+def modelled_upstreams(tokens: int) -> Callable[[dict[str, int]], list[subprocess.Popen[bytes]]]:
+    """Return a starter of the two modelled upstreams, each `tokens` decode steps."""
+
+    def starts(ports: dict[str, int]) -> list[subprocess.Popen[bytes]]:
+        me = [sys.executable, __file__, "--tokens", str(tokens)]
+        return [subprocess.Popen([*me, "--upstream", shape, str(ports[shape])])
+                for shape in ("base", "spec")]  # fmt: skip
+
+    return starts
+
+
+def modelled_rollouts(db: str, ports: dict[str, int]) -> Sweep:
+    """Seed the rollouts with the model's curve as the rehearsal; return the model's sweep."""
+    seed(db, ports["base"], ports["spec"])
+    return MODEL
+
+
 def run_sweep(
     args: argparse.Namespace,
-    sweep: Sweep = MODEL,
-    upstreams: Callable[[dict[str, int]], list[subprocess.Popen[bytes]]] | None = None,
-    prepare: Callable[[str, dict[str, int]], Sweep] | None = None,
+    upstreams: Callable[[dict[str, int]], list[subprocess.Popen[bytes]]],
+    prepare: Callable[[str, dict[str, int]], Sweep],
 ) -> list[dict[str, Any]]:
     """Start the upstreams, the OTLP sink and the gateway; sweep; return the raw levels.
 
     `upstreams` starts the two upstreams and sets `ports["base"]` and `ports["spec"]` to
-    theirs (default: the modelled ones); `prepare` fills the gateway's database and returns
-    the sweep to run (default: `seed`, with the modelled rehearsal, and `sweep`).
+    theirs when it picks them; `prepare` fills the gateway's database and returns the
+    sweep to run.
     """
     ports = {name: free_port() for name in ("base", "spec", "sink", "gw")}
-    me = [sys.executable, __file__, "--tokens", str(getattr(args, "tokens", 12))]
     procs: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory() as work:
         try:
-            if upstreams is None:
-                for shape in ("base", "spec"):
-                    procs.append(subprocess.Popen([*me, "--upstream", shape, str(ports[shape])]))
-            else:
-                procs += upstreams(ports)
+            procs += upstreams(ports)
             sink = Path(__file__).with_name("otlp_sink.py")
             procs.append(subprocess.Popen([sys.executable, str(sink), str(ports["sink"])]))
             db = f"sqlite:///{work}/gw.db"
-            if prepare is None:
-                seed(db, ports["base"], ports["spec"])
-            else:
-                sweep = prepare(db, ports)
+            sweep = prepare(db, ports)
             serve = ["serve", "--port", str(ports["gw"]), "--database-url", db,
                      "--otlp-endpoint", f"http://127.0.0.1:{ports['sink']}"]  # fmt: skip
             env = {**os.environ, "SPECGATE_HOME": work, "SPECGATE_CONTROL_RATE": "0"}

@@ -37,6 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.crossover import Sweep, load_raw, run_sweep, seed, summarize
 from bench.crossover_stats import table
 from bench.engines import start
+from gate.db.models import Rehearsal
+from gate.routing.crossover import REHEARSAL, ByLoad, from_rehearsal
+from gate.stats.ids import ALL
 from gate.stats.policy_sections import Promotion
 
 SEGMENT = "creative"
@@ -78,23 +81,33 @@ def sweep_for(proven: int, max_tokens: int) -> Sweep:
     )
 
 
-def check_fresh(document: dict[str, Any], now: datetime) -> None:
-    """Refuse a rehearsal the gateway would not route by: one measured longer ago than the
-    default `promotion.crossover_max_age_s` is stale, so by-load would send every request
-    to the baseline while the control followed the file's crossover."""
+def routed_by(document: dict[str, Any], now: datetime) -> tuple[str, int]:
+    """Return what the gateway routes the creative segment by with this rehearsal recorded
+    on a rollout of one candidate: the source (`rehearsal`, or `stale` past the default
+    `promotion.crossover_max_age_s`) and the crossover C (0: never the candidate). Read
+    by the gateway's own rule (`gate.routing.crossover`), not a copy of it."""
     run_at = datetime.fromisoformat(str(document.get("run_at")))
-    age = (now - run_at).total_seconds()
-    if age > Promotion().crossover_max_age_s:
+    row = Rehearsal(summary=document, run_at=run_at, recorded_at=now)
+    by_load = ByLoad(hysteresis=1, max_age_s=Promotion().crossover_max_age_s,
+                     crossover=from_rehearsal(row))  # fmt: skip
+    source, levels = by_load.effective(now.timestamp())
+    return source, levels.get(SEGMENT, levels[ALL])
+
+
+def check_fresh(document: dict[str, Any], now: datetime) -> None:
+    """Refuse a rehearsal the gateway would not route by (stale or naming no crossover):
+    by-load would send every request to the baseline whatever the file says."""
+    source, _ = routed_by(document, now)
+    if source != REHEARSAL:
         raise SystemExit(
-            f"--rehearsal was run {age / 86400:.1f} days ago, past promotion."
-            "crossover_max_age_s: the gateway would not route by it; rehearse again"
+            f"--rehearsal is {source} for the gateway (promotion.crossover_max_age_s: "
+            f"{Promotion().crossover_max_age_s:.0f} s); rehearse again"
         )
 
 
 def proven_win(document: dict[str, Any]) -> int:
-    """Return the crossover's proven win C for the creative segment (0: none proven)."""
-    found = (document.get("crossover") or {}).get(SEGMENT) or {}
-    return int(found.get("low") or 0)
+    """Return the crossover C the gateway routes the creative segment by (0: none)."""
+    return routed_by(document, datetime.fromisoformat(str(document.get("run_at"))))[1]
 
 
 class Engines:
@@ -103,6 +116,7 @@ class Engines:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.urls: dict[str, str] = {}
+        self.sweep: Sweep | None = None
         self.document: dict[str, Any] = (
             json.loads(args.rehearsal.read_text()) if args.rehearsal else {}
         )
@@ -130,7 +144,8 @@ class Engines:
         proven = proven_win(self.document)
         print(f"crossover: {json.dumps(self.document.get('crossover'))}; "
               f"{SEGMENT}: proven win C = {proven}", flush=True)  # fmt: skip
-        return sweep_for(proven, self.args.max_tokens)
+        self.sweep = sweep_for(proven, self.args.max_tokens)
+        return self.sweep
 
     def rehearse(self, db: str, rollout: int) -> dict[str, Any]:
         """Run `specgate rehearse` over the creative segment, recorded for `rollout`."""
@@ -183,7 +198,8 @@ def main() -> None:
     else:
         engines = Engines(args)
         raw = run_sweep(args, upstreams=engines.start, prepare=engines.prepare)
-        sweep = sweep_for(proven_win(engines.document), args.max_tokens)
+        assert engines.sweep is not None  # set by prepare, before the sweep
+        sweep = engines.sweep
     rows = summarize(raw, sweep)
     print(table(rows))
     if args.json:
