@@ -38,25 +38,23 @@ from bench.crossover import Sweep, load_raw, run_sweep, seed, summarize
 from bench.crossover_stats import table
 from bench.engines import start
 from gate.db.models import Rehearsal
+from gate.engines.workload import load_workload
 from gate.routing.crossover import REHEARSAL, ByLoad, from_rehearsal
 from gate.stats.ids import ALL
 from gate.stats.policy_sections import Promotion
 
 SEGMENT = "creative"
 SERVED = {"base": "plain", "spec": "ngram"}
-WORKLOAD = Path(__file__).resolve().parents[1] / "gate" / "engines" / "data" / "workload.jsonl"
 
 
 def creative_bodies(max_tokens: int) -> tuple[dict[str, Any], ...]:
     """Return the built-in workload's creative requests, `max_tokens` capped."""
-    rows = [json.loads(line) for line in WORKLOAD.read_text().splitlines() if line.strip()]
     found = tuple(
-        {**row, "max_tokens": min(int(row.get("max_tokens", max_tokens)), max_tokens)}
-        for row in rows
-        if (row.get("specgate") or {}).get("segment") == SEGMENT
+        {**item.body, "max_tokens": min(int(item.body.get("max_tokens", max_tokens)), max_tokens)}
+        for item in load_workload(segments=[SEGMENT])
     )
     if not found:
-        raise SystemExit(f"no {SEGMENT} request in {WORKLOAD}")
+        raise SystemExit(f"no {SEGMENT} request in the built-in workload")
     return found
 
 
